@@ -1,0 +1,349 @@
+//! Raw bytes in, a decoded message out: headers with RFC 2047 words decoded,
+//! the text of every text part (transfer encoding and charset undone, HTML
+//! turned into text with its link targets kept) and metadata about the other
+//! parts. This module owns MIME; it knows nothing of tokens or models.
+//!
+//! MIME structure comes from `mailparse`, charsets from `encoding_rs`.
+//! Parsing is lenient: anything that is not empty gives a [`Message`], even
+//! if every header is broken (the input is then read as a body).
+
+pub mod decode;
+pub mod html;
+
+use std::borrow::Cow;
+
+use mailparse::{MailHeaderMap, ParsedMail};
+
+/// Text parts larger than this (encoded) are read up to this many bytes.
+pub const TEXT_PART_CAP: usize = 2 * 1024 * 1024;
+/// `message/rfc822` parts nested deeper than this are treated as attachments.
+const MAX_NESTING: usize = 8;
+
+/// Why a message could not be parsed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    /// The input held no bytes (or only whitespace).
+    #[error("empty message")]
+    Empty,
+}
+
+/// Result of parsing.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// One header, its name as written and its value unfolded and decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Name as it appears in the message (compare case-insensitively).
+    pub name: String,
+    /// Value with folding removed and encoded words decoded.
+    pub value: String,
+}
+
+/// Whether a text part was plain text or HTML.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextKind {
+    /// `text/plain` (or a part with no usable type).
+    Plain,
+    /// `text/html`, already converted to text.
+    Html,
+}
+
+/// The decoded text of one text part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextPart {
+    /// Plain or HTML.
+    pub kind: TextKind,
+    /// The text (for HTML, the visible text).
+    pub text: String,
+    /// The charset label as declared (lower-cased), if any.
+    pub charset: Option<String>,
+    /// True if the part was larger than [`TEXT_PART_CAP`] and was cut.
+    pub truncated: bool,
+}
+
+/// A part that is not text: its type, name and decoded size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    /// MIME type, lower-cased (`application/pdf`).
+    pub content_type: String,
+    /// File name from Content-Disposition or Content-Type, if any.
+    pub filename: Option<String>,
+    /// Size in bytes after transfer decoding (computed, not decoded).
+    pub size: usize,
+}
+
+/// A parsed, decoded message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Message {
+    /// Top-level headers in order.
+    pub headers: Vec<Header>,
+    /// Text parts in order, including those of forwarded messages.
+    pub parts: Vec<TextPart>,
+    /// Link targets found in HTML parts, in order.
+    pub links: Vec<String>,
+    /// Non-text parts.
+    pub attachments: Vec<Attachment>,
+    /// MIME types of every leaf part, in order.
+    pub content_types: Vec<String>,
+    /// Size of the message in bytes, counting line ends as one byte so a
+    /// message and its CRLF twin agree.
+    pub size: usize,
+    /// True if the header block could not be parsed and the whole input was
+    /// read as a body.
+    pub malformed: bool,
+}
+
+impl Message {
+    /// The first header with this name (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.as_str())
+    }
+
+    /// All headers with this name (case-insensitive), in order.
+    pub fn headers_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.as_str())
+    }
+
+    /// The decoded subject, or "" if there is none.
+    pub fn subject(&self) -> &str {
+        self.header("subject").unwrap_or("")
+    }
+}
+
+/// Parses raw message bytes (LF or CRLF line ends; a leading mbox `From `
+/// envelope line is skipped).
+///
+/// ```
+/// let msg = bayesmail::message::parse(
+///     b"Subject: =?utf-8?q?caf=C3=A9?=\nContent-Type: text/html\n\n<p>Hello &amp; bye</p>",
+/// ).unwrap();
+/// assert_eq!(msg.subject(), "café");
+/// assert_eq!(msg.parts[0].text.trim(), "Hello & bye");
+/// ```
+pub fn parse(raw: &[u8]) -> Result<Message> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::Empty);
+    }
+    let raw = normalize_line_ends(raw);
+    let mut raw: &[u8] = &raw;
+    if raw.starts_with(b"From ") {
+        raw = memchr::memchr(b'\n', raw).map_or(&[][..], |p| &raw[p + 1..]);
+    }
+    let mut msg = Message {
+        size: raw.len(),
+        ..Message::default()
+    };
+    match mailparse::parse_mail(raw) {
+        Ok(parsed) => {
+            msg.headers = parsed
+                .headers
+                .iter()
+                .map(|h| Header {
+                    name: h.get_key(),
+                    value: h.get_value(),
+                })
+                .collect();
+            walk(&parsed, &mut msg, 0);
+        }
+        Err(_) => {
+            msg.malformed = true;
+            push_text(&mut msg, raw, None, TextKind::Plain);
+        }
+    }
+    Ok(msg)
+}
+
+/// CRLF → LF, so every later step sees one convention (and a message and its
+/// CRLF twin give the same features). Lone CRs are kept.
+fn normalize_line_ends(raw: &[u8]) -> Cow<'_, [u8]> {
+    if memchr::memmem::find(raw, b"\r\n").is_none() {
+        return Cow::Borrowed(raw);
+    }
+    let mut out = Vec::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(p) = memchr::memmem::find(rest, b"\r\n") {
+        out.extend_from_slice(&rest[..p]);
+        out.push(b'\n');
+        rest = &rest[p + 2..];
+    }
+    out.extend_from_slice(rest);
+    Cow::Owned(out)
+}
+
+fn walk(part: &ParsedMail<'_>, msg: &mut Message, depth: usize) {
+    let mimetype = part.ctype.mimetype.as_str();
+    if mimetype.starts_with("multipart/") && !part.subparts.is_empty() {
+        for sub in &part.subparts {
+            walk(sub, msg, depth);
+        }
+        return;
+    }
+    msg.content_types.push(mimetype.to_owned());
+    let disposition = part.get_content_disposition();
+    let filename = disposition
+        .params
+        .get("filename")
+        .or_else(|| part.ctype.params.get("name"))
+        .cloned();
+    let is_attachment = matches!(
+        disposition.disposition,
+        mailparse::DispositionType::Attachment
+    ) && filename.is_some();
+    let encoding = part
+        .headers
+        .get_first_value("Content-Transfer-Encoding")
+        .map(|e| e.trim().to_ascii_lowercase());
+    let body = part.get_body_encoded();
+    let encoded: &[u8] = match &body {
+        mailparse::body::Body::Base64(b) | mailparse::body::Body::QuotedPrintable(b) => b.get_raw(),
+        mailparse::body::Body::SevenBit(b) | mailparse::body::Body::EightBit(b) => b.get_raw(),
+        mailparse::body::Body::Binary(b) => b.get_raw(),
+    };
+    let charset = part
+        .ctype
+        .params
+        .get("charset")
+        .map(|c| c.to_ascii_lowercase());
+    let text_kind = match mimetype {
+        "text/html" => Some(TextKind::Html),
+        // A missing, empty or broken type, and multipart without parts, are
+        // read as plain text: mail clients show them that way.
+        "text/plain" | "text" | "" => Some(TextKind::Plain),
+        m if m.starts_with("multipart/") || !m.contains('/') => Some(TextKind::Plain),
+        _ => None,
+    };
+    match text_kind {
+        Some(kind) if !is_attachment => {
+            let truncated = encoded.len() > TEXT_PART_CAP;
+            let encoded = &encoded[..encoded.len().min(TEXT_PART_CAP)];
+            let bytes: Cow<'_, [u8]> = match encoding.as_deref() {
+                Some("base64") => Cow::Owned(decode::base64_lenient(encoded)),
+                Some("quoted-printable") => Cow::Owned(decode::quoted_printable(encoded)),
+                _ => Cow::Borrowed(encoded),
+            };
+            push_text(msg, &bytes, charset, kind);
+            if truncated && let Some(last) = msg.parts.last_mut() {
+                last.truncated = true;
+            }
+        }
+        _ if mimetype == "message/rfc822" && depth < MAX_NESTING && !is_attachment => {
+            let bytes: Cow<'_, [u8]> = match encoding.as_deref() {
+                Some("base64") => Cow::Owned(decode::base64_lenient(encoded)),
+                Some("quoted-printable") => Cow::Owned(decode::quoted_printable(encoded)),
+                _ => Cow::Borrowed(encoded),
+            };
+            match mailparse::parse_mail(&bytes) {
+                Ok(inner) => {
+                    if let Some(subject) = inner.headers.get_first_value("Subject") {
+                        push_text(
+                            msg,
+                            subject.as_bytes(),
+                            Some("utf-8".into()),
+                            TextKind::Plain,
+                        );
+                    }
+                    walk(&inner, msg, depth + 1);
+                }
+                Err(_) => push_text(msg, &bytes, None, TextKind::Plain),
+            }
+        }
+        _ => {
+            let size = match encoding.as_deref() {
+                Some("base64") => decode::base64_decoded_len(encoded),
+                _ => encoded.len(),
+            };
+            msg.attachments.push(Attachment {
+                content_type: mimetype.to_owned(),
+                filename,
+                size,
+            });
+        }
+    }
+}
+
+fn push_text(msg: &mut Message, bytes: &[u8], charset: Option<String>, kind: TextKind) {
+    let text = decode::decode_charset(bytes, charset.as_deref());
+    let text = match kind {
+        TextKind::Plain => text,
+        TextKind::Html => {
+            let out = html::to_text(&text);
+            msg.links.extend(out.links);
+            out.text
+        }
+    };
+    msg.parts.push(TextPart {
+        kind,
+        text,
+        charset,
+        truncated: false,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_input_is_an_error() {
+        assert_eq!(parse(b""), Err(Error::Empty));
+        assert_eq!(parse(b" \r\n\t"), Err(Error::Empty));
+    }
+
+    #[test]
+    fn decodes_encoded_words_and_bodies() {
+        let raw = b"Subject: =?iso-8859-1?Q?Caf=E9?= =?utf-8?B?IOKCrA==?=\n\
+            Content-Type: multipart/alternative; boundary=\"b\"\n\n\
+            --b\nContent-Type: text/plain; charset=koi8-r\nContent-Transfer-Encoding: base64\n\n8NLJ18XU\n\
+            --b\nContent-Type: text/html; charset=utf-8\nContent-Transfer-Encoding: quoted-printable\n\n\
+            <a href=3D\"http://x.example/\">caf=C3=A9</a>\n--b--\n";
+        let msg = parse(raw).unwrap();
+        assert_eq!(msg.subject(), "Café €");
+        assert_eq!(msg.parts.len(), 2);
+        assert_eq!(msg.parts[0].text, "Привет");
+        assert_eq!(msg.parts[1].kind, TextKind::Html);
+        assert_eq!(msg.parts[1].text.trim(), "café");
+        assert_eq!(msg.links, ["http://x.example/"]);
+        assert_eq!(msg.content_types, ["text/plain", "text/html"]);
+    }
+
+    #[test]
+    fn attachments_are_described_not_decoded() {
+        let raw = b"Content-Type: multipart/mixed; boundary=x\n\n--x\n\nhello\n--x\n\
+            Content-Type: application/pdf; name=\"a.pdf\"\nContent-Disposition: attachment; filename=\"a.pdf\"\n\
+            Content-Transfer-Encoding: base64\n\nJVBERi0xLjQK\n--x--\n";
+        let msg = parse(raw).unwrap();
+        assert_eq!(msg.parts.len(), 1);
+        assert_eq!(
+            msg.attachments,
+            [Attachment {
+                content_type: "application/pdf".into(),
+                filename: Some("a.pdf".into()),
+                size: 9
+            }]
+        );
+    }
+
+    #[test]
+    fn forwarded_messages_are_read() {
+        let raw = b"Content-Type: message/rfc822\n\nSubject: inner news\n\nforwarded body\n";
+        let msg = parse(raw).unwrap();
+        let all: Vec<&str> = msg.parts.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(all, ["inner news", "forwarded body\n"]);
+    }
+
+    #[test]
+    fn crlf_and_envelope_line_do_not_change_the_result() {
+        let lf = parse(b"Subject: hi\nX-A: b\n\nbody\nline\n").unwrap();
+        let crlf = parse(b"Subject: hi\r\nX-A: b\r\n\r\nbody\r\nline\r\n").unwrap();
+        let env = parse(b"From someone@example.com Mon Jan  1 00:00:00 2024\nSubject: hi\nX-A: b\n\nbody\nline\n")
+            .unwrap();
+        assert_eq!(lf, crlf);
+        assert_eq!(lf, env);
+    }
+}

@@ -1,0 +1,433 @@
+//! Text to tokens: a tantivy [`TextAnalyzer`] whose tokenizer splits on
+//! Unicode word boundaries (UAX #29, from unicode-segmentation) and keeps
+//! URLs whole, followed by filters that lower-case, reduce URLs to their
+//! host, turn numbers into shapes and drop over-long tokens. Invisible
+//! characters (zero-width spaces, soft hyphens, bidi controls) are removed
+//! before splitting, so `vi\u{200b}agra` is one word.
+//!
+//! This module owns tantivy; no tantivy type leaves it. It knows nothing of
+//! messages: [`crate::features`] decides which text goes in under which
+//! namespace.
+
+mod words;
+
+use tantivy::tokenizer::{
+    LowerCaser, RemoveLongFilter, TextAnalyzer, Token, TokenFilter, TokenStream, Tokenizer,
+};
+
+pub use words::MailWordTokenizer;
+
+/// Version of the tokenization rules. Any change that alters the tokens of
+/// some message must bump it, so stored counts are never mixed across
+/// tokenizers.
+pub const TOKENIZER_VERSION: u32 = 1;
+
+/// Longest token, in bytes, namespace included. Longer ones are dropped.
+pub const MAX_TOKEN_LEN: usize = 48;
+/// Longest namespace prefix (`FROMDOM:`).
+pub const MAX_NAMESPACE_LEN: usize = 8;
+/// Prefix of URL host tokens.
+pub const URL_NAMESPACE: &str = "URL:";
+
+/// Tokens of one message: de-duplicated as they arrive (a hash table over
+/// an arena, so a repeated word costs no allocation), then sorted into the
+/// binary bag of words.
+#[derive(Default, Clone)]
+pub struct TokenSet {
+    arena: String,
+    /// (first 8 bytes as a big-endian key, start, end) of each distinct
+    /// token: sorting compares the integer key first and the strings only on
+    /// a tie.
+    spans: Vec<(u64, u32, u32)>,
+    /// Indexes into `spans`, hashed by token text.
+    seen: hashbrown::HashTable<u32>,
+    /// Tokens pushed, duplicates included.
+    pushed: usize,
+}
+
+impl std::fmt::Debug for TokenSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenSet")
+            .field("distinct", &self.spans.len())
+            .field("pushed", &self.pushed)
+            .finish()
+    }
+}
+
+fn hash_token(token: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(token)
+}
+
+impl TokenSet {
+    /// Adds `namespace` + `word`, unless the result is longer than
+    /// [`MAX_TOKEN_LEN`] or `word` is empty.
+    pub fn push(&mut self, namespace: &str, word: &str) {
+        if word.is_empty() || namespace.len() + word.len() > MAX_TOKEN_LEN {
+            return;
+        }
+        self.pushed += 1;
+        let start = self.arena.len();
+        self.arena.push_str(namespace);
+        self.arena.push_str(word);
+        let arena = self.arena.as_bytes();
+        let token = &arena[start..];
+        let hash = hash_token(token);
+        let spans = &self.spans;
+        let text = |i: &u32| {
+            let (_, a, b) = spans[*i as usize];
+            &arena[a as usize..b as usize]
+        };
+        if self.seen.find(hash, |i| text(i) == token).is_some() {
+            self.arena.truncate(start);
+            return;
+        }
+        let mut key = [0u8; 8];
+        let n = token.len().min(8);
+        key[..n].copy_from_slice(&token[..n]);
+        let index = self.spans.len() as u32;
+        self.spans.push((
+            u64::from_be_bytes(key),
+            start as u32,
+            self.arena.len() as u32,
+        ));
+        let (arena, spans) = (self.arena.as_bytes(), &self.spans);
+        self.seen.insert_unique(hash, index, |i| {
+            let (_, a, b) = spans[*i as usize];
+            hash_token(&arena[a as usize..b as usize])
+        });
+    }
+
+    /// Number of distinct tokens so far.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// True if nothing was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Number of tokens pushed so far, duplicates included.
+    pub fn pushed(&self) -> usize {
+        self.pushed
+    }
+
+    /// The sorted, de-duplicated tokens; leaves the set empty for reuse.
+    pub fn finish(&mut self) -> Vec<String> {
+        let arena = &self.arena;
+        let text = |&(_, a, b): &(u64, u32, u32)| &arena[a as usize..b as usize];
+        self.spans
+            .sort_unstable_by(|x, y| x.0.cmp(&y.0).then_with(|| text(x).cmp(text(y))));
+        let out = self.spans.iter().map(|s| text(s).to_owned()).collect();
+        self.arena.clear();
+        self.spans.clear();
+        self.seen.clear();
+        self.pushed = 0;
+        out
+    }
+}
+
+/// The tokenizer pipeline. Cheap to create; not shareable across threads
+/// (tantivy's token streams borrow it mutably), so each worker owns one.
+#[derive(Clone)]
+pub struct Analyzer {
+    inner: TextAnalyzer,
+}
+
+impl Default for Analyzer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Analyzer {
+    /// Builds the pipeline: words → lower-case → URL hosts → number shapes →
+    /// length limit.
+    pub fn new() -> Self {
+        let inner = TextAnalyzer::builder(MailWordTokenizer::default())
+            .filter(LowerCaser)
+            .filter(MapFilter(url_to_host))
+            .filter(MapFilter(number_shape))
+            .filter(RemoveLongFilter::limit(
+                MAX_TOKEN_LEN - MAX_NAMESPACE_LEN + 1,
+            ))
+            .build();
+        Analyzer { inner }
+    }
+
+    /// Tokenizes `text`, pushing each word into `sink` under `namespace`.
+    /// URL hosts go in under [`URL_NAMESPACE`] whatever the namespace, each
+    /// with its parent domain. Returns the number of URLs seen.
+    ///
+    /// ```
+    /// use bayesmail::tokenize::{Analyzer, TokenSet};
+    /// let mut set = TokenSet::default();
+    /// Analyzer::new().tokenize("Win $1,000 at HTTP://WWW.Lucky.Example.com/x now", "", &mut set);
+    /// assert_eq!(
+    ///     set.finish(),
+    ///     ["#,###", "URL:example.com", "URL:lucky.example.com", "at", "now", "win"]
+    /// );
+    /// ```
+    pub fn tokenize(&mut self, text: &str, namespace: &str, sink: &mut TokenSet) -> usize {
+        let mut urls = 0;
+        let mut stream = self.inner.token_stream(text);
+        while let Some(token) = stream.next() {
+            if let Some(host) = token.text.strip_prefix(URL_NAMESPACE) {
+                urls += 1;
+                push_host(sink, host);
+            } else {
+                sink.push(namespace, &token.text);
+            }
+        }
+        urls
+    }
+}
+
+/// Pushes `URL:host` and `URL:parent` (the registrable part as far as a
+/// rule of thumb can tell: the last two labels, three under a two-letter
+/// country code with a short second level such as `co.uk`). IP-address hosts
+/// also give the token `URL:ip-address`.
+pub fn push_host(sink: &mut TokenSet, host: &str) {
+    sink.push(URL_NAMESPACE, host);
+    if is_ip_like(host) {
+        sink.push(URL_NAMESPACE, "ip-address");
+        return;
+    }
+    if let Some(parent) = parent_domain(host)
+        && parent != host
+    {
+        sink.push(URL_NAMESPACE, parent);
+    }
+}
+
+/// The registrable-looking suffix of a host name.
+pub fn parent_domain(host: &str) -> Option<&str> {
+    let labels: Vec<&str> = host.rsplitn(4, '.').collect();
+    if labels.len() < 2 {
+        return None;
+    }
+    let keep = if labels.len() >= 3 && labels[0].len() == 2 && labels[1].len() <= 3 {
+        3
+    } else {
+        2
+    };
+    let suffix_len: usize = labels[..keep].iter().map(|l| l.len()).sum::<usize>() + keep - 1;
+    Some(&host[host.len() - suffix_len..])
+}
+
+fn is_ip_like(host: &str) -> bool {
+    host.bytes()
+        .all(|b| b.is_ascii_hexdigit() || b == b'.' || b == b'x' || b == b':')
+        && host.bytes().any(|b| b.is_ascii_digit())
+        && (host.contains('.') || host.contains(':') || host.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The host of a URL, normalised: lower-case, without user info, port,
+/// trailing dot or a leading `www.`. `None` if there is no host.
+///
+/// ```
+/// use bayesmail::tokenize::url_host;
+/// assert_eq!(url_host("https://bob:pw@WWW.Example.COM:8080/a?b").as_deref(), Some("example.com"));
+/// assert_eq!(url_host("www.example.org").as_deref(), Some("example.org"));
+/// assert_eq!(url_host("mailto:x@example.com"), None);
+/// ```
+pub fn url_host(url: &str) -> Option<String> {
+    let rest = match url.find("://") {
+        Some(p) => &url[p + 3..],
+        None if url.len() > 4 && url[..4].eq_ignore_ascii_case("www.") => url,
+        None => return None,
+    };
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or("");
+    let host_port = authority.rsplit('@').next().unwrap_or("");
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    let host = host.trim_end_matches('.').to_lowercase();
+    let host = host.strip_prefix("www.").map(str::to_owned).unwrap_or(host);
+    let valid = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%'));
+    valid.then_some(host)
+}
+
+/// Filter: a URL token (`scheme://…` or `www.…`) becomes `URL:host`.
+fn url_to_host(token: &mut Token) -> bool {
+    let text = &token.text;
+    // Cheap first look: every URL token starts with h(ttp), f(tp) or w(ww).
+    if text.len() < 8 || !matches!(text.as_bytes()[0], b'h' | b'f' | b'w') {
+        return true;
+    }
+    let is_url = text.contains("://") || (text.starts_with("www.") && text[4..].contains('.'));
+    if !is_url {
+        return true;
+    }
+    match url_host(text) {
+        Some(host) => {
+            token.text.clear();
+            token.text.push_str(URL_NAMESPACE);
+            token.text.push_str(&host);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Filter: a token made of digits and number punctuation becomes its shape,
+/// every digit replaced by `#` (`$1,000.50` → `#,###.##`): prices and dates
+/// tell more by their form than by their value.
+fn number_shape(token: &mut Token) -> bool {
+    let bytes = token.text.as_bytes();
+    if !bytes
+        .first()
+        .is_some_and(|b| b.is_ascii_digit() || *b == b'_')
+    {
+        return true;
+    }
+    let numeric = bytes.iter().any(u8::is_ascii_digit)
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b',' | b':' | b';' | b'\'' | b'_'));
+    if numeric {
+        // Safe: only ASCII digits are replaced by an ASCII byte.
+        let shaped: String = token
+            .text
+            .chars()
+            .map(|c| if c.is_ascii_digit() { '#' } else { c })
+            .collect();
+        token.text = shaped;
+    }
+    true
+}
+
+/// A token filter from a function that may rewrite a token in place and
+/// returns false to drop it.
+#[derive(Clone, Copy)]
+struct MapFilter(fn(&mut Token) -> bool);
+
+impl TokenFilter for MapFilter {
+    type Tokenizer<T: Tokenizer> = MapFilterWrapper<T>;
+
+    fn transform<T: Tokenizer>(self, tokenizer: T) -> MapFilterWrapper<T> {
+        MapFilterWrapper {
+            f: self.0,
+            inner: tokenizer,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct MapFilterWrapper<T> {
+    f: fn(&mut Token) -> bool,
+    inner: T,
+}
+
+impl<T: Tokenizer> Tokenizer for MapFilterWrapper<T> {
+    type TokenStream<'a> = MapFilterStream<T::TokenStream<'a>>;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> Self::TokenStream<'a> {
+        MapFilterStream {
+            f: self.f,
+            tail: self.inner.token_stream(text),
+        }
+    }
+}
+
+struct MapFilterStream<S> {
+    f: fn(&mut Token) -> bool,
+    tail: S,
+}
+
+impl<S: TokenStream> TokenStream for MapFilterStream<S> {
+    fn advance(&mut self) -> bool {
+        while self.tail.advance() {
+            if (self.f)(self.tail.token_mut()) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn token(&self) -> &Token {
+        self.tail.token()
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        self.tail.token_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(text: &str) -> Vec<String> {
+        let mut set = TokenSet::default();
+        Analyzer::new().tokenize(text, "", &mut set);
+        set.finish()
+    }
+
+    #[test]
+    fn words_are_lowercased_and_deduplicated() {
+        assert_eq!(tokens("Hello hello HELLO wörld Wörld"), ["hello", "wörld"]);
+    }
+
+    #[test]
+    fn invisible_characters_do_not_split_or_hide_words() {
+        assert_eq!(
+            tokens("vi\u{200b}agra c\u{ad}ialis \u{202e}free\u{202c}"),
+            ["cialis", "free", "viagra"]
+        );
+    }
+
+    #[test]
+    fn urls_become_hosts_with_parents() {
+        assert_eq!(
+            tokens(
+                "see https://a.b.example.co.uk:8080/p?q=1, http://192.168.0.1/x and www.shop.example"
+            ),
+            [
+                "URL:192.168.0.1",
+                "URL:a.b.example.co.uk",
+                "URL:example.co.uk",
+                "URL:ip-address",
+                "URL:shop.example",
+                "and",
+                "see"
+            ]
+        );
+    }
+
+    #[test]
+    fn numbers_become_shapes() {
+        assert_eq!(
+            tokens("call 555-1234 or 1,000.50 on 12:30 4u"),
+            ["##", "###", "####", "#,###.##", "4u", "call", "on", "or"]
+        );
+    }
+
+    #[test]
+    fn long_tokens_are_dropped() {
+        let long = "a".repeat(MAX_TOKEN_LEN);
+        assert_eq!(tokens(&format!("short {long}")), ["short"]);
+    }
+
+    #[test]
+    fn namespaces_prefix_words_but_not_urls() {
+        let mut set = TokenSet::default();
+        let urls = Analyzer::new().tokenize("Free http://x.example/", "SUBJ:", &mut set);
+        assert_eq!(urls, 1);
+        assert_eq!(set.finish(), ["SUBJ:free", "URL:x.example"]);
+    }
+
+    #[test]
+    fn parent_domains() {
+        assert_eq!(parent_domain("a.b.example.com"), Some("example.com"));
+        assert_eq!(parent_domain("mail.example.co.uk"), Some("example.co.uk"));
+        assert_eq!(parent_domain("example.com"), Some("example.com"));
+        assert_eq!(parent_domain("localhost"), None);
+    }
+}
