@@ -1,0 +1,14 @@
+//! Integration tests: the command line as a user runs it, the mailbox
+//! readers against the public corpus, golden token files for the sample
+//! corpus, and property tests over the whole feature pipeline.
+//!
+//! Tests that need the public corpus find it through `BAYESMAIL_CORPUS` or
+//! `corpora/spamassassin`. Without it they say so and pass, unless `CI` or
+//! `BAYESMAIL_REQUIRE_CORPUS` is set, in which case they fail: in CI they
+//! must run.
+
+mod cli;
+mod common;
+mod corpus;
+mod golden;
+mod properties;
