@@ -13,14 +13,15 @@
 //! | `RT:` | the Reply-To address; `RT:other-domain` if its domain differs from the sender's |
 //! | `URL:` | hosts of URLs in text and of HTML link/image/form targets, their parent domains, `URL:ip-address` for numeric hosts |
 //! | `MAILER:` | words of X-Mailer / User-Agent |
+//! | `MSGID:` | the domain of the Message-ID and its parent |
+//! | `RCVD:` | words of every Received header |
 //! | `CT:` | MIME type of every leaf part |
 //! | `CS:` | declared charsets of text parts |
 //! | `ATT:` | file-name extensions of attachments |
 //! | `HDR:` | structural flags: `HDR:no-date`, `HDR:no-message-id`, `HDR:no-subject`, `HDR:html-only`, `HDR:malformed` |
 //!
-//! Received, Message-ID and other transport headers are deliberately not
-//! tokenized: they describe the path a collection took more than the mail
-//! (see the project's notes on the public corpus), and would not generalise.
+//! To, Cc and list headers are deliberately not tokenized: they name the
+//! mailbox owner and lists more than the sender (see `docs/features.md`).
 //!
 //! # Metadata (the Gaussian path)
 //! See [`METADATA_NAMES`]; each value and its transform is documented there.
@@ -167,6 +168,12 @@ impl Extractor {
         {
             analyzer.tokenize(mailer, "MAILER:", set);
         }
+        if let Some(domain) = msg.header("message-id").and_then(message_id_domain) {
+            push_domain(set, "MSGID:", &domain);
+        }
+        for received in msg.headers_named("received") {
+            analyzer.tokenize(received, "RCVD:", set);
+        }
         for ct in &msg.content_types {
             set.push("CT:", ct);
         }
@@ -264,6 +271,15 @@ fn addresses(value: &str) -> Vec<(String, String)> {
             .map(|w| (String::new(), w.to_lowercase()))
             .collect(),
     }
+}
+
+/// The lower-cased domain of a Message-ID (`<local@domain>`).
+fn message_id_domain(value: &str) -> Option<String> {
+    let inner = value.trim().trim_start_matches('<');
+    let inner = inner.split('>').next().unwrap_or(inner);
+    let (_, domain) = inner.rsplit_once('@')?;
+    let domain = domain.trim().trim_end_matches('.').to_lowercase();
+    (!domain.is_empty() && !domain.contains(char::is_whitespace)).then_some(domain)
 }
 
 fn domain_of(addr: &str) -> Option<&str> {

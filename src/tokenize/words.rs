@@ -103,13 +103,25 @@ enum Class {
     Other,
 }
 
-fn class(b: u8) -> Class {
-    match b {
-        b'a'..=b'z' | b'A'..=b'Z' => Class::Letter,
-        b'0'..=b'9' => Class::Digit,
-        b'_' => Class::Underscore,
-        _ => Class::Other,
+/// Word class of every ASCII byte, looked up rather than computed: this is
+/// the innermost loop of tokenizing.
+const CLASSES: [Class; 128] = {
+    let mut table = [Class::Other; 128];
+    let mut b = 0;
+    while b < 128 {
+        table[b] = match b as u8 {
+            b'a'..=b'z' | b'A'..=b'Z' => Class::Letter,
+            b'0'..=b'9' => Class::Digit,
+            b'_' => Class::Underscore,
+            _ => Class::Other,
+        };
+        b += 1;
     }
+    table
+};
+
+fn class(b: u8) -> Class {
+    CLASSES[usize::from(b & 0x7f)]
 }
 
 /// The next UAX #29 word in `line[at..]` (pure ASCII), as `(start, end)`,
