@@ -6,8 +6,12 @@
 //! uses. The command-line front end lives in the binary and only calls into
 //! this library.
 
+pub mod decision;
+pub mod eval;
 pub mod features;
 pub mod mailbox;
 pub mod message;
+pub mod model;
 pub mod sanitize;
+pub mod store;
 pub mod tokenize;

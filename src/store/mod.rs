@@ -1,0 +1,433 @@
+//! Where the learned counts live, and the compiled model file that scoring
+//! reads.
+//!
+//! The [`Store`] trait is the whole interface to the counts: [`Totals`]
+//! (messages and metadata statistics per class), per-token [`TokenCounts`],
+//! and the registry of learned messages (digest → label) that makes
+//! retraining idempotent. Changes arrive as a [`Delta`] and are applied all
+//! or nothing.
+//!
+//! Two implementations:
+//! - [`MemoryStore`]: ordered maps in memory, for tests and in-memory
+//!   evaluation.
+//! - [`SledStore`]: the on-disk source of truth, a sled database holding one
+//!   writer's exclusive lock. sled types never leave this module: errors
+//!   from sled become [`Error`] values.
+//!
+//! Scoring does not use a [`Store`]: many `filter` processes run at once,
+//! possibly while `train` holds the database lock, so they read an immutable
+//! [`Snapshot`] written atomically after training ([`snapshot`]).
+//!
+//! This module knows nothing of messages, tokenization or scoring: it stores
+//! integers exactly and checks that they never go negative or overflow.
+
+pub mod sled;
+pub mod snapshot;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::features::METADATA_LEN;
+use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
+
+pub use self::sled::SledStore;
+pub use snapshot::{Snapshot, write_snapshot, write_store_snapshot};
+
+/// Version of the on-disk formats of this module (the sled layout and the
+/// snapshot layout). A database or snapshot with another version is refused.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// What can go wrong reading or writing counts.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Another process holds the database's exclusive lock.
+    #[error(
+        "database {} is in use by another process (waited {:.1}s for it)",
+        path.display(),
+        waited.as_secs_f64()
+    )]
+    Locked {
+        /// The database directory.
+        path: PathBuf,
+        /// How long we waited for the lock.
+        waited: Duration,
+    },
+    /// The data was written by a different format or tokenizer version.
+    #[error(
+        "{} was written with {what} {found}; this bayesmail needs {expected}: \
+         retrain into a new database",
+        path.display()
+    )]
+    Version {
+        /// The database directory or snapshot file.
+        path: PathBuf,
+        /// The version found in the data.
+        found: u32,
+        /// The version this build uses.
+        expected: u32,
+        /// Which version: `"format version"`, `"tokenizer version"` or
+        /// `"metadata length"`.
+        what: &'static str,
+    },
+    /// The stored data is damaged or is not ours.
+    #[error("{} is corrupt: {reason}", path.display())]
+    Corrupt {
+        /// The database directory or snapshot file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An operating-system I/O error.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// Any other error from the database engine.
+    #[error("database {}: {source}", path.display())]
+    Sled {
+        /// The database directory.
+        path: PathBuf,
+        /// The engine's error (its type is deliberately hidden).
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Applying a delta would make a count negative: something is unlearned
+    /// that was never learned. `token` is the token, or for the per-class
+    /// totals a description in angle brackets such as `<spam messages>`.
+    #[error("unlearning would make a count negative: {token} (was it ever learned?)")]
+    Negative {
+        /// The token or total concerned.
+        token: String,
+    },
+    /// Applying a delta would make a count exceed what it can hold.
+    #[error("a count would overflow: {token}")]
+    Overflow {
+        /// The token or total concerned (see [`Error::Negative`]).
+        token: String,
+    },
+    /// The caller passed something that cannot be stored.
+    #[error("invalid input: {0}")]
+    Invalid(String),
+}
+
+/// Result of store operations.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The learned statistics: read them, change them by deltas, make changes
+/// durable.
+pub trait Store {
+    /// Message counts and metadata statistics per class.
+    fn totals(&self) -> Result<Totals>;
+    /// Counts of one token; zero counts if it was never seen.
+    fn token(&self, token: &str) -> Result<TokenCounts>;
+    /// The label a message was learned under, if it was learned.
+    fn label_of(&self, digest: &Digest) -> Result<Option<Label>>;
+    /// Number of distinct tokens with non-zero counts (the vocabulary size).
+    fn token_count(&self) -> Result<u64>;
+    /// Number of messages in the registry.
+    fn registry_len(&self) -> Result<u64>;
+    /// Every token with non-zero counts, in byte order of the token.
+    fn for_each_token(&self, f: &mut dyn FnMut(&str, TokenCounts)) -> Result<()>;
+    /// Applies a delta atomically: all of it or, on error (e.g. a count
+    /// would go negative, or I/O), none of it. Tokens whose counts reach
+    /// zero are removed. Registry: `Some(label)` sets, `None` removes; later
+    /// entries for the same digest win.
+    fn apply(&mut self, delta: &Delta) -> Result<()>;
+    /// Makes applied changes durable.
+    fn flush(&mut self) -> Result<()>;
+}
+
+/// A [`Store`] in memory: ordered maps, nothing persisted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryStore {
+    totals: Totals,
+    tokens: BTreeMap<String, TokenCounts>,
+    registry: HashMap<Digest, Label>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    /// Copies the totals and token counts of another store (the registry is
+    /// not copied: scoring does not need it). Useful to evaluate in memory
+    /// what is on disk.
+    pub fn load_counts(store: &dyn Store) -> Result<MemoryStore> {
+        let mut tokens = BTreeMap::new();
+        store.for_each_token(&mut |token, counts| {
+            tokens.insert(token.to_owned(), counts);
+        })?;
+        Ok(MemoryStore {
+            totals: store.totals()?,
+            tokens,
+            registry: HashMap::new(),
+        })
+    }
+}
+
+impl Store for MemoryStore {
+    fn totals(&self) -> Result<Totals> {
+        Ok(self.totals.clone())
+    }
+
+    fn token(&self, token: &str) -> Result<TokenCounts> {
+        Ok(self.tokens.get(token).copied().unwrap_or_default())
+    }
+
+    fn label_of(&self, digest: &Digest) -> Result<Option<Label>> {
+        Ok(self.registry.get(digest).copied())
+    }
+
+    fn token_count(&self) -> Result<u64> {
+        Ok(self.tokens.len() as u64)
+    }
+
+    fn registry_len(&self) -> Result<u64> {
+        Ok(self.registry.len() as u64)
+    }
+
+    fn for_each_token(&self, f: &mut dyn FnMut(&str, TokenCounts)) -> Result<()> {
+        for (token, &counts) in &self.tokens {
+            f(token, counts);
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, delta: &Delta) -> Result<()> {
+        // Check everything before changing anything, so an error leaves the
+        // store as it was.
+        let totals = apply_totals(&self.totals, delta)?;
+        let mut tokens = Vec::with_capacity(delta.tokens.len());
+        for (token, &d) in &delta.tokens {
+            if d == [0, 0] {
+                continue;
+            }
+            let old = self.tokens.get(token.as_str()).copied().unwrap_or_default();
+            tokens.push((token, apply_token(token, old, d)?));
+        }
+
+        self.totals = totals;
+        for (token, counts) in tokens {
+            if counts.is_zero() {
+                self.tokens.remove(token.as_str());
+            } else {
+                self.tokens.insert(token.clone(), counts);
+            }
+        }
+        for (digest, label) in &delta.registry {
+            match label {
+                Some(label) => self.registry.insert(*digest, *label),
+                None => self.registry.remove(digest),
+            };
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The counts of `token` after adding `d` (`[ham, spam]`), or the reason
+/// that is impossible.
+pub(crate) fn apply_token(token: &str, old: TokenCounts, d: [i64; 2]) -> Result<TokenCounts> {
+    Ok(TokenCounts {
+        ham: add_u32(old.ham, d[0], || token.to_owned())?,
+        spam: add_u32(old.spam, d[1], || token.to_owned())?,
+    })
+}
+
+fn add_u32(old: u32, d: i64, what: impl Fn() -> String) -> Result<u32> {
+    let new = i64::from(old)
+        .checked_add(d)
+        .ok_or_else(|| Error::Overflow { token: what() })?;
+    if new < 0 {
+        return Err(Error::Negative { token: what() });
+    }
+    u32::try_from(new).map_err(|_| Error::Overflow { token: what() })
+}
+
+/// The totals after applying the message and metadata parts of `delta`.
+pub(crate) fn apply_totals(old: &Totals, delta: &Delta) -> Result<Totals> {
+    let mut new = old.clone();
+    for label in Label::ALL {
+        let c = label.index();
+        let what = || format!("<{label} messages>");
+        let n = i128::from(old.messages[c]) + i128::from(delta.messages[c]);
+        if n < 0 {
+            return Err(Error::Negative { token: what() });
+        }
+        new.messages[c] = u64::try_from(n).map_err(|_| Error::Overflow { token: what() })?;
+        for k in 0..METADATA_LEN {
+            new.gauss[c][k] = add_gauss(&old.gauss[c][k], &delta.gauss[c][k], label, k)?;
+        }
+    }
+    Ok(new)
+}
+
+fn add_gauss(old: &GaussStats, d: &GaussStats, label: Label, k: usize) -> Result<GaussStats> {
+    let what = || format!("<{label} metadata feature {k}>");
+    let overflow = || Error::Overflow { token: what() };
+    let n = old.n.checked_add(d.n).ok_or_else(overflow)?;
+    if n < 0 {
+        return Err(Error::Negative { token: what() });
+    }
+    Ok(GaussStats {
+        n,
+        sum: old.sum.checked_add(d.sum).ok_or_else(overflow)?,
+        sum_sq: old.sum_sq.checked_add(d.sum_sq).ok_or_else(overflow)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(ham: u32, spam: u32) -> TokenCounts {
+        TokenCounts { ham, spam }
+    }
+
+    fn learn(tokens: &[&str], label: Label, sign: i64, digest: u8) -> Delta {
+        let c = label.index();
+        let mut d = Delta::default();
+        d.messages[c] = sign;
+        for t in tokens {
+            d.tokens.entry((*t).to_owned()).or_default()[c] += sign;
+        }
+        d.gauss[c][0] = GaussStats {
+            n: sign,
+            sum: 5 * i128::from(sign),
+            sum_sq: 25 * i128::from(sign),
+        };
+        d.registry.push(([digest; 32], (sign > 0).then_some(label)));
+        d
+    }
+
+    fn tokens_of(store: &dyn Store) -> Vec<(String, TokenCounts)> {
+        let mut out = Vec::new();
+        store
+            .for_each_token(&mut |t, c| out.push((t.to_owned(), c)))
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn memory_store_learns_and_unlearns_exactly() {
+        let mut store = MemoryStore::new();
+        store.apply(&learn(&["b", "a"], Label::Spam, 1, 1)).unwrap();
+        store.apply(&learn(&["a", "c"], Label::Ham, 1, 2)).unwrap();
+        assert_eq!(
+            tokens_of(&store),
+            [
+                ("a".into(), counts(1, 1)),
+                ("b".into(), counts(0, 1)),
+                ("c".into(), counts(1, 0))
+            ]
+        );
+        assert_eq!(store.token("a").unwrap(), counts(1, 1));
+        assert_eq!(store.token("zzz").unwrap(), counts(0, 0));
+        assert_eq!(store.totals().unwrap().messages, [1, 1]);
+        assert_eq!(store.label_of(&[1; 32]).unwrap(), Some(Label::Spam));
+        assert_eq!(store.label_of(&[3; 32]).unwrap(), None);
+        assert_eq!(
+            (store.token_count().unwrap(), store.registry_len().unwrap()),
+            (3, 2)
+        );
+
+        store
+            .apply(&learn(&["b", "a"], Label::Spam, -1, 1))
+            .unwrap();
+        store.apply(&learn(&["a", "c"], Label::Ham, -1, 2)).unwrap();
+        assert_eq!(
+            store,
+            MemoryStore::new(),
+            "zero counts and registry entries are removed"
+        );
+    }
+
+    #[test]
+    fn negative_counts_are_refused_and_change_nothing() {
+        let mut store = MemoryStore::new();
+        store.apply(&learn(&["a", "b"], Label::Spam, 1, 1)).unwrap();
+        let before = store.clone();
+
+        // "c" was never learned: the whole delta is refused, "a" included.
+        let err = store
+            .apply(&learn(&["a", "c"], Label::Spam, -1, 1))
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Negative { token } if token == "c"),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("unlearning would make a count negative: c")
+        );
+        assert_eq!(store, before);
+
+        let err = store.apply(&learn(&[], Label::Ham, -1, 1)).unwrap_err();
+        assert!(
+            matches!(&err, Error::Negative { token } if token == "<ham messages>"),
+            "{err}"
+        );
+        assert_eq!(store, before);
+
+        let mut d = Delta::default();
+        d.tokens.insert("a".into(), [0, i64::from(u32::MAX)]);
+        assert!(matches!(store.apply(&d), Err(Error::Overflow { .. })));
+        assert_eq!(store, before);
+    }
+
+    #[test]
+    fn later_registry_entries_win_and_load_counts_copies() {
+        let mut store = MemoryStore::new();
+        let mut d = learn(&["x"], Label::Ham, 1, 7);
+        d.registry.push(([7; 32], None));
+        d.registry.push(([8; 32], Some(Label::Ham)));
+        d.registry.push(([8; 32], Some(Label::Spam)));
+        store.apply(&d).unwrap();
+        assert_eq!(store.label_of(&[7; 32]).unwrap(), None);
+        assert_eq!(store.label_of(&[8; 32]).unwrap(), Some(Label::Spam));
+
+        let copy = MemoryStore::load_counts(&store).unwrap();
+        assert_eq!(tokens_of(&copy), tokens_of(&store));
+        assert_eq!(copy.totals().unwrap(), store.totals().unwrap());
+    }
+
+    #[test]
+    fn errors_read_well() {
+        let e = Error::Locked {
+            path: "/db".into(),
+            waited: Duration::from_millis(2500),
+        };
+        assert_eq!(
+            e.to_string(),
+            "database /db is in use by another process (waited 2.5s for it)"
+        );
+        let e = Error::Version {
+            path: "/db".into(),
+            found: 2,
+            expected: 1,
+            what: "tokenizer version",
+        };
+        assert_eq!(
+            e.to_string(),
+            "/db was written with tokenizer version 2; this bayesmail needs 1: retrain into a new database"
+        );
+    }
+
+    #[test]
+    fn stores_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<MemoryStore>();
+        check::<SledStore>();
+        check::<Snapshot>();
+        check::<Error>();
+    }
+}

@@ -1,0 +1,769 @@
+//! The on-disk [`Store`]: a sled database, the source of truth for the
+//! counts. One process at a time may open it (sled takes an exclusive file
+//! lock); [`SledStore::open`] waits a bounded time for it.
+//!
+//! # Layout
+//! | tree | key | value |
+//! |---|---|---|
+//! | `tokens` | token bytes (UTF-8) | ham `u32` LE, spam `u32` LE (8 bytes); zero counts are never stored |
+//! | `registry` | message digest (32 bytes) | one byte: 0 ham, 1 spam |
+//! | `meta` | `format_version`, `tokenizer_version` | `u32` LE |
+//! | `meta` | `totals` | see below |
+//! | `meta` | `sizes` | tokens in `tokens`, entries in `registry`: 2 × `u64` LE |
+//!
+//! `totals` is `u32` LE [`METADATA_LEN`], then messages per class (2 ×
+//! `u64` LE, ham first), then for ham and then spam, per metadata feature:
+//! `n` `i64` LE, `sum` `i128` LE, `sum_sq` `i128` LE.
+//!
+//! The sizes are kept in `meta` because sled counts a tree by walking it.
+//!
+//! # Size of a delta
+//! [`Store::apply`] runs one sled transaction over the three trees, which
+//! holds every write of the delta in memory until it commits; sled's memory
+//! use grows steeply with the size of a single batch (one batch of 500k keys
+//! peaked at 2.3 GB). Callers apply large training runs in chunks of about
+//! 20k tokens, each chunk a consistent delta (the registry entries of its
+//! messages included).
+
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ::sled::transaction::{ConflictableTransactionError, TransactionError};
+use ::sled::{Db, Transactional, Tree};
+
+use super::{Error, FORMAT_VERSION, Result, Store, apply_token, apply_totals};
+use crate::features::METADATA_LEN;
+use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
+use crate::tokenize::TOKENIZER_VERSION;
+
+const FORMAT_KEY: &[u8] = b"format_version";
+const TOKENIZER_KEY: &[u8] = b"tokenizer_version";
+const TOTALS_KEY: &[u8] = b"totals";
+const SIZES_KEY: &[u8] = b"sizes";
+
+/// How long to sleep between attempts to take the database lock.
+const LOCK_RETRY: Duration = Duration::from_millis(50);
+
+/// The counts in a sled database. See the [module docs](self) for the layout.
+pub struct SledStore {
+    path: PathBuf,
+    db: Db,
+    tokens: Tree,
+    registry: Tree,
+    meta: Tree,
+}
+
+impl std::fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SledStore {
+    /// Opens the database at `path` (a directory), creating it if missing.
+    ///
+    /// If another process holds the database, retries until `wait` has
+    /// passed and then fails with [`Error::Locked`]. A database written with
+    /// another [`FORMAT_VERSION`] or [`TOKENIZER_VERSION`] is refused with
+    /// [`Error::Version`].
+    pub fn open(path: &Path, wait: Duration) -> Result<SledStore> {
+        let start = Instant::now();
+        let db = loop {
+            match ::sled::Config::new().path(path).open() {
+                Ok(db) => break db,
+                Err(e) if is_lock_error(&e) => {
+                    let waited = start.elapsed();
+                    if waited >= wait {
+                        return Err(Error::Locked {
+                            path: path.to_owned(),
+                            waited,
+                        });
+                    }
+                    thread::sleep(LOCK_RETRY.min(wait - waited));
+                }
+                Err(e) => return Err(sled_error(path, e)),
+            }
+        };
+        let err = |e| sled_error(path, e);
+        let store = SledStore {
+            path: path.to_owned(),
+            tokens: db.open_tree("tokens").map_err(err)?,
+            registry: db.open_tree("registry").map_err(err)?,
+            meta: db.open_tree("meta").map_err(err)?,
+            db,
+        };
+        store.check_or_init()?;
+        Ok(store)
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes the database occupies on disk.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        self.db.size_on_disk().map_err(|e| self.sled_error(e))
+    }
+
+    fn check_or_init(&self) -> Result<()> {
+        let format = self.meta.get(FORMAT_KEY).map_err(|e| self.sled_error(e))?;
+        let Some(format) = format else {
+            return self.init();
+        };
+        self.check_version(&format, FORMAT_VERSION, "format version")?;
+        let tokenizer = self
+            .meta
+            .get(TOKENIZER_KEY)
+            .map_err(|e| self.sled_error(e))?;
+        let tokenizer = tokenizer.ok_or_else(|| self.corrupt("no tokenizer version"))?;
+        self.check_version(&tokenizer, TOKENIZER_VERSION, "tokenizer version")?;
+        // Both decode or report what is wrong (including another METADATA_LEN).
+        self.totals()?;
+        self.sizes()?;
+        Ok(())
+    }
+
+    fn check_version(&self, bytes: &[u8], expected: u32, what: &'static str) -> Result<()> {
+        let found = <[u8; 4]>::try_from(bytes)
+            .map(u32::from_le_bytes)
+            .map_err(|_| self.corrupt(format!("bad {what} record")))?;
+        if found != expected {
+            return Err(Error::Version {
+                path: self.path.clone(),
+                found,
+                expected,
+                what,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records the versions in a new database.
+    fn init(&self) -> Result<()> {
+        if !self.tokens.is_empty() || !self.registry.is_empty() || !self.meta.is_empty() {
+            return Err(
+                self.corrupt("it has data but no format version (not a bayesmail database?)")
+            );
+        }
+        let err = |e| self.sled_error(e);
+        let mut batch = ::sled::Batch::default();
+        batch.insert(TOKENIZER_KEY, &TOKENIZER_VERSION.to_le_bytes()[..]);
+        batch.insert(TOTALS_KEY, encode_totals(&Totals::default()));
+        batch.insert(SIZES_KEY, &encode_sizes([0, 0])[..]);
+        // Written last: its presence means the rest is there.
+        batch.insert(FORMAT_KEY, &FORMAT_VERSION.to_le_bytes()[..]);
+        self.meta.apply_batch(batch).map_err(err)?;
+        self.db.flush().map_err(err)?;
+        Ok(())
+    }
+
+    fn sizes(&self) -> Result<[u64; 2]> {
+        let bytes = self.meta.get(SIZES_KEY).map_err(|e| self.sled_error(e))?;
+        bytes
+            .and_then(|b| decode_sizes(&b))
+            .ok_or_else(|| self.corrupt("bad sizes record"))
+    }
+
+    fn sled_error(&self, e: ::sled::Error) -> Error {
+        sled_error(&self.path, e)
+    }
+
+    fn corrupt(&self, reason: impl Into<String>) -> Error {
+        Error::Corrupt {
+            path: self.path.clone(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Store for SledStore {
+    fn totals(&self) -> Result<Totals> {
+        let bytes = self.meta.get(TOTALS_KEY).map_err(|e| self.sled_error(e))?;
+        let bytes = bytes.ok_or_else(|| self.corrupt("no totals record"))?;
+        decode_totals(&bytes).map_err(|e| e.into_error(&self.path))
+    }
+
+    fn token(&self, token: &str) -> Result<TokenCounts> {
+        match self.tokens.get(token).map_err(|e| self.sled_error(e))? {
+            None => Ok(TokenCounts::default()),
+            Some(v) => decode_counts(&v).ok_or_else(|| self.corrupt(bad_counts(token))),
+        }
+    }
+
+    fn label_of(&self, digest: &Digest) -> Result<Option<Label>> {
+        match self.registry.get(digest).map_err(|e| self.sled_error(e))? {
+            None => Ok(None),
+            Some(v) => decode_label(&v)
+                .map(Some)
+                .ok_or_else(|| self.corrupt("bad registry entry")),
+        }
+    }
+
+    fn token_count(&self) -> Result<u64> {
+        Ok(self.sizes()?[0])
+    }
+
+    fn registry_len(&self) -> Result<u64> {
+        Ok(self.sizes()?[1])
+    }
+
+    fn for_each_token(&self, f: &mut dyn FnMut(&str, TokenCounts)) -> Result<()> {
+        for entry in self.tokens.iter() {
+            let (key, value) = entry.map_err(|e| self.sled_error(e))?;
+            let token =
+                std::str::from_utf8(&key).map_err(|_| self.corrupt("a token is not UTF-8"))?;
+            let counts = decode_counts(&value).ok_or_else(|| self.corrupt(bad_counts(token)))?;
+            if !counts.is_zero() {
+                f(token, counts);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, delta: &Delta) -> Result<()> {
+        let path = &self.path;
+        let abort = |e: Error| ConflictableTransactionError::Abort(e);
+        let corrupt = |reason: String| {
+            abort(Error::Corrupt {
+                path: path.clone(),
+                reason,
+            })
+        };
+        let bad_sizes = || corrupt("bad sizes record".into());
+        let result = (&self.tokens, &self.registry, &self.meta).transaction(|(t, r, m)| {
+            let totals = m
+                .get(TOTALS_KEY)?
+                .ok_or_else(|| corrupt("no totals record".into()))?;
+            let totals = decode_totals(&totals).map_err(|e| abort(e.into_error(path)))?;
+            let totals = apply_totals(&totals, delta).map_err(abort)?;
+            let sizes = m.get(SIZES_KEY)?;
+            let [mut n_tokens, mut n_registry] =
+                sizes.and_then(|b| decode_sizes(&b)).ok_or_else(bad_sizes)?;
+
+            for (token, &d) in &delta.tokens {
+                if d == [0, 0] {
+                    continue;
+                }
+                let old = match t.get(token.as_bytes())? {
+                    Some(v) => decode_counts(&v).ok_or_else(|| corrupt(bad_counts(token)))?,
+                    None => TokenCounts::default(),
+                };
+                let new = apply_token(token, old, d).map_err(abort)?;
+                n_tokens = match (old.is_zero(), new.is_zero()) {
+                    (true, false) => n_tokens + 1,
+                    (false, true) => n_tokens.checked_sub(1).ok_or_else(bad_sizes)?,
+                    _ => n_tokens,
+                };
+                if new.is_zero() {
+                    t.remove(token.as_bytes())?;
+                } else {
+                    t.insert(token.as_bytes(), &encode_counts(new)[..])?;
+                }
+            }
+
+            for (digest, label) in &delta.registry {
+                let old = match label {
+                    Some(label) => r.insert(&digest[..], &[label_byte(*label)][..])?,
+                    None => r.remove(&digest[..])?,
+                };
+                n_registry = match (old.is_some(), label.is_some()) {
+                    (false, true) => n_registry + 1,
+                    (true, false) => n_registry.checked_sub(1).ok_or_else(bad_sizes)?,
+                    _ => n_registry,
+                };
+            }
+
+            m.insert(TOTALS_KEY, encode_totals(&totals))?;
+            m.insert(SIZES_KEY, &encode_sizes([n_tokens, n_registry])[..])?;
+            Ok(())
+        });
+        match result {
+            Ok(()) => Ok(()),
+            Err(TransactionError::Abort(e)) => Err(e),
+            Err(TransactionError::Storage(e)) => Err(self.sled_error(e)),
+        }
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.db.flush().map_err(|e| self.sled_error(e))?;
+        Ok(())
+    }
+}
+
+/// sled reports a held lock as an `Other` I/O error with this text (0.34:
+/// `could not acquire lock on "…": … WouldBlock …`); it has no better signal.
+fn is_lock_error(e: &::sled::Error) -> bool {
+    matches!(e, ::sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
+
+fn sled_error(path: &Path, e: ::sled::Error) -> Error {
+    let path = path.to_owned();
+    match e {
+        ::sled::Error::Io(source) => Error::Io { path, source },
+        ::sled::Error::Corruption { .. } => Error::Corrupt {
+            path,
+            reason: e.to_string(),
+        },
+        e => Error::Sled {
+            path,
+            source: Box::new(e),
+        },
+    }
+}
+
+fn bad_counts(token: &str) -> String {
+    format!("bad counts for token {token:?}")
+}
+
+fn encode_counts(c: TokenCounts) -> [u8; 8] {
+    let mut out = [0; 8];
+    out[..4].copy_from_slice(&c.ham.to_le_bytes());
+    out[4..].copy_from_slice(&c.spam.to_le_bytes());
+    out
+}
+
+fn decode_counts(b: &[u8]) -> Option<TokenCounts> {
+    let b: &[u8; 8] = b.try_into().ok()?;
+    Some(TokenCounts {
+        ham: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        spam: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+    })
+}
+
+fn label_byte(label: Label) -> u8 {
+    match label {
+        Label::Ham => 0,
+        Label::Spam => 1,
+    }
+}
+
+fn decode_label(b: &[u8]) -> Option<Label> {
+    match b {
+        [0] => Some(Label::Ham),
+        [1] => Some(Label::Spam),
+        _ => None,
+    }
+}
+
+fn encode_sizes(sizes: [u64; 2]) -> [u8; 16] {
+    let mut out = [0; 16];
+    out[..8].copy_from_slice(&sizes[0].to_le_bytes());
+    out[8..].copy_from_slice(&sizes[1].to_le_bytes());
+    out
+}
+
+fn decode_sizes(b: &[u8]) -> Option<[u64; 2]> {
+    let mut r = Reader(b);
+    let sizes = [r.u64()?, r.u64()?];
+    r.0.is_empty().then_some(sizes)
+}
+
+const GAUSS_BYTES: usize = 8 + 16 + 16;
+const TOTALS_BYTES: usize = 4 + 2 * 8 + 2 * METADATA_LEN * GAUSS_BYTES;
+
+fn encode_totals(t: &Totals) -> Vec<u8> {
+    let mut out = Vec::with_capacity(TOTALS_BYTES);
+    out.extend_from_slice(&(METADATA_LEN as u32).to_le_bytes());
+    for m in t.messages {
+        out.extend_from_slice(&m.to_le_bytes());
+    }
+    for g in t.gauss.iter().flatten() {
+        out.extend_from_slice(&g.n.to_le_bytes());
+        out.extend_from_slice(&g.sum.to_le_bytes());
+        out.extend_from_slice(&g.sum_sq.to_le_bytes());
+    }
+    out
+}
+
+/// Why a totals record did not decode; turned into an [`Error`] once the
+/// path is at hand.
+#[derive(Debug)]
+enum TotalsError {
+    MetadataLen(u32),
+    Malformed,
+}
+
+impl TotalsError {
+    fn into_error(self, path: &Path) -> Error {
+        match self {
+            TotalsError::MetadataLen(found) => Error::Version {
+                path: path.to_owned(),
+                found,
+                expected: METADATA_LEN as u32,
+                what: "metadata length",
+            },
+            TotalsError::Malformed => Error::Corrupt {
+                path: path.to_owned(),
+                reason: "bad totals record".into(),
+            },
+        }
+    }
+}
+
+fn decode_totals(b: &[u8]) -> std::result::Result<Totals, TotalsError> {
+    let mut r = Reader(b);
+    let len = r.u32().ok_or(TotalsError::Malformed)?;
+    if len as usize != METADATA_LEN {
+        return Err(TotalsError::MetadataLen(len));
+    }
+    if b.len() != TOTALS_BYTES {
+        return Err(TotalsError::Malformed);
+    }
+    let mut t = Totals::default();
+    for m in &mut t.messages {
+        *m = r.u64().ok_or(TotalsError::Malformed)?;
+    }
+    for g in t.gauss.iter_mut().flatten() {
+        let n = r.i64().ok_or(TotalsError::Malformed)?;
+        let sum = r.i128().ok_or(TotalsError::Malformed)?;
+        let sum_sq = r.i128().ok_or(TotalsError::Malformed)?;
+        *g = GaussStats { n, sum, sum_sq };
+    }
+    Ok(t)
+}
+
+/// Reads little-endian integers off the front of a slice.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_first_chunk::<N>()?;
+        self.0 = rest;
+        Some(*head)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.take().map(u64::from_le_bytes)
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        self.take().map(i64::from_le_bytes)
+    }
+
+    fn i128(&mut self) -> Option<i128> {
+        self.take().map(i128::from_le_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::store::MemoryStore;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    /// Everything observable through the trait, for the digests `0..DIGESTS`.
+    #[derive(Debug, PartialEq)]
+    struct Dump {
+        totals: Totals,
+        tokens: Vec<(String, TokenCounts)>,
+        token_count: u64,
+        registry_len: u64,
+        labels: Vec<Option<Label>>,
+    }
+
+    const DIGESTS: u8 = 6;
+
+    fn dump(store: &dyn Store) -> Dump {
+        let mut tokens = Vec::new();
+        store
+            .for_each_token(&mut |t, c| tokens.push((t.to_owned(), c)))
+            .unwrap();
+        for (t, c) in &tokens {
+            assert_eq!(store.token(t).unwrap(), *c);
+        }
+        Dump {
+            totals: store.totals().unwrap(),
+            tokens,
+            token_count: store.token_count().unwrap(),
+            registry_len: store.registry_len().unwrap(),
+            labels: (0..DIGESTS)
+                .map(|d| store.label_of(&[d; 32]).unwrap())
+                .collect(),
+        }
+    }
+
+    /// A delta learning (sign 1) or unlearning (sign −1) one message.
+    fn message(tokens: &[&str], label: Label, sign: i64, digest: u8, value: i128) -> Delta {
+        let c = label.index();
+        let mut d = Delta::default();
+        d.messages[c] = sign;
+        for t in tokens {
+            d.tokens.entry((*t).to_owned()).or_default()[c] += sign;
+        }
+        for (k, g) in d.gauss[c].iter_mut().enumerate() {
+            let x = value * (k as i128 + 1);
+            *g = GaussStats {
+                n: sign,
+                sum: i128::from(sign) * x,
+                sum_sq: i128::from(sign) * (x >> 60) * (x >> 60),
+            };
+        }
+        d.registry.push(([digest; 32], (sign > 0).then_some(label)));
+        d
+    }
+
+    #[test]
+    fn creates_reopens_and_keeps_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let mut store = SledStore::open(&path, WAIT).unwrap();
+        assert_eq!(dump(&store), dump(&MemoryStore::new()));
+        store
+            .apply(&message(
+                &["hello", "wörld"],
+                Label::Spam,
+                1,
+                1,
+                -(1 << 100),
+            ))
+            .unwrap();
+        store
+            .apply(&message(&["hello"], Label::Ham, 1, 2, 3))
+            .unwrap();
+        store.flush().unwrap();
+        let before = dump(&store);
+        assert!(store.size_on_disk().unwrap() > 0);
+        drop(store);
+
+        let store = SledStore::open(&path, WAIT).unwrap();
+        assert_eq!(dump(&store), before);
+        assert_eq!(
+            store.token("hello").unwrap(),
+            TokenCounts { ham: 1, spam: 1 }
+        );
+        assert_eq!(store.label_of(&[1; 32]).unwrap(), Some(Label::Spam));
+        assert_eq!(store.totals().unwrap().gauss[1][0].sum, -(1 << 100));
+    }
+
+    #[test]
+    fn sled_and_memory_agree_over_a_sequence_of_applies() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sled = SledStore::open(&dir.path().join("db"), WAIT).unwrap();
+        let mut memory = MemoryStore::new();
+        let steps = [
+            message(&["a", "b", "c"], Label::Spam, 1, 0, 10),
+            message(&["a", "d"], Label::Ham, 1, 1, 20),
+            message(&["b", "é"], Label::Spam, 1, 2, 30),
+            message(&["a", "b", "c"], Label::Spam, -1, 0, 10),
+            message(&["a", "b", "c"], Label::Ham, 1, 0, 10),
+            message(&["zz"], Label::Ham, -1, 3, 1), // refused: never learned
+            message(&["a", "d"], Label::Ham, -1, 1, 20),
+        ];
+        for delta in &steps {
+            let (m, s) = (memory.apply(delta), sled.apply(delta));
+            assert_eq!(m.is_ok(), s.is_ok(), "{m:?} vs {s:?}");
+            assert_eq!(dump(&sled), dump(&memory));
+        }
+        assert_eq!(sled.token_count().unwrap(), 4);
+        assert_eq!(sled.registry_len().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_refused_delta_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SledStore::open(&dir.path().join("db"), WAIT).unwrap();
+        store
+            .apply(&message(&["a", "b"], Label::Spam, 1, 1, 5))
+            .unwrap();
+        let before = dump(&store);
+
+        let mut bad = message(&["a", "b", "never"], Label::Spam, -1, 1, 5);
+        bad.registry.push(([2; 32], Some(Label::Ham)));
+        let err = store.apply(&bad).unwrap_err();
+        assert!(
+            matches!(&err, Error::Negative { token } if token == "never"),
+            "{err}"
+        );
+        assert_eq!(dump(&store), before);
+    }
+
+    #[test]
+    fn refuses_other_versions() {
+        for (key, what) in [
+            (FORMAT_KEY, "format version"),
+            (TOKENIZER_KEY, "tokenizer version"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("db");
+            let mut store = SledStore::open(&path, WAIT).unwrap();
+            store.meta.insert(key, &99u32.to_le_bytes()[..]).unwrap();
+            store.flush().unwrap();
+            drop(store);
+            let err = SledStore::open(&path, WAIT).unwrap_err();
+            assert!(
+                matches!(err, Error::Version { found: 99, what: w, .. } if w == what),
+                "{err:?}"
+            );
+            let text = err.to_string();
+            assert!(text.contains(&format!("{what} 99")), "{text}");
+            assert!(text.contains("retrain into a new database"), "{text}");
+        }
+    }
+
+    #[test]
+    fn refuses_a_sled_database_that_is_not_ours() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let db = ::sled::open(&path).unwrap();
+        db.open_tree("tokens").unwrap().insert("x", "y").unwrap();
+        db.flush().unwrap();
+        drop(db);
+        let err = SledStore::open(&path, WAIT).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn waits_for_the_lock_then_gives_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let held = SledStore::open(&path, WAIT).unwrap();
+        let wait = Duration::from_millis(300);
+        let start = Instant::now();
+        let err = SledStore::open(&path, wait).unwrap_err();
+        let elapsed = start.elapsed();
+        match &err {
+            Error::Locked { waited, .. } => assert!(*waited >= wait, "{waited:?}"),
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        assert!(elapsed >= wait);
+        // Generous: only catches a wait that ignores its limit.
+        assert!(elapsed < wait + Duration::from_secs(20), "{elapsed:?}");
+        assert!(
+            err.to_string().contains("is in use by another process"),
+            "{err}"
+        );
+        drop(held);
+    }
+
+    #[test]
+    fn gets_the_lock_when_it_is_released_while_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let held = SledStore::open(&path, WAIT).unwrap();
+        let releaser = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(200));
+            drop(held);
+        });
+        let store = SledStore::open(&path, Duration::from_secs(30)).unwrap();
+        releaser.join().unwrap();
+        assert_eq!(store.token_count().unwrap(), 0);
+    }
+
+    #[test]
+    fn totals_records_round_trip_and_reject_other_lengths() {
+        let mut t = Totals {
+            messages: [3, u64::MAX],
+            ..Totals::default()
+        };
+        t.gauss[1][METADATA_LEN - 1] = GaussStats {
+            n: -1,
+            sum: i128::MIN,
+            sum_sq: i128::MAX,
+        };
+        let bytes = encode_totals(&t);
+        assert_eq!(bytes.len(), TOTALS_BYTES);
+        assert_eq!(decode_totals(&bytes).unwrap(), t);
+        assert!(matches!(
+            decode_totals(&bytes[..bytes.len() - 1]),
+            Err(TotalsError::Malformed)
+        ));
+        let mut other = bytes.clone();
+        other[..4].copy_from_slice(&7u32.to_le_bytes());
+        assert!(matches!(
+            decode_totals(&other),
+            Err(TotalsError::MetadataLen(7))
+        ));
+    }
+
+    const TOKENS: [&str; 8] = [
+        "a",
+        "ab",
+        "b",
+        "SUBJ:free",
+        "URL:example.com",
+        "é",
+        "日本",
+        "zz",
+    ];
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// One to three messages learned or unlearned in one delta.
+        Apply(Box<Delta>),
+        /// Flush, drop and reopen the sled store.
+        Reopen,
+    }
+
+    fn message_strategy() -> impl Strategy<Value = Delta> {
+        (
+            prop::sample::subsequence(TOKENS.to_vec(), 0..=4),
+            prop::sample::select(Label::ALL.to_vec()),
+            prop_oneof![3 => Just(1i64), 2 => Just(-1i64)],
+            0..DIGESTS,
+            any::<i64>(),
+        )
+            .prop_map(|(tokens, label, sign, digest, value)| {
+                message(&tokens, label, sign, digest, i128::from(value) << 40)
+            })
+    }
+
+    fn op_strategy() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            12 => prop::collection::vec(message_strategy(), 1..=3).prop_map(|messages| {
+                let mut delta = Delta::default();
+                for m in messages {
+                    delta.merge(m);
+                }
+                Op::Apply(Box::new(delta))
+            }),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+        /// The acceptance property: whatever sequence of learning and
+        /// unlearning, with reopens in between, the sled store shows exactly
+        /// what the memory store shows, refuses exactly what it refuses, and a
+        /// refused delta changes neither.
+        #[test]
+        fn sled_store_equals_memory_store(ops in prop::collection::vec(op_strategy(), 1..32)) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("db");
+            let mut sled = SledStore::open(&path, WAIT).unwrap();
+            let mut memory = MemoryStore::new();
+            for op in &ops {
+                match op {
+                    Op::Apply(delta) => {
+                        let before = memory.clone();
+                        match (memory.apply(delta), sled.apply(delta)) {
+                            (Ok(()), Ok(())) => {}
+                            (Err(Error::Negative { .. }), Err(Error::Negative { .. })) => {
+                                prop_assert_eq!(&memory, &before);
+                            }
+                            (m, s) => prop_assert!(false, "memory: {:?}, sled: {:?}", m, s),
+                        }
+                    }
+                    Op::Reopen => {
+                        sled.flush().unwrap();
+                        drop(sled);
+                        sled = SledStore::open(&path, WAIT).unwrap();
+                    }
+                }
+                prop_assert_eq!(dump(&sled), dump(&memory));
+            }
+        }
+    }
+}
