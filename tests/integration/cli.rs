@@ -9,7 +9,10 @@ use crate::common::{public_corpus, run, sample_dir};
 fn version_and_help() {
     let out = run(&["--version"], None);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with(concat!("bayesmail ", env!("CARGO_PKG_VERSION"))));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .starts_with(concat!("bayesmail ", env!("CARGO_PKG_VERSION")))
+    );
     for args in [&["--help"][..], &["tokens", "--help"]] {
         let out = run(args, None);
         assert!(out.status.success());
@@ -23,25 +26,49 @@ fn usage_errors_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let out = run(&["no-such-command"], None);
     assert_eq!(out.status.code(), Some(2));
-    let out = run(&["tokens", "--mbox-escaping", "weird", "-"], Some(b"Subject: x\n\nbody\n"));
+    let out = run(
+        &["tokens", "--mbox-escaping", "weird", "-"],
+        Some(b"Subject: x\n\nbody\n"),
+    );
     assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]
 fn tokens_of_a_message_on_stdin_as_json() {
-    let out = run(&["tokens", "--json", "-"], Some(b"Subject: Hello World\n\nCheap pills at http://pills.example/\n"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(
+        &["tokens", "--json", "-"],
+        Some(b"Subject: Hello World\n\nCheap pills at http://pills.example/\n"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text.lines().count(), 1);
     let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
     assert_eq!(v["id"], "-");
-    let tokens: Vec<&str> = v["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    for t in ["SUBJ:hello", "SUBJ:world", "cheap", "pills", "URL:pills.example"] {
+    let tokens: Vec<&str> = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    for t in [
+        "SUBJ:hello",
+        "SUBJ:world",
+        "cheap",
+        "pills",
+        "URL:pills.example",
+    ] {
         assert!(tokens.contains(&t), "{t} missing from {tokens:?}");
     }
     let meta = v["metadata"].as_object().unwrap();
     assert_eq!(meta.len(), bayesmail::features::METADATA_LEN);
-    assert!(meta.values().all(|x| x.as_f64().is_some_and(f64::is_finite)));
+    assert!(
+        meta.values()
+            .all(|x| x.as_f64().is_some_and(f64::is_finite))
+    );
 }
 
 #[test]
@@ -52,7 +79,12 @@ fn bad_messages_are_reported_and_skipped() {
     std::fs::write(dir.path().join("c.eml"), b"Subject: three\n\nthird\n").unwrap();
     let missing = dir.path().join("missing");
     let out = run(
-        &["tokens", "--json", dir.path().to_str().unwrap(), missing.to_str().unwrap()],
+        &[
+            "tokens",
+            "--json",
+            dir.path().to_str().unwrap(),
+            missing.to_str().unwrap(),
+        ],
         None,
     );
     assert_eq!(out.status.code(), Some(1));
@@ -71,7 +103,10 @@ fn terminal_output_is_sanitised() {
     let msg = "Subject: =?utf-8?q?evil=1B=5B2J_name=E2=80=AE?=\nFrom: \"\x1b[31mred\" <a@b.example>\n\nhi\n";
     let out = run(&["tokens", "-"], Some(msg.as_bytes()));
     assert!(out.status.success());
-    assert!(!out.stdout.contains(&0x1b), "raw escape reached the terminal");
+    assert!(
+        !out.stdout.contains(&0x1b),
+        "raw escape reached the terminal"
+    );
     assert!(!String::from_utf8_lossy(&out.stdout).contains('\u{202e}'));
 }
 
@@ -85,10 +120,20 @@ fn a_closed_stdout_ends_quietly() {
         .spawn()
         .unwrap();
     let mut first = [0u8; 16];
-    child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
     drop(child.stdout.take());
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
@@ -100,7 +145,12 @@ fn a_closed_stdout_ends_quietly() {
 fn tokens_json_over_the_public_corpus() {
     let Some(dir) = public_corpus() else { return };
     let out = run(&["tokens", "--json", dir.to_str().unwrap()], None);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8(out.stdout).unwrap();
     let mut lines = 0;
     let mut non_empty = 0;
@@ -110,5 +160,8 @@ fn tokens_json_over_the_public_corpus() {
         non_empty += usize::from(!v["tokens"].as_array().unwrap().is_empty());
     }
     assert_eq!(lines, 6046);
-    assert!(non_empty as f64 >= 0.995 * lines as f64, "{non_empty} of {lines} non-empty");
+    assert!(
+        non_empty as f64 >= 0.995 * lines as f64,
+        "{non_empty} of {lines} non-empty"
+    );
 }

@@ -27,7 +27,11 @@ pub fn sample_files() -> Vec<PathBuf> {
         }
     }
     files.sort();
-    assert!(files.len() >= 40, "sample corpus has {} messages", files.len());
+    assert!(
+        files.len() >= 40,
+        "sample corpus has {} messages",
+        files.len()
+    );
     files
 }
 
@@ -39,8 +43,13 @@ pub fn public_corpus() -> Option<PathBuf> {
     if dir.join("easy-ham-1").is_dir() {
         return Some(dir);
     }
-    let required = std::env::var_os("CI").is_some() || std::env::var_os("BAYESMAIL_REQUIRE_CORPUS").is_some();
-    assert!(!required, "public corpus not found at {} (set BAYESMAIL_CORPUS)", dir.display());
+    let required =
+        std::env::var_os("CI").is_some() || std::env::var_os("BAYESMAIL_REQUIRE_CORPUS").is_some();
+    assert!(
+        !required,
+        "public corpus not found at {} (set BAYESMAIL_CORPUS)",
+        dir.display()
+    );
     eprintln!("public corpus not found at {}: test skipped", dir.display());
     None
 }
@@ -72,7 +81,11 @@ pub fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -14,7 +14,9 @@ use crate::common::{public_corpus, public_files, sample_files};
 fn token_sets(messages: &[Vec<u8>]) -> Vec<Vec<String>> {
     messages
         .par_iter()
-        .map_init(Extractor::new, |ex, raw| ex.extract(raw).expect("message parses").tokens)
+        .map_init(Extractor::new, |ex, raw| {
+            ex.extract(raw).expect("message parses").tokens
+        })
         .collect()
 }
 
@@ -37,7 +39,10 @@ fn mbox_roundtrip(messages: &[Vec<u8>]) -> usize {
         // The first line of many corpus files is their own envelope line,
         // which the writer escapes like any other `From ` line.
         let needs_escape = raw.split(|&b| b == b'\n').skip(1).any(|line| {
-            let unquoted = line.iter().position(|&b| b != b'>').map_or(&[][..], |p| &line[p..]);
+            let unquoted = line
+                .iter()
+                .position(|&b| b != b'>')
+                .map_or(&[][..], |p| &line[p..]);
             unquoted.starts_with(b"From ")
         });
         escaped += usize::from(needs_escape);
@@ -46,7 +51,11 @@ fn mbox_roundtrip(messages: &[Vec<u8>]) -> usize {
     out.flush().unwrap();
     drop(out);
     let back = read_all(&path, MailboxKind::Mbox);
-    assert_eq!(back.len(), messages.len(), "message count after mbox round trip");
+    assert_eq!(
+        back.len(),
+        messages.len(),
+        "message count after mbox round trip"
+    );
     let expected = token_sets(messages);
     let got = token_sets(&back);
     for (i, (e, g)) in expected.iter().zip(&got).enumerate() {
@@ -75,12 +84,25 @@ fn maildir_roundtrip(messages: &[Vec<u8>]) {
         .unwrap()
         .map(|m| m.expect("message reads"))
         .collect::<Vec<_>>();
-    assert_eq!(back.len(), messages.len(), "message count after Maildir round trip");
+    assert_eq!(
+        back.len(),
+        messages.len(),
+        "message count after Maildir round trip"
+    );
     let expected = token_sets(messages);
     for m in &back {
-        let name = m.id.path().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+        let name =
+            m.id.path()
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
         let index: usize = name[..8].parse().unwrap();
-        assert_eq!(m.bytes, messages[index], "bytes of message {index} changed through Maildir");
+        assert_eq!(
+            m.bytes, messages[index],
+            "bytes of message {index} changed through Maildir"
+        );
         let tokens = Extractor::new().extract(&m.bytes).unwrap().tokens;
         assert_eq!(tokens, expected[index]);
     }
@@ -88,9 +110,15 @@ fn maildir_roundtrip(messages: &[Vec<u8>]) {
 
 #[test]
 fn sample_corpus_round_trips_through_mbox_and_maildir() {
-    let messages: Vec<Vec<u8>> = sample_files().iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let messages: Vec<Vec<u8>> = sample_files()
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
     let escaped = mbox_roundtrip(&messages);
-    assert!(escaped > 0, "the sample corpus should have body lines starting with From");
+    assert!(
+        escaped > 0,
+        "the sample corpus should have body lines starting with From"
+    );
     maildir_roundtrip(&messages);
 }
 

@@ -25,7 +25,11 @@ fn render(f: &Features) -> String {
 
 fn golden_path(message: &std::path::Path) -> PathBuf {
     let rel = message.strip_prefix(sample_dir()).unwrap();
-    root().join("tests").join("golden").join(rel).with_extension("tokens")
+    root()
+        .join("tests")
+        .join("golden")
+        .join(rel)
+        .with_extension("tokens")
 }
 
 #[test]
@@ -46,7 +50,10 @@ fn sample_corpus_matches_golden_tokens() {
             let got_lines: std::collections::BTreeSet<&str> = got.lines().collect();
             let removed: Vec<_> = want_lines.difference(&got_lines).take(10).collect();
             let added: Vec<_> = got_lines.difference(&want_lines).take(10).collect();
-            mismatches.push(format!("{}\n  - {removed:?}\n  + {added:?}", golden.display()));
+            mismatches.push(format!(
+                "{}\n  - {removed:?}\n  + {added:?}",
+                golden.display()
+            ));
         }
     }
     assert!(

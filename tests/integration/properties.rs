@@ -10,7 +10,11 @@ use crate::common::{features, sample_files, to_crlf};
 fn sample_messages_and_their_crlf_twins_have_identical_features() {
     for file in sample_files() {
         let lf = std::fs::read(&file).unwrap();
-        assert!(!lf.contains(&b'\r'), "{} should be stored with LF", file.display());
+        assert!(
+            !lf.contains(&b'\r'),
+            "{} should be stored with LF",
+            file.display()
+        );
         assert_eq!(features(&lf), features(&to_crlf(&lf)), "{}", file.display());
     }
 }
@@ -86,9 +90,16 @@ fn base64(bytes: &[u8]) -> String {
 fn check_tokens(tokens: &[String]) -> Result<(), TestCaseError> {
     for t in tokens {
         prop_assert!(!t.is_empty());
-        prop_assert!(t.len() <= MAX_TOKEN_LEN, "token of {} bytes: {t:?}", t.len());
+        prop_assert!(
+            t.len() <= MAX_TOKEN_LEN,
+            "token of {} bytes: {t:?}",
+            t.len()
+        );
     }
-    prop_assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens not sorted and unique");
+    prop_assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not sorted and unique"
+    );
     Ok(())
 }
 

@@ -1,0 +1,222 @@
+//! From evidence to a verdict: calibration maps the model's scores to a
+//! probability that means what it says, and asymmetric costs turn the
+//! probability into ham, unsure or spam. Pure maths, no I/O.
+
+pub mod calibrate;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+pub use calibrate::Calibrator;
+
+/// What to do with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Deliver.
+    Ham,
+    /// Let a person look.
+    Unsure,
+    /// Junk it.
+    Spam,
+}
+
+impl Verdict {
+    /// The lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Ham => "ham",
+            Verdict::Unsure => "unsure",
+            Verdict::Spam => "spam",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Costs of the three outcomes that can go wrong, in any unit: a ham
+/// judged spam (`fp`, a lost real message), a spam judged ham (`fn_`), and
+/// an unsure verdict (`unsure`, a person's attention). Build with
+/// [`Costs::new`] or parse `FP:FN` / `FP:FN:UNSURE` (e.g. `10:1:0.1`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Costs {
+    fp: f64,
+    fn_: f64,
+    unsure: Option<f64>,
+}
+
+/// The default costs: a lost real message costs ten spams let through; a
+/// look at an unsure message costs a tenth of a spam let through.
+pub const DEFAULT_COSTS: &str = "10:1:0.1";
+
+impl Default for Costs {
+    fn default() -> Self {
+        DEFAULT_COSTS.parse().expect("default costs are valid")
+    }
+}
+
+impl Costs {
+    /// Checked costs: finite and > 0; `unsure` if given finite and ≥ 0.
+    pub fn new(fp: f64, fn_: f64, unsure: Option<f64>) -> Result<Self, String> {
+        let ok = |x: f64| x.is_finite() && x > 0.0;
+        if !ok(fp) || !ok(fn_) {
+            return Err(format!(
+                "costs must be finite and > 0 (got fp={fp}, fn={fn_})"
+            ));
+        }
+        if let Some(u) = unsure
+            && !(u.is_finite() && u >= 0.0)
+        {
+            return Err(format!("the unsure cost must be finite and ≥ 0 (got {u})"));
+        }
+        Ok(Costs { fp, fn_, unsure })
+    }
+
+    /// Cost of a false positive.
+    pub fn fp(&self) -> f64 {
+        self.fp
+    }
+
+    /// Cost of a false negative.
+    pub fn fn_(&self) -> f64 {
+        self.fn_
+    }
+
+    /// Cost of an unsure verdict, if that action is offered.
+    pub fn unsure(&self) -> Option<f64> {
+        self.unsure
+    }
+
+    /// The Bayes-optimal cutoffs `(ham_below, spam_above)` on P(spam):
+    /// ham if p ≤ ham cutoff, spam if p > spam cutoff, unsure between.
+    /// Without an unsure action (or when it never pays) both equal
+    /// c_fp / (c_fp + c_fn).
+    ///
+    /// Expected losses: ham p·c_fn, spam (1−p)·c_fp, unsure c_u. Unsure beats
+    /// ham when p > c_u/c_fn and beats spam when p < 1 − c_u/c_fp.
+    pub fn cutoffs(&self) -> (f64, f64) {
+        let single = self.fp / (self.fp + self.fn_);
+        match self.unsure {
+            Some(u) => {
+                let ham = u / self.fn_;
+                let spam = 1.0 - u / self.fp;
+                if ham < spam {
+                    (ham, spam)
+                } else {
+                    (single, single)
+                }
+            }
+            None => (single, single),
+        }
+    }
+
+    /// The verdict minimising expected cost at probability `p`.
+    pub fn decide(&self, p: f64) -> Verdict {
+        let (ham, spam) = self.cutoffs();
+        if p.is_nan() {
+            Verdict::Unsure
+        } else if p > spam {
+            Verdict::Spam
+        } else if p <= ham {
+            Verdict::Ham
+        } else {
+            Verdict::Unsure
+        }
+    }
+
+    /// The cost of a verdict for a message of known class.
+    pub fn cost(&self, verdict: Verdict, is_spam: bool) -> f64 {
+        match (verdict, is_spam) {
+            (Verdict::Spam, false) => self.fp,
+            (Verdict::Ham, true) => self.fn_,
+            (Verdict::Unsure, _) => self.unsure.unwrap_or(0.0),
+            _ => 0.0,
+        }
+    }
+}
+
+impl FromStr for Costs {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let num = |x: &str| {
+            x.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("'{x}' is not a number in costs '{s}'"))
+        };
+        match parts.as_slice() {
+            [fp, fn_] => Costs::new(num(fp)?, num(fn_)?, None),
+            [fp, fn_, u] => Costs::new(num(fp)?, num(fn_)?, Some(num(u)?)),
+            _ => Err(format!(
+                "costs must be FP:FN or FP:FN:UNSURE, e.g. 10:1:0.1 (got '{s}')"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Costs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.fp, self.fn_)?;
+        if let Some(u) = self.unsure {
+            write!(f, ":{u}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_way_cutoff_is_the_cost_ratio() {
+        let c: Costs = "10:1".parse().unwrap();
+        let (h, s) = c.cutoffs();
+        assert!((h - 10.0 / 11.0).abs() < 1e-15 && h == s);
+        assert_eq!(c.decide(0.9), Verdict::Ham);
+        assert_eq!(c.decide(0.95), Verdict::Spam);
+    }
+
+    #[test]
+    fn unsure_band_from_the_abstain_cost() {
+        let c: Costs = "10:1:0.1".parse().unwrap();
+        let (h, s) = c.cutoffs();
+        assert!((h - 0.1).abs() < 1e-15 && (s - 0.99).abs() < 1e-15);
+        assert_eq!(c.decide(0.05), Verdict::Ham);
+        assert_eq!(c.decide(0.5), Verdict::Unsure);
+        assert_eq!(c.decide(0.995), Verdict::Spam);
+        assert_eq!(c.decide(f64::NAN), Verdict::Unsure);
+        // An abstain cost too high to ever pay: no band.
+        let c: Costs = "10:1:5".parse().unwrap();
+        assert_eq!(c.cutoffs().0, c.cutoffs().1);
+        // Expected cost is minimised at every p.
+        let c: Costs = "10:1:0.1".parse().unwrap();
+        for i in 0..=1000 {
+            let p = i as f64 / 1000.0;
+            let loss = |v| p * c.cost(v, true) + (1.0 - p) * c.cost(v, false);
+            let best = [Verdict::Ham, Verdict::Unsure, Verdict::Spam]
+                .into_iter()
+                .map(loss)
+                .fold(f64::INFINITY, f64::min);
+            assert!(loss(c.decide(p)) <= best + 1e-12, "p={p}");
+        }
+    }
+
+    #[test]
+    fn bad_costs_are_rejected_with_a_message() {
+        for bad in [
+            "", "10", "0:1", "a:1", "1:-1", "1:1:-0.5", "1:1:1:1", "inf:1",
+        ] {
+            let err = bad.parse::<Costs>().unwrap_err();
+            assert!(!err.is_empty());
+        }
+        assert_eq!("10:1:0.1".parse::<Costs>().unwrap().to_string(), "10:1:0.1");
+    }
+}

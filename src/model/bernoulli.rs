@@ -1,0 +1,284 @@
+//! Bernoulli naive Bayes over the token set, with Beta(a, b) pseudo-counts.
+//!
+//! θ_jc = (N_jc + a) / (N_c + a + b) is the posterior-predictive probability
+//! that a message of class c contains token j. A present token contributes
+//! ln θ_js − ln θ_jh to the spam-vs-ham log-odds; an absent one
+//! ln(1 − θ_js) − ln(1 − θ_jh). How the per-token evidence is combined is
+//! [`Combine`]'s business (see the project's docs on why the plain sum is
+//! not the default).
+
+use serde::{Deserialize, Serialize};
+
+use super::TokenCounts;
+
+/// A Beta(a, b) prior on each θ_jc; a = b = 1 is Laplace's correction.
+/// Checked: build it through [`BetaPrior::new`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BetaPrior {
+    a: f64,
+    b: f64,
+}
+
+impl BetaPrior {
+    /// A prior with pseudo-counts `a` (presence) and `b` (absence), both
+    /// finite and > 0.
+    pub fn new(a: f64, b: f64) -> Result<Self, String> {
+        if !(a.is_finite() && a > 0.0 && b.is_finite() && b > 0.0) {
+            return Err(format!(
+                "Beta pseudo-counts must be finite and > 0 (got a={a}, b={b})"
+            ));
+        }
+        Ok(BetaPrior { a, b })
+    }
+
+    /// Pseudo-count of presence.
+    pub fn a(self) -> f64 {
+        self.a
+    }
+
+    /// Pseudo-count of absence.
+    pub fn b(self) -> f64 {
+        self.b
+    }
+
+    /// (ln θ, ln(1 − θ)) for a token in `k` of `n` messages of a class.
+    pub fn log_theta(self, k: u32, n: u64) -> (f64, f64) {
+        let n = n as f64;
+        let k = f64::from(k).min(n);
+        let denom = (n + self.a + self.b).ln();
+        ((k + self.a).ln() - denom, (n - k + self.b).ln() - denom)
+    }
+
+    /// The evidence of one token, spam vs ham: (present, absent) log
+    /// likelihood ratios. `n` is `[ham, spam]` messages learned.
+    pub fn token_llr(self, c: TokenCounts, n: [u64; 2]) -> (f64, f64) {
+        let (ps, qs) = self.log_theta(c.spam, n[1]);
+        let (ph, qh) = self.log_theta(c.ham, n[0]);
+        (ps - ph, qs - qh)
+    }
+}
+
+/// How per-token evidence becomes the text log-odds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Combine {
+    /// The textbook model: every token of the vocabulary counts, present
+    /// or absent. Needs the absent-token constant of the whole vocabulary.
+    Textbook,
+    /// Sum of the present tokens' log-likelihood ratios.
+    Sum,
+    /// Tempered: the sum over present tokens whose |LLR| ≥ `min_strength`,
+    /// divided by their number raised to `power` (0 = sum, 1 = mean). The
+    /// independence assumption counts hundreds of correlated tokens as
+    /// independent witnesses; dividing by n^power discounts that.
+    Tempered {
+        /// Tokens weaker than this (in nats) are left out.
+        min_strength: f64,
+        /// Exponent of the token count in the divisor, in [0, 1].
+        power: f64,
+    },
+    /// Robinson's smoothed token probabilities combined by Fisher's
+    /// chi-square method (as in SpamBayes and bogofilter): tokens within
+    /// `min_dev` of 0.5 are left out; the score is logit((1 + H − S)/2).
+    Fisher {
+        /// Tokens with |f(w) − 0.5| below this are left out.
+        min_dev: f64,
+        /// Strength of the background belief `x` in Robinson's f(w).
+        s: f64,
+        /// Background belief about an unknown token's spamminess.
+        x: f64,
+    },
+}
+
+/// P(Q ≥ chi2) for a chi-square variable with `2n` degrees of freedom.
+fn chi2_q(chi2: f64, n: usize) -> f64 {
+    let m = chi2 / 2.0;
+    let mut term = (-m).exp();
+    let mut sum = term;
+    for i in 1..n {
+        term *= m / i as f64;
+        sum += term;
+    }
+    sum.min(1.0)
+}
+
+impl Default for Combine {
+    fn default() -> Self {
+        Combine::Tempered {
+            min_strength: 1.0,
+            power: 1.0,
+        }
+    }
+}
+
+/// Text evidence of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TextEvidence {
+    /// The combined log-odds contribution of the tokens.
+    pub score: f64,
+    /// Tokens of the message seen in training.
+    pub known: usize,
+    /// Tokens that entered the combination.
+    pub used: usize,
+}
+
+/// Combines the evidence of a message's known tokens. `counts` yields the
+/// counts of each token of the message that is in the vocabulary;
+/// `absent_constant` is Σ over the vocabulary of the absent-token LLR (only
+/// [`Combine::Textbook`] reads it).
+pub fn text_evidence(
+    prior: BetaPrior,
+    combine: Combine,
+    n: [u64; 2],
+    absent_constant: f64,
+    counts: impl IntoIterator<Item = TokenCounts>,
+) -> TextEvidence {
+    let mut ev = TextEvidence::default();
+    match combine {
+        Combine::Textbook => {
+            ev.score = absent_constant;
+            for c in counts {
+                let (present, absent) = prior.token_llr(c, n);
+                ev.score += present - absent;
+                ev.known += 1;
+            }
+            ev.used = ev.known;
+        }
+        Combine::Sum => {
+            for c in counts {
+                ev.score += prior.token_llr(c, n).0;
+                ev.known += 1;
+            }
+            ev.used = ev.known;
+        }
+        Combine::Fisher { min_dev, s, x } => {
+            let (mut ln_f, mut ln_1f, mut used) = (0.0, 0.0, 0usize);
+            for c in counts {
+                ev.known += 1;
+                let rs = f64::from(c.spam) / (n[1].max(1) as f64);
+                let rh = f64::from(c.ham) / (n[0].max(1) as f64);
+                let p = if rs + rh > 0.0 { rs / (rs + rh) } else { 0.5 };
+                let count = f64::from(c.spam) + f64::from(c.ham);
+                let f = ((s * x + count * p) / (s + count)).clamp(1e-9, 1.0 - 1e-9);
+                if (f - 0.5).abs() >= min_dev {
+                    ln_f += f.ln();
+                    ln_1f += (1.0 - f).ln();
+                    used += 1;
+                }
+            }
+            ev.used = used;
+            if used > 0 {
+                let h = chi2_q(-2.0 * ln_f, used);
+                let sp = chi2_q(-2.0 * ln_1f, used);
+                let i = ((1.0 + h - sp) / 2.0).clamp(1e-12, 1.0 - 1e-12);
+                ev.score = (i / (1.0 - i)).ln();
+            }
+        }
+        Combine::Tempered {
+            min_strength,
+            power,
+        } => {
+            let mut sum = 0.0;
+            for c in counts {
+                let llr = prior.token_llr(c, n).0;
+                ev.known += 1;
+                if llr.abs() >= min_strength {
+                    sum += llr;
+                    ev.used += 1;
+                }
+            }
+            if ev.used > 0 {
+                ev.score = sum / (ev.used as f64).powf(power);
+            }
+        }
+    }
+    ev
+}
+
+/// Σ over the vocabulary of each token's absent-token LLR, for
+/// [`Combine::Textbook`].
+pub fn absent_constant(
+    prior: BetaPrior,
+    n: [u64; 2],
+    vocabulary: impl IntoIterator<Item = TokenCounts>,
+) -> f64 {
+    vocabulary
+        .into_iter()
+        .map(|c| prior.token_llr(c, n).1)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tc(ham: u32, spam: u32) -> TokenCounts {
+        TokenCounts { ham, spam }
+    }
+
+    #[test]
+    fn laplace_theta_by_hand() {
+        let p = BetaPrior::new(1.0, 1.0).unwrap();
+        // 3 of 8 messages: θ = 4/10.
+        let (lt, l1t) = p.log_theta(3, 8);
+        assert!((lt - 0.4f64.ln()).abs() < 1e-15);
+        assert!((l1t - 0.6f64.ln()).abs() < 1e-15);
+        // Spam 3 of 8 (θ=0.4), ham 1 of 18 (θ=0.1): present LLR ln 4,
+        // absent ln(0.6/0.9).
+        let (present, absent) = p.token_llr(tc(1, 3), [18, 8]);
+        assert!((present - 4f64.ln()).abs() < 1e-12);
+        assert!((absent - (0.6f64 / 0.9).ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rejects_bad_pseudo_counts() {
+        for (a, b) in [
+            (0.0, 1.0),
+            (1.0, -1.0),
+            (f64::NAN, 1.0),
+            (1.0, f64::INFINITY),
+        ] {
+            assert!(BetaPrior::new(a, b).is_err());
+        }
+    }
+
+    #[test]
+    fn combinations_by_hand() {
+        let p = BetaPrior::new(1.0, 1.0).unwrap();
+        let n = [18, 8];
+        let toks = [tc(1, 3), tc(17, 0)];
+        let w: Vec<(f64, f64)> = toks.iter().map(|&c| p.token_llr(c, n)).collect();
+        let sum = text_evidence(p, Combine::Sum, n, 0.0, toks);
+        assert!((sum.score - (w[0].0 + w[1].0)).abs() < 1e-12);
+        let mean = text_evidence(
+            p,
+            Combine::Tempered {
+                min_strength: 0.0,
+                power: 1.0,
+            },
+            n,
+            0.0,
+            toks,
+        );
+        assert!((mean.score - (w[0].0 + w[1].0) / 2.0).abs() < 1e-12);
+        // Only the first token is weaker than 2 nats: ln 4 ≈ 1.39.
+        let strong = text_evidence(
+            p,
+            Combine::Tempered {
+                min_strength: 2.0,
+                power: 1.0,
+            },
+            n,
+            0.0,
+            toks,
+        );
+        assert_eq!((strong.used, strong.known), (1, 2));
+        assert!((strong.score - w[1].0).abs() < 1e-12);
+        let constant = absent_constant(p, n, toks);
+        let book = text_evidence(p, Combine::Textbook, n, constant, toks);
+        assert!(
+            (book.score - (w[0].0 + w[1].0)).abs() < 1e-12,
+            "all present: absent terms cancel"
+        );
+    }
+}
