@@ -6,6 +6,8 @@
 //! uses. The command-line front end lives in the binary and only calls into
 //! this library.
 
+pub mod config;
+pub mod db;
 pub mod decision;
 pub mod eval;
 pub mod features;

@@ -138,7 +138,7 @@ pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
             .unwrap_or_default();
         read_folds(folds, &root)?
     } else if !args.spam.is_empty() && !args.ham.is_empty() {
-        read_folders(&args.spam, &args.ham, args.k)?
+        read_folders(&args.spam, &args.ham, usize::from(args.k))?
     } else {
         bail!(
             "say what to evaluate on: --folds FILE, --online INDEX, or --spam PATH... with --ham PATH..."

@@ -2,18 +2,23 @@
 //! library types, runs the command, prints through `impl Write`, and reports
 //! errors once.
 
+mod classify;
 mod eval;
+mod read;
 mod tokens;
+mod train;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use bayesmail::config::{self, Config, ModelConfig};
+use bayesmail::db::{DbPaths, Decider};
 use bayesmail::decision::Costs;
 use bayesmail::eval::protocol::Settings;
 use bayesmail::mailbox;
-use bayesmail::model::{Combine, Params, ValidParams};
+use bayesmail::model::ValidParams;
 
 /// Exit status: every message was handled.
 const EXIT_OK: u8 = 0;
@@ -25,13 +30,25 @@ const EXIT_FATAL: u8 = 2;
 
 /// A Bayesian spam filter for real mail.
 ///
-/// bayesmail reads messages from Maildirs, mbox files, directory trees of
-/// message files, single files or standard input, decodes them (MIME,
-/// charsets, HTML) and turns each into a set of tokens and a vector of
-/// numeric metadata: the features its models learn from.
+/// bayesmail learns from mail you have sorted (train, learn, unlearn),
+/// decides for each new message ham, unsure or spam with a calibrated
+/// probability (classify, explain), and measures itself on labelled corpora
+/// (eval). It reads Maildirs, mbox files, directory trees of message files,
+/// single files and standard input.
+///
+/// The database is a directory: --db, else $BAYESMAIL_DB, else `db` in the
+/// config file, else ~/.local/share/bayesmail. The config file (TOML) is
+/// --config, else $BAYESMAIL_CONFIG, else ~/.config/bayesmail/config.toml if
+/// it exists. Flags override the config file.
 #[derive(Parser, Debug)]
 #[command(name = "bayesmail", version, about, long_about, max_term_width = 100)]
 struct Cli {
+    /// Database directory.
+    #[arg(long, global = true, env = "BAYESMAIL_DB", value_name = "DIR")]
+    db: Option<PathBuf>,
+    /// Configuration file (TOML).
+    #[arg(long, global = true, env = "BAYESMAIL_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -44,6 +61,32 @@ enum Command {
     /// (each reported on stderr, the rest printed), 2 if the command could
     /// not run at all.
     Tokens(TokensArgs),
+    /// Learn from sorted folders: every message under --spam is spam, every
+    /// message under --ham is ham.
+    ///
+    /// Idempotent: a message already learned with the same label is skipped;
+    /// one learned with the other label (it moved from Junk to Inbox, say) is
+    /// unlearned and learned again. Afterwards the combination strength is
+    /// chosen and the calibration fitted by cross-validation over the given
+    /// messages, and a new model snapshot is written for classification.
+    /// Exit status: 0 done, 1 done but some messages could not be read, 2
+    /// failed (nothing half-written: the database keeps its old state or
+    /// gains whole chunks of messages).
+    Train(TrainArgs),
+    /// Learn one message (a file, or '-' for stdin) as spam or ham.
+    Learn(LearnArgs),
+    /// Forget one learned message (a file, or '-' for stdin).
+    Unlearn(UnlearnArgs),
+    /// Classify messages: verdict, calibrated P(spam) and model log-odds.
+    ///
+    /// Reads only the model snapshot, so it runs while a training run holds
+    /// the database. Exit status: 0 if every message was classified, 1 if
+    /// some could not be read, 2 if the command could not run (no model).
+    Classify(ClassifyArgs),
+    /// Show the tokens and metadata that moved a message's score the most.
+    Explain(ExplainArgs),
+    /// Show what the database holds: counts, vocabulary, size, versions.
+    Stats(StatsArgs),
     /// Measure the filter on a labelled corpus (in memory; nothing is
     /// written to the database).
     ///
@@ -54,21 +97,22 @@ enum Command {
     Eval(Box<EvalArgs>),
 }
 
-/// Model hyperparameters and decision costs.
-#[derive(Args, Debug, Clone)]
+/// Model hyperparameters and decision costs, overriding the config file.
+#[derive(Args, Debug, Clone, Default)]
 struct ModelArgs {
     /// Beta pseudo-count of presence (a in θ = (N_jc + a) / (N_c + a + b)).
-    #[arg(long)]
+    #[arg(long, value_name = "A")]
     alpha: Option<f64>,
     /// Beta pseudo-count of absence (b).
-    #[arg(long)]
+    #[arg(long, value_name = "B")]
     beta: Option<f64>,
     /// How token evidence is combined: tempered (mean over strong tokens),
     /// sum (naive Bayes over present tokens) or textbook (every vocabulary
     /// token, present or absent).
     #[arg(long, value_enum)]
     combine: Option<CombineArg>,
-    /// Tempered combination: tokens with |LLR| below this (nats) are left out.
+    /// Tempered combination: tokens with |LLR| below this (nats) are left
+    /// out. Unset: chosen by cross-validation on the training data.
     #[arg(long)]
     min_strength: Option<f64>,
     /// Tempered combination: divide the sum by n^power (1 = mean, 0 = sum).
@@ -84,10 +128,34 @@ struct ModelArgs {
     /// Clip each metadata feature's log-likelihood ratio to ± this (nats).
     #[arg(long)]
     meta_clip: Option<f64>,
+}
+
+impl ModelArgs {
+    fn overrides(&self) -> ModelConfig {
+        ModelConfig {
+            a: self.alpha,
+            b: self.beta,
+            combine: self.combine.map(|c| c.name().to_string()),
+            min_strength: self.min_strength,
+            power: self.power,
+            var_floor: self.var_floor,
+            meta_weight: self.meta_weight,
+            meta_clip: self.meta_clip,
+        }
+    }
+}
+
+/// Decision settings, overriding the config file.
+#[derive(Args, Debug, Clone, Default)]
+struct DecisionArgs {
     /// Costs FP:FN[:UNSURE]: a ham judged spam, a spam judged ham, and an
-    /// unsure verdict (omit for no unsure band).
-    #[arg(long, value_parser = parse_costs)]
+    /// unsure verdict (omit the third for no unsure band). Default 10:1:0.1.
+    #[arg(long, value_parser = parse_costs, value_name = "FP:FN[:U]")]
     costs: Option<Costs>,
+    /// Messages with fewer known tokens than this are judged unsure
+    /// (default 5).
+    #[arg(long, value_name = "N")]
+    min_known: Option<usize>,
 }
 
 fn parse_costs(s: &str) -> Result<Costs, String> {
@@ -97,64 +165,101 @@ fn parse_costs(s: &str) -> Result<Costs, String> {
 #[derive(ValueEnum, Debug, Clone, Copy)]
 enum CombineArg {
     Tempered,
-    Fisher,
     Sum,
     Textbook,
 }
 
-impl ModelArgs {
-    fn params(&self) -> anyhow::Result<ValidParams> {
-        let mut p = Params::default();
-        if let Some(a) = self.alpha {
-            p.a = a;
+impl CombineArg {
+    fn name(self) -> &'static str {
+        match self {
+            CombineArg::Tempered => "tempered",
+            CombineArg::Sum => "sum",
+            CombineArg::Textbook => "textbook",
         }
-        if let Some(b) = self.beta {
-            p.b = b;
-        }
-        if let Some(c) = self.combine {
-            p.combine = match c {
-                CombineArg::Sum => Combine::Sum,
-                CombineArg::Textbook => Combine::Textbook,
-                CombineArg::Tempered => Combine::default(),
-                CombineArg::Fisher => Combine::Fisher {
-                    min_dev: self.min_strength.unwrap_or(0.1),
-                    s: 1.0,
-                    x: 0.5,
-                },
-            };
-        }
-        if let (Combine::Fisher { s, x, .. }, Some(power)) = (&mut p.combine, self.power) {
-            // For the Fisher combination --power sets Robinson's strength s.
-            *s = power;
-            *x = 0.5;
-        }
-        if let Combine::Tempered {
-            min_strength,
-            power,
-        } = &mut p.combine
-        {
-            if let Some(m) = self.min_strength {
-                *min_strength = m;
-            }
-            if let Some(x) = self.power {
-                *power = x;
-            }
-        }
-        if let Some(w) = self.meta_weight {
-            p.meta_weight = w;
-        }
-        if let Some(v) = self.var_floor {
-            p.var_floor = v;
-        }
-        if let Some(v) = self.meta_clip {
-            p.meta_clip = v;
-        }
-        p.check().map_err(anyhow::Error::msg)
     }
+}
 
-    fn costs(&self) -> Costs {
-        self.costs.unwrap_or_default()
-    }
+#[derive(Args, Debug)]
+struct TrainArgs {
+    /// Spam: Maildirs, mbox files, directories or message files.
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    spam: Vec<PathBuf>,
+    /// Ham: Maildirs, mbox files, directories or message files.
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    ham: Vec<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Seconds to wait for another process holding the database.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    wait: u64,
+    #[command(flatten)]
+    mailbox: MailboxArgs,
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("label").required(true).args(["spam", "ham"])))]
+struct LearnArgs {
+    /// Learn it as spam.
+    #[arg(long)]
+    spam: bool,
+    /// Learn it as ham.
+    #[arg(long)]
+    ham: bool,
+    /// The message file, or '-' for standard input.
+    #[arg(default_value = "-", value_name = "FILE")]
+    file: PathBuf,
+    /// Seconds to wait for another process holding the database.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    wait: u64,
+}
+
+#[derive(Args, Debug)]
+struct UnlearnArgs {
+    /// The message file, or '-' for standard input.
+    #[arg(default_value = "-", value_name = "FILE")]
+    file: PathBuf,
+    /// Seconds to wait for another process holding the database.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    wait: u64,
+}
+
+#[derive(Args, Debug)]
+struct ClassifyArgs {
+    /// Messages: Maildirs, mbox files, directories, message files, or '-'.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// One JSON object per message: id, verdict, probability, log_odds.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    mailbox: MailboxArgs,
+    #[command(flatten)]
+    decision: DecisionArgs,
+}
+
+#[derive(Args, Debug)]
+struct ExplainArgs {
+    /// The message file, or '-' for standard input.
+    #[arg(default_value = "-", value_name = "FILE")]
+    file: PathBuf,
+    /// How many tokens to show.
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+    /// Print as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    decision: DecisionArgs,
+}
+
+#[derive(Args, Debug)]
+struct StatsArgs {
+    /// Print as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -176,19 +281,18 @@ struct EvalArgs {
     #[arg(long, value_name = "PATH", num_args = 1.., conflicts_with_all = ["folds", "online"])]
     ham: Vec<PathBuf>,
     /// Number of folds for --spam/--ham.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(usize))]
-    k: usize,
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(2..=100))]
+    k: u16,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
     /// Write per-message scores (TSV) to this file.
     #[arg(long, value_name = "FILE")]
     scores: Option<PathBuf>,
-    /// Messages with fewer known tokens than this are judged unsure.
-    #[arg(long, default_value_t = 5)]
-    min_known: usize,
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    decision: DecisionArgs,
 }
 
 /// How to read mailboxes; shared by every command that reads mail.
@@ -234,28 +338,77 @@ struct TokensArgs {
     mailbox: MailboxArgs,
 }
 
+/// Everything a command needs from the environment, resolved once.
+struct Context {
+    config: Config,
+    db: DbPaths,
+}
+
+impl Context {
+    fn new(cli_db: Option<PathBuf>, cli_config: Option<PathBuf>) -> anyhow::Result<Context> {
+        let config = match cli_config.or_else(config::default_config_file) {
+            Some(path) => Config::load(&path)?,
+            None => Config::default(),
+        };
+        let db = cli_db
+            .or_else(|| config.db.clone())
+            .unwrap_or_else(config::default_db_dir);
+        Ok(Context {
+            config,
+            db: DbPaths::new(db),
+        })
+    }
+
+    fn params(&self, model: &ModelArgs) -> anyhow::Result<(ValidParams, bool)> {
+        let (params, pinned) = self
+            .config
+            .params(&model.overrides())
+            .map_err(anyhow::Error::msg)?;
+        Ok((params.check().map_err(anyhow::Error::msg)?, pinned))
+    }
+
+    fn decider(&self, d: &DecisionArgs) -> anyhow::Result<Decider> {
+        Ok(Decider {
+            costs: self.config.costs(d.costs).map_err(anyhow::Error::msg)?,
+            min_known: d.min_known.unwrap_or(self.config.min_known()),
+            min_per_class: self.config.min_per_class(),
+        })
+    }
+}
+
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let outcome = match cli.command {
+    let outcome = Context::new(cli.db, cli.config).and_then(|ctx| match cli.command {
         Command::Tokens(args) => tokens::run(&args),
-        Command::Eval(args) => args.model.params().and_then(|params| {
+        Command::Train(args) => train::train(&ctx, &args),
+        Command::Learn(args) => train::learn(&ctx, &args),
+        Command::Unlearn(args) => train::unlearn(&ctx, &args),
+        Command::Classify(args) => classify::classify(&ctx, &args),
+        Command::Explain(args) => classify::explain(&ctx, &args),
+        Command::Stats(args) => classify::stats(&ctx, &args),
+        Command::Eval(args) => {
+            let (params, pinned) = ctx.params(&args.model)?;
+            let decider = ctx.decider(&args.decision)?;
             let settings = Settings {
-                select_strength: args.model.min_strength.is_none(),
+                select_strength: !pinned,
                 params,
-                costs: args.model.costs(),
+                costs: decider.costs,
                 inner_folds: 5,
-                min_known: args.min_known,
+                min_known: decider.min_known,
                 refit_every: 250,
             };
             eval::run(&args, settings)
-        }),
-    };
+        }
+    });
     match outcome {
         Ok(Outcome::AllOk) => ExitCode::from(EXIT_OK),
         Ok(Outcome::SomeFailed) => ExitCode::from(EXIT_SOME_FAILED),
         Err(err) => {
-            eprintln!("bayesmail: {err:#}");
+            eprintln!(
+                "bayesmail: {}",
+                bayesmail::sanitize::for_terminal(&format!("{err:#}"))
+            );
             ExitCode::from(EXIT_FATAL)
         }
     }

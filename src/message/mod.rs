@@ -285,9 +285,75 @@ fn push_text(msg: &mut Message, bytes: &[u8], charset: Option<String>, kind: Tex
     });
 }
 
+/// Headers that mail software adds or rewrites while a message sits in a
+/// mailbox (read flags, IMAP bookkeeping, filter verdicts, our own headers):
+/// left out of [`digest`], so moving a message between folders, reading it
+/// or filtering it again does not make it a different message.
+const VOLATILE_HEADERS: &[&str] = &[
+    "status",
+    "x-status",
+    "x-keywords",
+    "x-uid",
+    "x-imap",
+    "x-imapbase",
+    "content-length",
+    "lines",
+    "x-mozilla-status",
+    "x-mozilla-status2",
+    "x-mozilla-keys",
+    "x-spam-flag",
+    "x-spam-status",
+    "x-spam-level",
+    "x-spam-checker-version",
+    "x-bogosity",
+];
+
+/// A SHA-256 digest identifying a message for the learned-message registry:
+/// over the bytes with line ends as LF, without an mbox envelope line and
+/// without [`VOLATILE_HEADERS`] (and any `X-Bayesmail-*` header). Stable
+/// across CRLF/LF storage, folder moves and re-filtering.
+pub fn digest(raw: &[u8]) -> [u8; 32] {
+    use sha2::{Digest as _, Sha256};
+    let raw = normalize_line_ends(raw);
+    let mut raw: &[u8] = &raw;
+    if raw.starts_with(b"From ") {
+        raw = memchr::memchr(b'\n', raw).map_or(&[][..], |p| &raw[p + 1..]);
+    }
+    let header_end = memchr::memmem::find(raw, b"\n\n").map_or(raw.len(), |p| p + 1);
+    let (head, body) = raw.split_at(header_end);
+    let mut hasher = Sha256::new();
+    let mut skipping = false;
+    for line in head.split_inclusive(|&b| b == b'\n') {
+        let continuation = line.first().is_some_and(|b| *b == b' ' || *b == b'\t');
+        if !continuation {
+            let name = line.split(|&b| b == b':').next().unwrap_or(b"");
+            let name = String::from_utf8_lossy(name).trim().to_ascii_lowercase();
+            skipping = VOLATILE_HEADERS.contains(&name.as_str()) || name.starts_with("x-bayesmail");
+        }
+        if !skipping {
+            hasher.update(line);
+        }
+    }
+    hasher.update(body);
+    hasher.finalize().into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digest_ignores_storage_details_but_not_content() {
+        let a = digest(b"Subject: hi\nFrom: a@b.example\n\nbody\n");
+        let crlf = digest(b"Subject: hi\r\nFrom: a@b.example\r\n\r\nbody\r\n");
+        let moved = digest(
+            b"From a@b Mon Jan  1 00:00:00 2024\nSubject: hi\nStatus: RO\nX-Spam-Status: Yes,\n  probability=1\nFrom: a@b.example\n\nbody\n",
+        );
+        assert_eq!(a, crlf);
+        assert_eq!(a, moved);
+        assert_ne!(a, digest(b"Subject: hi\nFrom: a@b.example\n\nbody!\n"));
+        assert_ne!(a, digest(b"Subject: ho\nFrom: a@b.example\n\nbody\n"));
+    }
 
     #[test]
     fn empty_input_is_an_error() {

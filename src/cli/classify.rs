@@ -1,0 +1,234 @@
+//! `bayesmail classify`, `explain` and `stats`: the read side. Only the
+//! model snapshot is read, never the count store, so these run while a
+//! training run holds the database.
+
+use std::io::{self, BufWriter, Write};
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+
+use bayesmail::db::{Classifier, Decider};
+use bayesmail::decision::Verdict;
+use bayesmail::features::Extractor;
+use bayesmail::sanitize::for_terminal;
+
+use super::read::{for_each_batch, read_one};
+use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs, is_broken_pipe};
+
+#[derive(Serialize)]
+struct Line<'a> {
+    id: &'a str,
+    verdict: Verdict,
+    probability: f64,
+    log_odds: f64,
+    known_tokens: usize,
+}
+
+pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
+    let classifier = Classifier::open(&ctx.db)?;
+    let decider: Decider = ctx.decider(&args.decision)?;
+    let messages = classifier.header().totals.messages;
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let mut unparsed = 0;
+    let result = for_each_batch(&args.paths, &args.mailbox.options(), false, &mut |batch| {
+        for e in batch {
+            let id = e.raw.id.to_string();
+            match e.features {
+                Ok(features) => {
+                    let score = classifier.score(&features);
+                    let line = Line {
+                        id: &id,
+                        verdict: decider.verdict(messages, &score),
+                        probability: score.probability,
+                        log_odds: score.log_odds,
+                        known_tokens: score.evidence.text.known,
+                    };
+                    if args.json {
+                        serde_json::to_writer(&mut out, &line)?;
+                        writeln!(out)?;
+                    } else {
+                        writeln!(
+                            out,
+                            "{:<6} {:.6} {:>9.3}  {}",
+                            line.verdict,
+                            line.probability,
+                            line.log_odds,
+                            for_terminal(&id)
+                        )?;
+                    }
+                }
+                Err(err) => {
+                    unparsed += 1;
+                    eprintln!("bayesmail: {}: {err}", for_terminal(&id));
+                }
+            }
+        }
+        Ok(())
+    });
+    let unread = match result.and_then(|n| out.flush().map(|_| n).map_err(Into::into)) {
+        Ok(n) => n,
+        Err(err) if is_broken_pipe(&err) => return Ok(Outcome::AllOk),
+        Err(err) => return Err(err),
+    };
+    Ok(if unread + unparsed > 0 {
+        Outcome::SomeFailed
+    } else {
+        Outcome::AllOk
+    })
+}
+
+pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
+    let classifier = Classifier::open(&ctx.db)?;
+    let decider = ctx.decider(&args.decision)?;
+    let raw = read_one(&args.file)?;
+    let features = Extractor::new()
+        .extract(&raw)
+        .with_context(|| format!("parsing {}", args.file.display()))?;
+    let score = classifier.score(&features);
+    let verdict = decider.verdict(classifier.header().totals.messages, &score);
+    let mut why = classifier.explain(&features);
+    why.tokens.truncate(args.top);
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        #[derive(Serialize)]
+        struct Json<'a> {
+            verdict: Verdict,
+            probability: f64,
+            log_odds: f64,
+            text_score: f64,
+            metadata_score: f64,
+            known_tokens: usize,
+            used_tokens: usize,
+            #[serde(flatten)]
+            explanation: &'a bayesmail::db::Explanation,
+        }
+        serde_json::to_writer(
+            &mut out,
+            &Json {
+                verdict,
+                probability: score.probability,
+                log_odds: score.log_odds,
+                text_score: score.evidence.text.score,
+                metadata_score: score.evidence.meta,
+                known_tokens: score.evidence.text.known,
+                used_tokens: score.evidence.text.used,
+                explanation: &why,
+            },
+        )?;
+        writeln!(out)?;
+        return Ok(Outcome::AllOk);
+    }
+    writeln!(
+        out,
+        "verdict      {verdict}   P(spam) = {:.6}   log-odds = {:.3}",
+        score.probability, score.log_odds
+    )?;
+    writeln!(
+        out,
+        "evidence     text {:.3} ({} of {} known tokens strong enough; {} unknown)   metadata {:.3}   prior {:.3}",
+        score.evidence.text.score,
+        score.evidence.text.used,
+        score.evidence.text.known,
+        why.unknown_tokens,
+        score.evidence.meta,
+        score.evidence.prior
+    )?;
+    writeln!(
+        out,
+        "\ntokens (LLR > 0 points to spam)        LLR    ham   spam"
+    )?;
+    for t in &why.tokens {
+        writeln!(
+            out,
+            "  {:<34} {:>+7.3} {:>6} {:>6}{}",
+            for_terminal(&t.token),
+            t.llr,
+            t.ham,
+            t.spam,
+            if t.used { "" } else { "  (too weak, not used)" }
+        )?;
+    }
+    writeln!(out, "\nmetadata                               value    LLR")?;
+    for (name, value, llr) in &why.metadata {
+        writeln!(out, "  {name:<34} {value:>9.4} {llr:>+7.3}")?;
+    }
+    Ok(Outcome::AllOk)
+}
+
+fn dir_size(path: &std::path::Path) -> u64 {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::read_dir(path)
+            .map(|entries| entries.flatten().map(|e| dir_size(&e.path())).sum())
+            .unwrap_or(0),
+        Ok(m) => m.len(),
+        Err(_) => 0,
+    }
+}
+
+pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
+    #[derive(Serialize)]
+    struct Stats {
+        database: String,
+        ham_messages: u64,
+        spam_messages: u64,
+        vocabulary: usize,
+        size_on_disk_bytes: u64,
+        model_bytes: u64,
+        bayesmail_version: &'static str,
+        model_written_by: String,
+        store_format_version: u32,
+        tokenizer_version: u32,
+        params: bayesmail::model::Params,
+        calibrated_on: usize,
+    }
+    let classifier = Classifier::open(&ctx.db)?;
+    let h = classifier.header();
+    let s = Stats {
+        database: ctx.db.dir().display().to_string(),
+        ham_messages: h.totals.messages[0],
+        spam_messages: h.totals.messages[1],
+        vocabulary: classifier.vocabulary(),
+        size_on_disk_bytes: dir_size(ctx.db.dir()),
+        model_bytes: dir_size(&ctx.db.snapshot()),
+        bayesmail_version: env!("CARGO_PKG_VERSION"),
+        model_written_by: h.version.clone(),
+        store_format_version: bayesmail::store::FORMAT_VERSION,
+        tokenizer_version: bayesmail::tokenize::TOKENIZER_VERSION,
+        params: h.params,
+        calibrated_on: h.calibrated_on,
+    };
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &s)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "database            {}", for_terminal(&s.database))?;
+        writeln!(
+            out,
+            "messages learned    {} ham, {} spam",
+            s.ham_messages, s.spam_messages
+        )?;
+        writeln!(out, "vocabulary          {} tokens", s.vocabulary)?;
+        writeln!(
+            out,
+            "size on disk        {:.1} MB (model {:.1} MB)",
+            s.size_on_disk_bytes as f64 / 1e6,
+            s.model_bytes as f64 / 1e6
+        )?;
+        writeln!(
+            out,
+            "versions            bayesmail {} (model written by {}), store format {}, tokenizer {}",
+            s.bayesmail_version, s.model_written_by, s.store_format_version, s.tokenizer_version
+        )?;
+        writeln!(
+            out,
+            "model               {}",
+            serde_json::to_string(&s.params)?
+        )?;
+        writeln!(out, "calibrated on       {} messages", s.calibrated_on)?;
+    }
+    Ok(Outcome::AllOk)
+}

@@ -1,0 +1,89 @@
+//! Reading messages for the commands: in batches, features extracted in
+//! parallel (one extractor per rayon worker), results in input order.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use rayon::prelude::*;
+
+use bayesmail::features::{Extractor, Features};
+use bayesmail::mailbox::{self, RawMessage};
+use bayesmail::message;
+use bayesmail::model::Digest;
+use bayesmail::sanitize::for_terminal;
+
+/// Messages parsed in parallel per batch.
+pub(super) const BATCH: usize = 256;
+
+/// A message read and turned into features (or the reason it could not be).
+pub(super) struct Extracted {
+    pub raw: RawMessage,
+    pub features: Result<Features, message::Error>,
+    /// The registry digest, when asked for.
+    pub digest: Option<Digest>,
+}
+
+/// Reads every message under `paths`, extracting features batch by batch
+/// and handing each batch to `f`. Messages that cannot be read are reported
+/// on stderr and counted; returns that count.
+pub(super) fn for_each_batch(
+    paths: &[std::path::PathBuf],
+    opts: &mailbox::Options,
+    with_digest: bool,
+    f: &mut dyn FnMut(Vec<Extracted>) -> Result<()>,
+) -> Result<usize> {
+    let mut failed = 0;
+    let mut messages = mailbox::open_all(paths, opts);
+    loop {
+        let mut batch: Vec<RawMessage> = Vec::with_capacity(BATCH);
+        for item in messages.by_ref() {
+            match item {
+                Ok(raw) => {
+                    batch.push(raw);
+                    if batch.len() == BATCH {
+                        break;
+                    }
+                }
+                Err(err) => {
+                    failed += 1;
+                    eprintln!("bayesmail: {}", for_terminal(&err.to_string()));
+                }
+            }
+        }
+        if batch.is_empty() {
+            return Ok(failed);
+        }
+        let extracted: Vec<Extracted> = batch
+            .into_par_iter()
+            .map_init(Extractor::new, |ex, raw| {
+                let features = ex.extract(&raw.bytes);
+                let digest = with_digest.then(|| message::digest(&raw.bytes));
+                Extracted {
+                    raw,
+                    features,
+                    digest,
+                }
+            })
+            .collect();
+        f(extracted)?;
+    }
+}
+
+/// Reads one message from a file or, for `-`, standard input.
+pub(super) fn read_one(path: &Path) -> Result<Vec<u8>> {
+    let bytes = if path.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut buf)
+            .context("reading standard input")?;
+        buf
+    } else {
+        std::fs::read(path).with_context(|| format!("reading {}", path.display()))?
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        bail!("empty message: {}", path.display());
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,180 @@
+//! `bayesmail train`, `learn` and `unlearn`: the write side.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use bayesmail::db::{Labelled, Trainer};
+use bayesmail::eval::protocol::Settings;
+use bayesmail::features::Extractor;
+use bayesmail::message;
+use bayesmail::model::Label;
+use bayesmail::sanitize::for_terminal;
+
+use super::read::{for_each_batch, read_one};
+use super::{Context, LearnArgs, Outcome, TrainArgs, UnlearnArgs};
+
+/// Fewer messages of a class than this: too few to fit calibration by
+/// cross-validation; the previous calibration (or none) is kept.
+const MIN_CALIBRATION_PER_CLASS: usize = 20;
+
+fn spinner(what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} {pos} messages ({per_sec}, {elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_message(what.to_string());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
+    if args.spam.is_empty() && args.ham.is_empty() {
+        bail!("nothing to learn: give --spam PATH... and/or --ham PATH...");
+    }
+    let (params, pinned) = ctx.params(&args.model)?;
+    let start = Instant::now();
+    // Take the writer's lock first: fail fast, before reading any mail.
+    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
+    let opts = args.mailbox.options();
+    let bar = spinner("reading");
+    let mut messages: Vec<Labelled> = Vec::new();
+    let mut unparsed = 0;
+    let mut unread = 0;
+    for (paths, label) in [(&args.ham, Label::Ham), (&args.spam, Label::Spam)] {
+        unread += for_each_batch(paths, &opts, true, &mut |batch| {
+            for e in batch {
+                match (e.features, e.digest) {
+                    (Ok(features), Some(digest)) => messages.push(Labelled {
+                        features,
+                        digest,
+                        label,
+                    }),
+                    (Err(err), _) => {
+                        unparsed += 1;
+                        eprintln!("bayesmail: {}: {err}", for_terminal(&e.raw.id.to_string()));
+                    }
+                    (Ok(_), None) => unreachable!("digests were asked for"),
+                }
+                bar.inc(1);
+            }
+            Ok(())
+        })?;
+    }
+    let failed = unread + unparsed;
+    bar.set_message("learning");
+    bar.set_position(0);
+    let mut summary = trainer.learn(&messages, &mut |n| bar.set_position(n as u64))?;
+    let changed = summary.learned + summary.relearned > 0 || !ctx.db.snapshot().exists();
+    if changed {
+        bar.set_message("calibrating");
+        let settings = Settings {
+            select_strength: !pinned,
+            params,
+            costs: ctx.config.costs(None).map_err(anyhow::Error::msg)?,
+            inner_folds: 5,
+            min_known: ctx.config.min_known(),
+            refit_every: 250,
+        };
+        let (chosen, calibration) =
+            Trainer::calibrate(&messages, &settings, MIN_CALIBRATION_PER_CLASS);
+        bar.set_message("writing the model");
+        trainer.compile(chosen, calibration)?;
+        summary.snapshot_written = true;
+    }
+    bar.finish_and_clear();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &summary)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "read {} messages in {:.1}s: {} learned, {} moved to the other label, {} already known{}{}",
+            messages.len(),
+            start.elapsed().as_secs_f64(),
+            summary.learned,
+            summary.relearned,
+            summary.unchanged,
+            if summary.duplicates > 0 {
+                format!(", {} duplicates", summary.duplicates)
+            } else {
+                String::new()
+            },
+            if summary.conflicting > 0 {
+                format!(
+                    ", {} given as both spam and ham (left alone)",
+                    summary.conflicting
+                )
+            } else {
+                String::new()
+            },
+        )?;
+        writeln!(
+            out,
+            "database {}: {} ham, {} spam{}",
+            ctx.db.dir().display(),
+            summary.totals[0],
+            summary.totals[1],
+            if summary.snapshot_written {
+                "; model written"
+            } else {
+                "; nothing changed"
+            }
+        )?;
+    }
+    Ok(if failed > 0 {
+        Outcome::SomeFailed
+    } else {
+        Outcome::AllOk
+    })
+}
+
+fn one_message(file: &std::path::Path) -> Result<Labelled> {
+    let raw = read_one(file)?;
+    let features = Extractor::new()
+        .extract(&raw)
+        .with_context(|| format!("parsing {}", file.display()))?;
+    Ok(Labelled {
+        features,
+        digest: message::digest(&raw),
+        label: Label::Ham,
+    })
+}
+
+pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
+    let mut msg = one_message(&args.file)?;
+    msg.label = if args.spam { Label::Spam } else { Label::Ham };
+    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
+    let summary = trainer.learn(std::slice::from_ref(&msg), &mut |_| {})?;
+    if summary.learned + summary.relearned > 0 || !ctx.db.snapshot().exists() {
+        let (params, _) = ctx.params(&super::ModelArgs::default())?;
+        trainer.compile(*params.get(), None)?;
+    }
+    let what = if summary.relearned > 0 {
+        format!("moved to {}", msg.label)
+    } else if summary.learned > 0 {
+        format!("learned as {}", msg.label)
+    } else {
+        format!("already learned as {}", msg.label)
+    };
+    println!("{what}");
+    Ok(Outcome::AllOk)
+}
+
+pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
+    let msg = one_message(&args.file)?;
+    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
+    let label = trainer.unlearn(&msg.features, msg.digest)?;
+    let (params, _) = ctx.params(&super::ModelArgs::default())?;
+    trainer.compile(*params.get(), None)?;
+    println!("unlearned (was {label})");
+    Ok(Outcome::AllOk)
+}

@@ -1,0 +1,287 @@
+//! Configuration: where the database lives, the model's hyperparameters and
+//! the decision costs, from a TOML file. Precedence (highest first):
+//! command-line flags, environment (`BAYESMAIL_DB`, `BAYESMAIL_CONFIG`), the
+//! config file, built-in defaults. Every default lives in one place:
+//! [`crate::model::Params::default`], [`crate::decision::DEFAULT_COSTS`] and
+//! the constants here.
+//!
+//! ```toml
+//! db = "/var/lib/bayesmail"      # database directory
+//!
+//! [model]
+//! a = 0.1                         # Beta pseudo-counts
+//! b = 0.1
+//! min_strength = 1.5              # pin the tempered strength (else chosen by CV at train time)
+//! power = 1.0
+//! var_floor = 0.01
+//! meta_weight = 1.0
+//! meta_clip = 3.0
+//!
+//! [decision]
+//! costs = "10:1:0.1"              # FP:FN[:UNSURE]
+//! min_known = 5                   # fewer known tokens than this: unsure
+//! min_per_class = 10              # fewer messages of a class learned: unsure
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::decision::Costs;
+use crate::model::{Combine, Params};
+
+/// Messages with fewer known tokens than this are judged unsure.
+pub const DEFAULT_MIN_KNOWN: usize = 5;
+/// With fewer messages than this of either class learned, every verdict is
+/// unsure: the model has not seen enough to guess.
+pub const DEFAULT_MIN_PER_CLASS: u64 = 10;
+
+/// Errors reading a configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the location.
+        message: String,
+    },
+}
+
+/// The `[model]` table: each value overrides the default.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Beta pseudo-count of presence.
+    pub a: Option<f64>,
+    /// Beta pseudo-count of absence.
+    pub b: Option<f64>,
+    /// `tempered`, `sum` or `textbook`.
+    pub combine: Option<String>,
+    /// Tempered combination: fixed strength (otherwise chosen when training).
+    pub min_strength: Option<f64>,
+    /// Tempered combination: exponent of the token count.
+    pub power: Option<f64>,
+    /// Gaussian variance floor (fraction of pooled variance).
+    pub var_floor: Option<f64>,
+    /// Weight of metadata evidence.
+    pub meta_weight: Option<f64>,
+    /// Clip of per-feature metadata evidence (nats).
+    pub meta_clip: Option<f64>,
+}
+
+/// The `[decision]` table.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionConfig {
+    /// `FP:FN[:UNSURE]`.
+    pub costs: Option<String>,
+    /// Fewer known tokens than this: unsure.
+    pub min_known: Option<usize>,
+    /// Fewer messages of a class learned than this: unsure.
+    pub min_per_class: Option<u64>,
+}
+
+/// A configuration file.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Database directory.
+    pub db: Option<PathBuf>,
+    /// Model hyperparameters.
+    #[serde(default)]
+    pub model: ModelConfig,
+    /// Decision settings.
+    #[serde(default)]
+    pub decision: DecisionConfig,
+}
+
+impl Config {
+    /// Reads and parses a TOML file.
+    pub fn load(path: &Path) -> Result<Config, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|message| Error::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim().to_string())
+    }
+
+    /// Applies the `[model]` table (then `overrides`, e.g. from flags) to the
+    /// defaults. Returns the parameters and whether the tempered strength was
+    /// pinned (if not, training chooses it).
+    pub fn params(&self, overrides: &ModelConfig) -> Result<(Params, bool), String> {
+        let pick = |flag: Option<f64>, file: Option<f64>| flag.or(file);
+        let m = &self.model;
+        let mut p = Params::default();
+        if let Some(a) = pick(overrides.a, m.a) {
+            p.a = a;
+        }
+        if let Some(b) = pick(overrides.b, m.b) {
+            p.b = b;
+        }
+        let combine = overrides
+            .combine
+            .as_deref()
+            .or(m.combine.as_deref())
+            .unwrap_or("tempered");
+        let min_strength = pick(overrides.min_strength, m.min_strength);
+        let power = pick(overrides.power, m.power);
+        p.combine = match combine {
+            "tempered" => {
+                let Combine::Tempered {
+                    min_strength: ms,
+                    power: pw,
+                } = Combine::default()
+                else {
+                    unreachable!("the default combination is tempered")
+                };
+                Combine::Tempered {
+                    min_strength: min_strength.unwrap_or(ms),
+                    power: power.unwrap_or(pw),
+                }
+            }
+            "sum" => Combine::Sum,
+            "textbook" => Combine::Textbook,
+            other => {
+                return Err(format!(
+                    "unknown combination '{other}' (expected tempered, sum or textbook)"
+                ));
+            }
+        };
+        if let Some(v) = pick(overrides.var_floor, m.var_floor) {
+            p.var_floor = v;
+        }
+        if let Some(v) = pick(overrides.meta_weight, m.meta_weight) {
+            p.meta_weight = v;
+        }
+        if let Some(v) = pick(overrides.meta_clip, m.meta_clip) {
+            p.meta_clip = v;
+        }
+        p.check()?;
+        Ok((p, min_strength.is_some() || combine != "tempered"))
+    }
+
+    /// The decision costs: `flag`, else the file's, else the default.
+    pub fn costs(&self, flag: Option<Costs>) -> Result<Costs, String> {
+        match (flag, &self.decision.costs) {
+            (Some(c), _) => Ok(c),
+            (None, Some(s)) => s.parse(),
+            (None, None) => Ok(Costs::default()),
+        }
+    }
+
+    /// Minimum known tokens for a verdict other than unsure.
+    pub fn min_known(&self) -> usize {
+        self.decision.min_known.unwrap_or(DEFAULT_MIN_KNOWN)
+    }
+
+    /// Minimum messages per class for a verdict other than unsure.
+    pub fn min_per_class(&self) -> u64 {
+        self.decision.min_per_class.unwrap_or(DEFAULT_MIN_PER_CLASS)
+    }
+}
+
+/// `$XDG_DATA_HOME/bayesmail`, else `~/.local/share/bayesmail`, else
+/// `./bayesmail-db`.
+pub fn default_db_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("bayesmail");
+    }
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(home) => PathBuf::from(home)
+            .join(".local")
+            .join("share")
+            .join("bayesmail"),
+        None => PathBuf::from("bayesmail-db"),
+    }
+}
+
+/// `$XDG_CONFIG_HOME/bayesmail/config.toml` or
+/// `~/.config/bayesmail/config.toml`, if that file exists.
+pub fn default_config_file() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    let file = base.join("bayesmail").join("config.toml");
+    file.is_file().then_some(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_values_apply_and_flags_win() {
+        let c = Config::parse(
+            "db = \"/tmp/x\"\n[model]\na = 0.5\nmin_strength = 2.0\n[decision]\ncosts = \"20:1\"\nmin_known = 3\n",
+        )
+        .unwrap();
+        assert_eq!(c.db.as_deref(), Some(Path::new("/tmp/x")));
+        let (p, pinned) = c.params(&ModelConfig::default()).unwrap();
+        assert_eq!(p.a, 0.5);
+        assert!(pinned);
+        assert_eq!(
+            p.combine,
+            Combine::Tempered {
+                min_strength: 2.0,
+                power: 1.0
+            }
+        );
+        let (p, _) = c
+            .params(&ModelConfig {
+                a: Some(0.2),
+                ..ModelConfig::default()
+            })
+            .unwrap();
+        assert_eq!(p.a, 0.2);
+        assert_eq!(c.costs(None).unwrap().to_string(), "20:1");
+        assert_eq!(c.min_known(), 3);
+        let (_, pinned) = Config::default().params(&ModelConfig::default()).unwrap();
+        assert!(!pinned, "by default training chooses the strength");
+    }
+
+    #[test]
+    fn bad_files_say_what_is_wrong() {
+        assert!(
+            Config::parse("[model]\nalpha = 1\n")
+                .unwrap_err()
+                .contains("alpha")
+        );
+        assert!(
+            Config::parse("[model]\na = -1\n")
+                .unwrap()
+                .params(&ModelConfig::default())
+                .is_err()
+        );
+        assert!(
+            Config::parse("[model]\ncombine = \"magic\"\n")
+                .unwrap()
+                .params(&ModelConfig::default())
+                .is_err()
+        );
+        assert!(
+            Config::parse("[decision]\ncosts = \"1\"\n")
+                .unwrap()
+                .costs(None)
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,471 @@
+//! The database directory and the two sides that use it.
+//!
+//! ```text
+//! DB/counts.sled/   the counts: source of truth, one writer (train, learn, unlearn)
+//! DB/model.bin      the compiled model: immutable, replaced atomically after
+//!                   every change, memory-mapped by any number of readers
+//! ```
+//!
+//! [`Classifier`] reads only the snapshot, so classification never waits for
+//! or blocks a training run, and opening it costs one `mmap`. [`Trainer`]
+//! holds the sled store, turns labelled messages into deltas (skipping what
+//! the registry says is already learned with the same label, relearning what
+//! moved), applies them in atomic chunks, and writes a new snapshot.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::decision::Calibrator;
+use crate::eval::protocol::{self, Counts, Dataset, Settings};
+use crate::features::{Features, METADATA_NAMES};
+use crate::model::{
+    Combine, Delta, Digest, Evidence, Label, Model, Params, TokenCounts, Totals, bernoulli,
+};
+use crate::store::{self, SledStore, Snapshot, Store};
+
+/// How long a writer waits for another writer's lock before giving up.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// Messages per atomic store write during training: each chunk carries the
+/// registry entries of its own messages, so a run killed between chunks
+/// leaves counts and registry consistent (a re-run finishes the job).
+pub const CHUNK_MESSAGES: usize = 500;
+
+/// Errors of the database layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The count store or the snapshot failed.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    /// No model has been trained into this database.
+    #[error("no trained model at {0}: run `bayesmail train` first")]
+    NoModel(PathBuf),
+    /// The snapshot's parameters do not pass the checks.
+    #[error("model at {path} is unusable: {reason}")]
+    BadModel {
+        /// The snapshot file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Unlearning a message that was never learned.
+    #[error("this message was never learned, so it cannot be unlearned")]
+    NotLearned,
+    /// Creating the database directory failed.
+    #[error("cannot create database directory {path}: {source}")]
+    Create {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Result of the database layer.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Paths inside a database directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbPaths {
+    dir: PathBuf,
+}
+
+impl DbPaths {
+    /// The database at `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> DbPaths {
+        DbPaths { dir: dir.into() }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The sled count store.
+    pub fn counts(&self) -> PathBuf {
+        self.dir.join("counts.sled")
+    }
+
+    /// The compiled model snapshot.
+    pub fn snapshot(&self) -> PathBuf {
+        self.dir.join("model.bin")
+    }
+}
+
+/// What the snapshot carries besides token counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelHeader {
+    /// The bayesmail version that wrote it.
+    pub version: String,
+    /// Hyperparameters in force (the strength chosen at training time).
+    pub params: Params,
+    /// Message counts and metadata statistics.
+    pub totals: Totals,
+    /// Calibration fitted on cross-validated scores of the training data.
+    pub calibrator: Calibrator,
+    /// Σ of absent-token evidence over the vocabulary (textbook model only).
+    pub absent_constant: f64,
+    /// Messages the calibration was fitted on (0: not calibrated).
+    pub calibrated_on: usize,
+}
+
+/// The score of one message.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Score {
+    /// The evidence, uncalibrated.
+    pub evidence: Evidence,
+    /// The model's log-odds of spam, uncalibrated.
+    pub log_odds: f64,
+    /// Calibrated P(spam).
+    pub probability: f64,
+}
+
+/// Turns a score into a verdict: the cost-optimal one, except that a model
+/// that has seen too little of either class, or a message with too few known
+/// tokens (mostly unlike anything learned), is unsure rather than a guess.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decider {
+    /// Decision costs.
+    pub costs: crate::decision::Costs,
+    /// Fewer known tokens than this: unsure.
+    pub min_known: usize,
+    /// Fewer learned messages of either class than this: unsure.
+    pub min_per_class: u64,
+}
+
+impl Decider {
+    /// The verdict for a score from a model trained on `messages` (`[ham, spam]`).
+    pub fn verdict(&self, messages: [u64; 2], score: &Score) -> crate::decision::Verdict {
+        if messages.iter().any(|&n| n < self.min_per_class)
+            || score.evidence.text.known < self.min_known
+        {
+            crate::decision::Verdict::Unsure
+        } else {
+            self.costs.decide(score.probability)
+        }
+    }
+}
+
+/// One token's part in a decision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TokenWeight {
+    /// The token.
+    pub token: String,
+    /// Its log-likelihood ratio, spam vs ham (nats).
+    pub llr: f64,
+    /// Ham messages that contained it.
+    pub ham: u32,
+    /// Spam messages that contained it.
+    pub spam: u32,
+    /// Whether it was strong enough to enter the combination.
+    pub used: bool,
+}
+
+/// Why a message scored as it did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Explanation {
+    /// Known tokens, strongest first.
+    pub tokens: Vec<TokenWeight>,
+    /// Tokens never seen in training (they contribute nothing).
+    pub unknown_tokens: usize,
+    /// Metadata features with value and log-likelihood ratio, strongest first.
+    pub metadata: Vec<(String, f64, f64)>,
+}
+
+/// The read side: a memory-mapped snapshot and the model built from its
+/// header. Cheap to open; `Send + Sync`, so one can serve many threads.
+pub struct Classifier {
+    snapshot: Snapshot,
+    header: ModelHeader,
+    model: Model,
+}
+
+impl Classifier {
+    /// Opens the snapshot of the database at `paths`.
+    pub fn open(paths: &DbPaths) -> Result<Classifier> {
+        let path = paths.snapshot();
+        if !path.exists() {
+            return Err(Error::NoModel(paths.dir().to_path_buf()));
+        }
+        let snapshot = Snapshot::open(&path)?;
+        let header: ModelHeader = snapshot.header()?;
+        let params = header.params.check().map_err(|reason| Error::BadModel {
+            path: path.clone(),
+            reason,
+        })?;
+        let model = Model::new(params, &header.totals, header.absent_constant);
+        Ok(Classifier {
+            snapshot,
+            header,
+            model,
+        })
+    }
+
+    /// The snapshot header.
+    pub fn header(&self) -> &ModelHeader {
+        &self.header
+    }
+
+    /// Distinct tokens in the model.
+    pub fn vocabulary(&self) -> usize {
+        self.snapshot.len()
+    }
+
+    /// Scores a message's features.
+    pub fn score(&self, features: &Features) -> Score {
+        let known = features
+            .tokens
+            .iter()
+            .filter_map(|t| self.snapshot.lookup(t));
+        let evidence = self.model.evidence(known, &features.metadata.0);
+        let probability = self
+            .header
+            .calibrator
+            .probability(protocol::calibration_inputs(&evidence));
+        Score {
+            evidence,
+            log_odds: evidence.log_odds(),
+            probability,
+        }
+    }
+
+    /// The tokens and metadata behind a score, strongest first.
+    pub fn explain(&self, features: &Features) -> Explanation {
+        let min_strength = match self.header.params.combine {
+            Combine::Tempered { min_strength, .. } => min_strength,
+            _ => 0.0,
+        };
+        let mut unknown_tokens = 0;
+        let mut tokens: Vec<TokenWeight> = features
+            .tokens
+            .iter()
+            .filter_map(|t| match self.snapshot.lookup(t) {
+                Some(c) => {
+                    let llr = self.model.token_llr(c);
+                    Some(TokenWeight {
+                        token: t.clone(),
+                        llr,
+                        ham: c.ham,
+                        spam: c.spam,
+                        used: llr.abs() >= min_strength,
+                    })
+                }
+                None => {
+                    unknown_tokens += 1;
+                    None
+                }
+            })
+            .collect();
+        tokens.sort_by(|a, b| b.llr.abs().total_cmp(&a.llr.abs()));
+        let llrs = self.model.gaussian().llrs(&features.metadata.0);
+        let mut metadata: Vec<(String, f64, f64)> = METADATA_NAMES
+            .iter()
+            .zip(features.metadata.0)
+            .zip(llrs)
+            .map(|((name, value), llr)| (name.to_string(), value, llr))
+            .collect();
+        metadata.sort_by(|a, b| b.2.abs().total_cmp(&a.2.abs()));
+        Explanation {
+            tokens,
+            unknown_tokens,
+            metadata,
+        }
+    }
+}
+
+/// A labelled message ready to learn.
+#[derive(Debug, Clone)]
+pub struct Labelled {
+    /// Its features.
+    pub features: Features,
+    /// Its registry digest.
+    pub digest: Digest,
+    /// Its label.
+    pub label: Label,
+}
+
+/// What a training run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TrainSummary {
+    /// Messages learned for the first time.
+    pub learned: usize,
+    /// Messages learned before under the other label, now moved.
+    pub relearned: usize,
+    /// Messages already learned with the same label.
+    pub unchanged: usize,
+    /// The same message given twice in this run (counted once).
+    pub duplicates: usize,
+    /// Messages given with both labels in this run (left alone).
+    pub conflicting: usize,
+    /// Messages learned per class after the run, `[ham, spam]`.
+    pub totals: [u64; 2],
+    /// Whether a new snapshot was written.
+    pub snapshot_written: bool,
+}
+
+/// The write side: holds the sled store's lock for as long as it lives.
+pub struct Trainer {
+    paths: DbPaths,
+    store: SledStore,
+}
+
+impl Trainer {
+    /// Opens (creating if needed) the database, waiting up to `wait` for
+    /// another writer.
+    pub fn open(paths: &DbPaths, wait: Duration) -> Result<Trainer> {
+        std::fs::create_dir_all(paths.dir()).map_err(|source| Error::Create {
+            path: paths.dir().to_path_buf(),
+            source,
+        })?;
+        let store = SledStore::open(&paths.counts(), wait)?;
+        Ok(Trainer {
+            paths: paths.clone(),
+            store,
+        })
+    }
+
+    /// The count store.
+    pub fn store(&self) -> &SledStore {
+        &self.store
+    }
+
+    /// Learns messages idempotently: a message already learned with the same
+    /// label is skipped, one learned with the other label is moved. Changes
+    /// are applied in atomic chunks of [`CHUNK_MESSAGES`]; `progress` is
+    /// called with the number of messages handled so far.
+    pub fn learn(
+        &mut self,
+        messages: &[Labelled],
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<TrainSummary> {
+        let mut summary = TrainSummary::default();
+        // One label per digest in this run; a message given twice with the
+        // same label counts once, with both labels not at all.
+        let mut wanted: HashMap<Digest, Option<Label>> = HashMap::new();
+        for m in messages {
+            match wanted.get(&m.digest) {
+                None => {
+                    wanted.insert(m.digest, Some(m.label));
+                }
+                Some(Some(l)) if *l == m.label => summary.duplicates += 1,
+                Some(Some(_)) => {
+                    wanted.insert(m.digest, None);
+                    summary.conflicting += 1;
+                }
+                Some(None) => summary.conflicting += 1,
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut delta = Delta::default();
+        let mut in_chunk = 0;
+        for (i, m) in messages.iter().enumerate() {
+            if wanted.get(&m.digest) != Some(&Some(m.label)) || !seen.insert(m.digest) {
+                continue;
+            }
+            match self.store.label_of(&m.digest)? {
+                Some(old) if old == m.label => {
+                    summary.unchanged += 1;
+                    continue;
+                }
+                Some(old) => {
+                    delta.add_message(&m.features, old, -1);
+                    summary.relearned += 1;
+                }
+                None => summary.learned += 1,
+            }
+            delta.add_message(&m.features, m.label, 1);
+            delta.registry.push((m.digest, Some(m.label)));
+            in_chunk += 1;
+            if in_chunk == CHUNK_MESSAGES {
+                self.store.apply(&std::mem::take(&mut delta))?;
+                in_chunk = 0;
+                progress(i + 1);
+            }
+        }
+        if in_chunk > 0 {
+            self.store.apply(&delta)?;
+        }
+        progress(messages.len());
+        self.store.flush()?;
+        summary.totals = self.store.totals()?.messages;
+        Ok(summary)
+    }
+
+    /// Unlearns one message; [`Error::NotLearned`] if the registry does not
+    /// know it.
+    pub fn unlearn(&mut self, features: &Features, digest: Digest) -> Result<Label> {
+        let label = self.store.label_of(&digest)?.ok_or(Error::NotLearned)?;
+        let mut delta = Delta::default();
+        delta.add_message(features, label, -1);
+        delta.registry.push((digest, None));
+        self.store.apply(&delta)?;
+        self.store.flush()?;
+        Ok(label)
+    }
+
+    /// Chooses the combination strength and fits calibration by
+    /// cross-validation over `messages` (the labelled training data), as
+    /// `eval` does inside its training folds. Returns the chosen parameters,
+    /// the calibrator and how many messages it was fitted on; with fewer than
+    /// `min` messages of either class, returns the parameters unchanged and
+    /// `None`.
+    pub fn calibrate(
+        messages: &[Labelled],
+        settings: &Settings,
+        min: usize,
+    ) -> (Params, Option<(Calibrator, usize)>) {
+        let spam = messages.iter().filter(|m| m.label == Label::Spam).count();
+        if spam < min || messages.len() - spam < min {
+            return (*settings.params.get(), None);
+        }
+        let data = Dataset::new(messages.iter().map(|m| (m.features.clone(), m.label)));
+        let mut counts = Counts::new(data.vocabulary);
+        for ex in &data.examples {
+            counts.add(ex, 1);
+        }
+        let members: Vec<usize> = (0..data.examples.len()).collect();
+        let (params, calibrator) =
+            protocol::select_and_calibrate(&data, &counts, &members, settings);
+        (*params.get(), Some((calibrator, data.examples.len())))
+    }
+
+    /// Writes a new snapshot from the store: the given parameters and
+    /// calibration, or those of the current snapshot when `calibration` is
+    /// `None` (defaults if there is none yet).
+    pub fn compile(&self, params: Params, calibration: Option<(Calibrator, usize)>) -> Result<()> {
+        let previous: Option<ModelHeader> = Snapshot::open(&self.paths.snapshot())
+            .ok()
+            .and_then(|s| s.header().ok());
+        let (params, calibrator, calibrated_on) = match (calibration, &previous) {
+            (Some((c, n)), _) => (params, c, n),
+            (None, Some(prev)) => (prev.params, prev.calibrator, prev.calibrated_on),
+            (None, None) => (params, Calibrator::default(), 0),
+        };
+        let valid = params.check().map_err(|reason| Error::BadModel {
+            path: self.paths.snapshot(),
+            reason,
+        })?;
+        let totals = self.store.totals()?;
+        let absent_constant = if params.combine == Combine::Textbook {
+            let mut vocab = Vec::new();
+            self.store
+                .for_each_token(&mut |_, c: TokenCounts| vocab.push(c))?;
+            bernoulli::absent_constant(valid.prior(), totals.messages, vocab)
+        } else {
+            0.0
+        };
+        let header = ModelHeader {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            params,
+            totals,
+            calibrator,
+            absent_constant,
+            calibrated_on,
+        };
+        store::write_store_snapshot(&self.paths.snapshot(), &header, &self.store)?;
+        Ok(())
+    }
+}
