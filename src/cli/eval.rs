@@ -15,9 +15,11 @@ use bayesmail::model::Label;
 
 use super::{EvalArgs, Outcome};
 
-/// One labelled message to evaluate on.
+/// One labelled message to evaluate on: a file to read, or bytes already
+/// read from a mailbox.
 struct Item {
     path: PathBuf,
+    bytes: Option<Vec<u8>>,
     label: Label,
     fold: usize,
 }
@@ -49,6 +51,7 @@ fn read_folds(file: &Path, root: &Path) -> Result<Vec<Item>> {
             .map_err(|e| anyhow::anyhow!("{}:{}: {e}", file.display(), n + 1))?;
         items.push(Item {
             path: root.join(path),
+            bytes: None,
             label,
             fold,
         });
@@ -79,6 +82,7 @@ fn read_index(file: &Path) -> Result<Vec<Item>> {
             .map_err(|e| anyhow::anyhow!("{}:{}: {e}", file.display(), n + 1))?;
         items.push(Item {
             path: base.join(path.trim()),
+            bytes: None,
             label,
             fold: 0,
         });
@@ -86,29 +90,20 @@ fn read_index(file: &Path) -> Result<Vec<Item>> {
     Ok(items)
 }
 
-/// Labelled folders: every message of `--spam` and `--ham`, folds assigned
-/// round-robin within each class (stratified).
+/// Labelled mailboxes: every message of `--spam` and `--ham` (any mailbox
+/// kind), folds assigned round-robin within each class (stratified).
 fn read_folders(spam: &[PathBuf], ham: &[PathBuf], k: usize) -> Result<Vec<Item>> {
     let opts = mailbox::Options::default();
     let mut items = Vec::new();
     for (paths, label) in [(ham, Label::Ham), (spam, Label::Spam)] {
-        let mut n = 0;
-        for m in mailbox::open_all(paths, &opts) {
-            let m = m.context("reading a labelled folder")?;
-            match m.id.path() {
-                Some(p) if matches!(m.id, mailbox::MessageId::Path(_)) => {
-                    items.push(Item {
-                        path: p.to_path_buf(),
-                        label,
-                        fold: n % k,
-                    });
-                    n += 1;
-                }
-                _ => bail!(
-                    "eval reads message files (Maildirs and directories); {} is inside an mbox",
-                    m.id
-                ),
-            }
+        for (n, m) in mailbox::open_all(paths, &opts).enumerate() {
+            let m = m.context("reading a labelled mailbox")?;
+            items.push(Item {
+                path: PathBuf::from(m.id.to_string()),
+                bytes: Some(m.bytes),
+                label,
+                fold: n % k,
+            });
         }
     }
     Ok(items)
@@ -118,9 +113,16 @@ fn extract(items: &[Item]) -> Result<Vec<Features>> {
     items
         .par_iter()
         .map_init(Extractor::new, |ex, item| {
-            let raw = std::fs::read(&item.path)
-                .with_context(|| format!("reading {}", item.path.display()))?;
-            ex.extract(&raw)
+            let read;
+            let raw = match &item.bytes {
+                Some(b) => b,
+                None => {
+                    read = std::fs::read(&item.path)
+                        .with_context(|| format!("reading {}", item.path.display()))?;
+                    &read
+                }
+            };
+            ex.extract(raw)
                 .with_context(|| format!("parsing {}", item.path.display()))
         })
         .collect()

@@ -11,4 +11,5 @@ mod cli;
 mod common;
 mod corpus;
 mod golden;
+mod learning;
 mod properties;
