@@ -2,88 +2,49 @@
 
 use std::io::{self, BufWriter, Write};
 
-use anyhow::{Context, Result};
-use rayon::prelude::*;
+use anyhow::Result;
 
-use bayesmail::features::{Extractor, Features, METADATA_NAMES};
-use bayesmail::mailbox::{self, RawMessage};
+use bayesmail::features::{Features, METADATA_NAMES};
 use bayesmail::sanitize::for_terminal;
 
+use super::read::for_each_batch;
 use super::{Outcome, TokensArgs, is_broken_pipe};
 
-/// Messages parsed in parallel per batch; output stays in input order.
-const BATCH: usize = 256;
-
 pub(super) fn run(args: &TokensArgs) -> Result<Outcome> {
-    let opts = args.mailbox.options();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let mut failed = false;
-    let mut messages = mailbox::open_all(&args.paths, &opts);
-    let mut batch: Vec<RawMessage> = Vec::with_capacity(BATCH);
-    loop {
-        batch.clear();
-        for item in messages.by_ref() {
-            match item {
-                Ok(raw) => {
-                    batch.push(raw);
-                    if batch.len() == BATCH {
-                        break;
-                    }
-                }
+    let mut unparsed = 0;
+    let result = for_each_batch(&args.paths, &args.mailbox.options(), false, &mut |batch| {
+        for e in batch {
+            let id = e.raw.id.to_string();
+            match e.features {
+                Ok(features) if args.json => write_json(&mut out, &id, &features)?,
+                Ok(features) => write_text(&mut out, &id, &features)?,
                 Err(err) => {
-                    failed = true;
-                    eprintln!("bayesmail: {}", for_terminal(&err.to_string()));
-                }
-            }
-        }
-        if batch.is_empty() {
-            break;
-        }
-        let results: Vec<_> = batch
-            .par_iter()
-            .map_init(Extractor::new, |ex, raw| ex.extract(&raw.bytes))
-            .collect();
-        for (raw, result) in batch.iter().zip(results) {
-            let id = raw.id.to_string();
-            match result {
-                Ok(features) => {
-                    let written = if args.json {
-                        write_json(&mut out, &id, &features)
-                    } else {
-                        write_text(&mut out, &id, &features)
-                    };
-                    if let Err(err) = written.context("writing to standard output") {
-                        return finish_on_write_error(err, failed);
-                    }
-                }
-                Err(err) => {
-                    failed = true;
+                    unparsed += 1;
                     eprintln!("bayesmail: {}: {err}", for_terminal(&id));
                 }
             }
         }
-    }
-    if let Err(err) = out.flush().context("writing to standard output") {
-        return finish_on_write_error(err, failed);
-    }
-    Ok(if failed {
+        Ok(())
+    });
+    let unread = match result.and_then(|n| out.flush().map(|_| n).map_err(Into::into)) {
+        Ok(n) => n,
+        // The reader of stdout went away (`| head`): the output ends there.
+        Err(err) if is_broken_pipe(&err) => {
+            return Ok(if unparsed > 0 {
+                Outcome::SomeFailed
+            } else {
+                Outcome::AllOk
+            });
+        }
+        Err(err) => return Err(err),
+    };
+    Ok(if unread + unparsed > 0 {
         Outcome::SomeFailed
     } else {
         Outcome::AllOk
     })
-}
-
-fn finish_on_write_error(err: anyhow::Error, failed: bool) -> Result<Outcome> {
-    if is_broken_pipe(&err) {
-        Ok(if failed {
-            Outcome::SomeFailed
-        } else {
-            Outcome::AllOk
-        })
-    } else {
-        Err(err)
-    }
 }
 
 #[derive(serde::Serialize)]
