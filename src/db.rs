@@ -246,7 +246,7 @@ impl Classifier {
                 Some(c) => {
                     let llr = self.model.token_llr(c);
                     Some(TokenWeight {
-                        token: t.clone(),
+                        token: t.to_owned(),
                         llr,
                         ham: c.ham,
                         spam: c.spam,

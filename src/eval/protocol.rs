@@ -47,10 +47,14 @@ impl Dataset {
             .map(|(f, label)| {
                 let mut tokens: Vec<u32> = f
                     .tokens
-                    .into_iter()
-                    .map(|t| {
-                        let next = ids.len() as u32;
-                        *ids.entry(t).or_insert(next)
+                    .iter()
+                    .map(|t| match ids.get(t) {
+                        Some(&id) => id,
+                        None => {
+                            let next = ids.len() as u32;
+                            ids.insert(t.to_owned(), next);
+                            next
+                        }
                     })
                     .collect();
                 tokens.sort_unstable();
@@ -357,7 +361,7 @@ mod tests {
             let m = if spam { 1.0 } else { 0.0 } + (i % 10) as f64 / 10.0;
             items.push((
                 Features {
-                    tokens,
+                    tokens: tokens.into_iter().collect(),
                     metadata: Metadata([m; METADATA_LEN]),
                 },
                 if spam { Label::Spam } else { Label::Ham },

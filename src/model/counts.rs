@@ -177,8 +177,15 @@ impl Delta {
     pub fn add_message(&mut self, features: &Features, label: Label, sign: i64) {
         let c = label.index();
         self.messages[c] += sign;
-        for token in &features.tokens {
-            self.tokens.entry(token.clone()).or_default()[c] += sign;
+        for token in features.tokens.iter() {
+            match self.tokens.get_mut(token) {
+                Some(d) => d[c] += sign,
+                None => {
+                    let mut d = [0, 0];
+                    d[c] = sign;
+                    self.tokens.insert(token.to_owned(), d);
+                }
+            }
         }
         for (stats, &x) in self.gauss[c].iter_mut().zip(&features.metadata.0) {
             stats.add(x, sign);
@@ -243,7 +250,7 @@ mod tests {
     #[test]
     fn deltas_merge_and_cancel() {
         let f = Features {
-            tokens: vec!["a".into(), "b".into()],
+            tokens: ["a", "b"].into_iter().collect(),
             metadata: Metadata([0.5; METADATA_LEN]),
         };
         let mut d = Delta::default();

@@ -114,17 +114,109 @@ impl TokenSet {
     }
 
     /// The sorted, de-duplicated tokens; leaves the set empty for reuse.
-    pub fn finish(&mut self) -> Vec<String> {
+    pub fn finish(&mut self) -> TokenList {
         let arena = &self.arena;
         let text = |&(_, a, b): &(u64, u32, u32)| &arena[a as usize..b as usize];
         self.spans
             .sort_unstable_by(|x, y| x.0.cmp(&y.0).then_with(|| text(x).cmp(text(y))));
-        let out = self.spans.iter().map(|s| text(s).to_owned()).collect();
+        let mut out = TokenList {
+            text: String::with_capacity(self.arena.len()),
+            ends: Vec::with_capacity(self.spans.len()),
+        };
+        for s in &self.spans {
+            out.text.push_str(text(s));
+            out.ends.push(out.text.len() as u32);
+        }
         self.arena.clear();
         self.spans.clear();
         self.seen.clear();
         self.pushed = 0;
         out
+    }
+}
+
+/// A sorted, de-duplicated list of tokens in one allocation (a message's
+/// binary bag of words). Serialises as a list of strings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct TokenList {
+    text: String,
+    ends: Vec<u32>,
+}
+
+impl TokenList {
+    /// Builds a list from any tokens: sorted and de-duplicated here.
+    pub fn from_tokens<S: AsRef<str>>(tokens: impl IntoIterator<Item = S>) -> TokenList {
+        let mut all: Vec<S> = tokens.into_iter().collect();
+        all.sort_unstable_by(|a, b| a.as_ref().cmp(b.as_ref()));
+        all.dedup_by(|a, b| a.as_ref() == b.as_ref());
+        let mut out = TokenList::default();
+        for t in &all {
+            out.text.push_str(t.as_ref());
+            out.ends.push(out.text.len() as u32);
+        }
+        out
+    }
+
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// True if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The `i`-th token in sorted order.
+    pub fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)? as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        self.text.get(start..end)
+    }
+
+    /// The tokens in sorted order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        (0..self.ends.len()).map(|i| self.get(i).unwrap_or(""))
+    }
+
+    /// Whether `token` is in the list (binary search).
+    pub fn contains(&self, token: &str) -> bool {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.get(mid).unwrap_or("").cmp(token) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return true,
+            }
+        }
+        false
+    }
+
+    /// The tokens as owned strings.
+    pub fn to_vec(&self) -> Vec<String> {
+        self.iter().map(str::to_owned).collect()
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<S> for TokenList {
+    fn from_iter<I: IntoIterator<Item = S>>(iter: I) -> Self {
+        TokenList::from_tokens(iter)
+    }
+}
+
+impl serde::Serialize for TokenList {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+impl<'a> IntoIterator for &'a TokenList {
+    type Item = &'a str;
+    type IntoIter = Box<dyn Iterator<Item = &'a str> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
     }
 }
 
@@ -165,7 +257,7 @@ impl Analyzer {
     /// let mut set = TokenSet::default();
     /// Analyzer::new().tokenize("Win $1,000 at HTTP://WWW.Lucky.Example.com/x now", "", &mut set);
     /// assert_eq!(
-    ///     set.finish(),
+    ///     set.finish().to_vec(),
     ///     ["#,###", "URL:example.com", "URL:lucky.example.com", "at", "now", "win"]
     /// );
     /// ```
@@ -367,7 +459,7 @@ mod tests {
     fn tokens(text: &str) -> Vec<String> {
         let mut set = TokenSet::default();
         Analyzer::new().tokenize(text, "", &mut set);
-        set.finish()
+        set.finish().to_vec()
     }
 
     #[test]
@@ -420,7 +512,16 @@ mod tests {
         let mut set = TokenSet::default();
         let urls = Analyzer::new().tokenize("Free http://x.example/", "SUBJ:", &mut set);
         assert_eq!(urls, 1);
-        assert_eq!(set.finish(), ["SUBJ:free", "URL:x.example"]);
+        assert_eq!(set.finish().to_vec(), ["SUBJ:free", "URL:x.example"]);
+    }
+
+    #[test]
+    fn token_lists_search_and_serialise() {
+        let list = TokenList::from_tokens(["b", "a", "c", "a"]);
+        assert_eq!(list.to_vec(), ["a", "b", "c"]);
+        assert!(list.contains("b") && !list.contains("d") && !list.contains(""));
+        assert_eq!(serde_json::to_string(&list).unwrap(), r#"["a","b","c"]"#);
+        assert!(TokenList::default().is_empty());
     }
 
     #[test]

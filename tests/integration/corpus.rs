@@ -15,7 +15,7 @@ fn token_sets(messages: &[Vec<u8>]) -> Vec<Vec<String>> {
     messages
         .par_iter()
         .map_init(Extractor::new, |ex, raw| {
-            ex.extract(raw).expect("message parses").tokens
+            ex.extract(raw).expect("message parses").tokens.to_vec()
         })
         .collect()
 }
@@ -103,7 +103,7 @@ fn maildir_roundtrip(messages: &[Vec<u8>]) {
             m.bytes, messages[index],
             "bytes of message {index} changed through Maildir"
         );
-        let tokens = Extractor::new().extract(&m.bytes).unwrap().tokens;
+        let tokens = Extractor::new().extract(&m.bytes).unwrap().tokens.to_vec();
         assert_eq!(tokens, expected[index]);
     }
 }

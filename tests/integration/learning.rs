@@ -125,7 +125,9 @@ fn relearning_the_same_messages_is_a_no_op() {
     let messages: Vec<Labelled> = (0..30u8)
         .map(|i| Labelled {
             features: Features {
-                tokens: vec![format!("t{}", i % 7), format!("u{}", i % 3)],
+                tokens: [format!("t{}", i % 7), format!("u{}", i % 3)]
+                    .into_iter()
+                    .collect(),
                 metadata: Metadata([f64::from(i); METADATA_LEN]),
             },
             digest: [i; 32],

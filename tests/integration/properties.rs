@@ -87,8 +87,9 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-fn check_tokens(tokens: &[String]) -> Result<(), TestCaseError> {
-    for t in tokens {
+fn check_tokens(tokens: &bayesmail::tokenize::TokenList) -> Result<(), TestCaseError> {
+    let tokens = tokens.to_vec();
+    for t in &tokens {
         prop_assert!(!t.is_empty());
         prop_assert!(
             t.len() <= MAX_TOKEN_LEN,
