@@ -394,6 +394,18 @@ impl Trainer {
         Ok(summary)
     }
 
+    /// True if the model snapshot is missing or was compiled from other
+    /// counts than the store holds now (e.g. a run was killed after storing
+    /// its counts but before writing the snapshot): the next write must
+    /// compile even if it learns nothing new.
+    pub fn model_is_stale(&self) -> Result<bool> {
+        let totals = self.store.totals()?;
+        Ok(Snapshot::open(&self.paths.snapshot())
+            .ok()
+            .and_then(|s| s.header::<ModelHeader>().ok())
+            .is_none_or(|h| h.totals != totals))
+    }
+
     /// Unlearns one message; [`Error::NotLearned`] if the registry does not
     /// know it.
     pub fn unlearn(&mut self, features: &Features, digest: Digest) -> Result<Label> {

@@ -71,7 +71,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     bar.set_message("learning");
     bar.set_position(0);
     let mut summary = trainer.learn(&messages, &mut |n| bar.set_position(n as u64))?;
-    let changed = summary.learned + summary.relearned > 0 || !ctx.db.snapshot().exists();
+    let changed = summary.learned + summary.relearned > 0 || trainer.model_is_stale()?;
     if changed {
         bar.set_message("calibrating");
         let settings = Settings {
@@ -154,7 +154,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     msg.label = if args.spam { Label::Spam } else { Label::Ham };
     let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
     let summary = trainer.learn(std::slice::from_ref(&msg), &mut |_| {})?;
-    if summary.learned + summary.relearned > 0 || !ctx.db.snapshot().exists() {
+    if summary.learned + summary.relearned > 0 || trainer.model_is_stale()? {
         let (params, _) = ctx.params(&super::ModelArgs::default())?;
         trainer.compile(*params.get(), None)?;
     }
@@ -172,9 +172,13 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
 pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     let msg = one_message(&args.file)?;
     let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
-    let label = trainer.unlearn(&msg.features, msg.digest)?;
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    trainer.compile(*params.get(), None)?;
-    println!("unlearned (was {label})");
+    let result = trainer.unlearn(&msg.features, msg.digest);
+    // Compile after a change, and also when an earlier run was killed
+    // between storing and compiling, so the model never lags the counts.
+    if result.is_ok() || trainer.model_is_stale()? {
+        trainer.compile(*params.get(), None)?;
+    }
+    println!("unlearned (was {})", result?);
     Ok(Outcome::AllOk)
 }

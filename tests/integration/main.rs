@@ -13,3 +13,4 @@ mod corpus;
 mod golden;
 mod learning;
 mod properties;
+mod train;
