@@ -14,7 +14,7 @@
 //! | `URL:` | hosts of URLs in text and of HTML link/image/form targets, their parent domains, `URL:ip-address` for numeric hosts |
 //! | `MAILER:` | words of X-Mailer / User-Agent |
 //! | `MSGID:` | the domain of the Message-ID and its parent |
-//! | `RCVD:` | words of every Received header |
+//! | `RCVD:` | words of every Received header, without its trailing date |
 //! | `CT:` | MIME type of every leaf part |
 //! | `CS:` | declared charsets of text parts |
 //! | `ATT:` | file-name extensions of attachments |
@@ -172,7 +172,18 @@ impl Extractor {
             push_domain(set, "MSGID:", &domain);
         }
         for received in msg.headers_named("received") {
-            analyzer.tokenize(received, "RCVD:", set);
+            // The trailing "; date" says when the message was collected,
+            // not who sent it: tokens of it would teach the calendar.
+            let route = received
+                .rsplit_once(';')
+                .map_or(received, |(route, _)| route);
+            analyzer.tokenize(route, "RCVD:", set);
+            // Relay addresses become number shapes as words; their networks
+            // (/24 and /16) are kept, as sender reputation is by network.
+            for ip in ipv4_addresses(route) {
+                set.push("RCVD:", &format!("net/24:{}.{}.{}", ip[0], ip[1], ip[2]));
+                set.push("RCVD:", &format!("net/16:{}.{}", ip[0], ip[1]));
+            }
         }
         for ct in &msg.content_types {
             set.push("CT:", ct);
@@ -271,6 +282,27 @@ fn addresses(value: &str) -> Vec<(String, String)> {
             .map(|w| (String::new(), w.to_lowercase()))
             .collect(),
     }
+}
+
+/// Dotted-quad IPv4 addresses in text (each octet ≤ 255, not part of a
+/// longer dotted run).
+fn ipv4_addresses(text: &str) -> Vec<[u8; 4]> {
+    let mut out = Vec::new();
+    for word in text.split(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        let parts: Vec<&str> = word.split('.').collect();
+        if parts.len() != 4 {
+            continue;
+        }
+        let mut ip = [0u8; 4];
+        let ok = parts
+            .iter()
+            .zip(ip.iter_mut())
+            .all(|(p, o)| !p.is_empty() && p.len() <= 3 && p.parse::<u8>().map(|v| *o = v).is_ok());
+        if ok {
+            out.push(ip);
+        }
+    }
+    out
 }
 
 /// The lower-cased domain of a Message-ID (`<local@domain>`).
@@ -406,6 +438,31 @@ mod tests {
             m("upper_frac")
         );
         assert!(f.metadata.0.iter().all(|v| v.is_finite()));
+    }
+
+    #[test]
+    fn received_headers_give_route_and_networks_but_no_dates() {
+        let raw = b"Received: from mx.sender.example (mx.sender.example [203.0.113.7])\n\
+            \tby mail.example.org (Postfix) with ESMTP id ABC; Tue, 1 Oct 2002 13:30:00 +0000\n\
+            Subject: s\n\nbody\n";
+        let f = Extractor::new().extract(raw).unwrap();
+        for t in [
+            "RCVD:mx.sender.example",
+            "RCVD:postfix",
+            "RCVD:net/24:203.0.113",
+            "RCVD:net/16:203.0",
+        ] {
+            assert!(f.tokens.contains(t), "missing {t} in {:?}", f.tokens);
+        }
+        assert!(
+            !f.tokens.contains("RCVD:oct") && !f.tokens.contains("RCVD:tue"),
+            "{:?}",
+            f.tokens
+        );
+        assert_eq!(
+            ipv4_addresses("a 1.2.3.4 b 999.1.1.1 1.2.3 1.2.3.4.5 [10.0.0.255]"),
+            [[1, 2, 3, 4], [10, 0, 0, 255]]
+        );
     }
 
     #[test]
