@@ -171,6 +171,7 @@ impl Extractor {
         if let Some(domain) = msg.header("message-id").and_then(message_id_domain) {
             push_domain(set, "MSGID:", &domain);
         }
+        let mut net = String::new();
         for received in msg.headers_named("received") {
             // The trailing "; date" says when the message was collected,
             // not who sent it: tokens of it would teach the calendar.
@@ -180,9 +181,14 @@ impl Extractor {
             analyzer.tokenize(route, "RCVD:", set);
             // Relay addresses become number shapes as words; their networks
             // (/24 and /16) are kept, as sender reputation is by network.
-            for ip in ipv4_addresses(route) {
-                set.push("RCVD:", &format!("net/24:{}.{}.{}", ip[0], ip[1], ip[2]));
-                set.push("RCVD:", &format!("net/16:{}.{}", ip[0], ip[1]));
+            for [a, b, c, _] in ipv4_addresses(route) {
+                use std::fmt::Write;
+                net.clear();
+                let _ = write!(net, "net/24:{a}.{b}.{c}");
+                set.push("RCVD:", &net);
+                net.clear();
+                let _ = write!(net, "net/16:{a}.{b}");
+                set.push("RCVD:", &net);
             }
         }
         for ct in &msg.content_types {
@@ -288,17 +294,40 @@ fn addresses(value: &str) -> Vec<(String, String)> {
 /// longer dotted run).
 fn ipv4_addresses(text: &str) -> Vec<[u8; 4]> {
     let mut out = Vec::new();
-    for word in text.split(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        let parts: Vec<&str> = word.split('.').collect();
-        if parts.len() != 4 {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        // A run of digits and dots: this runs over every Received header,
+        // so parse by hand without allocating.
+        let start = i;
+        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+            i += 1;
+        }
+        if start > 0 && bytes[start - 1] == b'.' {
             continue;
         }
         let mut ip = [0u8; 4];
-        let ok = parts
-            .iter()
-            .zip(ip.iter_mut())
-            .all(|(p, o)| !p.is_empty() && p.len() <= 3 && p.parse::<u8>().map(|v| *o = v).is_ok());
-        if ok {
+        let mut octets = 0;
+        let mut ok = true;
+        for part in bytes[start..i].split(|&b| b == b'.') {
+            let value = part.iter().try_fold(0u16, |v, &d| {
+                let v = v * 10 + u16::from(d - b'0');
+                (v <= 255).then_some(v)
+            });
+            match (value, part.len(), octets) {
+                (Some(v), 1..=3, 0..=3) => ip[octets] = v as u8,
+                _ => {
+                    ok = false;
+                    break;
+                }
+            }
+            octets += 1;
+        }
+        if ok && octets == 4 {
             out.push(ip);
         }
     }
