@@ -177,7 +177,14 @@ fn normalize_line_ends(raw: &[u8]) -> Cow<'_, [u8]> {
 }
 
 fn walk(part: &ParsedMail<'_>, msg: &mut Message, depth: usize) {
-    let mimetype = part.ctype.mimetype.as_str();
+    // A missing ';' ("TEXT/PLAIN charset=US-ASCII") leaves the parameters
+    // in the type; mail clients read such a part by its type alone.
+    let mimetype = part
+        .ctype
+        .mimetype
+        .split(|c: char| c.is_whitespace() || c == ';')
+        .next()
+        .unwrap_or("");
     if mimetype.starts_with("multipart/") && !part.subparts.is_empty() {
         for sub in &part.subparts {
             walk(sub, msg, depth);
@@ -393,6 +400,14 @@ mod tests {
                 size: 9
             }]
         );
+    }
+
+    #[test]
+    fn a_type_without_its_semicolon_is_still_text() {
+        let msg = parse(b"Content-Type: TEXT/PLAIN charset=US-ASCII\n\nhello there\n").unwrap();
+        assert_eq!(msg.parts.len(), 1);
+        assert!(msg.attachments.is_empty());
+        assert_eq!(msg.content_types, ["text/plain"]);
     }
 
     #[test]
