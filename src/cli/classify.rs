@@ -12,8 +12,8 @@ use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
 use bayesmail::sanitize::for_terminal;
 
-use super::read::{for_each_batch, read_one};
-use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs, is_broken_pipe};
+use super::read::{finish_stream, for_each_batch, read_one};
+use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 
 #[derive(Serialize)]
 struct Line<'a> {
@@ -66,16 +66,7 @@ pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
         }
         Ok(())
     });
-    let unread = match result.and_then(|n| out.flush().map(|_| n).map_err(Into::into)) {
-        Ok(n) => n,
-        Err(err) if is_broken_pipe(&err) => return Ok(Outcome::AllOk),
-        Err(err) => return Err(err),
-    };
-    Ok(if unread + unparsed > 0 {
-        Outcome::SomeFailed
-    } else {
-        Outcome::AllOk
-    })
+    finish_stream(result, &mut out, unparsed)
 }
 
 pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {

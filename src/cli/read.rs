@@ -70,6 +70,27 @@ pub(super) fn for_each_batch(
     }
 }
 
+/// Ends a command that streamed one line per message to `out`: flushes,
+/// takes a closed stdout (`… | head`) as the end of the output rather than
+/// an error, and says whether any message could not be read (`unread`, from
+/// [`for_each_batch`]) or parsed (`unparsed`).
+pub(super) fn finish_stream(
+    result: Result<usize>,
+    out: &mut impl std::io::Write,
+    unparsed: usize,
+) -> Result<super::Outcome> {
+    let failed = match result.and_then(|unread| out.flush().map(|_| unread).map_err(Into::into)) {
+        Ok(unread) => unread + unparsed > 0,
+        Err(err) if super::is_broken_pipe(&err) => unparsed > 0,
+        Err(err) => return Err(err),
+    };
+    Ok(if failed {
+        super::Outcome::SomeFailed
+    } else {
+        super::Outcome::AllOk
+    })
+}
+
 /// Reads one message from a file or, for `-`, standard input.
 pub(super) fn read_one(path: &Path) -> Result<Vec<u8>> {
     let bytes = if path.as_os_str() == "-" {

@@ -7,8 +7,8 @@ use anyhow::Result;
 use bayesmail::features::{Features, METADATA_NAMES};
 use bayesmail::sanitize::for_terminal;
 
-use super::read::for_each_batch;
-use super::{Outcome, TokensArgs, is_broken_pipe};
+use super::read::{finish_stream, for_each_batch};
+use super::{Outcome, TokensArgs};
 
 pub(super) fn run(args: &TokensArgs) -> Result<Outcome> {
     let stdout = io::stdout();
@@ -28,23 +28,7 @@ pub(super) fn run(args: &TokensArgs) -> Result<Outcome> {
         }
         Ok(())
     });
-    let unread = match result.and_then(|n| out.flush().map(|_| n).map_err(Into::into)) {
-        Ok(n) => n,
-        // The reader of stdout went away (`| head`): the output ends there.
-        Err(err) if is_broken_pipe(&err) => {
-            return Ok(if unparsed > 0 {
-                Outcome::SomeFailed
-            } else {
-                Outcome::AllOk
-            });
-        }
-        Err(err) => return Err(err),
-    };
-    Ok(if unread + unparsed > 0 {
-        Outcome::SomeFailed
-    } else {
-        Outcome::AllOk
-    })
+    finish_stream(result, &mut out, unparsed)
 }
 
 #[derive(serde::Serialize)]
