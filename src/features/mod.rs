@@ -495,6 +495,15 @@ mod tests {
     }
 
     #[test]
+    fn non_ascii_link_targets_are_read() {
+        // Found by fuzzing: a link target without a scheme whose fourth byte
+        // is inside a multi-byte character.
+        let f =
+            Extractor::new().extract(b"Content-Type: text/html\n\n<a href=\"abc\xc3\xa9\">x</a>\n");
+        assert!(f.unwrap().tokens.contains("x"));
+    }
+
+    #[test]
     fn extension_rules() {
         assert_eq!(extension("a.PDF").as_deref(), Some("pdf"));
         assert_eq!(extension("archive.tar.gz").as_deref(), Some("gz"));

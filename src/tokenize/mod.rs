@@ -327,7 +327,7 @@ fn is_ip_like(host: &str) -> bool {
 pub fn url_host(url: &str) -> Option<String> {
     let rest = match url.find("://") {
         Some(p) => &url[p + 3..],
-        None if url.len() > 4 && url[..4].eq_ignore_ascii_case("www.") => url,
+        None if url.len() > 4 && url.as_bytes()[..4].eq_ignore_ascii_case(b"www.") => url,
         None => return None,
     };
     let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or("");
@@ -522,6 +522,13 @@ mod tests {
         assert!(list.contains("b") && !list.contains("d") && !list.contains(""));
         assert_eq!(serde_json::to_string(&list).unwrap(), r#"["a","b","c"]"#);
         assert!(TokenList::default().is_empty());
+    }
+
+    #[test]
+    fn url_hosts_of_non_ascii_targets_do_not_panic() {
+        assert_eq!(url_host("abcé"), None);
+        assert_eq!(url_host("wwwé.x"), None);
+        assert_eq!(url_host("www.exämple.org").as_deref(), Some("exämple.org"));
     }
 
     #[test]
