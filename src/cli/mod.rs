@@ -14,9 +14,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use bayesmail::config::{self, Config, ModelConfig};
-use bayesmail::db::{DbPaths, Decider};
+use bayesmail::db::{DEFAULT_LOCK_WAIT, DbPaths, Decider};
 use bayesmail::decision::Costs;
-use bayesmail::eval::protocol::Settings;
+use bayesmail::eval::protocol::{DEFAULT_INNER_FOLDS, DEFAULT_REFIT_EVERY, Settings};
 use bayesmail::mailbox;
 use bayesmail::model::ValidParams;
 
@@ -191,7 +191,7 @@ struct TrainArgs {
     #[arg(long)]
     json: bool,
     /// Seconds to wait for another process holding the database.
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    #[arg(long, default_value_t = DEFAULT_LOCK_WAIT.as_secs(), value_name = "SECONDS")]
     wait: u64,
     #[command(flatten)]
     mailbox: MailboxArgs,
@@ -212,7 +212,7 @@ struct LearnArgs {
     #[arg(default_value = "-", value_name = "FILE")]
     file: PathBuf,
     /// Seconds to wait for another process holding the database.
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    #[arg(long, default_value_t = DEFAULT_LOCK_WAIT.as_secs(), value_name = "SECONDS")]
     wait: u64,
 }
 
@@ -222,7 +222,7 @@ struct UnlearnArgs {
     #[arg(default_value = "-", value_name = "FILE")]
     file: PathBuf,
     /// Seconds to wait for another process holding the database.
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    #[arg(long, default_value_t = DEFAULT_LOCK_WAIT.as_secs(), value_name = "SECONDS")]
     wait: u64,
 }
 
@@ -394,9 +394,9 @@ pub fn main() -> ExitCode {
                 select_strength: !pinned,
                 params,
                 costs: decider.costs,
-                inner_folds: 5,
+                inner_folds: DEFAULT_INNER_FOLDS,
                 min_known: decider.min_known,
-                refit_every: 250,
+                refit_every: DEFAULT_REFIT_EVERY,
             };
             eval::run(&args, settings)
         }

@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use bayesmail::db::{Labelled, Trainer};
-use bayesmail::eval::protocol::Settings;
+use bayesmail::eval::protocol::{DEFAULT_INNER_FOLDS, DEFAULT_REFIT_EVERY, Settings};
 use bayesmail::features::Extractor;
 use bayesmail::message;
 use bayesmail::model::Label;
@@ -78,9 +78,9 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             select_strength: !pinned,
             params,
             costs: ctx.config.costs(None).map_err(anyhow::Error::msg)?,
-            inner_folds: 5,
+            inner_folds: DEFAULT_INNER_FOLDS,
             min_known: ctx.config.min_known(),
-            refit_every: 250,
+            refit_every: DEFAULT_REFIT_EVERY,
         };
         let (chosen, calibration) =
             Trainer::calibrate(&messages, &settings, MIN_CALIBRATION_PER_CLASS);

@@ -182,31 +182,6 @@ pub fn ece(scores: &[(f64, bool)], bins: usize) -> f64 {
         .sum()
 }
 
-/// Points (FPR, TPR) of the ROC curve, from the highest score down.
-pub fn roc_curve(scores: &[(f64, bool)]) -> Vec<(f64, f64)> {
-    let mut sorted: Vec<(f64, bool)> = scores.to_vec();
-    sorted.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let n_pos = sorted.iter().filter(|s| s.1).count().max(1) as f64;
-    let n_neg = (sorted.len() as f64 - sorted.iter().filter(|s| s.1).count() as f64).max(1.0);
-    let mut points = vec![(0.0, 0.0)];
-    let (mut tp, mut fp) = (0.0, 0.0);
-    let mut i = 0;
-    while i < sorted.len() {
-        let mut j = i;
-        while j < sorted.len() && sorted[j].0 == sorted[i].0 {
-            if sorted[j].1 {
-                tp += 1.0;
-            } else {
-                fp += 1.0;
-            }
-            j += 1;
-        }
-        points.push((fp / n_neg, tp / n_pos));
-        i = j;
-    }
-    points
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,13 +215,5 @@ mod tests {
         assert!(ece(&[(1.0, true), (0.0, false)], 10) < 1e-12);
         // Equal error rates: lam is that rate (smoothed).
         assert!((lam(9, 99, 9, 99) - 0.095).abs() < 1e-12);
-    }
-
-    #[test]
-    fn roc_curve_ends_at_one_one() {
-        let s = [(0.1, false), (0.4, true), (0.35, false), (0.8, true)];
-        let roc = roc_curve(&s);
-        assert_eq!(roc.first(), Some(&(0.0, 0.0)));
-        assert_eq!(roc.last(), Some(&(1.0, 1.0)));
     }
 }

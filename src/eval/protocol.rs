@@ -77,6 +77,11 @@ impl Dataset {
 /// [`select_and_calibrate`]).
 pub const STRENGTH_GRID: [f64; 5] = [0.5, 1.0, 1.5, 2.0, 2.5];
 
+/// Inner folds for fitting calibration and choosing the strength.
+pub const DEFAULT_INNER_FOLDS: usize = 5;
+/// Online protocol: messages between refits of the calibration.
+pub const DEFAULT_REFIT_EVERY: usize = 250;
+
 /// What an evaluation needs besides the data.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {

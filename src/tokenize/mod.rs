@@ -41,15 +41,12 @@ pub struct TokenSet {
     spans: Vec<(u64, u32, u32)>,
     /// Indexes into `spans`, hashed by token text.
     seen: hashbrown::HashTable<u32>,
-    /// Tokens pushed, duplicates included.
-    pushed: usize,
 }
 
 impl std::fmt::Debug for TokenSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenSet")
             .field("distinct", &self.spans.len())
-            .field("pushed", &self.pushed)
             .finish()
     }
 }
@@ -66,7 +63,6 @@ impl TokenSet {
         if word.is_empty() || namespace.len() + word.len() > MAX_TOKEN_LEN {
             return;
         }
-        self.pushed += 1;
         let start = self.arena.len();
         self.arena.push_str(namespace);
         self.arena.push_str(word);
@@ -108,11 +104,6 @@ impl TokenSet {
         self.spans.is_empty()
     }
 
-    /// Number of tokens pushed so far, duplicates included.
-    pub fn pushed(&self) -> usize {
-        self.pushed
-    }
-
     /// The sorted, de-duplicated tokens; leaves the set empty for reuse.
     pub fn finish(&mut self) -> TokenList {
         let arena = &self.arena;
@@ -130,7 +121,6 @@ impl TokenSet {
         self.arena.clear();
         self.spans.clear();
         self.seen.clear();
-        self.pushed = 0;
         out
     }
 }
