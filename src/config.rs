@@ -21,6 +21,9 @@
 //! costs = "10:1:0.1"              # FP:FN[:UNSURE]
 //! min_known = 5                   # fewer known tokens than this: unsure
 //! min_per_class = 10              # fewer messages of a class learned: unsure
+//!
+//! [filter]
+//! max_size = "16M"                # larger messages pass `filter` unscored (bytes, or K/M/G)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -35,6 +38,8 @@ pub const DEFAULT_MIN_KNOWN: usize = 5;
 /// With fewer messages than this of either class learned, every verdict is
 /// unsure: the model has not seen enough to guess.
 pub const DEFAULT_MIN_PER_CLASS: u64 = 10;
+/// `filter` passes larger messages through unscored (16 MiB).
+pub const DEFAULT_FILTER_MAX_SIZE: u64 = 16 << 20;
 
 /// Errors reading a configuration file.
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +96,55 @@ pub struct DecisionConfig {
     pub min_per_class: Option<u64>,
 }
 
+/// The `[filter]` table.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FilterConfig {
+    /// Largest message `filter` scores: bytes, or a number with K, M or G.
+    pub max_size: Option<Size>,
+}
+
+/// A size in a config file: a number of bytes, or a string such as `"16M"`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Size {
+    /// Bytes.
+    Bytes(u64),
+    /// Text for [`parse_size`].
+    Text(String),
+}
+
+/// Parses a size: a whole number of bytes with an optional suffix K, M or G
+/// (powers of 1024, case-insensitive, an optional trailing `B` or `iB`).
+///
+/// ```
+/// use bayesmail::config::parse_size;
+/// assert_eq!(parse_size("16M"), Ok(16 << 20));
+/// assert_eq!(parse_size("512k"), Ok(512 << 10));
+/// assert_eq!(parse_size("1000"), Ok(1000));
+/// assert!(parse_size("-1").is_err());
+/// ```
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let lower = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (digits, shift) = match lower.as_bytes().last() {
+        Some(b'k') => (&lower[..lower.len() - 1], 10),
+        Some(b'm') => (&lower[..lower.len() - 1], 20),
+        Some(b'g') => (&lower[..lower.len() - 1], 30),
+        _ => (lower, 0),
+    };
+    let n: u64 = digits
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid size '{s}' (expected bytes, or a number with K, M or G)"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("size '{s}' is too large"))
+}
+
 /// A configuration file.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -103,6 +157,9 @@ pub struct Config {
     /// Decision settings.
     #[serde(default)]
     pub decision: DecisionConfig,
+    /// `filter` settings.
+    #[serde(default)]
+    pub filter: FilterConfig,
 }
 
 impl Config {
@@ -190,6 +247,17 @@ impl Config {
     /// Minimum known tokens for a verdict other than unsure.
     pub fn min_known(&self) -> usize {
         self.decision.min_known.unwrap_or(DEFAULT_MIN_KNOWN)
+    }
+
+    /// The largest message `filter` scores: `flag`, else the file's, else
+    /// [`DEFAULT_FILTER_MAX_SIZE`].
+    pub fn filter_max_size(&self, flag: Option<u64>) -> Result<u64, String> {
+        match (flag, &self.filter.max_size) {
+            (Some(n), _) => Ok(n),
+            (None, Some(Size::Bytes(n))) => Ok(*n),
+            (None, Some(Size::Text(s))) => parse_size(s),
+            (None, None) => Ok(DEFAULT_FILTER_MAX_SIZE),
+        }
     }
 
     /// Minimum messages per class for a verdict other than unsure.
@@ -283,5 +351,24 @@ mod tests {
                 .costs(None)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn filter_size_from_flag_file_or_default() {
+        assert_eq!(
+            Config::default().filter_max_size(None),
+            Ok(DEFAULT_FILTER_MAX_SIZE)
+        );
+        let text = Config::parse("[filter]\nmax_size = \"2M\"\n").unwrap();
+        assert_eq!(text.filter_max_size(None), Ok(2 << 20));
+        assert_eq!(text.filter_max_size(Some(7)), Ok(7));
+        let bytes = Config::parse("[filter]\nmax_size = 4096\n").unwrap();
+        assert_eq!(bytes.filter_max_size(None), Ok(4096));
+        let bad = Config::parse("[filter]\nmax_size = \"lots\"\n").unwrap();
+        assert!(bad.filter_max_size(None).unwrap_err().contains("lots"));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("3 KB"), Ok(3 << 10));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("99999999999999G").is_err());
     }
 }

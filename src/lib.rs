@@ -11,6 +11,7 @@ pub mod db;
 pub mod decision;
 pub mod eval;
 pub mod features;
+pub mod headers;
 pub mod mailbox;
 pub mod message;
 pub mod model;

@@ -4,7 +4,9 @@
 
 mod classify;
 mod eval;
+mod filter;
 mod read;
+mod scan;
 mod tokens;
 mod train;
 
@@ -83,6 +85,47 @@ enum Command {
     /// the database. Exit status: 0 if every message was classified, 1 if
     /// some could not be read, 2 if the command could not run (no model).
     Classify(ClassifyArgs),
+    /// Classify whole mailboxes in parallel: one line per message (a table,
+    /// --json lines or --csv) on stdout, a summary on stderr, and a progress
+    /// bar when stderr is a terminal.
+    ///
+    /// With --move-spam-to (Maildir or message-file sources) or
+    /// --copy-spam-to, spam goes into a Maildir (created if missing): a
+    /// Maildir message keeps its name and cur/ or new/; others are named by
+    /// their content. A move is one atomic rename within a filesystem, or
+    /// copy, fsync, rename, then delete across filesystems; if interrupted,
+    /// running the same scan again finishes it without duplicates. A message
+    /// already in the target is never written twice, and a different file
+    /// is never overwritten. --dry-run shows what would happen.
+    ///
+    /// Exit status: 0 if every message was classified (and moved or copied),
+    /// 1 if some could not be read, parsed, moved or copied (each reported
+    /// on stderr), 2 if the command could not run (no model, bad options).
+    Scan(ScanArgs),
+    /// The mail delivery hook: read one message on stdin, write it to stdout
+    /// with X-Spam-Status (and, on spam, X-Spam-Flag: YES) added at the end
+    /// of its header block, every other byte unchanged.
+    ///
+    /// X-Spam-Status is `Yes`, `No` or `Unsure`, then `probability=P`
+    /// (calibrated P(spam)), `cutoff=C` (spam above C) and `version=V`. Fields
+    /// named X-Spam-Status or X-Spam-Flag already in the message (forged, or
+    /// from another filter) are renamed Old-X-Spam-Status / Old-X-Spam-Flag.
+    ///
+    /// Fails open: if the model is missing, damaged or of another version,
+    /// the configuration is invalid, the message cannot be parsed or is
+    /// larger than --max-size, the message goes out unchanged with
+    /// `X-Spam-Status: Unknown, reason=R` (R one of no-model, model-version,
+    /// model-unreadable, config-error, unparseable, too-large,
+    /// internal-error), and the reason goes to stderr. Input without a
+    /// header block (the first line is not a header field) goes out
+    /// unchanged without our fields.
+    ///
+    /// Exit status, by default: 0 whenever the message was passed on,
+    /// whatever the verdict; 75 (EX_TEMPFAIL: keep the message and retry) if
+    /// it could not be (stdin unreadable, stdout closed). With
+    /// --verdict-exit: 0 spam, 1 ham, 2 unsure, 3 no verdict or not passed
+    /// on.
+    Filter(FilterArgs),
     /// Show the tokens and metadata that moved a message's score the most.
     Explain(ExplainArgs),
     /// Show what the database holds: counts, vocabulary, size, versions.
@@ -241,6 +284,55 @@ struct ClassifyArgs {
 }
 
 #[derive(Args, Debug)]
+struct ScanArgs {
+    /// Maildirs, mbox files, directories or message files.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// One JSON object per message: id, verdict, probability, log_odds,
+    /// known_tokens, and action and to when spam was moved or copied.
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// CSV with a header row: id,verdict,probability,log_odds,known_tokens,action,to.
+    #[arg(long)]
+    csv: bool,
+    /// Move messages judged spam into this Maildir.
+    #[arg(long, value_name = "MAILDIR", conflicts_with = "copy_spam_to")]
+    move_spam_to: Option<PathBuf>,
+    /// Copy messages judged spam into this Maildir.
+    #[arg(long, value_name = "MAILDIR")]
+    copy_spam_to: Option<PathBuf>,
+    /// Show what would be moved or copied; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// No progress bar, even on a terminal.
+    #[arg(long)]
+    no_progress: bool,
+    #[command(flatten)]
+    mailbox: MailboxArgs,
+    #[command(flatten)]
+    decision: DecisionArgs,
+}
+
+#[derive(Args, Debug)]
+struct FilterArgs {
+    /// Exit with the verdict: 0 spam, 1 ham, 2 unsure, 3 no verdict or
+    /// error (like bogofilter), for scripts that branch on it.
+    #[arg(long)]
+    verdict_exit: bool,
+    /// Messages larger than this pass through unscored (reason=too-large):
+    /// bytes, or a number with K, M or G. Default: the config file's
+    /// [filter] max_size, else 16M.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    max_size: Option<u64>,
+    #[command(flatten)]
+    decision: DecisionArgs,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    config::parse_size(s)
+}
+
+#[derive(Args, Debug)]
 struct ExplainArgs {
     /// The message file, or '-' for standard input.
     #[arg(default_value = "-", value_name = "FILE")]
@@ -379,12 +471,20 @@ impl Context {
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let outcome = Context::new(cli.db, cli.config).and_then(|ctx| match cli.command {
+    let command = match cli.command {
+        // The delivery hook builds its own context: it must pass the
+        // message on even when the configuration is broken.
+        Command::Filter(args) => return ExitCode::from(filter::run(cli.db, cli.config, &args)),
+        command => command,
+    };
+    let outcome = Context::new(cli.db, cli.config).and_then(|ctx| match command {
         Command::Tokens(args) => tokens::run(&args),
         Command::Train(args) => train::train(&ctx, &args),
         Command::Learn(args) => train::learn(&ctx, &args),
         Command::Unlearn(args) => train::unlearn(&ctx, &args),
         Command::Classify(args) => classify::classify(&ctx, &args),
+        Command::Scan(args) => scan::scan(&ctx, &args),
+        Command::Filter(_) => unreachable!("filter returned above"),
         Command::Explain(args) => classify::explain(&ctx, &args),
         Command::Stats(args) => classify::stats(&ctx, &args),
         Command::Eval(args) => {

@@ -33,41 +33,70 @@ pub(super) fn for_each_batch(
     with_digest: bool,
     f: &mut dyn FnMut(Vec<Extracted>) -> Result<()>,
 ) -> Result<usize> {
+    let extract = |ex: &mut Extractor, raw: RawMessage| {
+        let features = ex.extract(&raw.bytes);
+        let digest = with_digest.then(|| message::digest(&raw.bytes));
+        Extracted {
+            raw,
+            features,
+            digest,
+        }
+    };
+    for_each_mapped(paths, opts, &extract, f)
+}
+
+/// Reads every message under `paths` and applies `map` to each, in
+/// parallel (one [`Extractor`] per rayon worker), handing the results to
+/// `f` batch by batch in input order. Reading the next batch overlaps with
+/// mapping this one. Messages that cannot be read are reported on stderr
+/// and counted; returns that count.
+pub(super) fn for_each_mapped<T: Send>(
+    paths: &[std::path::PathBuf],
+    opts: &mailbox::Options,
+    map: &(dyn Fn(&mut Extractor, RawMessage) -> T + Sync),
+    f: &mut dyn FnMut(Vec<T>) -> Result<()>,
+) -> Result<usize> {
     let mut failed = 0;
     let mut messages = mailbox::open_all(paths, opts);
-    loop {
-        let mut batch: Vec<RawMessage> = Vec::with_capacity(BATCH);
-        for item in messages.by_ref() {
-            match item {
-                Ok(raw) => {
-                    batch.push(raw);
-                    if batch.len() == BATCH {
-                        break;
-                    }
-                }
-                Err(err) => {
-                    failed += 1;
-                    eprintln!("bayesmail: {}", for_terminal(&err.to_string()));
+    let mut batch = read_batch(&mut messages, &mut failed);
+    while !batch.is_empty() {
+        let (next, mapped) = rayon::join(
+            || read_batch(&mut messages, &mut failed),
+            || {
+                batch
+                    .into_par_iter()
+                    .map_init(Extractor::new, map)
+                    .collect::<Vec<T>>()
+            },
+        );
+        f(mapped)?;
+        batch = next;
+    }
+    Ok(failed)
+}
+
+/// The next [`BATCH`] readable messages; unreadable ones are reported and
+/// counted in `failed`.
+fn read_batch(
+    messages: &mut impl Iterator<Item = mailbox::Result<RawMessage>>,
+    failed: &mut usize,
+) -> Vec<RawMessage> {
+    let mut batch = Vec::with_capacity(BATCH);
+    for item in messages.by_ref() {
+        match item {
+            Ok(raw) => {
+                batch.push(raw);
+                if batch.len() == BATCH {
+                    break;
                 }
             }
+            Err(err) => {
+                *failed += 1;
+                eprintln!("bayesmail: {}", for_terminal(&err.to_string()));
+            }
         }
-        if batch.is_empty() {
-            return Ok(failed);
-        }
-        let extracted: Vec<Extracted> = batch
-            .into_par_iter()
-            .map_init(Extractor::new, |ex, raw| {
-                let features = ex.extract(&raw.bytes);
-                let digest = with_digest.then(|| message::digest(&raw.bytes));
-                Extracted {
-                    raw,
-                    features,
-                    digest,
-                }
-            })
-            .collect();
-        f(extracted)?;
     }
+    batch
 }
 
 /// Ends a command that streamed one line per message to `out`: flushes,

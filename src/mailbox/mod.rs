@@ -32,6 +32,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod deliver;
 mod mbox;
 mod walk;
 
@@ -43,6 +44,7 @@ use std::iter::FusedIterator;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+pub use deliver::{Delivered, Maildir};
 use mbox::MboxReader;
 pub use mbox::write_mbox_message;
 

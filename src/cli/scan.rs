@@ -1,0 +1,347 @@
+//! `bayesmail scan`: classify whole mailboxes in parallel, print one result
+//! per message (table, JSON lines or CSV) and a summary, and optionally move
+//! or copy the spam into a Maildir.
+
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use bayesmail::db::{Classifier, Decider, Score};
+use bayesmail::decision::Verdict;
+use bayesmail::features::Extractor;
+use bayesmail::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, RawMessage};
+use bayesmail::message;
+use bayesmail::sanitize::for_terminal;
+
+use super::read::{finish_stream, for_each_mapped};
+use super::{Context, Outcome, ScanArgs};
+
+/// One message classified (or why it could not be).
+struct Scanned {
+    raw: RawMessage,
+    score: Result<(Score, Verdict), message::Error>,
+}
+
+/// Where spam goes, and how.
+struct SpamAction {
+    maildir: Maildir,
+    moving: bool,
+    dry_run: bool,
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    id: &'a str,
+    verdict: Verdict,
+    probability: f64,
+    log_odds: f64,
+    known_tokens: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    to: Option<&'a str>,
+}
+
+#[derive(Default)]
+struct Tally {
+    messages: usize,
+    verdicts: [usize; 3],
+    unparsed: usize,
+    acted: usize,
+    already: usize,
+    action_failed: usize,
+}
+
+pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
+    let classifier = Classifier::open(&ctx.db)?;
+    let decider: Decider = ctx.decider(&args.decision)?;
+    let opts = args.mailbox.options();
+    let action = spam_action(args)?;
+    let messages_learned = classifier.header().totals.messages;
+
+    let progress = progress_bar(args);
+    let started = Instant::now();
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    if args.csv {
+        writeln!(
+            out,
+            "id,verdict,probability,log_odds,known_tokens,action,to"
+        )?;
+    }
+    let mut tally = Tally::default();
+    let score = |ex: &mut Extractor, raw: RawMessage| {
+        let score = ex.extract(&raw.bytes).map(|features| {
+            let score = classifier.score(&features);
+            (score, decider.verdict(messages_learned, &score))
+        });
+        Scanned { raw, score }
+    };
+    let result = for_each_mapped(&args.paths, &opts, &score, &mut |batch| {
+        for s in batch {
+            progress.inc(s.raw.bytes.len() as u64);
+            tally.messages += 1;
+            let id = s.raw.id.to_string();
+            let (score, verdict) = match s.score {
+                Ok(scored) => scored,
+                Err(err) => {
+                    tally.unparsed += 1;
+                    progress.suspend(|| eprintln!("bayesmail: {}: {err}", for_terminal(&id)));
+                    continue;
+                }
+            };
+            tally.verdicts[verdict_index(verdict)] += 1;
+            let (act, to) = match (&action, verdict) {
+                (Some(a), Verdict::Spam) => act_on(a, &s.raw, &mut tally, &progress),
+                _ => (None, None),
+            };
+            let line = Line {
+                id: &id,
+                verdict,
+                probability: score.probability,
+                log_odds: score.log_odds,
+                known_tokens: score.evidence.text.known,
+                action: act,
+                to: to.as_deref(),
+            };
+            write_line(&mut out, args, &line)?;
+        }
+        progress.set_message(format!(
+            "{} messages, {:.0} msg/s",
+            tally.messages,
+            tally.messages as f64 / started.elapsed().as_secs_f64().max(1e-9)
+        ));
+        Ok(())
+    });
+    progress.finish_and_clear();
+    let outcome = finish_stream(
+        result.map(|unread| unread + tally.action_failed),
+        &mut out,
+        tally.unparsed,
+    )?;
+    summary(&tally, started, action.as_ref());
+    Ok(outcome)
+}
+
+/// Checks the move/copy options before anything is read.
+fn spam_action(args: &ScanArgs) -> Result<Option<SpamAction>> {
+    let (target, moving) = match (&args.move_spam_to, &args.copy_spam_to) {
+        (Some(t), None) => (t, true),
+        (None, Some(t)) => (t, false),
+        (None, None) => {
+            if args.dry_run {
+                bail!("--dry-run needs --move-spam-to or --copy-spam-to");
+            }
+            return Ok(None);
+        }
+        (Some(_), Some(_)) => bail!("give --move-spam-to or --copy-spam-to, not both"),
+    };
+    if moving {
+        for path in &args.paths {
+            if path.as_os_str() == "-" {
+                bail!("--move-spam-to cannot move a message read from standard input");
+            }
+            if mailbox::detect(path).ok() == Some(MailboxKind::Mbox) {
+                bail!(
+                    "--move-spam-to cannot move messages out of an mbox file ({}); use --copy-spam-to",
+                    path.display()
+                );
+            }
+        }
+    }
+    let maildir = if args.dry_run {
+        Maildir::at(target)
+    } else {
+        Maildir::create(target)
+            .with_context(|| format!("preparing the Maildir {}", target.display()))?
+    };
+    Ok(Some(SpamAction {
+        maildir,
+        moving,
+        dry_run: args.dry_run,
+    }))
+}
+
+/// Moves or copies one spam message; returns the action's name and where
+/// the message went, or reports why not.
+fn act_on(
+    a: &SpamAction,
+    raw: &RawMessage,
+    tally: &mut Tally,
+    progress: &ProgressBar,
+) -> (Option<&'static str>, Option<String>) {
+    let source = match &raw.id {
+        MessageId::Path(p) => Some(p.as_path()),
+        _ => None,
+    };
+    if a.moving && source.is_none() {
+        tally.action_failed += 1;
+        progress.suspend(|| {
+            eprintln!(
+                "bayesmail: {}: in an mbox file, not moved (use --copy-spam-to)",
+                for_terminal(&raw.id.to_string())
+            )
+        });
+        return (Some("not-moved"), None);
+    }
+    if a.dry_run {
+        tally.acted += 1;
+        let to = a.maildir.target(source, &raw.bytes);
+        let name = if a.moving { "would-move" } else { "would-copy" };
+        return (Some(name), Some(to.display().to_string()));
+    }
+    let done = match source {
+        Some(src) if a.moving => a.maildir.move_in(src),
+        _ => a.maildir.copy_in(source, &raw.bytes),
+    };
+    match done {
+        Ok(Delivered::New(to)) => {
+            tally.acted += 1;
+            let name = if a.moving { "moved" } else { "copied" };
+            (Some(name), Some(to.display().to_string()))
+        }
+        Ok(Delivered::Already(to)) => {
+            tally.already += 1;
+            (Some("already-there"), Some(to.display().to_string()))
+        }
+        Err(err) => {
+            tally.action_failed += 1;
+            let verb = if a.moving { "moving" } else { "copying" };
+            progress.suspend(|| {
+                eprintln!(
+                    "bayesmail: {}: {verb} failed: {}",
+                    for_terminal(&raw.id.to_string()),
+                    for_terminal(&err.to_string())
+                )
+            });
+            (Some("failed"), None)
+        }
+    }
+}
+
+fn write_line(out: &mut impl Write, args: &ScanArgs, line: &Line) -> Result<()> {
+    if args.json {
+        serde_json::to_writer(&mut *out, line)?;
+        writeln!(out)?;
+    } else if args.csv {
+        writeln!(
+            out,
+            "{},{},{:.6},{:.3},{},{},{}",
+            csv_field(line.id),
+            line.verdict,
+            line.probability,
+            line.log_odds,
+            line.known_tokens,
+            line.action.unwrap_or(""),
+            csv_field(line.to.unwrap_or(""))
+        )?;
+    } else {
+        write!(
+            out,
+            "{:<6} {:.6} {:>9.3}  {}",
+            line.verdict,
+            line.probability,
+            line.log_odds,
+            for_terminal(line.id)
+        )?;
+        match (line.action, line.to) {
+            (Some(a), Some(to)) => writeln!(out, "  [{a} to {}]", for_terminal(to))?,
+            (Some(a), None) => writeln!(out, "  [{a}]")?,
+            _ => writeln!(out)?,
+        }
+    }
+    Ok(())
+}
+
+/// An RFC 4180 field: quoted when it holds a comma, quote or line break.
+fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
+    } else {
+        s.into()
+    }
+}
+
+fn verdict_index(v: Verdict) -> usize {
+    match v {
+        Verdict::Ham => 0,
+        Verdict::Unsure => 1,
+        Verdict::Spam => 2,
+    }
+}
+
+fn summary(t: &Tally, started: Instant, action: Option<&SpamAction>) {
+    let secs = started.elapsed().as_secs_f64();
+    let mut s = format!(
+        "scanned {} messages in {secs:.2}s ({:.0} msg/s): {} ham, {} unsure, {} spam",
+        t.messages,
+        t.messages as f64 / secs.max(1e-9),
+        t.verdicts[0],
+        t.verdicts[1],
+        t.verdicts[2]
+    );
+    if t.unparsed > 0 {
+        s += &format!("; {} could not be parsed", t.unparsed);
+    }
+    if let Some(a) = action {
+        let verb = match (a.moving, a.dry_run) {
+            (true, false) => "moved",
+            (false, false) => "copied",
+            (true, true) => "would move",
+            (false, true) => "would copy",
+        };
+        s += &format!(
+            "; {verb} {} to {}",
+            t.acted,
+            for_terminal(&a.maildir.root().display().to_string())
+        );
+        if t.already > 0 {
+            s += &format!(" ({} were already there)", t.already);
+        }
+        if t.action_failed > 0 {
+            s += &format!(", {} failed", t.action_failed);
+        }
+    }
+    eprintln!("{s}");
+}
+
+/// A progress bar over the bytes to read, on stderr, only when stderr is a
+/// terminal.
+fn progress_bar(args: &ScanArgs) -> ProgressBar {
+    if args.no_progress || !io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let total: u64 = args.paths.iter().map(|p| total_bytes(p)).sum();
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{wide_bar} {percent:>3}% {msg}, ETA {eta}")
+            .expect("the template is valid"),
+    );
+    bar
+}
+
+/// Bytes of the regular files under `path` (symlinks not followed): what
+/// reading it will cost, for the progress bar.
+fn total_bytes(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if meta.is_dir() {
+        std::fs::read_dir(path)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| total_bytes(&e.path()))
+                    .sum::<u64>()
+            })
+            .unwrap_or(0)
+    } else if meta.is_file() {
+        meta.len()
+    } else {
+        0
+    }
+}
