@@ -1,8 +1,12 @@
 //! Shared fixtures: where the corpora are, the binary, feature helpers.
 
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use serde_json::Value;
+
+use bayesmail::db::DbPaths;
 use bayesmail::features::{Extractor, Features};
 
 /// Root of the repository.
@@ -90,12 +94,19 @@ pub fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("binary starts");
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().unwrap();
-        // The child may exit before reading everything; that is its business.
-        let _ = pipe.write_all(input);
-    }
-    child.wait_with_output().expect("binary runs")
+    let mut pipe = child.stdin.take();
+    std::thread::scope(|s| {
+        if let (Some(input), Some(mut pipe)) = (stdin, pipe.take()) {
+            // Written from another thread while the output is read, so a
+            // child that writes before it has read everything cannot block.
+            // The child may exit before reading everything; that is its
+            // business.
+            s.spawn(move || {
+                let _ = pipe.write_all(input);
+            });
+        }
+        child.wait_with_output().expect("binary runs")
+    })
 }
 
 /// LF → CRLF on every line end.
@@ -108,4 +119,130 @@ pub fn to_crlf(lf: &[u8]) -> Vec<u8> {
         out.push(b);
     }
     out
+}
+
+/// A database directory inside its own temporary directory, with an empty
+/// config file so that no configuration from the environment applies.
+pub struct Db {
+    tmp: tempfile::TempDir,
+}
+
+impl Db {
+    pub fn new() -> Db {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("config.toml"), "").unwrap();
+        Db { tmp }
+    }
+
+    /// The database directory (not created until a writer runs).
+    pub fn dir(&self) -> PathBuf {
+        self.tmp.path().join("db")
+    }
+
+    /// A path in the temporary directory, beside the database.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    pub fn model(&self) -> PathBuf {
+        DbPaths::new(self.dir()).snapshot()
+    }
+
+    /// The global flags naming this database and the empty config file.
+    pub fn global_args(&self) -> Vec<String> {
+        vec![
+            "--db".into(),
+            utf8(&self.dir()).into(),
+            "--config".into(),
+            utf8(&self.path("config.toml")).into(),
+        ]
+    }
+
+    /// Runs the binary against this database.
+    pub fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        let global = self.global_args();
+        let mut all: Vec<&str> = global.iter().map(String::as_str).collect();
+        all.extend_from_slice(args);
+        run(&all, stdin)
+    }
+
+    /// Runs the binary, asserts exit status 0 and returns stdout.
+    pub fn ok(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
+        let out = self.run(args, stdin);
+        assert_exit(&out, 0, args);
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `train --json`; returns the summary.
+    pub fn train(&self, spam: &[&Path], ham: &[&Path]) -> Value {
+        let mut args = vec!["train", "--json", "--spam"];
+        args.extend(spam.iter().map(|p| utf8(p)));
+        args.push("--ham");
+        args.extend(ham.iter().map(|p| utf8(p)));
+        let lines = json_lines(&self.ok(&args, None));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        lines.into_iter().next().unwrap()
+    }
+
+    /// `stats --json`.
+    pub fn stats(&self) -> Value {
+        let lines = json_lines(&self.ok(&["stats", "--json"], None));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        lines.into_iter().next().unwrap()
+    }
+
+    /// Messages per class in the model, `[ham, spam]`.
+    pub fn counts(&self) -> [u64; 2] {
+        let s = self.stats();
+        [
+            s["ham_messages"].as_u64().unwrap(),
+            s["spam_messages"].as_u64().unwrap(),
+        ]
+    }
+
+    /// `classify --json`; one object per message.
+    pub fn classify(&self, paths: &[&Path]) -> Vec<Value> {
+        let mut args = vec!["classify", "--json"];
+        args.extend(paths.iter().map(|p| utf8(p)));
+        json_lines(&self.ok(&args, None))
+    }
+
+    /// Trains on the sample corpus and checks the summary.
+    pub fn train_sample(&self) {
+        let summary = self.train(&[&sample_spam()], &[&sample_ham()]);
+        assert_eq!(summary["learned"], 48, "{summary}");
+        assert_eq!(summary["snapshot_written"], true, "{summary}");
+    }
+}
+
+pub fn utf8(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
+
+pub fn sample_ham() -> PathBuf {
+    sample_dir().join("ham")
+}
+
+pub fn sample_spam() -> PathBuf {
+    sample_dir().join("spam")
+}
+
+pub fn assert_exit(out: &Output, code: i32, what: &[&str]) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{what:?}\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
 }

@@ -10,7 +10,9 @@
 mod cli;
 mod common;
 mod corpus;
+mod delivery;
 mod golden;
 mod learning;
 mod properties;
+mod recipes;
 mod train;

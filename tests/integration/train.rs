@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
@@ -16,7 +16,10 @@ use bayesmail::features::METADATA_NAMES;
 use bayesmail::model::Label;
 use bayesmail::store::{SledStore, Store};
 
-use crate::common::{features, public_corpus, run, sample_dir, sample_files, to_crlf};
+use crate::common::{
+    Db, assert_exit, features, json_lines, public_corpus, sample_dir, sample_files, sample_ham,
+    sample_spam, stderr, to_crlf, utf8,
+};
 
 /// A message in none of the corpora, spam-like.
 const NEW_SPAM: &str = "\
@@ -50,132 +53,6 @@ would the afternoon suit you better?
 
 Sam
 ";
-
-/// A database directory inside its own temporary directory, with an empty
-/// config file so that no configuration from the environment applies.
-struct Db {
-    tmp: tempfile::TempDir,
-}
-
-impl Db {
-    fn new() -> Db {
-        let tmp = tempfile::tempdir().unwrap();
-        fs::write(tmp.path().join("config.toml"), "").unwrap();
-        Db { tmp }
-    }
-
-    /// The database directory (not created until a writer runs).
-    fn dir(&self) -> PathBuf {
-        self.tmp.path().join("db")
-    }
-
-    /// A path in the temporary directory, beside the database.
-    fn path(&self, name: &str) -> PathBuf {
-        self.tmp.path().join(name)
-    }
-
-    fn model(&self) -> PathBuf {
-        DbPaths::new(self.dir()).snapshot()
-    }
-
-    /// The global flags naming this database and the empty config file.
-    fn global_args(&self) -> Vec<String> {
-        vec![
-            "--db".into(),
-            utf8(&self.dir()).into(),
-            "--config".into(),
-            utf8(&self.path("config.toml")).into(),
-        ]
-    }
-
-    /// Runs the binary against this database.
-    fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
-        let global = self.global_args();
-        let mut all: Vec<&str> = global.iter().map(String::as_str).collect();
-        all.extend_from_slice(args);
-        run(&all, stdin)
-    }
-
-    /// Runs the binary, asserts exit status 0 and returns stdout.
-    fn ok(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
-        let out = self.run(args, stdin);
-        assert_exit(&out, 0, args);
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// `train --json`; returns the summary.
-    fn train(&self, spam: &[&Path], ham: &[&Path]) -> Value {
-        let mut args = vec!["train", "--json", "--spam"];
-        args.extend(spam.iter().map(|p| utf8(p)));
-        args.push("--ham");
-        args.extend(ham.iter().map(|p| utf8(p)));
-        let lines = json_lines(&self.ok(&args, None));
-        assert_eq!(lines.len(), 1, "{lines:?}");
-        lines.into_iter().next().unwrap()
-    }
-
-    /// `stats --json`.
-    fn stats(&self) -> Value {
-        let lines = json_lines(&self.ok(&["stats", "--json"], None));
-        assert_eq!(lines.len(), 1, "{lines:?}");
-        lines.into_iter().next().unwrap()
-    }
-
-    /// Messages per class in the model, `[ham, spam]`.
-    fn counts(&self) -> [u64; 2] {
-        let s = self.stats();
-        [
-            s["ham_messages"].as_u64().unwrap(),
-            s["spam_messages"].as_u64().unwrap(),
-        ]
-    }
-
-    /// `classify --json`; one object per message.
-    fn classify(&self, paths: &[&Path]) -> Vec<Value> {
-        let mut args = vec!["classify", "--json"];
-        args.extend(paths.iter().map(|p| utf8(p)));
-        json_lines(&self.ok(&args, None))
-    }
-
-    /// Trains on the sample corpus and checks the summary.
-    fn train_sample(&self) {
-        let summary = self.train(&[&sample_spam()], &[&sample_ham()]);
-        assert_eq!(summary["learned"], 48, "{summary}");
-        assert_eq!(summary["snapshot_written"], true, "{summary}");
-    }
-}
-
-fn utf8(p: &Path) -> &str {
-    p.to_str().expect("test paths are UTF-8")
-}
-
-fn sample_ham() -> PathBuf {
-    sample_dir().join("ham")
-}
-
-fn sample_spam() -> PathBuf {
-    sample_dir().join("spam")
-}
-
-fn assert_exit(out: &Output, code: i32, what: &[&str]) {
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "{what:?}\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn json_lines(text: &str) -> Vec<Value> {
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
-        .collect()
-}
 
 /// Checks one `classify --json` line and returns its verdict.
 fn checked_verdict(line: &Value) -> &str {

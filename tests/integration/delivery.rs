@@ -1,0 +1,616 @@
+//! In the mail path: `filter` passes every message on byte for byte with
+//! only our headers added, fails open, and runs many at once beside a
+//! training run; `scan` classifies mailboxes and moves or copies spam
+//! without losing or doubling a message.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::common::{
+    Db, assert_exit, json_lines, public_corpus, public_files, sample_files, sample_ham,
+    sample_spam, stderr, to_crlf, utf8,
+};
+
+/// A message in none of the corpora, spam-like.
+const SPAMMY: &[u8] = b"From: \"Prize Desk\" <win@prize-desk.example>\n\
+To: pat@example.org\n\
+Subject: You have won - claim your cash reward now\n\
+Message-ID: <1@prize-desk.example>\n\
+Content-Type: text/plain\n\
+\n\
+Congratulations! You are selected for a cash prize. Click\n\
+http://prize-desk.example/claim now, limited offer, act today!\n";
+
+/// Splits `out` (a `filter` output) back into the input: removes our field
+/// lines (checking their form) from the header block and undoes the
+/// renaming of fields of ours that were already there. Returns the restored
+/// input, the X-Spam-Status value, and whether our lines ended in CRLF.
+fn strip_ours(out: &[u8]) -> (Vec<u8>, String, bool) {
+    let mut restored = Vec::with_capacity(out.len());
+    let mut status = None;
+    let mut crlf = true;
+    let mut in_header = true;
+    let mut rest = out;
+    while !rest.is_empty() {
+        let end = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(rest.len(), |p| p + 1);
+        let (line, tail) = rest.split_at(end);
+        rest = tail;
+        if in_header {
+            let content = line.strip_suffix(b"\n").unwrap_or(line);
+            let content = content.strip_suffix(b"\r").unwrap_or(content);
+            if let Some(v) = content.strip_prefix(b"X-Spam-Status: ") {
+                assert!(status.is_none(), "two X-Spam-Status fields of ours");
+                status = Some(String::from_utf8(v.to_vec()).unwrap());
+                crlf &= line.ends_with(b"\r\n");
+                continue;
+            }
+            if content == b"X-Spam-Flag: YES" {
+                crlf &= line.ends_with(b"\r\n");
+                continue;
+            }
+            if let Some(renamed) = line.strip_prefix(b"Old-") {
+                let name = renamed.split(|&b| b == b':').next().unwrap();
+                let name = String::from_utf8_lossy(name).trim().to_ascii_lowercase();
+                if name == "x-spam-status" || name == "x-spam-flag" {
+                    restored.extend_from_slice(renamed);
+                    continue;
+                }
+            }
+            if content.is_empty() {
+                in_header = false;
+            }
+        }
+        restored.extend_from_slice(line);
+    }
+    (
+        restored,
+        status.expect("an X-Spam-Status field of ours"),
+        crlf,
+    )
+}
+
+/// Checks the form of an X-Spam-Status value; returns its first word.
+fn status_word(status: &str) -> &str {
+    let word = status.split(',').next().unwrap();
+    match word {
+        "Yes" | "No" | "Unsure" => {
+            let parts: Vec<&str> = status.split(", ").collect();
+            assert_eq!(parts.len(), 4, "{status}");
+            let p: f64 = parts[1]
+                .strip_prefix("probability=")
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!((0.0..=1.0).contains(&p), "{status}");
+            assert!(parts[2].starts_with("cutoff="), "{status}");
+            assert_eq!(parts[3], concat!("version=", env!("CARGO_PKG_VERSION")));
+        }
+        "Unknown" => assert!(status.contains(", reason="), "{status}"),
+        other => panic!("unexpected status {other:?} in {status}"),
+    }
+    word
+}
+
+/// Runs `filter` on `input` with extra arguments.
+fn filter(db: &Db, args: &[&str], input: &[u8]) -> Output {
+    let mut all = vec!["filter"];
+    all.extend_from_slice(args);
+    db.run(&all, Some(input))
+}
+
+/// A database trained on the sample corpus.
+fn trained() -> Db {
+    let db = Db::new();
+    db.train_sample();
+    db
+}
+
+#[test]
+fn filter_adds_only_our_headers_to_every_public_message_lf_and_crlf() {
+    let Some(corpus) = public_corpus() else {
+        return;
+    };
+    let db = trained();
+    let files = public_files(&corpus);
+    let next = AtomicUsize::new(0);
+    let checked = AtomicUsize::new(0);
+    let renamed = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((path, lf)) = files.get(i) else {
+                        break;
+                    };
+                    for input in [lf.clone(), to_crlf(lf)] {
+                        let out = filter(&db, &[], &input);
+                        assert_exit(&out, 0, &["filter", utf8(path)]);
+                        let (restored, status, crlf) = strip_ours(&out.stdout);
+                        assert!(restored == input, "{}: bytes changed", path.display());
+                        let word = status_word(&status);
+                        assert_ne!(word, "Unknown", "{}: {status}", path.display());
+                        let first_line = input.split(|&b| b == b'\n').next().unwrap();
+                        assert_eq!(crlf, first_line.ends_with(b"\r"), "{}", path.display());
+                        if out.stdout.windows(5).any(|w| w == b"\nOld-") {
+                            renamed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        checked.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(checked.into_inner(), 2 * files.len());
+    // The public corpus carries X-Spam-Status fields from another filter:
+    // they must have been renamed, not removed or left to be believed.
+    assert!(renamed.into_inner() > 100);
+}
+
+/// Asserts `out` is `input` with `X-Spam-Status: Unknown, reason=REASON`
+/// added, and the exit status is `code`.
+fn assert_unknown(out: &Output, input: &[u8], reason: &str, code: i32) {
+    assert_exit(out, code, &["filter", reason]);
+    let (restored, status, _) = strip_ours(&out.stdout);
+    assert!(restored == input, "bytes changed ({reason})");
+    assert_eq!(status_word(&status), "Unknown");
+    assert!(
+        status.contains(&format!("reason={reason},")),
+        "{status} is not {reason}"
+    );
+    assert!(!stderr(out).is_empty(), "the reason goes to stderr");
+}
+
+#[test]
+fn filter_gives_verdict_headers_and_verdict_exit_codes() {
+    let db = trained();
+    // A ham message the model is sure of, by `classify`.
+    let ham = sample_files()
+        .into_iter()
+        .filter(|f| f.starts_with(sample_ham()))
+        .find(|f| db.classify(&[f])[0]["verdict"] == "ham")
+        .expect("a sample ham message classified as ham");
+    let ham = fs::read(ham).unwrap();
+    for (input, word, code) in [(SPAMMY, "Yes", 0), (&ham[..], "No", 1)] {
+        let out = filter(&db, &[], input);
+        assert_exit(&out, 0, &["filter"]);
+        let (restored, status, _) = strip_ours(&out.stdout);
+        assert!(restored == input);
+        assert_eq!(status_word(&status), word, "{status}");
+        let flagged = out.stdout.windows(18).any(|w| w == b"\nX-Spam-Flag: YES\n");
+        assert_eq!(flagged, word == "Yes");
+        let out = filter(&db, &["--verdict-exit"], input);
+        assert_exit(&out, code, &["filter", "--verdict-exit"]);
+    }
+    // A forged verdict is renamed, and ours follows it.
+    let forged = [
+        b"X-Spam-Status: No, hits=-100\nX-Spam-Flag: NO\n".as_ref(),
+        SPAMMY,
+    ]
+    .concat();
+    let out = filter(&db, &[], &forged);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("Old-X-Spam-Status: No, hits=-100\nOld-X-Spam-Flag: NO\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nX-Spam-Flag: YES\nX-Spam-Status: Yes, "),
+        "{text}"
+    );
+}
+
+#[test]
+fn filter_fails_open_without_a_usable_model() {
+    let input = SPAMMY;
+    // No model at all.
+    let db = Db::new();
+    assert_unknown(&filter(&db, &[], input), input, "no-model", 0);
+    assert_unknown(
+        &filter(&db, &["--verdict-exit"], input),
+        input,
+        "no-model",
+        3,
+    );
+
+    // A model of another format or tokenizer version.
+    let db = trained();
+    let good = fs::read(db.model()).unwrap();
+    for at in [8, 12] {
+        let mut other = good.clone();
+        other[at] = other[at].wrapping_add(1);
+        fs::write(db.model(), &other).unwrap();
+        assert_unknown(&filter(&db, &[], input), input, "model-version", 0);
+        assert_unknown(
+            &filter(&db, &["--verdict-exit"], input),
+            input,
+            "model-version",
+            3,
+        );
+    }
+    // Damaged: truncated, garbage, a directory in its place.
+    fs::write(db.model(), &good[..good.len() / 2]).unwrap();
+    assert_unknown(&filter(&db, &[], input), input, "model-unreadable", 0);
+    fs::write(db.model(), b"not a model at all").unwrap();
+    assert_unknown(&filter(&db, &[], input), input, "model-unreadable", 0);
+    fs::remove_file(db.model()).unwrap();
+    fs::create_dir(db.model()).unwrap();
+    assert_unknown(&filter(&db, &[], input), input, "model-unreadable", 0);
+
+    // A broken configuration file.
+    let db = trained();
+    fs::write(db.path("config.toml"), "[decision]\ncosts = \"nonsense\"\n").unwrap();
+    assert_unknown(&filter(&db, &[], input), input, "config-error", 0);
+    fs::write(db.path("config.toml"), "this is not toml =").unwrap();
+    assert_unknown(&filter(&db, &[], input), input, "config-error", 0);
+}
+
+#[test]
+fn filter_passes_a_60_mb_message_through_unscored() {
+    let db = trained();
+    let mut input =
+        b"From: big@example.org\r\nSubject: a large attachment\r\nContent-Type: text/plain\r\n\r\n"
+            .to_vec();
+    let line = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345678\r\n";
+    while input.len() < 60 << 20 {
+        input.extend_from_slice(line);
+    }
+    let out = filter(&db, &[], &input);
+    assert_unknown(&out, &input, "too-large", 0);
+    let out = filter(&db, &["--verdict-exit"], &input);
+    assert_unknown(&out, &input, "too-large", 3);
+    // The cap is a setting: a small message over a small cap.
+    let small = [b"Subject: short header\n\n".as_ref(), &[b'x'; 300]].concat();
+    assert_unknown(
+        &filter(&db, &["--max-size", "100"], &small),
+        &small,
+        "too-large",
+        0,
+    );
+    fs::write(db.path("config.toml"), "[filter]\nmax_size = \"100\"\n").unwrap();
+    assert_unknown(&filter(&db, &[], &small), &small, "too-large", 0);
+    // A header block longer than the cap cannot carry our field: the
+    // message goes out unchanged.
+    let out = filter(&db, &[], SPAMMY);
+    assert_exit(&out, 0, &["filter", "header beyond the cap"]);
+    assert!(out.stdout == SPAMMY);
+}
+
+#[test]
+fn filter_passes_random_bytes_through_unchanged() {
+    let db = trained();
+    // A fixed-seed generator: the same inputs on every run.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for round in 0..24 {
+        let len = (next() % 5000) as usize;
+        let mut input: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        if round % 3 == 1 {
+            // Random bytes behind a header line: a header block to add to.
+            input.splice(0..0, b"Subject: noise\n".iter().copied());
+        }
+        if round % 6 == 2 {
+            input.retain(|&b| b != 0);
+        }
+        let out = filter(&db, &[], &input);
+        assert_exit(&out, 0, &["filter", "random bytes"]);
+        if out.stdout != input {
+            let (restored, status, _) = strip_ours(&out.stdout);
+            assert!(restored == input, "round {round}: bytes changed");
+            status_word(&status);
+        } else {
+            assert!(
+                round % 3 != 1,
+                "round {round}: a header block got no status"
+            );
+        }
+        let out = filter(&db, &["--verdict-exit"], &input);
+        assert!(matches!(out.status.code(), Some(0..=3)), "{:?}", out.status);
+    }
+    // Empty input: nothing in, nothing out.
+    let out = filter(&db, &[], b"");
+    assert_exit(&out, 0, &["filter", "empty"]);
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn filter_with_a_closed_stdout_tells_the_agent_to_keep_the_message() {
+    let db = trained();
+    let mut input = SPAMMY.to_vec();
+    input.extend(std::iter::repeat_n(b"filler line to fill pipes\n".as_slice(), 40_000).flatten());
+    for (flag, code) in [(None, 75), (Some("--verdict-exit"), 3)] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args()).arg("filter").args(flag);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader goes away
+        let mut stdin = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+            input
+        });
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let status = child.wait().unwrap();
+        input = writer.join().unwrap();
+        assert_eq!(status.code(), Some(code), "{err}");
+        assert!(err.contains("keep it"), "{err}");
+    }
+}
+
+#[test]
+fn many_filters_at_once_while_training_runs() {
+    let Some(corpus) = public_corpus() else {
+        return;
+    };
+    let db = trained();
+    let inputs: Vec<Vec<u8>> = public_files(&corpus)
+        .into_iter()
+        .step_by(97)
+        .take(32)
+        .map(|(_, bytes)| bytes)
+        .collect();
+    assert_eq!(inputs.len(), 32);
+    // A training run on the same database, holding its lock and replacing
+    // the model snapshot while the filters run.
+    let mut train = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    train
+        .args(db.global_args())
+        .args(["train", "--spam"])
+        .arg(corpus.join("spam-2"))
+        .arg("--ham")
+        .arg(corpus.join("easy-ham-2"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut train = train.spawn().unwrap();
+    for round in 0..3 {
+        let children: Vec<_> = inputs
+            .iter()
+            .map(|input| {
+                let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+                    .args(db.global_args())
+                    .arg("filter")
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                let mut stdin = child.stdin.take().unwrap();
+                let input = input.clone();
+                let writer = std::thread::spawn(move || stdin.write_all(&input));
+                (child, writer)
+            })
+            .collect();
+        for ((child, writer), input) in children.into_iter().zip(&inputs) {
+            let out = child.wait_with_output().unwrap();
+            writer.join().unwrap().unwrap();
+            assert_exit(&out, 0, &["filter", "concurrent", &round.to_string()]);
+            let (restored, status, _) = strip_ours(&out.stdout);
+            assert!(
+                restored == *input,
+                "round {round}: output incomplete or changed"
+            );
+            assert_ne!(status_word(&status), "Unknown", "{status}");
+        }
+    }
+    assert!(train.wait().unwrap().success());
+}
+
+/// A Maildir at `dir` holding the sample corpus's messages in `cur/`.
+fn sample_maildir(dir: &Path) -> Vec<PathBuf> {
+    for sub in ["cur", "new", "tmp"] {
+        fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    sample_files()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let to = dir.join("cur").join(format!("{i}.sample.host:2,S"));
+            fs::copy(f, &to).unwrap();
+            to
+        })
+        .collect()
+}
+
+/// Every file under the Maildir's cur/ and new/, with its bytes.
+fn maildir_contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for sub in ["cur", "new"] {
+        if let Ok(entries) = fs::read_dir(dir.join(sub)) {
+            for e in entries {
+                let p = e.unwrap().path();
+                out.push((
+                    format!("{sub}/{}", p.file_name().unwrap().to_str().unwrap()),
+                    fs::read(&p).unwrap(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn scan_reports_every_message_in_each_format() {
+    let db = trained();
+    let inbox = db.path("inbox");
+    let files = sample_maildir(&inbox);
+    let json = json_lines(&db.ok(&["scan", "--json", utf8(&inbox)], None));
+    assert_eq!(json.len(), files.len());
+    for line in &json {
+        assert!(["ham", "unsure", "spam"].contains(&line["verdict"].as_str().unwrap()));
+        assert!(line.get("action").is_none());
+    }
+    let classify = json_lines(&db.ok(&["classify", "--json", utf8(&inbox)], None));
+    for (s, c) in json.iter().zip(&classify) {
+        assert_eq!(s["id"], c["id"]);
+        assert_eq!(s["verdict"], c["verdict"]);
+        assert_eq!(s["probability"], c["probability"]);
+    }
+    let csv = db.ok(&["scan", "--csv", utf8(&inbox)], None);
+    let mut rows = csv.lines();
+    assert_eq!(
+        rows.next(),
+        Some("id,verdict,probability,log_odds,known_tokens,action,to")
+    );
+    assert_eq!(rows.count(), files.len());
+    let out = db.run(&["scan", utf8(&inbox)], None);
+    assert_exit(&out, 0, &["scan"]);
+    let table = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(table.lines().count(), files.len());
+    let summary = stderr(&out);
+    assert!(
+        summary.contains(&format!("scanned {} messages", files.len())),
+        "{summary}"
+    );
+    assert!(
+        !summary.contains('\r'),
+        "no progress bar when stderr is not a terminal"
+    );
+
+    // An unreadable message is reported and skipped; the exit status says so.
+    fs::write(inbox.join("new/empty.host"), b"").unwrap();
+    let out = db.run(&["scan", "--json", utf8(&inbox)], None);
+    assert_exit(&out, 1, &["scan", "with an empty message"]);
+    assert_eq!(
+        json_lines(&String::from_utf8(out.stdout.clone()).unwrap()).len(),
+        files.len()
+    );
+    assert!(stderr(&out).contains("empty.host"), "{}", stderr(&out));
+}
+
+#[test]
+fn scan_moves_spam_into_a_maildir_without_loss_or_duplicates() {
+    let db = trained();
+    let inbox = db.path("inbox");
+    sample_maildir(&inbox);
+    let before = maildir_contents(&inbox);
+    let junk = db.path("junk");
+
+    // A dry run changes nothing and says what it would do.
+    let dry = json_lines(&db.ok(
+        &[
+            "scan",
+            "--json",
+            "--dry-run",
+            "--move-spam-to",
+            utf8(&junk),
+            utf8(&inbox),
+        ],
+        None,
+    ));
+    let spam: Vec<&serde_json::Value> = dry.iter().filter(|l| l["verdict"] == "spam").collect();
+    assert!(spam.len() >= 15, "{} spam", spam.len());
+    assert!(spam.iter().all(|l| l["action"] == "would-move"));
+    assert_eq!(maildir_contents(&inbox), before);
+    assert!(!junk.exists());
+
+    let moved = json_lines(&db.ok(
+        &[
+            "scan",
+            "--json",
+            "--move-spam-to",
+            utf8(&junk),
+            utf8(&inbox),
+        ],
+        None,
+    ));
+    let n_moved = moved.iter().filter(|l| l["action"] == "moved").count();
+    assert_eq!(n_moved, spam.len());
+    let (left, gone) = (maildir_contents(&inbox), maildir_contents(&junk));
+    assert_eq!(left.len() + gone.len(), before.len());
+    let mut all: Vec<_> = left.into_iter().chain(gone.clone()).collect();
+    all.sort();
+    assert_eq!(all, before, "every message kept, name and bytes");
+    for l in &moved {
+        if l["action"] == "moved" {
+            assert!(Path::new(l["to"].as_str().unwrap()).is_file());
+        }
+    }
+
+    // Again: nothing left to move in the inbox; scanning the junk folder
+    // onto itself keeps every message.
+    let again = json_lines(&db.ok(
+        &[
+            "scan",
+            "--json",
+            "--move-spam-to",
+            utf8(&junk),
+            utf8(&inbox),
+        ],
+        None,
+    ));
+    assert!(again.iter().all(|l| l["action"].is_null()), "{again:?}");
+    db.ok(&["scan", "--move-spam-to", utf8(&junk), utf8(&junk)], None);
+    assert_eq!(maildir_contents(&junk), gone);
+
+    // Copying from an mbox: copies named by content, not repeated.
+    let mbox = db.path("spam.mbox");
+    let mut bytes = Vec::new();
+    for f in sample_files()
+        .iter()
+        .filter(|f| f.starts_with(sample_spam()))
+    {
+        bayesmail::mailbox::write_mbox_message(&mut bytes, None, &fs::read(f).unwrap()).unwrap();
+    }
+    fs::write(&mbox, &bytes).unwrap();
+    let copies = db.path("copies");
+    let first = json_lines(&db.ok(
+        &[
+            "scan",
+            "--json",
+            "--copy-spam-to",
+            utf8(&copies),
+            utf8(&mbox),
+        ],
+        None,
+    ));
+    let n_copied = first.iter().filter(|l| l["action"] == "copied").count();
+    assert!(n_copied >= 15);
+    let second = json_lines(&db.ok(
+        &[
+            "scan",
+            "--json",
+            "--copy-spam-to",
+            utf8(&copies),
+            utf8(&mbox),
+        ],
+        None,
+    ));
+    assert_eq!(
+        second
+            .iter()
+            .filter(|l| l["action"] == "already-there")
+            .count(),
+        n_copied
+    );
+    assert_eq!(maildir_contents(&copies).len(), n_copied);
+
+    // Moving out of an mbox is refused before anything happens.
+    let out = db.run(
+        &["scan", "--move-spam-to", utf8(&copies), utf8(&mbox)],
+        None,
+    );
+    assert_exit(&out, 2, &["scan", "--move-spam-to", "mbox"]);
+    assert!(stderr(&out).contains("--copy-spam-to"), "{}", stderr(&out));
+}

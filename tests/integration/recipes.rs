@@ -1,0 +1,318 @@
+//! The README's mail-path recipes, run as written: each test takes the code
+//! block from README.md, so a recipe that stops working fails here.
+//! procmail and maildrop are the Debian packages (`.ci/run` installs them);
+//! their tests fail if the programs are missing where the public corpus is
+//! required (CI), and are skipped with a note elsewhere.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::common::{Db, assert_exit, root, sample_files, sample_spam, utf8};
+
+/// The body of the first code block fenced as ```` ```TAG ```` in README.md.
+fn readme_block(tag: &str) -> String {
+    let readme = fs::read_to_string(root().join("README.md")).unwrap();
+    let fence = format!("```{tag}\n");
+    let start = readme
+        .find(&fence)
+        .unwrap_or_else(|| panic!("no {tag} block in README.md"))
+        + fence.len();
+    let len = readme[start..].find("```").unwrap();
+    readme[start..start + len].to_string()
+}
+
+/// A user's home with the `bayesmail` binary in `~/bin`, a Maildir with a
+/// `.Junk` folder, and a database trained on the sample corpus.
+struct Home {
+    db: Db,
+}
+
+impl Home {
+    fn new() -> Home {
+        let db = Db::new();
+        db.train_sample();
+        let home = Home { db };
+        fs::create_dir_all(home.dir().join("bin")).unwrap();
+        std::os::unix::fs::symlink(
+            env!("CARGO_BIN_EXE_bayesmail"),
+            home.dir().join("bin/bayesmail"),
+        )
+        .unwrap();
+        for folder in ["Maildir", "Maildir/.Junk"] {
+            for sub in ["cur", "new", "tmp"] {
+                fs::create_dir_all(home.dir().join(folder).join(sub)).unwrap();
+            }
+        }
+        home
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.db.path("home")
+    }
+
+    /// `PATH` with `~/bin` first.
+    fn path_var(&self) -> String {
+        format!(
+            "{}:/usr/local/bin:/usr/bin:/bin",
+            utf8(&self.dir().join("bin"))
+        )
+    }
+
+    /// A command with the environment a delivery agent gives the user:
+    /// nothing inherited but HOME, PATH and the database settings.
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        c.env_clear()
+            .env("HOME", self.dir())
+            .env("PATH", self.path_var())
+            .env("BAYESMAIL_DB", self.db.dir())
+            .env("BAYESMAIL_CONFIG", self.db.path("config.toml"));
+        c
+    }
+
+    /// Message files delivered to a Maildir folder ("" for the inbox).
+    fn delivered(&self, folder: &str) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for sub in ["new", "cur"] {
+            for e in fs::read_dir(self.dir().join("Maildir").join(folder).join(sub)).unwrap() {
+                out.push(fs::read(e.unwrap().path()).unwrap());
+            }
+        }
+        out
+    }
+}
+
+/// One sample message the trained model calls spam and one it calls ham.
+fn spam_and_ham(db: &Db) -> (Vec<u8>, Vec<u8>) {
+    let files = sample_files();
+    let pick = |spam: bool, verdict: &str| {
+        let f = files
+            .iter()
+            .filter(|f| f.starts_with(sample_spam()) == spam)
+            .find(|f| db.classify(&[f])[0]["verdict"] == verdict)
+            .unwrap_or_else(|| panic!("a sample message classified {verdict}"));
+        fs::read(f).unwrap()
+    };
+    (pick(true, "spam"), pick(false, "ham"))
+}
+
+/// True if `program` is installed; if not, panics where the corpus (and so
+/// the full CI setup) is required, and otherwise says the test is skipped.
+fn have(program: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let required =
+        std::env::var_os("CI").is_some() || std::env::var_os("BAYESMAIL_REQUIRE_CORPUS").is_some();
+    assert!(
+        found || !required,
+        "{program} is not installed (.ci/run installs it)"
+    );
+    if !found {
+        eprintln!("{program} not installed: recipe test skipped");
+    }
+    found
+}
+
+fn run_with_stdin(mut cmd: Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    out
+}
+
+fn has_line(message: &[u8], line: &str) -> bool {
+    String::from_utf8_lossy(message).lines().any(|l| l == line)
+}
+
+fn status_line(message: &[u8]) -> String {
+    String::from_utf8_lossy(message)
+        .lines()
+        .find(|l| l.starts_with("X-Spam-Status: "))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn procmail_recipe_files_spam_into_junk() {
+    if !have("procmail") {
+        return;
+    }
+    let home = Home::new();
+    let rc = home.dir().join(".procmailrc");
+    fs::write(&rc, readme_block("procmail")).unwrap();
+    let (spam, ham) = spam_and_ham(&home.db);
+    for message in [&spam, &ham] {
+        // -m: procmail as a general mail filter with this rcfile; -p keeps
+        // PATH and the database settings; HOME as the delivery agent sets it.
+        let mut cmd = home.command("procmail");
+        cmd.arg("-p")
+            .arg("-m")
+            .arg(format!("HOME={}", utf8(&home.dir())))
+            .arg(&rc);
+        let out = run_with_stdin(cmd, message);
+        // Falling off the end of the rcfile in -m mode is EX_CANTCREAT (73)
+        // after the message was filtered but not delivered (ham).
+        assert!(matches!(out.status.code(), Some(0 | 73)), "{out:?}");
+    }
+    let junk = home.delivered(".Junk");
+    assert_eq!(junk.len(), 1, "the spam, and only it, is in Junk");
+    assert!(has_line(&junk[0], "X-Spam-Flag: YES"));
+    assert!(status_line(&junk[0]).starts_with("X-Spam-Status: Yes, probability="));
+}
+
+#[test]
+fn maildrop_recipe_files_spam_into_junk_and_ham_into_the_inbox() {
+    if !have("maildrop") {
+        return;
+    }
+    let home = Home::new();
+    // maildrop sets PATH and HOME itself; the lines before the recipe give
+    // it what a real user's account would.
+    let rc = home.dir().join(".mailfilter");
+    let preamble = format!(
+        "PATH=\"{}\"\nHOME=\"{}\"\nBAYESMAIL_DB=\"{}\"\nBAYESMAIL_CONFIG=\"{}\"\n",
+        home.path_var(),
+        utf8(&home.dir()),
+        utf8(&home.db.dir()),
+        utf8(&home.db.path("config.toml"))
+    );
+    fs::write(&rc, preamble + &readme_block("maildrop")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&rc, fs::Permissions::from_mode(0o600)).unwrap();
+    let (spam, ham) = spam_and_ham(&home.db);
+    for message in [&spam, &ham] {
+        let mut cmd = home.command("maildrop");
+        cmd.arg(&rc);
+        let out = run_with_stdin(cmd, message);
+        assert_exit(&out, 0, &["maildrop"]);
+    }
+    let (junk, inbox) = (home.delivered(".Junk"), home.delivered(""));
+    assert_eq!((junk.len(), inbox.len()), (1, 1));
+    assert!(has_line(&junk[0], "X-Spam-Flag: YES"));
+    assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
+}
+
+#[test]
+fn postfix_filter_script_reinjects_the_filtered_message() {
+    let home = Home::new();
+    let script = root().join("contrib/bayesmail-postfix-filter");
+    assert!(
+        readme_block("postfix")
+            .contains("argv=/usr/local/bin/bayesmail-postfix-filter -f ${sender} -- ${recipient}")
+    );
+    // A stand-in sendmail that records its arguments and the message.
+    let fake = home.dir().join("bin/sendmail");
+    let record = home.dir().join("reinjected");
+    fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$@\" > '{0}.args'\ncat > '{0}'\n",
+            utf8(&record)
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    let (spam, _) = spam_and_ham(&home.db);
+    let mut cmd = home.command(utf8(&script));
+    cmd.env("SENDMAIL", &fake)
+        .args(["-f", "from@example.org", "--", "to@example.org"]);
+    let out = run_with_stdin(cmd, &spam);
+    assert_exit(&out, 0, &["bayesmail-postfix-filter"]);
+    let reinjected = fs::read(&record).unwrap();
+    assert!(has_line(&reinjected, "X-Spam-Flag: YES"));
+    assert_eq!(
+        reinjected.len(),
+        spam.len() + "X-Spam-Flag: YES\n".len() + status_line(&reinjected).len() + 1
+    );
+    let args = fs::read_to_string(record.with_extension("args")).unwrap();
+    assert_eq!(args.trim(), "-G -i -f from@example.org -- to@example.org");
+
+    // sendmail failing: Postfix must defer (75), not bounce.
+    fs::write(&fake, "#!/bin/sh\ncat > /dev/null\nexit 1\n").unwrap();
+    let mut cmd = home.command(utf8(&script));
+    cmd.env("SENDMAIL", &fake)
+        .args(["-f", "a@example.org", "--", "b@example.org"]);
+    assert_exit(
+        &run_with_stdin(cmd, &spam),
+        75,
+        &["bayesmail-postfix-filter", "sendmail fails"],
+    );
+    // bayesmail missing: also a deferral.
+    let mut cmd = home.command(utf8(&script));
+    cmd.env("SENDMAIL", &fake)
+        .env("BAYESMAIL", home.dir().join("no-such-binary"));
+    assert_exit(
+        &run_with_stdin(cmd, &spam),
+        75,
+        &["bayesmail-postfix-filter", "no bayesmail"],
+    );
+}
+
+#[test]
+fn sieve_filter_program_returns_the_message_with_our_headers() {
+    let home = Home::new();
+    let sieve = readme_block("sieve");
+    assert!(sieve.contains("filter \"bayesmail\";") && sieve.contains("\"X-Spam-Flag\" \"YES\""));
+    let (spam, ham) = spam_and_ham(&home.db);
+    for (message, flagged) in [(&spam, true), (&ham, false)] {
+        let cmd = home.command(utf8(&root().join("contrib/bayesmail-sieve-filter")));
+        let out = run_with_stdin(cmd, message);
+        assert_exit(&out, 0, &["bayesmail-sieve-filter"]);
+        assert_eq!(has_line(&out.stdout, "X-Spam-Flag: YES"), flagged);
+        assert!(out.stdout.len() > message.len());
+    }
+}
+
+#[test]
+fn mutt_macros_learn_the_piped_message() {
+    let home = Home::new();
+    let muttrc = readme_block("muttrc");
+    let (spam, _) = spam_and_ham(&home.db);
+    let before = home.db.counts();
+    // Each macro pipes the message to the command between <pipe-message>
+    // and <enter>, through the shell, as mutt does.
+    let commands: Vec<&str> = muttrc
+        .lines()
+        .map(|l| {
+            let start = l.find("<pipe-message>").unwrap() + "<pipe-message>".len();
+            let len = l[start..].find("<enter>").unwrap();
+            &l[start..start + len]
+        })
+        .collect();
+    assert_eq!(
+        commands,
+        ["bayesmail learn --spam", "bayesmail learn --ham"]
+    );
+    // A new message learned as ham, then marked as spam: it moves.
+    let new = [
+        b"Subject: a new one\nFrom: x@new.example\n\n".as_ref(),
+        &spam[spam.len() / 2..],
+    ]
+    .concat();
+    for (command, expect) in [(commands[1], [1, 0]), (commands[0], [0, 1])] {
+        let mut cmd = home.command("sh");
+        cmd.args(["-c", command]);
+        let out = run_with_stdin(cmd, &new);
+        assert_exit(&out, 0, &[command]);
+        let after = home.db.counts();
+        assert_eq!(
+            [after[0] - before[0], after[1] - before[1]],
+            expect,
+            "{command}"
+        );
+    }
+}
