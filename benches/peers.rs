@@ -1,0 +1,263 @@
+//! Whole-process timings of bayesmail against bogofilter, on the same
+//! machine in the same run, both trained on the whole public corpus:
+//!
+//! - `filter` latency: one process per message (`bayesmail filter` and
+//!   `bogofilter -p`, both passing the message through with their headers
+//!   added), over MESSAGES messages spread over the corpus, the two tools
+//!   alternating message by message so that machine noise hits both alike;
+//! - `scan` throughput over the whole corpus (`bayesmail scan`, parallel,
+//!   against `bogofilter -b`, its batch mode), ROUNDS alternating rounds;
+//! - the peak resident memory of every process (`wait4`'s `ru_maxrss`).
+//!
+//! Prints medians and the ratios bayesmail / bogofilter.
+//!
+//! ```sh
+//! BAYESMAIL_CORPUS=../shared/corpora/spamassassin cargo bench --bench peers
+//! BAYESMAIL_PEERS_MESSAGES=500 BAYESMAIL_PEERS_ROUNDS=5 cargo bench --bench peers
+//! ```
+//!
+//! Needs `bogofilter` on the PATH (Debian: `apt-get install bogofilter`).
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SPAM: [&str; 2] = ["spam-1", "spam-2"];
+const HAM: [&str; 3] = ["easy-ham-1", "easy-ham-2", "hard-ham-1"];
+
+fn main() {
+    // `cargo bench` passes `--bench`; there is nothing to filter by here.
+    let corpus = corpus_dir();
+    if !corpus.join("spam-1").is_dir() {
+        fail(&format!(
+            "no public corpus at {} (set BAYESMAIL_CORPUS or run corpora/fetch)",
+            corpus.display()
+        ));
+    }
+    if Command::new("bogofilter")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_err()
+    {
+        fail("bogofilter is not installed (Debian: apt-get install bogofilter)");
+    }
+    let n_messages = env_number("BAYESMAIL_PEERS_MESSAGES", 500);
+    let rounds = env_number("BAYESMAIL_PEERS_ROUNDS", 5);
+    let bm = PathBuf::from(env!("CARGO_BIN_EXE_bayesmail"));
+    let work = tempfile::tempdir().expect("temporary directory");
+    let bm_db = work.path().join("bayesmail-db");
+    let bogo_db = work.path().join("bogofilter-db");
+    std::fs::create_dir(&bogo_db).expect("bogofilter directory");
+
+    let dirs = |names: &[&str]| -> Vec<PathBuf> { names.iter().map(|d| corpus.join(d)).collect() };
+    let (spam, ham) = (dirs(&SPAM), dirs(&HAM));
+    let mut files = Vec::new();
+    for dir in spam.iter().chain(&ham) {
+        for entry in std::fs::read_dir(dir).expect("corpus folder") {
+            let path = entry.expect("corpus entry").path();
+            if path.is_file() {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    eprintln!("training both tools on {} messages", files.len());
+    let mut train = Command::new(&bm);
+    train.arg("--db").arg(&bm_db).arg("train").arg("--spam");
+    train.args(&spam).arg("--ham").args(&ham);
+    check(train.stdout(Stdio::null()));
+    for (flag, set) in [("-s", &spam), ("-n", &ham)] {
+        let mut reg = Command::new("bogofilter");
+        reg.arg("-d")
+            .arg(&bogo_db)
+            .arg(flag)
+            .arg("-B")
+            .args(set.iter());
+        check(&mut reg);
+    }
+
+    // filter latency: the same messages for both, every k-th of the corpus.
+    let step = (files.len() / n_messages.max(1)).max(1);
+    let sample: Vec<&PathBuf> = files.iter().step_by(step).take(n_messages).collect();
+    let bm_filter = |f: &Path| {
+        let mut c = Command::new(&bm);
+        c.arg("--db").arg(&bm_db).arg("filter");
+        run(&mut c, f)
+    };
+    let bogo_filter = |f: &Path| {
+        let mut c = Command::new("bogofilter");
+        c.arg("-d").arg(&bogo_db).arg("-p");
+        run(&mut c, f)
+    };
+    for f in sample.iter().take(50) {
+        bm_filter(f);
+        bogo_filter(f);
+    }
+    let (mut bm_times, mut bogo_times) = (Vec::new(), Vec::new());
+    for (i, f) in sample.iter().enumerate() {
+        if i % 2 == 0 {
+            bm_times.push(bm_filter(f));
+            bogo_times.push(bogo_filter(f));
+        } else {
+            bogo_times.push(bogo_filter(f));
+            bm_times.push(bm_filter(f));
+        }
+    }
+
+    // scan throughput over the whole corpus.
+    let list = work.path().join("files.txt");
+    let mut out = File::create(&list).expect("file list");
+    for f in &files {
+        writeln!(out, "{}", f.display()).expect("file list");
+    }
+    drop(out);
+    let bm_scan = || {
+        let mut c = Command::new(&bm);
+        c.arg("--db").arg(&bm_db).arg("scan").arg("--json");
+        c.args(spam.iter().chain(&ham));
+        run(&mut c, Path::new("/dev/null"))
+    };
+    let bogo_scan = || {
+        let mut c = Command::new("bogofilter");
+        c.arg("-d").arg(&bogo_db).arg("-b").arg("-t");
+        run(&mut c, &list)
+    };
+    bm_scan();
+    bogo_scan();
+    let (mut bm_scans, mut bogo_scans) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        bm_scans.push(bm_scan());
+        bogo_scans.push(bogo_scan());
+    }
+
+    let n = files.len() as f64;
+    let rate = |runs: &[Run]| n / median(runs.iter().map(|r| r.wall.as_secs_f64()).collect());
+    let ms = |runs: &[Run]| 1e3 * median(runs.iter().map(|r| r.wall.as_secs_f64()).collect());
+    let (bm_ms, bogo_ms) = (ms(&bm_times), ms(&bogo_times));
+    let (bm_rate, bogo_rate) = (rate(&bm_scans), rate(&bogo_scans));
+    println!(
+        "filter, one process per message, median of {} messages:",
+        sample.len()
+    );
+    println!(
+        "  bayesmail filter    {bm_ms:.3} ms   peak RSS {}",
+        peak(&bm_times)
+    );
+    println!(
+        "  bogofilter -p       {bogo_ms:.3} ms   peak RSS {}",
+        peak(&bogo_times)
+    );
+    println!("  ratio bayesmail/bogofilter  {:.2}", bm_ms / bogo_ms);
+    println!(
+        "scan, whole corpus ({} messages), median of {rounds} rounds:",
+        files.len()
+    );
+    println!(
+        "  bayesmail scan      {bm_rate:.0} msg/s   peak RSS {}",
+        peak(&bm_scans)
+    );
+    println!(
+        "  bogofilter -b       {bogo_rate:.0} msg/s   peak RSS {}",
+        peak(&bogo_scans)
+    );
+    println!("  ratio bayesmail/bogofilter  {:.2}", bm_rate / bogo_rate);
+}
+
+/// Wall time and peak resident memory of one finished process.
+struct Run {
+    wall: Duration,
+    max_rss_kib: u64,
+}
+
+/// Runs `cmd` with `stdin` as standard input and its output discarded;
+/// panics unless it exits with a status of 0, 1 or 2 (`bogofilter -p`
+/// exits 1 for ham and 2 for unsure).
+// The child is reaped by `wait4` (which also gives its peak memory), not by
+// `Child::wait`.
+#[allow(clippy::zombie_processes)]
+fn run(cmd: &mut Command, stdin: &Path) -> Run {
+    let input = File::open(stdin).expect("input file");
+    let start = Instant::now();
+    let child = cmd
+        .stdin(input)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("process starts");
+    let (status, max_rss_kib) = wait(child.id() as libc::pid_t);
+    let wall = start.elapsed();
+    assert!(
+        (0..=2).contains(&status),
+        "{cmd:?} < {} exited with {status}",
+        stdin.display()
+    );
+    Run { wall, max_rss_kib }
+}
+
+/// Waits for `pid` and returns its exit status and peak RSS (KiB).
+fn wait(pid: libc::pid_t) -> (i32, u64) {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child, not yet waited for; the pointers are
+    // to live locals.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    (code, u64::try_from(usage.ru_maxrss).unwrap_or(0))
+}
+
+fn check(cmd: &mut Command) {
+    let status = cmd.status().expect("process starts");
+    assert!(status.success(), "{cmd:?} failed: {status}");
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let m = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[m]
+    } else {
+        (xs[m - 1] + xs[m]) / 2.0
+    }
+}
+
+/// Median and maximum peak RSS, in MiB.
+fn peak(runs: &[Run]) -> String {
+    let kib: Vec<f64> = runs.iter().map(|r| r.max_rss_kib as f64).collect();
+    let max = kib.iter().copied().fold(0.0, f64::max);
+    format!(
+        "median {:.1} MiB, max {:.1} MiB",
+        median(kib) / 1024.0,
+        max / 1024.0
+    )
+}
+
+fn corpus_dir() -> PathBuf {
+    match std::env::var_os("BAYESMAIL_CORPUS") {
+        Some(dir) => dir.into(),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpora/spamassassin"),
+    }
+}
+
+fn env_number(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| fail(&format!("{name}={v} is not a number"))),
+        Err(_) => default,
+    }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("peers: {message}");
+    std::process::exit(1);
+}
