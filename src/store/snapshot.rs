@@ -10,8 +10,12 @@
 //! the file and checks only what is O(1) (magic, versions, that every length
 //! and offset table fits, that the file length is exact), so a truncated
 //! file is always refused; [`Snapshot::verify`] reads everything and checks
-//! the checksum. Lookups bounds-check every access, so even a corrupt file
-//! that passes `open` gives wrong answers at worst, never a panic.
+//! the checksum. Lookups go through an open-addressing hash table (one or
+//! two probes, a few cache lines per token, where a binary search over a
+//! large vocabulary takes a score of dependent cache misses). They
+//! bounds-check every access and probe at most the whole table, so even a
+//! corrupt file that passes `open` gives wrong answers at worst, never a
+//! panic or a hang.
 //!
 //! # Layout
 //! All integers little-endian. `n` is the number of tokens, `h` the header
@@ -20,7 +24,7 @@
 //! | bytes | content |
 //! |---|---|
 //! | 8 | magic `BAYESMDL` |
-//! | 4 | `u32` format version ([`FORMAT_VERSION`]) |
+//! | 4 | `u32` snapshot format version ([`SNAPSHOT_VERSION`]) |
 //! | 4 | `u32` tokenizer version ([`TOKENIZER_VERSION`]) |
 //! | 8 | `u64` header length `h` |
 //! | `h` | header, JSON (UTF-8) |
@@ -28,6 +32,8 @@
 //! | 4 (n + 1) | `u32` offsets into the key blob: token `i` is `keys[off[i]..off[i+1]]`; `off[0] = 0`, `off[n]` = blob length |
 //! | 8 n | counts of token `i`: `u32` ham, `u32` spam (never both zero) |
 //! | `off[n]` | key blob: the tokens (UTF-8), sorted by bytes, no duplicates, concatenated |
+//! | 8 | `u64` slot count `m`: the smallest power of two ≥ max(2n, 1) |
+//! | 4 m | `u32` hash slots: 0 empty, else token index + 1; token `t` is at the first slot from `hash(t) mod m` on (linear probing), see [`token_hash`] |
 //! | 8 | `u64` checksum of all the bytes before it (see [`Snapshot::verify`]) |
 //!
 //! The mapped file must not be changed in place while mapped (writers only
@@ -43,9 +49,13 @@ use memmap2::Mmap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Error, FORMAT_VERSION, Result, Store};
+use super::{Error, Result, Store};
 use crate::model::TokenCounts;
 use crate::tokenize::TOKENIZER_VERSION;
+
+/// Version of the snapshot file layout (independent of the count store's
+/// format). Version 2 added the hash table.
+pub const SNAPSHOT_VERSION: u32 = 2;
 
 /// First bytes of every snapshot file.
 pub const MAGIC: &[u8; 8] = b"BAYESMDL";
@@ -53,8 +63,26 @@ pub const MAGIC: &[u8; 8] = b"BAYESMDL";
 /// Magic, two versions, header length.
 const PREAMBLE: usize = 8 + 4 + 4 + 8;
 /// The smallest possible file: preamble, empty header, n = 0, one offset,
-/// checksum.
-const MIN_LEN: usize = PREAMBLE + 8 + 4 + 8;
+/// one hash slot, checksum.
+const MIN_LEN: usize = PREAMBLE + 8 + 4 + 8 + 4 + 8;
+
+/// The hash of a token for the snapshot's table: FNV-1a over its bytes with
+/// a final mix. Part of the file format: it must never change without a new
+/// [`SNAPSHOT_VERSION`].
+pub fn token_hash(token: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in token {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 32;
+    h = h.wrapping_mul(0xd6e8_feb8_6659_fd93);
+    h ^ (h >> 32)
+}
+
+/// Slots for `n` tokens: at most half full.
+fn slot_count(n: usize) -> usize {
+    n.saturating_mul(2).max(1).next_power_of_two()
+}
 
 /// Writes a snapshot of `tokens` with `header` (serialized as JSON) to
 /// `path`, atomically replacing any file there.
@@ -125,7 +153,7 @@ fn encode<K: AsRef<str>>(header: &[u8], tokens: &[(K, TokenCounts)]) -> Result<V
     let mut out =
         Vec::with_capacity(PREAMBLE + header.len() + 8 + 4 * (n + 1) + 8 * n + keys_len + 8);
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
     out.extend_from_slice(&TOKENIZER_VERSION.to_le_bytes());
     out.extend_from_slice(&(header.len() as u64).to_le_bytes());
     out.extend_from_slice(header);
@@ -143,6 +171,20 @@ fn encode<K: AsRef<str>>(header: &[u8], tokens: &[(K, TokenCounts)]) -> Result<V
     }
     for (k, _) in tokens {
         out.extend_from_slice(k.as_ref().as_bytes());
+    }
+    let m = slot_count(n);
+    let mut slots = vec![0u32; m];
+    for (i, (k, _)) in tokens.iter().enumerate() {
+        let mut slot = token_hash(k.as_ref().as_bytes()) as usize & (m - 1);
+        while slots[slot] != 0 {
+            slot = (slot + 1) & (m - 1);
+        }
+        // n < 2^32 - 1: the key blob alone has a byte per token and fits u32.
+        slots[slot] = i as u32 + 1;
+    }
+    out.extend_from_slice(&(m as u64).to_le_bytes());
+    for v in slots {
+        out.extend_from_slice(&v.to_le_bytes());
     }
     let sum = checksum(&out);
     out.extend_from_slice(&sum.to_le_bytes());
@@ -227,6 +269,10 @@ pub struct Snapshot {
     counts: usize,
     /// Start and end of the key blob.
     keys: Range<usize>,
+    /// Start of the hash slots.
+    slots: usize,
+    /// Number of hash slots (a power of two, more than `n`).
+    m: usize,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -279,7 +325,7 @@ impl Snapshot {
                 })
             }
         };
-        version(8, FORMAT_VERSION, "format version")?;
+        version(8, SNAPSHOT_VERSION, "format version")?;
         version(12, TOKENIZER_VERSION, "tokenizer version")?;
 
         // Everything but the trailing checksum.
@@ -302,7 +348,14 @@ impl Snapshot {
         let (counts, keys_start) = layout.ok_or_else(truncated)?;
         let first = read_u32(bytes, offsets).ok_or_else(truncated)?;
         let keys_len = read_u32(bytes, offsets + 4 * n).ok_or_else(truncated)? as usize;
-        if first != 0 || keys_start.checked_add(keys_len) != Some(body) {
+        let keys_end = keys_start.checked_add(keys_len).ok_or_else(truncated)?;
+        let m = read_u64(bytes, keys_end).ok_or_else(truncated)?;
+        let m = usize::try_from(m).map_err(|_| truncated())?;
+        let slots = keys_end + 8;
+        if first != 0
+            || m != slot_count(n)
+            || m.checked_mul(4).and_then(|t| slots.checked_add(t)) != Some(body)
+        {
             return Err(truncated());
         }
         Ok(Snapshot {
@@ -311,7 +364,9 @@ impl Snapshot {
             n,
             offsets,
             counts,
-            keys: keys_start..body,
+            keys: keys_start..keys_end,
+            slots,
+            m,
             map,
         })
     }
@@ -327,18 +382,26 @@ impl Snapshot {
             .map_err(|e| self.corrupt(format!("bad header: {e}")))
     }
 
-    /// The counts of `token`, if it is in the snapshot. Binary search: no
-    /// allocation, O(log n) comparisons.
+    /// The counts of `token`, if it is in the snapshot: a hash-table probe,
+    /// no allocation.
     pub fn lookup(&self, token: &str) -> Option<TokenCounts> {
-        let wanted = token.as_bytes();
-        let (mut lo, mut hi) = (0, self.n);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match self.key(mid)?.cmp(wanted) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return self.counts_at(mid),
+        self.index_of(token.as_bytes()).and_then(|i| self.counts_at(i))
+    }
+
+    /// The index of `wanted` through the hash table. Probes at most every
+    /// slot once, so a damaged table cannot loop.
+    fn index_of(&self, wanted: &[u8]) -> Option<usize> {
+        let mask = self.m - 1;
+        let mut slot = token_hash(wanted) as usize & mask;
+        for _ in 0..self.m {
+            let v = read_u32(&self.map, self.slots + 4 * slot)? as usize;
+            if v == 0 {
+                return None;
             }
+            if v <= self.n && self.key(v - 1)? == wanted {
+                return Some(v - 1);
+            }
+            slot = (slot + 1) & mask;
         }
         None
     }
@@ -388,6 +451,9 @@ impl Snapshot {
             }
             if self.counts_at(i).is_none_or(|c| c.is_zero()) {
                 return Err(self.corrupt(format!("token {i} has no counts")));
+            }
+            if self.index_of(key) != Some(i) {
+                return Err(self.corrupt(format!("token {i} is not in the hash table")));
             }
             previous = Some(key);
         }
