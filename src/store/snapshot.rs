@@ -385,7 +385,8 @@ impl Snapshot {
     /// The counts of `token`, if it is in the snapshot: a hash-table probe,
     /// no allocation.
     pub fn lookup(&self, token: &str) -> Option<TokenCounts> {
-        self.index_of(token.as_bytes()).and_then(|i| self.counts_at(i))
+        self.index_of(token.as_bytes())
+            .and_then(|i| self.counts_at(i))
     }
 
     /// The index of `wanted` through the hash table. Probes at most every
