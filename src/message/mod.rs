@@ -313,6 +313,8 @@ const VOLATILE_HEADERS: &[&str] = &[
     "x-spam-level",
     "x-spam-checker-version",
     "x-bogosity",
+    "old-x-spam-flag",
+    "old-x-spam-status",
 ];
 
 /// A SHA-256 digest identifying a message for the learned-message registry:
@@ -358,6 +360,11 @@ mod tests {
         );
         assert_eq!(a, crlf);
         assert_eq!(a, moved);
+        // As `filter` writes it: a forged field renamed, ours added.
+        let filtered = digest(
+            b"Subject: hi\nOld-X-Spam-Status: No\nFrom: a@b.example\nX-Spam-Flag: YES\nX-Spam-Status: Yes, probability=1\n\nbody\n",
+        );
+        assert_eq!(a, filtered);
         assert_ne!(a, digest(b"Subject: hi\nFrom: a@b.example\n\nbody!\n"));
         assert_ne!(a, digest(b"Subject: ho\nFrom: a@b.example\n\nbody\n"));
     }
