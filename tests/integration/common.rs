@@ -109,6 +109,39 @@ pub fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
     })
 }
 
+/// Starts `cmd` with piped stdio and writes `input` to its stdin from
+/// another thread (so a child that writes before it has read everything
+/// cannot block); join the thread after waiting for the child.
+pub fn spawn_with_stdin(
+    mut cmd: Command,
+    input: &[u8],
+) -> (
+    std::process::Child,
+    std::thread::JoinHandle<std::io::Result<()>>,
+) {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("process starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = input.to_vec();
+    (child, std::thread::spawn(move || stdin.write_all(&input)))
+}
+
+/// Runs `cmd` with `input` on stdin; returns its output.
+pub fn run_with_stdin(cmd: Command, input: &[u8]) -> Output {
+    let (child, writer) = spawn_with_stdin(cmd, input);
+    let out = child.wait_with_output().expect("process runs");
+    writer
+        .join()
+        .expect("writer thread")
+        .expect("stdin written");
+    out
+}
+
 /// LF → CRLF on every line end.
 pub fn to_crlf(lf: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(lf.len() + lf.len() / 40);

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::common::{
     Db, assert_exit, json_lines, public_corpus, public_files, sample_files, sample_ham,
-    sample_spam, stderr, to_crlf, utf8,
+    sample_spam, spawn_with_stdin, stderr, to_crlf, utf8,
 };
 
 /// A message in none of the corpora, spam-like.
@@ -387,18 +387,9 @@ fn many_filters_at_once_while_training_runs() {
         let children: Vec<_> = inputs
             .iter()
             .map(|input| {
-                let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
-                    .args(db.global_args())
-                    .arg("filter")
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap();
-                let mut stdin = child.stdin.take().unwrap();
-                let input = input.clone();
-                let writer = std::thread::spawn(move || stdin.write_all(&input));
-                (child, writer)
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+                cmd.args(db.global_args()).arg("filter");
+                spawn_with_stdin(cmd, input)
             })
             .collect();
         for ((child, writer), input) in children.into_iter().zip(&inputs) {

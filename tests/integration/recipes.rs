@@ -8,7 +8,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use crate::common::{Db, assert_exit, root, sample_files, sample_spam, utf8};
+use crate::common::{Db, assert_exit, root, run_with_stdin, sample_files, sample_spam, utf8};
 
 /// The body of the first code block fenced as ```` ```TAG ```` in README.md.
 fn readme_block(tag: &str) -> String {
@@ -115,22 +115,6 @@ fn have(program: &str) -> bool {
         eprintln!("{program} not installed: recipe test skipped");
     }
     found
-}
-
-fn run_with_stdin(mut cmd: Command, input: &[u8]) -> std::process::Output {
-    use std::io::Write;
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let input = input.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    out
 }
 
 fn has_line(message: &[u8], line: &str) -> bool {
