@@ -81,7 +81,7 @@ impl HeaderBlock {
                 Some(p) => (&raw[at..at + p], at + p + 1),
                 None => (&raw[at..], raw.len()),
             };
-            if first && line.ends_with(b"\r") && next <= raw.len() && raw[next - 1] == b'\n' {
+            if first && line.ends_with(b"\r") && raw[next - 1] == b'\n' {
                 block.eol = b"\r\n";
             }
             let content = line.strip_suffix(b"\r").unwrap_or(line);
@@ -136,7 +136,7 @@ impl HeaderBlock {
         &self,
         out: &mut dyn Write,
         raw: &[u8],
-        fields: &[(&str, &str)],
+        fields: &[(&str, impl AsRef<str>)],
     ) -> io::Result<()> {
         let mut from = 0;
         for &at in &self.ours {
@@ -149,6 +149,7 @@ impl HeaderBlock {
             out.write_all(self.eol)?;
         }
         for (name, value) in fields {
+            let value = value.as_ref();
             debug_assert!(!value.contains(['\r', '\n']), "header values are one line");
             out.write_all(name.as_bytes())?;
             out.write_all(b": ")?;

@@ -12,51 +12,30 @@ use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
 use bayesmail::sanitize::for_terminal;
 
-use super::read::{finish_stream, for_each_batch, read_one};
+use super::read::{finish_stream, for_each_mapped, read_one};
+use super::scan::{Format, Line, scorer, write_line};
 use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 
-#[derive(Serialize)]
-struct Line<'a> {
-    id: &'a str,
-    verdict: Verdict,
-    probability: f64,
-    log_odds: f64,
-    known_tokens: usize,
-}
-
+/// `classify`: `scan`'s scoring and result lines, without its actions,
+/// progress bar or summary.
 pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
     let classifier = Classifier::open(&ctx.db)?;
     let decider: Decider = ctx.decider(&args.decision)?;
-    let messages = classifier.header().totals.messages;
+    let format = if args.json {
+        Format::Json
+    } else {
+        Format::Table
+    };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut unparsed = 0;
-    let result = for_each_batch(&args.paths, &args.mailbox.options(), false, &mut |batch| {
-        for e in batch {
-            let id = e.raw.id.to_string();
-            match e.features {
-                Ok(features) => {
-                    let score = classifier.score(&features);
-                    let line = Line {
-                        id: &id,
-                        verdict: decider.verdict(messages, &score),
-                        probability: score.probability,
-                        log_odds: score.log_odds,
-                        known_tokens: score.evidence.text.known,
-                    };
-                    if args.json {
-                        serde_json::to_writer(&mut out, &line)?;
-                        writeln!(out)?;
-                    } else {
-                        writeln!(
-                            out,
-                            "{:<6} {:.6} {:>9.3}  {}",
-                            line.verdict,
-                            line.probability,
-                            line.log_odds,
-                            for_terminal(&id)
-                        )?;
-                    }
+    let score = scorer(&classifier, &decider);
+    let result = for_each_mapped(&args.paths, &args.mailbox.options(), &score, &mut |batch| {
+        for s in batch {
+            let id = s.raw.id.to_string();
+            match s.score {
+                Ok((score, verdict)) => {
+                    write_line(&mut out, format, &Line::new(&id, &score, verdict))?
                 }
                 Err(err) => {
                     unparsed += 1;

@@ -239,7 +239,6 @@ fn spool(input: &mut impl Read) -> io::Result<std::fs::File> {
 /// within the bytes read).
 fn write_message(out: &mut dyn Write, raw: &[u8], status: &Status) -> io::Result<()> {
     let fields = status.fields();
-    let fields: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (*n, v.as_str())).collect();
     let truncated = matches!(status, Status::Unknown(Reason::TooLarge));
     match HeaderBlock::locate(raw) {
         Some(block) if !(truncated && block.at_input_end()) => block.write(out, raw, &fields),

@@ -21,9 +21,36 @@ use super::read::{finish_stream, for_each_mapped};
 use super::{Context, Outcome, ScanArgs};
 
 /// One message classified (or why it could not be).
-struct Scanned {
-    raw: RawMessage,
-    score: Result<(Score, Verdict), message::Error>,
+pub(super) struct Scanned {
+    pub raw: RawMessage,
+    pub score: Result<(Score, Verdict), message::Error>,
+}
+
+/// Extracts and scores one message; runs on the rayon workers of
+/// [`for_each_mapped`]. Shared by `scan` and `classify`.
+pub(super) fn scorer<'a>(
+    classifier: &'a Classifier,
+    decider: &'a Decider,
+) -> impl Fn(&mut Extractor, RawMessage) -> Scanned + Sync + 'a {
+    let learned = classifier.header().totals.messages;
+    move |ex, raw| {
+        let score = ex.extract(&raw.bytes).map(|features| {
+            let score = classifier.score(&features);
+            (score, decider.verdict(learned, &score))
+        });
+        Scanned { raw, score }
+    }
+}
+
+/// How per-message lines are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Format {
+    /// verdict, probability, log-odds, id (and what was done with it).
+    Table,
+    /// One JSON object per line.
+    Json,
+    /// CSV with a header row.
+    Csv,
 }
 
 /// Where spam goes, and how.
@@ -33,8 +60,9 @@ struct SpamAction {
     dry_run: bool,
 }
 
+/// The result line of one message.
 #[derive(Serialize)]
-struct Line<'a> {
+pub(super) struct Line<'a> {
     id: &'a str,
     verdict: Verdict,
     probability: f64,
@@ -44,6 +72,21 @@ struct Line<'a> {
     action: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     to: Option<&'a str>,
+}
+
+impl<'a> Line<'a> {
+    /// The line of a scored message, with no action taken.
+    pub(super) fn new(id: &'a str, score: &Score, verdict: Verdict) -> Line<'a> {
+        Line {
+            id,
+            verdict,
+            probability: score.probability,
+            log_odds: score.log_odds,
+            known_tokens: score.evidence.text.known,
+            action: None,
+            to: None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -61,7 +104,13 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
     let decider: Decider = ctx.decider(&args.decision)?;
     let opts = args.mailbox.options();
     let action = spam_action(args)?;
-    let messages_learned = classifier.header().totals.messages;
+    let format = if args.json {
+        Format::Json
+    } else if args.csv {
+        Format::Csv
+    } else {
+        Format::Table
+    };
 
     let progress = progress_bar(args);
     let started = Instant::now();
@@ -74,13 +123,7 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
         )?;
     }
     let mut tally = Tally::default();
-    let score = |ex: &mut Extractor, raw: RawMessage| {
-        let score = ex.extract(&raw.bytes).map(|features| {
-            let score = classifier.score(&features);
-            (score, decider.verdict(messages_learned, &score))
-        });
-        Scanned { raw, score }
-    };
+    let score = scorer(&classifier, &decider);
     let result = for_each_mapped(&args.paths, &opts, &score, &mut |batch| {
         for s in batch {
             progress.inc(s.raw.bytes.len() as u64);
@@ -100,15 +143,11 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
                 _ => (None, None),
             };
             let line = Line {
-                id: &id,
-                verdict,
-                probability: score.probability,
-                log_odds: score.log_odds,
-                known_tokens: score.evidence.text.known,
                 action: act,
                 to: to.as_deref(),
+                ..Line::new(&id, &score, verdict)
             };
-            write_line(&mut out, args, &line)?;
+            write_line(&mut out, format, &line)?;
         }
         progress.set_message(format!(
             "{} messages, {:.0} msg/s",
@@ -223,12 +262,14 @@ fn act_on(
     }
 }
 
-fn write_line(out: &mut impl Write, args: &ScanArgs, line: &Line) -> Result<()> {
-    if args.json {
-        serde_json::to_writer(&mut *out, line)?;
-        writeln!(out)?;
-    } else if args.csv {
-        writeln!(
+/// Writes one result line.
+pub(super) fn write_line(out: &mut impl Write, format: Format, line: &Line) -> Result<()> {
+    match format {
+        Format::Json => {
+            serde_json::to_writer(&mut *out, line)?;
+            writeln!(out)?;
+        }
+        Format::Csv => writeln!(
             out,
             "{},{},{:.6},{:.3},{},{},{}",
             csv_field(line.id),
@@ -238,20 +279,21 @@ fn write_line(out: &mut impl Write, args: &ScanArgs, line: &Line) -> Result<()> 
             line.known_tokens,
             line.action.unwrap_or(""),
             csv_field(line.to.unwrap_or(""))
-        )?;
-    } else {
-        write!(
-            out,
-            "{:<6} {:.6} {:>9.3}  {}",
-            line.verdict,
-            line.probability,
-            line.log_odds,
-            for_terminal(line.id)
-        )?;
-        match (line.action, line.to) {
-            (Some(a), Some(to)) => writeln!(out, "  [{a} to {}]", for_terminal(to))?,
-            (Some(a), None) => writeln!(out, "  [{a}]")?,
-            _ => writeln!(out)?,
+        )?,
+        Format::Table => {
+            write!(
+                out,
+                "{:<6} {:.6} {:>9.3}  {}",
+                line.verdict,
+                line.probability,
+                line.log_odds,
+                for_terminal(line.id)
+            )?;
+            match (line.action, line.to) {
+                (Some(a), Some(to)) => writeln!(out, "  [{a} to {}]", for_terminal(to))?,
+                (Some(a), None) => writeln!(out, "  [{a}]")?,
+                _ => writeln!(out)?,
+            }
         }
     }
     Ok(())

@@ -497,35 +497,17 @@ fn scan_moves_spam_into_a_maildir_without_loss_or_duplicates() {
     sample_maildir(&inbox);
     let before = maildir_contents(&inbox);
     let junk = db.path("junk");
+    let scan = |args: &[&str]| json_lines(&db.ok(&[&["scan", "--json"], args].concat(), None));
 
     // A dry run changes nothing and says what it would do.
-    let dry = json_lines(&db.ok(
-        &[
-            "scan",
-            "--json",
-            "--dry-run",
-            "--move-spam-to",
-            utf8(&junk),
-            utf8(&inbox),
-        ],
-        None,
-    ));
+    let dry = scan(&["--dry-run", "--move-spam-to", utf8(&junk), utf8(&inbox)]);
     let spam: Vec<&serde_json::Value> = dry.iter().filter(|l| l["verdict"] == "spam").collect();
     assert!(spam.len() >= 15, "{} spam", spam.len());
     assert!(spam.iter().all(|l| l["action"] == "would-move"));
     assert_eq!(maildir_contents(&inbox), before);
     assert!(!junk.exists());
 
-    let moved = json_lines(&db.ok(
-        &[
-            "scan",
-            "--json",
-            "--move-spam-to",
-            utf8(&junk),
-            utf8(&inbox),
-        ],
-        None,
-    ));
+    let moved = scan(&["--move-spam-to", utf8(&junk), utf8(&inbox)]);
     let n_moved = moved.iter().filter(|l| l["action"] == "moved").count();
     assert_eq!(n_moved, spam.len());
     let (left, gone) = (maildir_contents(&inbox), maildir_contents(&junk));
@@ -541,16 +523,7 @@ fn scan_moves_spam_into_a_maildir_without_loss_or_duplicates() {
 
     // Again: nothing left to move in the inbox; scanning the junk folder
     // onto itself keeps every message.
-    let again = json_lines(&db.ok(
-        &[
-            "scan",
-            "--json",
-            "--move-spam-to",
-            utf8(&junk),
-            utf8(&inbox),
-        ],
-        None,
-    ));
+    let again = scan(&["--move-spam-to", utf8(&junk), utf8(&inbox)]);
     assert!(again.iter().all(|l| l["action"].is_null()), "{again:?}");
     db.ok(&["scan", "--move-spam-to", utf8(&junk), utf8(&junk)], None);
     assert_eq!(maildir_contents(&junk), gone);
@@ -566,28 +539,10 @@ fn scan_moves_spam_into_a_maildir_without_loss_or_duplicates() {
     }
     fs::write(&mbox, &bytes).unwrap();
     let copies = db.path("copies");
-    let first = json_lines(&db.ok(
-        &[
-            "scan",
-            "--json",
-            "--copy-spam-to",
-            utf8(&copies),
-            utf8(&mbox),
-        ],
-        None,
-    ));
+    let first = scan(&["--copy-spam-to", utf8(&copies), utf8(&mbox)]);
     let n_copied = first.iter().filter(|l| l["action"] == "copied").count();
     assert!(n_copied >= 15);
-    let second = json_lines(&db.ok(
-        &[
-            "scan",
-            "--json",
-            "--copy-spam-to",
-            utf8(&copies),
-            utf8(&mbox),
-        ],
-        None,
-    ));
+    let second = scan(&["--copy-spam-to", utf8(&copies), utf8(&mbox)]);
     assert_eq!(
         second
             .iter()
