@@ -13,7 +13,7 @@ mod train;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use bayesmail::config::{self, Config, ModelConfig};
 use bayesmail::db::{DEFAULT_LOCK_WAIT, DbPaths, Decider};
@@ -62,7 +62,7 @@ enum Command {
     /// Exit status: 0 if every message was read, 1 if some could not be
     /// (each reported on stderr, the rest printed), 2 if the command could
     /// not run at all.
-    Tokens(TokensArgs),
+    Tokens(Deferred<TokensArgs>),
     /// Learn from sorted folders: every message under --spam is spam, every
     /// message under --ham is ham.
     ///
@@ -74,17 +74,17 @@ enum Command {
     /// Exit status: 0 done, 1 done but some messages could not be read, 2
     /// failed (nothing half-written: the database keeps its old state or
     /// gains whole chunks of messages).
-    Train(TrainArgs),
+    Train(Deferred<TrainArgs>),
     /// Learn one message (a file, or '-' for stdin) as spam or ham.
-    Learn(LearnArgs),
+    Learn(Deferred<LearnArgs>),
     /// Forget one learned message (a file, or '-' for stdin).
-    Unlearn(UnlearnArgs),
+    Unlearn(Deferred<UnlearnArgs>),
     /// Classify messages: verdict, calibrated P(spam) and model log-odds.
     ///
     /// Reads only the model snapshot, so it runs while a training run holds
     /// the database. Exit status: 0 if every message was classified, 1 if
     /// some could not be read, 2 if the command could not run (no model).
-    Classify(ClassifyArgs),
+    Classify(Deferred<ClassifyArgs>),
     /// Classify whole mailboxes in parallel: one line per message (a table,
     /// --json lines or --csv) on stdout, a summary on stderr, and a progress
     /// bar when stderr is a terminal.
@@ -101,7 +101,7 @@ enum Command {
     /// Exit status: 0 if every message was classified (and moved or copied),
     /// 1 if some could not be read, parsed, moved or copied (each reported
     /// on stderr), 2 if the command could not run (no model, bad options).
-    Scan(ScanArgs),
+    Scan(Deferred<ScanArgs>),
     /// The mail delivery hook: read one message on stdin, write it to stdout
     /// with X-Spam-Status (and, on spam, X-Spam-Flag: YES) added at the end
     /// of its header block, every other byte unchanged.
@@ -125,11 +125,11 @@ enum Command {
     /// it could not be (stdin unreadable, stdout closed). With
     /// --verdict-exit: 0 spam, 1 ham, 2 unsure, 3 no verdict or not passed
     /// on.
-    Filter(FilterArgs),
+    Filter(Deferred<FilterArgs>),
     /// Show the tokens and metadata that moved a message's score the most.
-    Explain(ExplainArgs),
+    Explain(Deferred<ExplainArgs>),
     /// Show what the database holds: counts, vocabulary, size, versions.
-    Stats(StatsArgs),
+    Stats(Deferred<StatsArgs>),
     /// Measure the filter on a labelled corpus (in memory; nothing is
     /// written to the database).
     ///
@@ -137,7 +137,64 @@ enum Command {
     /// fold<TAB>label<TAB>path) or labelled folders (--spam/--ham, --k folds),
     /// or the TREC online protocol over an index (--online, lines 'spam PATH'
     /// / 'ham PATH': classify each message in order, then learn it).
-    Eval(Box<EvalArgs>),
+    Eval(Deferred<Box<EvalArgs>>),
+}
+
+/// A subcommand's arguments, defined in clap only when that subcommand is
+/// the one parsed (or its help shown): building every subcommand's
+/// arguments on each start would cost the one-message-per-process `filter`
+/// a noticeable part of its run time.
+#[derive(Debug)]
+struct Deferred<T>(T);
+
+impl<T> std::ops::Deref for Deferred<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: FromArgMatches> FromArgMatches for Deferred<T> {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches(matches).map(Deferred)
+    }
+    fn from_arg_matches_mut(matches: &mut ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches_mut(matches).map(Deferred)
+    }
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches(matches)
+    }
+    fn update_from_arg_matches_mut(&mut self, matches: &mut ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches_mut(matches)
+    }
+}
+
+impl<T: Args> Args for Deferred<T> {
+    fn group_id() -> Option<clap::Id> {
+        T::group_id()
+    }
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.defer(|cmd| keep_about(cmd, T::augment_args))
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd.defer(|cmd| keep_about(cmd, T::augment_args_for_update))
+    }
+}
+
+/// Runs `augment` on `cmd` but keeps the subcommand's own description: the
+/// derive sets it before the deferred arguments are added, and a flattened
+/// argument struct's doc comment must not replace it.
+fn keep_about(cmd: clap::Command, augment: fn(clap::Command) -> clap::Command) -> clap::Command {
+    let about = cmd.get_about().cloned();
+    let long_about = cmd.get_long_about().cloned();
+    let mut cmd = augment(cmd);
+    if let Some(about) = about {
+        cmd = cmd.about(about);
+    }
+    if let Some(long_about) = long_about {
+        cmd = cmd.long_about(long_about);
+    }
+    cmd
 }
 
 /// Model hyperparameters and decision costs, overriding the config file.
@@ -538,5 +595,30 @@ mod tests {
     #[test]
     fn cli_definition_is_valid() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn deferred_arguments_keep_each_subcommand_description() {
+        let unbuilt = Cli::command();
+        let mut built = Cli::command();
+        built.build();
+        let mut seen = 0;
+        for sub in unbuilt.get_subcommands() {
+            let name = sub.get_name();
+            let after = built.find_subcommand(name).unwrap();
+            assert!(sub.get_about().is_some(), "{name} has a description");
+            let text = |c: &clap::Command| {
+                let about = c.get_about().map(|a| a.to_string());
+                let long = c.get_long_about().map(|a| a.to_string());
+                (about, long)
+            };
+            assert_eq!(text(sub), text(after), "{name}");
+            // Building added the arguments the subcommand was deferring.
+            assert!(after.get_arguments().count() > sub.get_arguments().count(), "{name}");
+            seen += 1;
+        }
+        assert_eq!(seen, 10);
+        let filter = built.find_subcommand("filter").unwrap();
+        assert!(filter.get_arguments().any(|a| a.get_id() == "max_size"));
     }
 }
