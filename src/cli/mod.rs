@@ -614,7 +614,10 @@ mod tests {
             };
             assert_eq!(text(sub), text(after), "{name}");
             // Building added the arguments the subcommand was deferring.
-            assert!(after.get_arguments().count() > sub.get_arguments().count(), "{name}");
+            assert!(
+                after.get_arguments().count() > sub.get_arguments().count(),
+                "{name}"
+            );
             seen += 1;
         }
         assert_eq!(seen, 10);

@@ -162,18 +162,35 @@ pub fn parse(raw: &[u8]) -> Result<Message> {
 /// CRLF → LF, so every later step sees one convention (and a message and its
 /// CRLF twin give the same features). Lone CRs are kept.
 fn normalize_line_ends(raw: &[u8]) -> Cow<'_, [u8]> {
-    if memchr::memmem::find(raw, b"\r\n").is_none() {
+    let Some(first) = find_crlf(raw) else {
         return Cow::Borrowed(raw);
-    }
+    };
     let mut out = Vec::with_capacity(raw.len());
     let mut rest = raw;
-    while let Some(p) = memchr::memmem::find(rest, b"\r\n") {
+    let mut next = Some(first);
+    while let Some(p) = next {
         out.extend_from_slice(&rest[..p]);
         out.push(b'\n');
         rest = &rest[p + 2..];
+        next = find_crlf(rest);
     }
     out.extend_from_slice(rest);
     Cow::Owned(out)
+}
+
+/// Offset of the first `\r\n` in `s`. A byte search for `\r` rather than
+/// a substring search: it needs no searcher set up per call, which matters
+/// to the one-message-per-process `filter`.
+fn find_crlf(s: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(p) = memchr::memchr(b'\r', &s[from..]) {
+        let at = from + p;
+        if s.get(at + 1) == Some(&b'\n') {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 fn walk(part: &ParsedMail<'_>, msg: &mut Message, depth: usize) {
