@@ -367,8 +367,26 @@ fn extension(filename: &str) -> Option<String> {
     ok.then(|| ext.to_lowercase())
 }
 
-fn count_bytes(bytes: &[u8], f: impl Fn(u8) -> bool) -> usize {
-    bytes.iter().map(|&b| usize::from(f(b))).sum()
+/// Byte class counts of one text: (uppercase ASCII, ASCII letters, ASCII
+/// whitespace, UTF-8 continuation bytes, ASCII bytes).
+fn byte_counts(bytes: &[u8]) -> [usize; 5] {
+    let mut total = [0usize; 5];
+    // One pass with byte-wide counters (flushed before they can overflow)
+    // lets the compiler count 16 or 32 bytes per instruction.
+    for chunk in bytes.chunks(255) {
+        let mut n = [0u8; 5];
+        for &b in chunk {
+            n[0] += u8::from(b.is_ascii_uppercase());
+            n[1] += u8::from(b.is_ascii_alphabetic());
+            n[2] += u8::from(b.is_ascii_whitespace());
+            n[3] += u8::from(b & 0xC0 == 0x80);
+            n[4] += u8::from(b < 0x80);
+        }
+        for (t, n) in total.iter_mut().zip(n) {
+            *t += usize::from(n);
+        }
+    }
+    total
 }
 
 /// (uppercase letters, letters, non-ASCII chars, non-space chars, chars) over
@@ -383,12 +401,8 @@ fn char_stats(subject: Option<&str>, msg: &Message) -> (usize, usize, usize, usi
         .chain(msg.parts.iter().map(|p| p.text.as_str()));
     for text in texts {
         let bytes = text.as_bytes();
-        let upper = count_bytes(bytes, |b| b.is_ascii_uppercase());
-        let letters = count_bytes(bytes, |b| b.is_ascii_alphabetic());
-        let space = count_bytes(bytes, |b| b.is_ascii_whitespace());
+        let [upper, letters, space, continuation, ascii] = byte_counts(bytes);
         // A UTF-8 character starts with any byte but a continuation byte.
-        let continuation = count_bytes(bytes, |b| b & 0xC0 == 0x80);
-        let ascii = count_bytes(bytes, |b| b < 0x80);
         let chars = bytes.len() - continuation;
         stats.0 += upper;
         stats.1 += letters;
