@@ -35,12 +35,21 @@ pub const URL_NAMESPACE: &str = "URL:";
 #[derive(Default, Clone)]
 pub struct TokenSet {
     arena: String,
-    /// (first 8 bytes as a big-endian key, start, end) of each distinct
-    /// token: sorting compares the integer key first and the strings only on
-    /// a tie.
-    spans: Vec<(u64, u32, u32)>,
+    /// Each distinct token, in arrival order.
+    spans: Vec<Span>,
     /// Indexes into `spans`, hashed by token text.
     seen: hashbrown::HashTable<u32>,
+}
+
+/// Where a token lies in the arena, with its first 16 bytes as two
+/// big-endian integers padded with zeros. Most tokens are no longer than
+/// that, so equality and order are mostly decided by comparing integers,
+/// without reading the arena.
+#[derive(Clone, Copy)]
+struct Span {
+    keys: [u64; 2],
+    start: u32,
+    end: u32,
 }
 
 impl std::fmt::Debug for TokenSet {
@@ -51,9 +60,69 @@ impl std::fmt::Debug for TokenSet {
     }
 }
 
-fn hash_token(token: &[u8]) -> u64 {
-    use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one(token)
+/// Up to 8 bytes of `bytes` from `at`, as a big-endian integer padded with
+/// zeros (so integers order like the byte strings they start). Loads of two
+/// overlapping halves instead of a byte loop.
+fn key_at(bytes: &[u8], at: usize) -> u64 {
+    let rest = bytes.get(at..).unwrap_or_default();
+    let n = rest.len();
+    let be32 = |i: usize| {
+        u64::from(u32::from_be_bytes([
+            rest[i],
+            rest[i + 1],
+            rest[i + 2],
+            rest[i + 3],
+        ]))
+    };
+    let be16 = |i: usize| u64::from(u16::from_be_bytes([rest[i], rest[i + 1]]));
+    match n {
+        8.. => u64::from_be_bytes([
+            rest[0], rest[1], rest[2], rest[3], rest[4], rest[5], rest[6], rest[7],
+        ]),
+        4..=7 => (be32(0) << 32) | (be32(n - 4) << (8 * (8 - n))),
+        2..=3 => (be16(0) << 48) | (be16(n - 2) << (8 * (8 - n))),
+        1 => u64::from(rest[0]) << 56,
+        0 => 0,
+    }
+}
+
+fn keys_of(token: &[u8]) -> [u64; 2] {
+    [key_at(token, 0), key_at(token, 8)]
+}
+
+/// Folded multiply: the high and low halves of the 128-bit product, mixed.
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// Hash of a token from its keys (and, past 16 bytes, the rest of it): one
+/// multiplication for most tokens.
+fn hash_token(token: &[u8], keys: [u64; 2]) -> u64 {
+    const SEEDS: [u64; 3] = [
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+    ];
+    let mut hash = fold_mul(keys[0] ^ SEEDS[0], keys[1] ^ SEEDS[1] ^ token.len() as u64);
+    let mut at = 16;
+    while at < token.len() {
+        hash = fold_mul(hash ^ key_at(token, at), SEEDS[2]);
+        at += 8;
+    }
+    hash
+}
+
+impl Span {
+    fn text<'a>(&self, arena: &'a [u8]) -> &'a [u8] {
+        &arena[self.start as usize..self.end as usize]
+    }
+
+    fn is(&self, arena: &[u8], token: &[u8], keys: [u64; 2]) -> bool {
+        self.keys == keys
+            && (self.end - self.start) as usize == token.len()
+            && (token.len() <= 16 || self.text(arena)[16..] == token[16..])
+    }
 }
 
 impl TokenSet {
@@ -63,35 +132,44 @@ impl TokenSet {
         if word.is_empty() || namespace.len() + word.len() > MAX_TOKEN_LEN {
             return;
         }
+        // A word without a namespace is looked up where it is and copied
+        // only if new; with a namespace the token is put together at the
+        // end of the arena first, and taken back if it was seen.
         let start = self.arena.len();
-        self.arena.push_str(namespace);
-        self.arena.push_str(word);
-        let arena = self.arena.as_bytes();
-        let token = &arena[start..];
-        let hash = hash_token(token);
-        let spans = &self.spans;
-        let text = |i: &u32| {
-            let (_, a, b) = spans[*i as usize];
-            &arena[a as usize..b as usize]
-        };
-        if self.seen.find(hash, |i| text(i) == token).is_some() {
-            self.arena.truncate(start);
-            return;
+        if !namespace.is_empty() {
+            self.arena.push_str(namespace);
+            self.arena.push_str(word);
         }
-        let mut key = [0u8; 8];
-        let n = token.len().min(8);
-        key[..n].copy_from_slice(&token[..n]);
-        let index = self.spans.len() as u32;
-        self.spans.push((
-            u64::from_be_bytes(key),
-            start as u32,
-            self.arena.len() as u32,
-        ));
-        let (arena, spans) = (self.arena.as_bytes(), &self.spans);
-        self.seen.insert_unique(hash, index, |i| {
-            let (_, a, b) = spans[*i as usize];
-            hash_token(&arena[a as usize..b as usize])
-        });
+        let arena = self.arena.as_bytes();
+        let token = if namespace.is_empty() {
+            word.as_bytes()
+        } else {
+            &arena[start..]
+        };
+        let keys = keys_of(token);
+        let spans = &self.spans;
+        let entry = self.seen.entry(
+            hash_token(token, keys),
+            |&i| spans[i as usize].is(arena, token, keys),
+            |&i| {
+                let span = spans[i as usize];
+                hash_token(span.text(arena), span.keys)
+            },
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(_) => self.arena.truncate(start),
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                if namespace.is_empty() {
+                    self.arena.push_str(word);
+                }
+                slot.insert(self.spans.len() as u32);
+                self.spans.push(Span {
+                    keys,
+                    start: start as u32,
+                    end: self.arena.len() as u32,
+                });
+            }
+        }
     }
 
     /// Number of distinct tokens so far.
@@ -106,16 +184,31 @@ impl TokenSet {
 
     /// The sorted, de-duplicated tokens; leaves the set empty for reuse.
     pub fn finish(&mut self) -> TokenList {
-        let arena = &self.arena;
-        let text = |&(_, a, b): &(u64, u32, u32)| &arena[a as usize..b as usize];
-        self.spans
-            .sort_unstable_by(|x, y| x.0.cmp(&y.0).then_with(|| text(x).cmp(text(y))));
+        let arena = self.arena.as_bytes();
+        // Sort by the integer keys alone (a cheap comparison the sort can
+        // inline), then order the rare runs that tie on them (tokens alike
+        // in their first 16 bytes) by their full text.
+        let wide = |s: &Span| (u128::from(s.keys[0]) << 64) | u128::from(s.keys[1]);
+        self.spans.sort_unstable_by_key(wide);
+        let mut i = 0;
+        while i < self.spans.len() {
+            let key = wide(&self.spans[i]);
+            let run = self.spans[i..]
+                .iter()
+                .take_while(|s| wide(s) == key)
+                .count();
+            if run > 1 {
+                self.spans[i..i + run].sort_unstable_by(|x, y| x.text(arena).cmp(y.text(arena)));
+            }
+            i += run;
+        }
         let mut out = TokenList {
             text: String::with_capacity(self.arena.len()),
             ends: Vec::with_capacity(self.spans.len()),
         };
         for s in &self.spans {
-            out.text.push_str(text(s));
+            out.text
+                .push_str(&self.arena[s.start as usize..s.end as usize]);
             out.ends.push(out.text.len() as u32);
         }
         self.arena.clear();
@@ -503,6 +596,31 @@ mod tests {
         let urls = Analyzer::new().tokenize("Free http://x.example/", "SUBJ:", &mut set);
         assert_eq!(urls, 1);
         assert_eq!(set.finish().to_vec(), ["SUBJ:free", "URL:x.example"]);
+    }
+
+    proptest::proptest! {
+        /// The set keeps each token once and finishes in byte order, however
+        /// a token is split into namespace and word, and whatever its bytes
+        /// (NULs and multi-byte characters included).
+        #[test]
+        fn token_sets_are_sorted_and_deduplicated(
+            pushes in proptest::collection::vec(("(|A:|AB:|A)", "[ab\\x00é]{0,24}"), 0..64)
+        ) {
+            let mut set = TokenSet::default();
+            let mut expected = std::collections::BTreeSet::new();
+            for _ in 0..2 {
+                for (namespace, word) in &pushes {
+                    set.push(namespace, word);
+                    if !word.is_empty() && namespace.len() + word.len() <= MAX_TOKEN_LEN {
+                        expected.insert(format!("{namespace}{word}"));
+                    }
+                }
+                proptest::prop_assert_eq!(set.len(), expected.len());
+                let list = set.finish();
+                proptest::prop_assert_eq!(list.to_vec(), expected.iter().cloned().collect::<Vec<_>>());
+                expected.clear();
+            }
+        }
     }
 
     #[test]
