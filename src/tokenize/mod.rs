@@ -378,17 +378,15 @@ pub fn push_host(sink: &mut TokenSet, host: &str) {
 
 /// The registrable-looking suffix of a host name.
 pub fn parent_domain(host: &str) -> Option<&str> {
-    let labels: Vec<&str> = host.rsplitn(4, '.').collect();
-    if labels.len() < 2 {
-        return None;
-    }
-    let keep = if labels.len() >= 3 && labels[0].len() == 2 && labels[1].len() <= 3 {
-        3
-    } else {
-        2
-    };
-    let suffix_len: usize = labels[..keep].iter().map(|l| l.len()).sum::<usize>() + keep - 1;
-    Some(&host[host.len() - suffix_len..])
+    // The last three dots, right to left: the last label ends the host,
+    // the second last lies between the first two dots found.
+    let mut dots = host.rmatch_indices('.').map(|(i, _)| i);
+    let last = dots.next()?;
+    let second = dots.next();
+    let third = dots.next();
+    let country_code = second.is_some_and(|d| host.len() - last - 1 == 2 && last - d - 1 <= 3);
+    let cut = if country_code { third } else { second };
+    Some(cut.map_or(host, |d| &host[d + 1..]))
 }
 
 fn is_ip_like(host: &str) -> bool {
@@ -408,25 +406,36 @@ fn is_ip_like(host: &str) -> bool {
 /// assert_eq!(url_host("mailto:x@example.com"), None);
 /// ```
 pub fn url_host(url: &str) -> Option<String> {
-    let rest = match url.find("://") {
-        Some(p) => &url[p + 3..],
-        None if url.len() > 4 && url.as_bytes()[..4].eq_ignore_ascii_case(b"www.") => url,
-        None => return None,
-    };
-    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or("");
-    let host_port = authority.rsplit('@').next().unwrap_or("");
-    let host = if let Some(v6) = host_port.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("")
-    } else {
-        host_port.split(':').next().unwrap_or("")
-    };
-    let host = host.trim_end_matches('.').to_lowercase();
+    let host = url[host_range(url)?].to_lowercase();
     let host = host.strip_prefix("www.").map(str::to_owned).unwrap_or(host);
     let valid = !host.is_empty()
         && host
             .chars()
             .all(|c| c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%'));
     valid.then_some(host)
+}
+
+/// Where the host of a URL lies in it, before normalisation other than
+/// dropping trailing dots.
+fn host_range(url: &str) -> Option<std::ops::Range<usize>> {
+    let start = match url.find("://") {
+        Some(p) => p + 3,
+        None if url.len() > 4 && url.as_bytes()[..4].eq_ignore_ascii_case(b"www.") => 0,
+        None => return None,
+    };
+    let rest = &url[start..];
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or("");
+    // After the last `@` (user info), up to the port or, for `[v6]`, the `]`.
+    let host_port = authority.rfind('@').map_or(0, |p| p + 1);
+    let (from, host) = match authority[host_port..].strip_prefix('[') {
+        Some(v6) => (host_port + 1, v6.split(']').next().unwrap_or("")),
+        None => (
+            host_port,
+            authority[host_port..].split(':').next().unwrap_or(""),
+        ),
+    };
+    let host = host.trim_end_matches('.');
+    Some(start + from..start + from + host.len())
 }
 
 /// Filter: a URL token (`scheme://…` or `www.…`) becomes `URL:host`.
@@ -440,15 +449,41 @@ fn url_to_host(token: &mut Token) -> bool {
     if !is_url {
         return true;
     }
-    match url_host(text) {
-        Some(host) => {
-            token.text.clear();
-            token.text.push_str(URL_NAMESPACE);
-            token.text.push_str(&host);
-            true
-        }
-        None => false,
+    let Some(range) = host_range(text) else {
+        return false;
+    };
+    let host = &text[range.clone()];
+    if !host.is_ascii() {
+        return match url_host(text) {
+            Some(host) => {
+                token.text.clear();
+                token.text.push_str(URL_NAMESPACE);
+                token.text.push_str(&host);
+                true
+            }
+            None => false,
+        };
     }
+    // ASCII: what url_host does, in place.
+    let skip = if host.len() >= 4 && host.as_bytes()[..4].eq_ignore_ascii_case(b"www.") {
+        4
+    } else {
+        0
+    };
+    let host = &host[skip..];
+    let valid = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'%'));
+    if !valid {
+        return false;
+    }
+    token.text.truncate(range.end);
+    token
+        .text
+        .replace_range(..range.start + skip, URL_NAMESPACE);
+    token.text[URL_NAMESPACE.len()..].make_ascii_lowercase();
+    true
 }
 
 /// Filter: a token made of digits and number punctuation becomes its shape,
@@ -467,13 +502,12 @@ fn number_shape(token: &mut Token) -> bool {
             .iter()
             .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b',' | b':' | b';' | b'\'' | b'_'));
     if numeric {
-        // Safe: only ASCII digits are replaced by an ASCII byte.
-        let shaped: String = token
-            .text
-            .chars()
-            .map(|c| if c.is_ascii_digit() { '#' } else { c })
-            .collect();
-        token.text = shaped;
+        let mut bytes = std::mem::take(&mut token.text).into_bytes();
+        for b in bytes.iter_mut().filter(|b| b.is_ascii_digit()) {
+            *b = b'#';
+        }
+        // ASCII digits became an ASCII byte, so this is still UTF-8.
+        token.text = String::from_utf8(bytes).unwrap_or_default();
     }
     true
 }
@@ -637,6 +671,44 @@ mod tests {
         assert_eq!(url_host("abcé"), None);
         assert_eq!(url_host("wwwé.x"), None);
         assert_eq!(url_host("www.exämple.org").as_deref(), Some("exämple.org"));
+    }
+
+    /// The rule as first written, to check the allocation-free one against.
+    fn parent_domain_reference(host: &str) -> Option<&str> {
+        let labels: Vec<&str> = host.rsplitn(4, '.').collect();
+        if labels.len() < 2 {
+            return None;
+        }
+        let keep = if labels.len() >= 3 && labels[0].len() == 2 && labels[1].len() <= 3 {
+            3
+        } else {
+            2
+        };
+        let suffix_len: usize = labels[..keep].iter().map(|l| l.len()).sum::<usize>() + keep - 1;
+        Some(&host[host.len() - suffix_len..])
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parent_domain_matches_the_reference(host in "[a-zé]{0,4}(\\.[a-zé]{0,4}){0,5}") {
+            proptest::prop_assert_eq!(parent_domain(&host), parent_domain_reference(&host));
+        }
+
+        /// The in-place URL filter gives what `url_host` gives.
+        #[test]
+        fn url_filter_matches_url_host(
+            url in "(http://|https://|ftp://|www\\.|WWW\\.|wwW\\.)[a-zA-Z0-9.@:/?#_%é\\[\\]\\\\-]{0,24}"
+        ) {
+            let mut token = Token { text: url.clone(), ..Token::default() };
+            let kept = url_to_host(&mut token);
+            let is_url = url.contains("://") || (url.starts_with("www.") && url[4..].contains('.'));
+            let expected = if url.len() < 8 || !is_url {
+                Some(url.clone())
+            } else {
+                url_host(&url).map(|h| format!("{URL_NAMESPACE}{h}"))
+            };
+            proptest::prop_assert_eq!(kept.then_some(token.text), expected);
+        }
     }
 
     #[test]
