@@ -513,14 +513,18 @@ fn number_shape(token: &mut Token) -> bool {
 }
 
 /// A token filter from a function that may rewrite a token in place and
-/// returns false to drop it.
+/// returns false to drop it. Generic over the function (not a `fn`
+/// pointer) so each filter inlines into the stream's loop.
 #[derive(Clone, Copy)]
-struct MapFilter(fn(&mut Token) -> bool);
+struct MapFilter<F>(F);
 
-impl TokenFilter for MapFilter {
-    type Tokenizer<T: Tokenizer> = MapFilterWrapper<T>;
+impl<F> TokenFilter for MapFilter<F>
+where
+    F: Fn(&mut Token) -> bool + Clone + Send + Sync + 'static,
+{
+    type Tokenizer<T: Tokenizer> = MapFilterWrapper<T, F>;
 
-    fn transform<T: Tokenizer>(self, tokenizer: T) -> MapFilterWrapper<T> {
+    fn transform<T: Tokenizer>(self, tokenizer: T) -> MapFilterWrapper<T, F> {
         MapFilterWrapper {
             f: self.0,
             inner: tokenizer,
@@ -529,28 +533,31 @@ impl TokenFilter for MapFilter {
 }
 
 #[derive(Clone)]
-struct MapFilterWrapper<T> {
-    f: fn(&mut Token) -> bool,
+struct MapFilterWrapper<T, F> {
+    f: F,
     inner: T,
 }
 
-impl<T: Tokenizer> Tokenizer for MapFilterWrapper<T> {
-    type TokenStream<'a> = MapFilterStream<T::TokenStream<'a>>;
+impl<T: Tokenizer, F> Tokenizer for MapFilterWrapper<T, F>
+where
+    F: Fn(&mut Token) -> bool + Clone + Send + Sync + 'static,
+{
+    type TokenStream<'a> = MapFilterStream<T::TokenStream<'a>, F>;
 
     fn token_stream<'a>(&'a mut self, text: &'a str) -> Self::TokenStream<'a> {
         MapFilterStream {
-            f: self.f,
+            f: self.f.clone(),
             tail: self.inner.token_stream(text),
         }
     }
 }
 
-struct MapFilterStream<S> {
-    f: fn(&mut Token) -> bool,
+struct MapFilterStream<S, F> {
+    f: F,
     tail: S,
 }
 
-impl<S: TokenStream> TokenStream for MapFilterStream<S> {
+impl<S: TokenStream, F: Fn(&mut Token) -> bool> TokenStream for MapFilterStream<S, F> {
     fn advance(&mut self) -> bool {
         while self.tail.advance() {
             if (self.f)(self.tail.token_mut()) {
