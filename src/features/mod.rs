@@ -226,7 +226,7 @@ impl Extractor {
         let recipients: usize = ["to", "cc"]
             .iter()
             .flat_map(|h| msg.headers_named(h))
-            .map(|v| addresses(v).len())
+            .map(count_addresses)
             .sum();
         let received = msg.headers_named("received").count();
         let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
@@ -287,6 +287,24 @@ fn addresses(value: &str) -> Vec<(String, String)> {
             .filter(|w| w.contains('@'))
             .map(|w| (String::new(), w.to_lowercase()))
             .collect(),
+    }
+}
+
+/// `addresses(value).len()`, without copying or lower-casing any of them.
+fn count_addresses(value: &str) -> usize {
+    use mailparse::MailAddr;
+    match mailparse::addrparse(value) {
+        Ok(list) => list
+            .iter()
+            .map(|a| match a {
+                MailAddr::Single(_) => 1,
+                MailAddr::Group(g) => g.addrs.len(),
+            })
+            .sum(),
+        Err(_) => value
+            .split(|c: char| c.is_whitespace() || matches!(c, '<' | '>' | ',' | '"'))
+            .filter(|w| w.contains('@'))
+            .count(),
     }
 }
 
@@ -515,6 +533,18 @@ mod tests {
         let f =
             Extractor::new().extract(b"Content-Type: text/html\n\n<a href=\"abc\xc3\xa9\">x</a>\n");
         assert!(f.unwrap().tokens.contains("x"));
+    }
+
+    #[test]
+    fn addresses_are_counted_as_listed() {
+        for value in [
+            "a@x.example, \"B\" <b@x.example>",
+            "list: c@x.example, d@x.example;, e@x.example",
+            "broken <<a@x.example b@y.example",
+            "",
+        ] {
+            assert_eq!(count_addresses(value), addresses(value).len(), "{value}");
+        }
     }
 
     #[test]
