@@ -41,6 +41,10 @@ pub struct TokenSet {
     seen: hashbrown::HashTable<u32>,
 }
 
+/// Distinct tokens a [`TokenSet`]'s table keeps room for between messages
+/// (a message averages ~250).
+const SET_CAPACITY_KEPT: usize = 4096;
+
 /// Where a token lies in the arena, with its first 16 bytes as two
 /// big-endian integers padded with zeros. Most tokens are no longer than
 /// that, so equality and order are mostly decided by comparing integers,
@@ -213,7 +217,13 @@ impl TokenSet {
         }
         self.arena.clear();
         self.spans.clear();
-        self.seen.clear();
+        // Clearing writes every control byte of the table: after a huge
+        // message, start the next one with a small table instead.
+        if self.seen.capacity() > SET_CAPACITY_KEPT {
+            self.seen = hashbrown::HashTable::new();
+        } else {
+            self.seen.clear();
+        }
         out
     }
 }
