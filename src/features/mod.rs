@@ -226,7 +226,7 @@ impl Extractor {
         let recipients: usize = ["to", "cc"]
             .iter()
             .flat_map(|h| msg.headers_named(h))
-            .map(|v| addresses(v).len())
+            .map(count_addresses)
             .sum();
         let received = msg.headers_named("received").count();
         let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
@@ -287,6 +287,24 @@ fn addresses(value: &str) -> Vec<(String, String)> {
             .filter(|w| w.contains('@'))
             .map(|w| (String::new(), w.to_lowercase()))
             .collect(),
+    }
+}
+
+/// `addresses(value).len()`, without copying or lower-casing any of them.
+fn count_addresses(value: &str) -> usize {
+    use mailparse::MailAddr;
+    match mailparse::addrparse(value) {
+        Ok(list) => list
+            .iter()
+            .map(|a| match a {
+                MailAddr::Single(_) => 1,
+                MailAddr::Group(g) => g.addrs.len(),
+            })
+            .sum(),
+        Err(_) => value
+            .split(|c: char| c.is_whitespace() || matches!(c, '<' | '>' | ',' | '"'))
+            .filter(|w| w.contains('@'))
+            .count(),
     }
 }
 
@@ -367,8 +385,26 @@ fn extension(filename: &str) -> Option<String> {
     ok.then(|| ext.to_lowercase())
 }
 
-fn count_bytes(bytes: &[u8], f: impl Fn(u8) -> bool) -> usize {
-    bytes.iter().map(|&b| usize::from(f(b))).sum()
+/// Byte class counts of one text: (uppercase ASCII, ASCII letters, ASCII
+/// whitespace, UTF-8 continuation bytes, ASCII bytes).
+fn byte_counts(bytes: &[u8]) -> [usize; 5] {
+    let mut total = [0usize; 5];
+    // One pass with byte-wide counters (flushed before they can overflow)
+    // lets the compiler count 16 or 32 bytes per instruction.
+    for chunk in bytes.chunks(255) {
+        let mut n = [0u8; 5];
+        for &b in chunk {
+            n[0] += u8::from(b.is_ascii_uppercase());
+            n[1] += u8::from(b.is_ascii_alphabetic());
+            n[2] += u8::from(b.is_ascii_whitespace());
+            n[3] += u8::from(b & 0xC0 == 0x80);
+            n[4] += u8::from(b < 0x80);
+        }
+        for (t, n) in total.iter_mut().zip(n) {
+            *t += usize::from(n);
+        }
+    }
+    total
 }
 
 /// (uppercase letters, letters, non-ASCII chars, non-space chars, chars) over
@@ -383,12 +419,8 @@ fn char_stats(subject: Option<&str>, msg: &Message) -> (usize, usize, usize, usi
         .chain(msg.parts.iter().map(|p| p.text.as_str()));
     for text in texts {
         let bytes = text.as_bytes();
-        let upper = count_bytes(bytes, |b| b.is_ascii_uppercase());
-        let letters = count_bytes(bytes, |b| b.is_ascii_alphabetic());
-        let space = count_bytes(bytes, |b| b.is_ascii_whitespace());
+        let [upper, letters, space, continuation, ascii] = byte_counts(bytes);
         // A UTF-8 character starts with any byte but a continuation byte.
-        let continuation = count_bytes(bytes, |b| b & 0xC0 == 0x80);
-        let ascii = count_bytes(bytes, |b| b < 0x80);
         let chars = bytes.len() - continuation;
         stats.0 += upper;
         stats.1 += letters;
@@ -501,6 +533,18 @@ mod tests {
         let f =
             Extractor::new().extract(b"Content-Type: text/html\n\n<a href=\"abc\xc3\xa9\">x</a>\n");
         assert!(f.unwrap().tokens.contains("x"));
+    }
+
+    #[test]
+    fn addresses_are_counted_as_listed() {
+        for value in [
+            "a@x.example, \"B\" <b@x.example>",
+            "list: c@x.example, d@x.example;, e@x.example",
+            "broken <<a@x.example b@y.example",
+            "",
+        ] {
+            assert_eq!(count_addresses(value), addresses(value).len(), "{value}");
+        }
     }
 
     #[test]

@@ -35,12 +35,25 @@ pub const URL_NAMESPACE: &str = "URL:";
 #[derive(Default, Clone)]
 pub struct TokenSet {
     arena: String,
-    /// (first 8 bytes as a big-endian key, start, end) of each distinct
-    /// token: sorting compares the integer key first and the strings only on
-    /// a tie.
-    spans: Vec<(u64, u32, u32)>,
+    /// Each distinct token, in arrival order.
+    spans: Vec<Span>,
     /// Indexes into `spans`, hashed by token text.
     seen: hashbrown::HashTable<u32>,
+}
+
+/// Distinct tokens a [`TokenSet`]'s table keeps room for between messages
+/// (a message averages ~250).
+const SET_CAPACITY_KEPT: usize = 4096;
+
+/// Where a token lies in the arena, with its first 16 bytes as two
+/// big-endian integers padded with zeros. Most tokens are no longer than
+/// that, so equality and order are mostly decided by comparing integers,
+/// without reading the arena.
+#[derive(Clone, Copy)]
+struct Span {
+    keys: [u64; 2],
+    start: u32,
+    end: u32,
 }
 
 impl std::fmt::Debug for TokenSet {
@@ -51,9 +64,69 @@ impl std::fmt::Debug for TokenSet {
     }
 }
 
-fn hash_token(token: &[u8]) -> u64 {
-    use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one(token)
+/// Up to 8 bytes of `bytes` from `at`, as a big-endian integer padded with
+/// zeros (so integers order like the byte strings they start). Loads of two
+/// overlapping halves instead of a byte loop.
+fn key_at(bytes: &[u8], at: usize) -> u64 {
+    let rest = bytes.get(at..).unwrap_or_default();
+    let n = rest.len();
+    let be32 = |i: usize| {
+        u64::from(u32::from_be_bytes([
+            rest[i],
+            rest[i + 1],
+            rest[i + 2],
+            rest[i + 3],
+        ]))
+    };
+    let be16 = |i: usize| u64::from(u16::from_be_bytes([rest[i], rest[i + 1]]));
+    match n {
+        8.. => u64::from_be_bytes([
+            rest[0], rest[1], rest[2], rest[3], rest[4], rest[5], rest[6], rest[7],
+        ]),
+        4..=7 => (be32(0) << 32) | (be32(n - 4) << (8 * (8 - n))),
+        2..=3 => (be16(0) << 48) | (be16(n - 2) << (8 * (8 - n))),
+        1 => u64::from(rest[0]) << 56,
+        0 => 0,
+    }
+}
+
+fn keys_of(token: &[u8]) -> [u64; 2] {
+    [key_at(token, 0), key_at(token, 8)]
+}
+
+/// Folded multiply: the high and low halves of the 128-bit product, mixed.
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// Hash of a token from its keys (and, past 16 bytes, the rest of it): one
+/// multiplication for most tokens.
+fn hash_token(token: &[u8], keys: [u64; 2]) -> u64 {
+    const SEEDS: [u64; 3] = [
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+    ];
+    let mut hash = fold_mul(keys[0] ^ SEEDS[0], keys[1] ^ SEEDS[1] ^ token.len() as u64);
+    let mut at = 16;
+    while at < token.len() {
+        hash = fold_mul(hash ^ key_at(token, at), SEEDS[2]);
+        at += 8;
+    }
+    hash
+}
+
+impl Span {
+    fn text<'a>(&self, arena: &'a [u8]) -> &'a [u8] {
+        &arena[self.start as usize..self.end as usize]
+    }
+
+    fn is(&self, arena: &[u8], token: &[u8], keys: [u64; 2]) -> bool {
+        self.keys == keys
+            && (self.end - self.start) as usize == token.len()
+            && (token.len() <= 16 || self.text(arena)[16..] == token[16..])
+    }
 }
 
 impl TokenSet {
@@ -63,35 +136,44 @@ impl TokenSet {
         if word.is_empty() || namespace.len() + word.len() > MAX_TOKEN_LEN {
             return;
         }
+        // A word without a namespace is looked up where it is and copied
+        // only if new; with a namespace the token is put together at the
+        // end of the arena first, and taken back if it was seen.
         let start = self.arena.len();
-        self.arena.push_str(namespace);
-        self.arena.push_str(word);
-        let arena = self.arena.as_bytes();
-        let token = &arena[start..];
-        let hash = hash_token(token);
-        let spans = &self.spans;
-        let text = |i: &u32| {
-            let (_, a, b) = spans[*i as usize];
-            &arena[a as usize..b as usize]
-        };
-        if self.seen.find(hash, |i| text(i) == token).is_some() {
-            self.arena.truncate(start);
-            return;
+        if !namespace.is_empty() {
+            self.arena.push_str(namespace);
+            self.arena.push_str(word);
         }
-        let mut key = [0u8; 8];
-        let n = token.len().min(8);
-        key[..n].copy_from_slice(&token[..n]);
-        let index = self.spans.len() as u32;
-        self.spans.push((
-            u64::from_be_bytes(key),
-            start as u32,
-            self.arena.len() as u32,
-        ));
-        let (arena, spans) = (self.arena.as_bytes(), &self.spans);
-        self.seen.insert_unique(hash, index, |i| {
-            let (_, a, b) = spans[*i as usize];
-            hash_token(&arena[a as usize..b as usize])
-        });
+        let arena = self.arena.as_bytes();
+        let token = if namespace.is_empty() {
+            word.as_bytes()
+        } else {
+            &arena[start..]
+        };
+        let keys = keys_of(token);
+        let spans = &self.spans;
+        let entry = self.seen.entry(
+            hash_token(token, keys),
+            |&i| spans[i as usize].is(arena, token, keys),
+            |&i| {
+                let span = spans[i as usize];
+                hash_token(span.text(arena), span.keys)
+            },
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(_) => self.arena.truncate(start),
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                if namespace.is_empty() {
+                    self.arena.push_str(word);
+                }
+                slot.insert(self.spans.len() as u32);
+                self.spans.push(Span {
+                    keys,
+                    start: start as u32,
+                    end: self.arena.len() as u32,
+                });
+            }
+        }
     }
 
     /// Number of distinct tokens so far.
@@ -106,21 +188,42 @@ impl TokenSet {
 
     /// The sorted, de-duplicated tokens; leaves the set empty for reuse.
     pub fn finish(&mut self) -> TokenList {
-        let arena = &self.arena;
-        let text = |&(_, a, b): &(u64, u32, u32)| &arena[a as usize..b as usize];
-        self.spans
-            .sort_unstable_by(|x, y| x.0.cmp(&y.0).then_with(|| text(x).cmp(text(y))));
+        let arena = self.arena.as_bytes();
+        // Sort by the integer keys alone (a cheap comparison the sort can
+        // inline), then order the rare runs that tie on them (tokens alike
+        // in their first 16 bytes) by their full text.
+        let wide = |s: &Span| (u128::from(s.keys[0]) << 64) | u128::from(s.keys[1]);
+        self.spans.sort_unstable_by_key(wide);
+        let mut i = 0;
+        while i < self.spans.len() {
+            let key = wide(&self.spans[i]);
+            let run = self.spans[i..]
+                .iter()
+                .take_while(|s| wide(s) == key)
+                .count();
+            if run > 1 {
+                self.spans[i..i + run].sort_unstable_by(|x, y| x.text(arena).cmp(y.text(arena)));
+            }
+            i += run;
+        }
         let mut out = TokenList {
             text: String::with_capacity(self.arena.len()),
             ends: Vec::with_capacity(self.spans.len()),
         };
         for s in &self.spans {
-            out.text.push_str(text(s));
+            out.text
+                .push_str(&self.arena[s.start as usize..s.end as usize]);
             out.ends.push(out.text.len() as u32);
         }
         self.arena.clear();
         self.spans.clear();
-        self.seen.clear();
+        // Clearing writes every control byte of the table: after a huge
+        // message, start the next one with a small table instead.
+        if self.seen.capacity() > SET_CAPACITY_KEPT {
+            self.seen = hashbrown::HashTable::new();
+        } else {
+            self.seen.clear();
+        }
         out
     }
 }
@@ -285,17 +388,15 @@ pub fn push_host(sink: &mut TokenSet, host: &str) {
 
 /// The registrable-looking suffix of a host name.
 pub fn parent_domain(host: &str) -> Option<&str> {
-    let labels: Vec<&str> = host.rsplitn(4, '.').collect();
-    if labels.len() < 2 {
-        return None;
-    }
-    let keep = if labels.len() >= 3 && labels[0].len() == 2 && labels[1].len() <= 3 {
-        3
-    } else {
-        2
-    };
-    let suffix_len: usize = labels[..keep].iter().map(|l| l.len()).sum::<usize>() + keep - 1;
-    Some(&host[host.len() - suffix_len..])
+    // The last three dots, right to left: the last label ends the host,
+    // the second last lies between the first two dots found.
+    let mut dots = host.rmatch_indices('.').map(|(i, _)| i);
+    let last = dots.next()?;
+    let second = dots.next();
+    let third = dots.next();
+    let country_code = second.is_some_and(|d| host.len() - last - 1 == 2 && last - d - 1 <= 3);
+    let cut = if country_code { third } else { second };
+    Some(cut.map_or(host, |d| &host[d + 1..]))
 }
 
 fn is_ip_like(host: &str) -> bool {
@@ -315,25 +416,36 @@ fn is_ip_like(host: &str) -> bool {
 /// assert_eq!(url_host("mailto:x@example.com"), None);
 /// ```
 pub fn url_host(url: &str) -> Option<String> {
-    let rest = match url.find("://") {
-        Some(p) => &url[p + 3..],
-        None if url.len() > 4 && url.as_bytes()[..4].eq_ignore_ascii_case(b"www.") => url,
-        None => return None,
-    };
-    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or("");
-    let host_port = authority.rsplit('@').next().unwrap_or("");
-    let host = if let Some(v6) = host_port.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("")
-    } else {
-        host_port.split(':').next().unwrap_or("")
-    };
-    let host = host.trim_end_matches('.').to_lowercase();
+    let host = url[host_range(url)?].to_lowercase();
     let host = host.strip_prefix("www.").map(str::to_owned).unwrap_or(host);
     let valid = !host.is_empty()
         && host
             .chars()
             .all(|c| c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%'));
     valid.then_some(host)
+}
+
+/// Where the host of a URL lies in it, before normalisation other than
+/// dropping trailing dots.
+fn host_range(url: &str) -> Option<std::ops::Range<usize>> {
+    let start = match url.find("://") {
+        Some(p) => p + 3,
+        None if url.len() > 4 && url.as_bytes()[..4].eq_ignore_ascii_case(b"www.") => 0,
+        None => return None,
+    };
+    let rest = &url[start..];
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or("");
+    // After the last `@` (user info), up to the port or, for `[v6]`, the `]`.
+    let host_port = authority.rfind('@').map_or(0, |p| p + 1);
+    let (from, host) = match authority[host_port..].strip_prefix('[') {
+        Some(v6) => (host_port + 1, v6.split(']').next().unwrap_or("")),
+        None => (
+            host_port,
+            authority[host_port..].split(':').next().unwrap_or(""),
+        ),
+    };
+    let host = host.trim_end_matches('.');
+    Some(start + from..start + from + host.len())
 }
 
 /// Filter: a URL token (`scheme://…` or `www.…`) becomes `URL:host`.
@@ -347,15 +459,41 @@ fn url_to_host(token: &mut Token) -> bool {
     if !is_url {
         return true;
     }
-    match url_host(text) {
-        Some(host) => {
-            token.text.clear();
-            token.text.push_str(URL_NAMESPACE);
-            token.text.push_str(&host);
-            true
-        }
-        None => false,
+    let Some(range) = host_range(text) else {
+        return false;
+    };
+    let host = &text[range.clone()];
+    if !host.is_ascii() {
+        return match url_host(text) {
+            Some(host) => {
+                token.text.clear();
+                token.text.push_str(URL_NAMESPACE);
+                token.text.push_str(&host);
+                true
+            }
+            None => false,
+        };
     }
+    // ASCII: what url_host does, in place.
+    let skip = if host.len() >= 4 && host.as_bytes()[..4].eq_ignore_ascii_case(b"www.") {
+        4
+    } else {
+        0
+    };
+    let host = &host[skip..];
+    let valid = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'%'));
+    if !valid {
+        return false;
+    }
+    token.text.truncate(range.end);
+    token
+        .text
+        .replace_range(..range.start + skip, URL_NAMESPACE);
+    token.text[URL_NAMESPACE.len()..].make_ascii_lowercase();
+    true
 }
 
 /// Filter: a token made of digits and number punctuation becomes its shape,
@@ -374,26 +512,29 @@ fn number_shape(token: &mut Token) -> bool {
             .iter()
             .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b',' | b':' | b';' | b'\'' | b'_'));
     if numeric {
-        // Safe: only ASCII digits are replaced by an ASCII byte.
-        let shaped: String = token
-            .text
-            .chars()
-            .map(|c| if c.is_ascii_digit() { '#' } else { c })
-            .collect();
-        token.text = shaped;
+        let mut bytes = std::mem::take(&mut token.text).into_bytes();
+        for b in bytes.iter_mut().filter(|b| b.is_ascii_digit()) {
+            *b = b'#';
+        }
+        // ASCII digits became an ASCII byte, so this is still UTF-8.
+        token.text = String::from_utf8(bytes).unwrap_or_default();
     }
     true
 }
 
 /// A token filter from a function that may rewrite a token in place and
-/// returns false to drop it.
+/// returns false to drop it. Generic over the function (not a `fn`
+/// pointer) so each filter inlines into the stream's loop.
 #[derive(Clone, Copy)]
-struct MapFilter(fn(&mut Token) -> bool);
+struct MapFilter<F>(F);
 
-impl TokenFilter for MapFilter {
-    type Tokenizer<T: Tokenizer> = MapFilterWrapper<T>;
+impl<F> TokenFilter for MapFilter<F>
+where
+    F: Fn(&mut Token) -> bool + Clone + Send + Sync + 'static,
+{
+    type Tokenizer<T: Tokenizer> = MapFilterWrapper<T, F>;
 
-    fn transform<T: Tokenizer>(self, tokenizer: T) -> MapFilterWrapper<T> {
+    fn transform<T: Tokenizer>(self, tokenizer: T) -> MapFilterWrapper<T, F> {
         MapFilterWrapper {
             f: self.0,
             inner: tokenizer,
@@ -402,28 +543,31 @@ impl TokenFilter for MapFilter {
 }
 
 #[derive(Clone)]
-struct MapFilterWrapper<T> {
-    f: fn(&mut Token) -> bool,
+struct MapFilterWrapper<T, F> {
+    f: F,
     inner: T,
 }
 
-impl<T: Tokenizer> Tokenizer for MapFilterWrapper<T> {
-    type TokenStream<'a> = MapFilterStream<T::TokenStream<'a>>;
+impl<T: Tokenizer, F> Tokenizer for MapFilterWrapper<T, F>
+where
+    F: Fn(&mut Token) -> bool + Clone + Send + Sync + 'static,
+{
+    type TokenStream<'a> = MapFilterStream<T::TokenStream<'a>, F>;
 
     fn token_stream<'a>(&'a mut self, text: &'a str) -> Self::TokenStream<'a> {
         MapFilterStream {
-            f: self.f,
+            f: self.f.clone(),
             tail: self.inner.token_stream(text),
         }
     }
 }
 
-struct MapFilterStream<S> {
-    f: fn(&mut Token) -> bool,
+struct MapFilterStream<S, F> {
+    f: F,
     tail: S,
 }
 
-impl<S: TokenStream> TokenStream for MapFilterStream<S> {
+impl<S: TokenStream, F: Fn(&mut Token) -> bool> TokenStream for MapFilterStream<S, F> {
     fn advance(&mut self) -> bool {
         while self.tail.advance() {
             if (self.f)(self.tail.token_mut()) {
@@ -505,6 +649,31 @@ mod tests {
         assert_eq!(set.finish().to_vec(), ["SUBJ:free", "URL:x.example"]);
     }
 
+    proptest::proptest! {
+        /// The set keeps each token once and finishes in byte order, however
+        /// a token is split into namespace and word, and whatever its bytes
+        /// (NULs and multi-byte characters included).
+        #[test]
+        fn token_sets_are_sorted_and_deduplicated(
+            pushes in proptest::collection::vec(("(|A:|AB:|A)", "[ab\\x00é]{0,24}"), 0..64)
+        ) {
+            let mut set = TokenSet::default();
+            let mut expected = std::collections::BTreeSet::new();
+            for _ in 0..2 {
+                for (namespace, word) in &pushes {
+                    set.push(namespace, word);
+                    if !word.is_empty() && namespace.len() + word.len() <= MAX_TOKEN_LEN {
+                        expected.insert(format!("{namespace}{word}"));
+                    }
+                }
+                proptest::prop_assert_eq!(set.len(), expected.len());
+                let list = set.finish();
+                proptest::prop_assert_eq!(list.to_vec(), expected.iter().cloned().collect::<Vec<_>>());
+                expected.clear();
+            }
+        }
+    }
+
     #[test]
     fn token_lists_search_and_serialise() {
         let list = TokenList::from_tokens(["b", "a", "c", "a"]);
@@ -519,6 +688,44 @@ mod tests {
         assert_eq!(url_host("abcé"), None);
         assert_eq!(url_host("wwwé.x"), None);
         assert_eq!(url_host("www.exämple.org").as_deref(), Some("exämple.org"));
+    }
+
+    /// The rule as first written, to check the allocation-free one against.
+    fn parent_domain_reference(host: &str) -> Option<&str> {
+        let labels: Vec<&str> = host.rsplitn(4, '.').collect();
+        if labels.len() < 2 {
+            return None;
+        }
+        let keep = if labels.len() >= 3 && labels[0].len() == 2 && labels[1].len() <= 3 {
+            3
+        } else {
+            2
+        };
+        let suffix_len: usize = labels[..keep].iter().map(|l| l.len()).sum::<usize>() + keep - 1;
+        Some(&host[host.len() - suffix_len..])
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parent_domain_matches_the_reference(host in "[a-zé]{0,4}(\\.[a-zé]{0,4}){0,5}") {
+            proptest::prop_assert_eq!(parent_domain(&host), parent_domain_reference(&host));
+        }
+
+        /// The in-place URL filter gives what `url_host` gives.
+        #[test]
+        fn url_filter_matches_url_host(
+            url in "(http://|https://|ftp://|www\\.|WWW\\.|wwW\\.)[a-zA-Z0-9.@:/?#_%é\\[\\]\\\\-]{0,24}"
+        ) {
+            let mut token = Token { text: url.clone(), ..Token::default() };
+            let kept = url_to_host(&mut token);
+            let is_url = url.contains("://") || (url.starts_with("www.") && url[4..].contains('.'));
+            let expected = if url.len() < 8 || !is_url {
+                Some(url.clone())
+            } else {
+                url_host(&url).map(|h| format!("{URL_NAMESPACE}{h}"))
+            };
+            proptest::prop_assert_eq!(kept.then_some(token.text), expected);
+        }
     }
 
     #[test]
