@@ -56,9 +56,9 @@ pub enum Error {
     },
     /// The data was written by a different format or tokenizer version.
     #[error(
-        "{} was written with {what} {found}; this bayesmail needs {expected}: \
-         retrain into a new database",
-        path.display()
+        "{} was written with {what} {found}; this bayesmail needs {expected}: {}",
+        path.display(),
+        version_remedy(what)
     )]
     Version {
         /// The database directory or snapshot file.
@@ -67,8 +67,8 @@ pub enum Error {
         found: u32,
         /// The version this build uses.
         expected: u32,
-        /// Which version: `"format version"`, `"tokenizer version"` or
-        /// `"metadata length"`.
+        /// Which version: `"format version"`, `"tokenizer version"`,
+        /// `"metadata length"` or [`MODEL_FILE_FORMAT`].
         what: &'static str,
     },
     /// The stored data is damaged or is not ours.
@@ -112,6 +112,19 @@ pub enum Error {
     /// The caller passed something that cannot be stored.
     #[error("invalid input: {0}")]
     Invalid(String),
+}
+
+/// `what` of a model file written in another snapshot format: unlike the
+/// other mismatches, the database itself is fine and `train` rewrites it.
+pub const MODEL_FILE_FORMAT: &str = "model file format version";
+
+/// What to do about a version mismatch.
+fn version_remedy(what: &str) -> &'static str {
+    if what == MODEL_FILE_FORMAT {
+        "run `bayesmail train` on this database to rewrite the model file"
+    } else {
+        "retrain into a new database"
+    }
 }
 
 /// Result of store operations.
@@ -419,6 +432,17 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "/db was written with tokenizer version 2; this bayesmail needs 1: retrain into a new database"
+        );
+        let e = Error::Version {
+            path: "/db/model.bin".into(),
+            found: 1,
+            expected: 2,
+            what: MODEL_FILE_FORMAT,
+        };
+        assert_eq!(
+            e.to_string(),
+            "/db/model.bin was written with model file format version 1; this bayesmail needs 2: \
+             run `bayesmail train` on this database to rewrite the model file"
         );
     }
 

@@ -325,7 +325,7 @@ impl Snapshot {
                 })
             }
         };
-        version(8, SNAPSHOT_VERSION, "format version")?;
+        version(8, SNAPSHOT_VERSION, super::MODEL_FILE_FORMAT)?;
         version(12, TOKENIZER_VERSION, "tokenizer version")?;
 
         // Everything but the trailing checksum.
@@ -690,7 +690,10 @@ mod tests {
     fn refuses_other_versions_and_other_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.bin");
-        for (at, what) in [(8, "format version"), (12, "tokenizer version")] {
+        for (at, what) in [
+            (8, crate::store::MODEL_FILE_FORMAT),
+            (12, "tokenizer version"),
+        ] {
             let mut bytes = sample_bytes();
             bytes[at..at + 4].copy_from_slice(&77u32.to_le_bytes());
             fs::write(&path, &bytes).unwrap();

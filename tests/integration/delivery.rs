@@ -233,6 +233,24 @@ fn filter_fails_open_without_a_usable_model() {
             "model-version",
             3,
         );
+        if at == 8 {
+            // Another model file format: the database is fine, and the
+            // error says that training again rewrites the model file.
+            let out = filter(&db, &[], input);
+            assert!(
+                stderr(&out).contains("run `bayesmail train` on this database"),
+                "{}",
+                stderr(&out)
+            );
+            let summary = db.train(&[&sample_spam()], &[&sample_ham()]);
+            assert_eq!(summary["snapshot_written"], true, "{summary}");
+            let out = filter(&db, &[], input);
+            assert_exit(&out, 0, &["filter after retraining"]);
+            let (restored, status, _) = strip_ours(&out.stdout);
+            assert!(restored == input);
+            assert_ne!(status_word(&status), "Unknown", "{status}");
+            fs::write(db.model(), &good).unwrap();
+        }
     }
     // Damaged: truncated, garbage, a directory in its place.
     fs::write(db.model(), &good[..good.len() / 2]).unwrap();
