@@ -3,11 +3,13 @@
 //!
 //! - `filter` latency: one process per message (`bayesmail filter` and
 //!   `bogofilter -p`, both passing the message through with their headers
-//!   added), over MESSAGES messages spread over the corpus, the two tools
-//!   alternating message by message so that machine noise hits both alike;
+//!   added), over MESSAGES messages spread over the corpus, each message
+//!   going to every tool with the order rotating from message to message,
+//!   so that machine noise and warm caches favour none;
 //! - `scan` throughput over the whole corpus (`bayesmail scan`, parallel,
 //!   against `bogofilter -b`, its batch mode), ROUNDS alternating rounds;
-//! - the peak resident memory of every process (`wait4`'s `ru_maxrss`).
+//! - the peak resident memory (`wait4`'s `ru_maxrss`) and minor page
+//!   faults of every process.
 //!
 //! Prints medians and the ratios bayesmail / bogofilter.
 //!
@@ -15,6 +17,10 @@
 //! BAYESMAIL_CORPUS=../shared/corpora/spamassassin cargo bench --bench peers
 //! BAYESMAIL_PEERS_MESSAGES=500 BAYESMAIL_PEERS_ROUNDS=5 cargo bench --bench peers
 //! ```
+//!
+//! `BAYESMAIL_PEERS_ALSO` (paths separated by `:`) names other bayesmail
+//! binaries (another build of the same code, say) whose `filter` is timed in
+//! the same alternation, against the same model, and reported beside it.
 //!
 //! Needs `bogofilter` on the PATH (Debian: `apt-get install bogofilter`).
 
@@ -48,6 +54,9 @@ fn main() {
     let n_messages = env_number("BAYESMAIL_PEERS_MESSAGES", 500);
     let rounds = env_number("BAYESMAIL_PEERS_ROUNDS", 5);
     let bm = PathBuf::from(env!("CARGO_BIN_EXE_bayesmail"));
+    let also: Vec<PathBuf> = std::env::var_os("BAYESMAIL_PEERS_ALSO")
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
     let work = tempfile::tempdir().expect("temporary directory");
     let bm_db = work.path().join("bayesmail-db");
     let bogo_db = work.path().join("bogofilter-db");
@@ -83,30 +92,42 @@ fn main() {
     // filter latency: the same messages for both, every k-th of the corpus.
     let step = (files.len() / n_messages.max(1)).max(1);
     let sample: Vec<&PathBuf> = files.iter().step_by(step).take(n_messages).collect();
-    let bm_filter = |f: &Path| {
-        let mut c = Command::new(&bm);
+    let bm_filter_with = |bin: &Path, f: &Path| {
+        let mut c = Command::new(bin);
         c.arg("--db").arg(&bm_db).arg("filter");
         run(&mut c, f)
     };
+    let bm_filter = |f: &Path| bm_filter_with(&bm, f);
     let bogo_filter = |f: &Path| {
         let mut c = Command::new("bogofilter");
         c.arg("-d").arg(&bogo_db).arg("-p");
         run(&mut c, f)
     };
+
+    // Each message goes to every tool, the order rotating from message to
+    // message: a process that runs right after another one on the same
+    // message finds more of it in the caches.
+    let contestants = 2 + also.len();
+    let run_one = |which: usize, f: &Path| match which {
+        0 => bm_filter(f),
+        1 => bogo_filter(f),
+        k => bm_filter_with(&also[k - 2], f),
+    };
     for f in sample.iter().take(50) {
-        bm_filter(f);
-        bogo_filter(f);
-    }
-    let (mut bm_times, mut bogo_times) = (Vec::new(), Vec::new());
-    for (i, f) in sample.iter().enumerate() {
-        if i % 2 == 0 {
-            bm_times.push(bm_filter(f));
-            bogo_times.push(bogo_filter(f));
-        } else {
-            bogo_times.push(bogo_filter(f));
-            bm_times.push(bm_filter(f));
+        for which in 0..contestants {
+            run_one(which, f);
         }
     }
+    let mut times: Vec<Vec<Run>> = (0..contestants).map(|_| Vec::new()).collect();
+    for (i, f) in sample.iter().enumerate() {
+        for j in 0..contestants {
+            let which = (i + j) % contestants;
+            times[which].push(run_one(which, f));
+        }
+    }
+    let also_times = times.split_off(2);
+    let bogo_times = times.pop().expect("bogofilter's times");
+    let bm_times = times.pop().expect("bayesmail's times");
 
     // scan throughput over the whole corpus.
     let list = work.path().join("files.txt");
@@ -144,14 +165,25 @@ fn main() {
         sample.len()
     );
     println!(
-        "  bayesmail filter    {bm_ms:.3} ms   peak RSS {}",
-        peak(&bm_times)
+        "  bayesmail filter    {bm_ms:.3} ms   peak RSS {}   page faults {}",
+        peak(&bm_times),
+        faults(&bm_times)
     );
     println!(
-        "  bogofilter -p       {bogo_ms:.3} ms   peak RSS {}",
-        peak(&bogo_times)
+        "  bogofilter -p       {bogo_ms:.3} ms   peak RSS {}   page faults {}",
+        peak(&bogo_times),
+        faults(&bogo_times)
     );
     println!("  ratio bayesmail/bogofilter  {:.2}", bm_ms / bogo_ms);
+    for (bin, times) in also.iter().zip(&also_times) {
+        let also_ms = ms(times);
+        println!(
+            "  also {}: {also_ms:.3} ms   page faults {}   ratio to bogofilter {:.2}",
+            bin.display(),
+            faults(times),
+            also_ms / bogo_ms
+        );
+    }
     println!(
         "scan, whole corpus ({} messages), median of {rounds} rounds:",
         files.len()
@@ -167,10 +199,12 @@ fn main() {
     println!("  ratio bayesmail/bogofilter  {:.2}", bm_rate / bogo_rate);
 }
 
-/// Wall time and peak resident memory of one finished process.
+/// Wall time, peak resident memory and minor page faults of one finished
+/// process.
 struct Run {
     wall: Duration,
     max_rss_kib: u64,
+    faults: u64,
 }
 
 /// Runs `cmd` with `stdin` as standard input and its output discarded;
@@ -188,18 +222,23 @@ fn run(cmd: &mut Command, stdin: &Path) -> Run {
         .stderr(Stdio::null())
         .spawn()
         .expect("process starts");
-    let (status, max_rss_kib) = wait(child.id() as libc::pid_t);
+    let (status, max_rss_kib, faults) = wait(child.id() as libc::pid_t);
     let wall = start.elapsed();
     assert!(
         (0..=2).contains(&status),
         "{cmd:?} < {} exited with {status}",
         stdin.display()
     );
-    Run { wall, max_rss_kib }
+    Run {
+        wall,
+        max_rss_kib,
+        faults,
+    }
 }
 
-/// Waits for `pid` and returns its exit status and peak RSS (KiB).
-fn wait(pid: libc::pid_t) -> (i32, u64) {
+/// Waits for `pid` and returns its exit status, peak RSS (KiB) and minor
+/// page faults.
+fn wait(pid: libc::pid_t) -> (i32, u64, u64) {
     let mut status = 0;
     // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -212,7 +251,11 @@ fn wait(pid: libc::pid_t) -> (i32, u64) {
     } else {
         -1
     };
-    (code, u64::try_from(usage.ru_maxrss).unwrap_or(0))
+    (
+        code,
+        u64::try_from(usage.ru_maxrss).unwrap_or(0),
+        u64::try_from(usage.ru_minflt).unwrap_or(0),
+    )
 }
 
 fn check(cmd: &mut Command) {
@@ -238,6 +281,14 @@ fn peak(runs: &[Run]) -> String {
         "median {:.1} MiB, max {:.1} MiB",
         median(kib) / 1024.0,
         max / 1024.0
+    )
+}
+
+/// Median minor page faults.
+fn faults(runs: &[Run]) -> String {
+    format!(
+        "{:.0}",
+        median(runs.iter().map(|r| r.faults as f64).collect())
     )
 }
 

