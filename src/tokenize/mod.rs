@@ -1,9 +1,10 @@
 //! Text to tokens: a tantivy [`TextAnalyzer`] whose tokenizer splits on
-//! Unicode word boundaries (UAX #29, from unicode-segmentation) and keeps
-//! URLs whole, followed by filters that lower-case, reduce URLs to their
-//! host, turn numbers into shapes and drop over-long tokens. Invisible
-//! characters (zero-width spaces, soft hyphens, bidi controls) are removed
-//! before splitting, so `vi\u{200b}agra` is one word.
+//! Unicode word boundaries (UAX #29, from unicode-segmentation), keeps URLs
+//! whole and lower-cases each word as it copies it out, followed by filters
+//! that reduce URLs to their host, turn numbers into shapes and drop
+//! over-long tokens. Invisible characters (zero-width spaces, soft
+//! hyphens, bidi controls) are removed before splitting, so
+//! `vi\u{200b}agra` is one word.
 //!
 //! This module owns tantivy; no tantivy type leaves it. It knows nothing of
 //! messages: [`crate::features`] decides which text goes in under which
@@ -12,7 +13,7 @@
 mod words;
 
 use tantivy::tokenizer::{
-    LowerCaser, RemoveLongFilter, TextAnalyzer, Token, TokenFilter, TokenStream, Tokenizer,
+    RemoveLongFilter, TextAnalyzer, Token, TokenFilter, TokenStream, Tokenizer,
 };
 
 pub use words::MailWordTokenizer;
@@ -206,16 +207,12 @@ impl TokenSet {
             }
             i += run;
         }
-        let mut out = TokenList {
-            text: String::with_capacity(self.arena.len()),
-            ends: Vec::with_capacity(self.spans.len()),
-        };
-        for s in &self.spans {
-            out.text
-                .push_str(&self.arena[s.start as usize..s.end as usize]);
-            out.ends.push(out.text.len() as u32);
-        }
-        self.arena.clear();
+        // The arena itself becomes the list's text (it holds each distinct
+        // token once), so no token is copied again.
+        let spans = self.spans.iter().map(|s| (s.start, s.end)).collect();
+        let capacity = self.arena.capacity();
+        let text = std::mem::replace(&mut self.arena, String::with_capacity(capacity));
+        let out = TokenList { text, spans };
         self.spans.clear();
         // Clearing writes every control byte of the table: after a huge
         // message, start the next one with a small table instead.
@@ -228,12 +225,36 @@ impl TokenSet {
     }
 }
 
-/// A sorted, de-duplicated list of tokens in one allocation (a message's
-/// binary bag of words). Serialises as a list of strings.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+/// A sorted, de-duplicated list of tokens (a message's binary bag of
+/// words): their text in one string, in any order, and where each lies in
+/// it, in token order. Serialises as a list of strings.
+#[derive(Clone, Default)]
 pub struct TokenList {
     text: String,
-    ends: Vec<u32>,
+    spans: Vec<(u32, u32)>,
+}
+
+impl PartialEq for TokenList {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for TokenList {}
+
+impl std::hash::Hash for TokenList {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.len().hash(state);
+        for token in self {
+            token.hash(state);
+        }
+    }
+}
+
+impl std::fmt::Debug for TokenList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 impl TokenList {
@@ -244,32 +265,32 @@ impl TokenList {
         all.dedup_by(|a, b| a.as_ref() == b.as_ref());
         let mut out = TokenList::default();
         for t in &all {
+            let start = out.text.len() as u32;
             out.text.push_str(t.as_ref());
-            out.ends.push(out.text.len() as u32);
+            out.spans.push((start, out.text.len() as u32));
         }
         out
     }
 
     /// Number of tokens.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.spans.len()
     }
 
     /// True if there are none.
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.spans.is_empty()
     }
 
     /// The `i`-th token in sorted order.
     pub fn get(&self, i: usize) -> Option<&str> {
-        let end = *self.ends.get(i)? as usize;
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        self.text.get(start..end)
+        let &(start, end) = self.spans.get(i)?;
+        self.text.get(start as usize..end as usize)
     }
 
     /// The tokens in sorted order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
-        (0..self.ends.len()).map(|i| self.get(i).unwrap_or(""))
+        (0..self.spans.len()).map(|i| self.get(i).unwrap_or(""))
     }
 
     /// Whether `token` is in the list (binary search).
@@ -327,11 +348,10 @@ impl Default for Analyzer {
 }
 
 impl Analyzer {
-    /// Builds the pipeline: words → lower-case → URL hosts → number shapes →
+    /// Builds the pipeline: lower-cased words → URL hosts → number shapes →
     /// length limit.
     pub fn new() -> Self {
         let inner = TextAnalyzer::builder(MailWordTokenizer::default())
-            .filter(LowerCaser)
             .filter(MapFilter(url_to_host))
             .filter(MapFilter(number_shape))
             .filter(RemoveLongFilter::limit(
@@ -681,6 +701,18 @@ mod tests {
         assert!(list.contains("b") && !list.contains("d") && !list.contains(""));
         assert_eq!(serde_json::to_string(&list).unwrap(), r#"["a","b","c"]"#);
         assert!(TokenList::default().is_empty());
+        // Equal token lists are equal and hash alike however their text is
+        // laid out (a set keeps its tokens in arrival order).
+        let mut set = TokenSet::default();
+        for t in ["c", "a", "b", "a"] {
+            set.push("", t);
+        }
+        let from_set = set.finish();
+        assert_eq!(from_set, list);
+        let hasher = std::collections::hash_map::RandomState::new();
+        use std::hash::BuildHasher;
+        assert_eq!(hasher.hash_one(&from_set), hasher.hash_one(&list));
+        assert_ne!(TokenList::from_tokens(["a", "b"]), list);
     }
 
     #[test]
