@@ -182,12 +182,15 @@ impl Extractor {
             // Relay addresses become number shapes as words; their networks
             // (/24 and /16) are kept, as sender reputation is by network.
             for [a, b, c, _] in ipv4_addresses(route) {
-                use std::fmt::Write;
                 net.clear();
-                let _ = write!(net, "net/24:{a}.{b}.{c}");
+                net.push_str("net/16:");
+                push_decimal(&mut net, a);
+                net.push('.');
+                push_decimal(&mut net, b);
                 set.push("RCVD:", &net);
-                net.clear();
-                let _ = write!(net, "net/16:{a}.{b}");
+                net.replace_range(..7, "net/24:");
+                net.push('.');
+                push_decimal(&mut net, c);
                 set.push("RCVD:", &net);
             }
         }
@@ -306,6 +309,17 @@ fn count_addresses(value: &str) -> usize {
             .filter(|w| w.contains('@'))
             .count(),
     }
+}
+
+/// Appends `n` in decimal (what `write!` does, without the formatter).
+fn push_decimal(out: &mut String, n: u8) {
+    if n >= 100 {
+        out.push(char::from(b'0' + n / 100));
+    }
+    if n >= 10 {
+        out.push(char::from(b'0' + n / 10 % 10));
+    }
+    out.push(char::from(b'0' + n % 10));
 }
 
 /// Dotted-quad IPv4 addresses in text (each octet ≤ 255, not part of a
@@ -443,6 +457,15 @@ mod tests {
         Content-Type: application/octet-stream; name=\"prize.exe\"\n\
         Content-Disposition: attachment; filename=\"prize.exe\"\n\
         Content-Transfer-Encoding: base64\n\nTVqQAAMAAAAEAAAA\n--B--\n";
+
+    #[test]
+    fn decimals_are_written_as_the_formatter_writes_them() {
+        for n in 0..=u8::MAX {
+            let mut out = String::from("x");
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x{n}"));
+        }
+    }
 
     #[test]
     fn tokens_carry_namespaces() {
