@@ -207,17 +207,21 @@ impl TokenSet {
             }
             i += run;
         }
-        // The arena itself becomes the list's text (it holds each distinct
-        // token once), so no token is copied again.
+        // The arena holds each distinct token once: the list takes a copy
+        // of it whole (one exact-size allocation and one copy, rather than
+        // one per token), and the arena keeps its room for the next message.
         let spans = self.spans.iter().map(|s| (s.start, s.end)).collect();
-        let capacity = self.arena.capacity();
-        let text = std::mem::replace(&mut self.arena, String::with_capacity(capacity));
-        let out = TokenList { text, spans };
+        let out = TokenList {
+            text: self.arena.clone(),
+            spans,
+        };
+        self.arena.clear();
         self.spans.clear();
         // Clearing writes every control byte of the table: after a huge
         // message, start the next one with a small table instead.
         if self.seen.capacity() > SET_CAPACITY_KEPT {
             self.seen = hashbrown::HashTable::new();
+            self.arena = String::new();
         } else {
             self.seen.clear();
         }
