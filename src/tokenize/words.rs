@@ -174,17 +174,22 @@ fn load8(line: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes)
 }
 
+/// The top bit of each lane set where the byte is in `lo..=hi` (ASCII
+/// bounds), for lanes whose top bit is set on entry: such a lane minus an
+/// ASCII value never borrows from its neighbour, and keeps its top bit
+/// exactly if it was at least that value.
+fn lanes_between(x: u64, lo: u8, hi: u8) -> u64 {
+    let at_least = |b: u8| x.wrapping_sub(LANES * u64::from(b));
+    at_least(lo) & !at_least(hi + 1) & HIGH
+}
+
 /// The top bit of each lane of `x` (eight ASCII bytes) set where that byte
 /// is a letter, a digit or `_`: eight class lookups in a dozen operations
-/// and no branch, so word boundaries cost no mispredicted loop exits.
+/// without a branch, so a word's end is found without a loop exit per byte.
 fn word_lanes(x: u64) -> u64 {
-    // With the top bit set, a lane minus any ASCII value never borrows
-    // from its neighbour, and keeps its top bit exactly if it was >= it.
     let x = x | HIGH;
-    let at_least = |v: u64, b: u8| v.wrapping_sub(LANES * u64::from(b));
-    let in_range = |v: u64, lo: u8, hi: u8| at_least(v, lo) & !at_least(v, hi + 1) & HIGH;
-    let letters = in_range(x | (LANES * 0x20), b'a', b'z');
-    let digits = in_range(x, b'0', b'9');
+    let letters = lanes_between(x | (LANES * 0x20), b'a', b'z');
+    let digits = lanes_between(x, b'0', b'9');
     // `_` lanes become zero; a lane is zero exactly if adding 0x7f to its
     // low bits leaves the top bit clear and it had no top bit of its own.
     let t = x ^ (LANES * (0x80 | u64::from(b'_')));
@@ -194,8 +199,9 @@ fn word_lanes(x: u64) -> u64 {
 }
 
 /// Appends `text[start..end]` (ASCII) to `out`, lower-cased, eight bytes
-/// at a time: whole words are written (the bytes past `end` too) and the
-/// excess cut off, so the copy has no branch on the length of the word.
+/// at a time: whole eight-byte words are written (the bytes past `end`
+/// too) and the excess cut off, so the copy branches once per eight bytes
+/// rather than on every byte or on the exact length.
 fn push_ascii_lowercase(out: &mut String, text: &[u8], start: usize, end: usize) {
     // SAFETY: only ASCII bytes are appended (the top bit of every byte is
     // cleared below), so whatever is kept of them, the string stays UTF-8.
@@ -205,10 +211,7 @@ fn push_ascii_lowercase(out: &mut String, text: &[u8], start: usize, end: usize)
     let mut at = start;
     while at < end {
         let x = load8(text, at);
-        let upper = {
-            let v = x | HIGH;
-            v.wrapping_sub(LANES * u64::from(b'A')) & !v.wrapping_sub(LANES * u64::from(b'Z' + 1)) & HIGH
-        };
+        let upper = lanes_between(x | HIGH, b'A', b'Z');
         // The word itself is ASCII (the caller scans ASCII lines only), but
         // the bytes loaded past its end may belong to a non-ASCII line:
         // clearing the top bits keeps them ASCII until they are cut off.
@@ -414,7 +417,11 @@ mod tests {
                     bytes[lane] = b;
                     let lanes = word_lanes(u64::from_le_bytes(bytes));
                     let want = class(b) != Class::Other;
-                    assert_eq!(lanes >> (8 * lane + 7) & 1 == 1, want, "byte {b:#x} lane {lane}");
+                    assert_eq!(
+                        lanes >> (8 * lane + 7) & 1 == 1,
+                        want,
+                        "byte {b:#x} lane {lane}"
+                    );
                     assert_eq!(lanes & !HIGH, 0);
                 }
             }
