@@ -1,7 +1,8 @@
 //! Where the time goes for one message, on one core: reading the files,
 //! MIME structure alone (mailparse), the full message stage (MIME + transfer
 //! and charset decoding + HTML to text), and the full feature extraction
-//! (message stage + tokenizer + metadata).
+//! (message stage + tokenizer + metadata), and the tokenizer and metadata
+//! alone over messages parsed beforehand.
 //!
 //! Reads the public corpus from `BAYESMAIL_CORPUS` or
 //! `corpora/spamassassin`, else the sample corpus. Each benchmark counts
@@ -84,6 +85,25 @@ fn pipeline(c: &mut Criterion) {
             black_box(text)
         })
     });
+
+    // The tokenizer and metadata alone, over messages parsed beforehand:
+    // what feature extraction adds to the message stage.
+    let parsed: Vec<message::Message> = corpus
+        .iter()
+        .map(|raw| message::parse(raw).unwrap())
+        .collect();
+    group.bench_function("features_of_parsed", |b| {
+        let mut extractor = Extractor::new();
+        b.iter(|| {
+            let mut tokens = 0;
+            for msg in &parsed {
+                tokens += extractor.from_message(msg).tokens.len();
+            }
+            assert!(tokens > n);
+            black_box(tokens)
+        })
+    });
+    drop(parsed);
 
     group.bench_function("features", |b| {
         let mut extractor = Extractor::new();

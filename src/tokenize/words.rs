@@ -4,8 +4,7 @@
 //!
 //! Lower-casing happens here, as each word is copied into its token, rather
 //! than in a filter after: a filter reads and rewrites every token again
-//! (tantivy's `LowerCaser` first checks it is ASCII, then folds it), which
-//! cost about a tenth of tokenizing.
+//! (tantivy's `LowerCaser` first checks it is ASCII, then folds it).
 
 use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
 use unicode_segmentation::{UWordBoundIndices, UnicodeSegmentation};
