@@ -31,20 +31,62 @@ pub const MAX_NAMESPACE_LEN: usize = 8;
 pub const URL_NAMESPACE: &str = "URL:";
 
 /// Tokens of one message: de-duplicated as they arrive (a hash table over
-/// an arena, so a repeated word costs no allocation), then sorted into the
-/// binary bag of words.
+/// an arena, so a repeated word costs no allocation and is never copied),
+/// then sorted into the binary bag of words.
 #[derive(Default, Clone)]
 pub struct TokenSet {
-    arena: String,
+    /// Each distinct token's bytes, in arrival order (UTF-8 as a whole).
+    arena: Vec<u8>,
     /// Each distinct token, in arrival order.
     spans: Vec<Span>,
-    /// Indexes into `spans`, hashed by token text.
-    seen: hashbrown::HashTable<u32>,
+    /// Open-addressing table over `spans` (a power of two long, or empty).
+    slots: Vec<Slot>,
+    /// The slots in use, to empty them again after a message.
+    used: Vec<u32>,
+    /// Room for sorting `spans`.
+    scratch: Vec<Span>,
 }
 
-/// Distinct tokens a [`TokenSet`]'s table keeps room for between messages
-/// (a message averages ~250).
-const SET_CAPACITY_KEPT: usize = 4096;
+/// Slots a [`TokenSet`]'s table keeps between messages (a message has
+/// about 200 distinct tokens); a larger table is dropped after its message.
+const SLOTS_KEPT: usize = 4096;
+
+/// A slot of the token table: a token's keys and length, so a lookup
+/// mostly compares integers in the table itself, and its index in the
+/// spans. A zero length marks an empty slot (no token is empty).
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    keys: [u64; 2],
+    len: u32,
+    index: u32,
+}
+
+/// Orders spans by the first byte of their token (a counting sort through
+/// `scratch`), so the comparison sort after it only orders small buckets.
+fn sort_by_first_byte(spans: &mut Vec<Span>, scratch: &mut Vec<Span>) {
+    let mut starts = [0u32; 257];
+    for s in spans.iter() {
+        starts[(s.keys[0] >> 56) as usize + 1] += 1;
+    }
+    for b in 1..257 {
+        starts[b] += starts[b - 1];
+    }
+    scratch.clear();
+    scratch.resize(
+        spans.len(),
+        Span {
+            keys: [0; 2],
+            start: 0,
+            end: 0,
+        },
+    );
+    for s in spans.iter() {
+        let at = &mut starts[(s.keys[0] >> 56) as usize];
+        scratch[*at as usize] = *s;
+        *at += 1;
+    }
+    std::mem::swap(spans, scratch);
+}
 
 /// Where a token lies in the arena, with its first 16 bytes as two
 /// big-endian integers padded with zeros. Most tokens are no longer than
@@ -91,8 +133,20 @@ fn key_at(bytes: &[u8], at: usize) -> u64 {
     }
 }
 
-fn keys_of(token: &[u8]) -> [u64; 2] {
-    [key_at(token, 0), key_at(token, 8)]
+/// The keys of the token `namespace` + `word`, for a namespace of at most
+/// 8 bytes: the word's keys shifted right past the namespace's, so the
+/// token is never put together to be looked up.
+fn keys_of(namespace: &[u8], word: &[u8]) -> [u64; 2] {
+    let word = [key_at(word, 0), key_at(word, 8)];
+    if namespace.is_empty() {
+        return word;
+    }
+    // A shift by 8 to 64 bits, done as two so that neither reaches 64.
+    let shift = 8 * namespace.len() as u32 - 1;
+    [
+        key_at(namespace, 0) | (word[0] >> 1 >> shift),
+        (word[0] << (63 - shift)) | (word[1] >> 1 >> shift),
+    ]
 }
 
 /// Folded multiply: the high and low halves of the 128-bit product, mixed.
@@ -101,18 +155,19 @@ fn fold_mul(a: u64, b: u64) -> u64 {
     (p as u64) ^ ((p >> 64) as u64)
 }
 
-/// Hash of a token from its keys (and, past 16 bytes, the rest of it): one
-/// multiplication for most tokens.
-fn hash_token(token: &[u8], keys: [u64; 2]) -> u64 {
+/// Hash of a token from its keys, its length and its bytes past the first
+/// 16 (`tail`): one multiplication for most tokens.
+#[inline]
+fn hash_token(keys: [u64; 2], len: usize, tail: &[u8]) -> u64 {
     const SEEDS: [u64; 3] = [
         0x243f_6a88_85a3_08d3,
         0x1319_8a2e_0370_7344,
         0xa409_3822_299f_31d0,
     ];
-    let mut hash = fold_mul(keys[0] ^ SEEDS[0], keys[1] ^ SEEDS[1] ^ token.len() as u64);
-    let mut at = 16;
-    while at < token.len() {
-        hash = fold_mul(hash ^ key_at(token, at), SEEDS[2]);
+    let mut hash = fold_mul(keys[0] ^ SEEDS[0], keys[1] ^ SEEDS[1] ^ len as u64);
+    let mut at = 0;
+    while at < tail.len() {
+        hash = fold_mul(hash ^ key_at(tail, at), SEEDS[2]);
         at += 8;
     }
     hash
@@ -123,10 +178,17 @@ impl Span {
         &arena[self.start as usize..self.end as usize]
     }
 
-    fn is(&self, arena: &[u8], token: &[u8], keys: [u64; 2]) -> bool {
-        self.keys == keys
-            && (self.end - self.start) as usize == token.len()
-            && (token.len() <= 16 || self.text(arena)[16..] == token[16..])
+    fn len(&self) -> usize {
+        (self.end - self.start) as usize
+    }
+
+    /// The token's bytes past its first 16.
+    fn tail<'a>(&self, arena: &'a [u8]) -> &'a [u8] {
+        self.text(arena).get(16..).unwrap_or_default()
+    }
+
+    fn hash(&self, arena: &[u8]) -> u64 {
+        hash_token(self.keys, self.len(), self.tail(arena))
     }
 }
 
@@ -134,47 +196,85 @@ impl TokenSet {
     /// Adds `namespace` + `word`, unless the result is longer than
     /// [`MAX_TOKEN_LEN`] or `word` is empty.
     pub fn push(&mut self, namespace: &str, word: &str) {
-        if word.is_empty() || namespace.len() + word.len() > MAX_TOKEN_LEN {
+        let len = namespace.len() + word.len();
+        if word.is_empty() || len > MAX_TOKEN_LEN {
             return;
         }
-        // A word without a namespace is looked up where it is and copied
-        // only if new; with a namespace the token is put together at the
-        // end of the arena first, and taken back if it was seen.
-        let start = self.arena.len();
-        if !namespace.is_empty() {
-            self.arena.push_str(namespace);
-            self.arena.push_str(word);
+        if namespace.len() > MAX_NAMESPACE_LEN {
+            return self.push_joined(namespace, word);
         }
-        let arena = self.arena.as_bytes();
-        let token = if namespace.is_empty() {
-            word.as_bytes()
-        } else {
-            &arena[start..]
-        };
-        let keys = keys_of(token);
-        let spans = &self.spans;
-        let entry = self.seen.entry(
-            hash_token(token, keys),
-            |&i| spans[i as usize].is(arena, token, keys),
-            |&i| {
-                let span = spans[i as usize];
-                hash_token(span.text(arena), span.keys)
-            },
-        );
-        match entry {
-            hashbrown::hash_table::Entry::Occupied(_) => self.arena.truncate(start),
-            hashbrown::hash_table::Entry::Vacant(slot) => {
-                if namespace.is_empty() {
-                    self.arena.push_str(word);
-                }
-                slot.insert(self.spans.len() as u32);
-                self.spans.push(Span {
-                    keys,
-                    start: start as u32,
-                    end: self.arena.len() as u32,
-                });
+        // The token is looked up by its keys and its tail (the bytes past
+        // its first 16, all in `word`) and copied into the arena only if
+        // it is new.
+        let (namespace, word) = (namespace.as_bytes(), word.as_bytes());
+        let keys = keys_of(namespace, word);
+        let tail = word.get(16 - namespace.len()..).unwrap_or_default();
+        if 2 * (self.spans.len() + 1) > self.slots.len() {
+            self.grow();
+        }
+        // Linear probing from the hash: the table is at most half full.
+        let mask = self.slots.len() - 1;
+        let mut at = hash_token(keys, len, tail) as usize & mask;
+        loop {
+            let slot = self.slots[at];
+            if slot.len == 0 {
+                break;
             }
+            if slot.keys == keys
+                && slot.len as usize == len
+                && (len <= 16 || self.spans[slot.index as usize].tail(&self.arena) == tail)
+            {
+                return;
+            }
+            at = (at + 1) & mask;
         }
+        self.slots[at] = Slot {
+            keys,
+            len: len as u32,
+            index: self.spans.len() as u32,
+        };
+        self.used.push(at as u32);
+        // The keys are the token's first 16 bytes, padded with zeros: two
+        // fixed-size writes rather than a copy of each part.
+        let start = self.arena.len();
+        self.arena.extend_from_slice(&keys[0].to_be_bytes());
+        self.arena.extend_from_slice(&keys[1].to_be_bytes());
+        self.arena.truncate(start + len.min(16));
+        self.arena.extend_from_slice(tail);
+        self.spans.push(Span {
+            keys,
+            start: start as u32,
+            end: self.arena.len() as u32,
+        });
+    }
+
+    /// Doubles the table (to 512 slots at first) and puts every token
+    /// back in.
+    #[cold]
+    fn grow(&mut self) {
+        let size = (2 * self.slots.len()).max(512);
+        self.slots = vec![Slot::default(); size];
+        self.used.clear();
+        let mask = size - 1;
+        for (index, span) in self.spans.iter().enumerate() {
+            let mut at = span.hash(&self.arena) as usize & mask;
+            while self.slots[at].len != 0 {
+                at = (at + 1) & mask;
+            }
+            self.slots[at] = Slot {
+                keys: span.keys,
+                len: span.len() as u32,
+                index: index as u32,
+            };
+            self.used.push(at as u32);
+        }
+    }
+
+    /// [`TokenSet::push`] for a namespace too long to shift into the keys.
+    #[cold]
+    #[inline(never)]
+    fn push_joined(&mut self, namespace: &str, word: &str) {
+        self.push("", &format!("{namespace}{word}"));
     }
 
     /// Number of distinct tokens so far.
@@ -189,12 +289,25 @@ impl TokenSet {
 
     /// The sorted, de-duplicated tokens; leaves the set empty for reuse.
     pub fn finish(&mut self) -> TokenList {
-        let arena = self.arena.as_bytes();
-        // Sort by the integer keys alone (a cheap comparison the sort can
-        // inline), then order the rare runs that tie on them (tokens alike
-        // in their first 16 bytes) by their full text.
+        let arena = &self.arena;
+        // Bucket by first byte, sort each bucket by the integer keys alone
+        // (a cheap comparison the sort can inline), then order the rare runs
+        // that tie on them (tokens alike in their first 16 bytes) by their
+        // full text.
         let wide = |s: &Span| (u128::from(s.keys[0]) << 64) | u128::from(s.keys[1]);
-        self.spans.sort_unstable_by_key(wide);
+        sort_by_first_byte(&mut self.spans, &mut self.scratch);
+        let mut from = 0;
+        while from < self.spans.len() {
+            let byte = self.spans[from].keys[0] >> 56;
+            let bucket = self.spans[from..]
+                .iter()
+                .take_while(|s| s.keys[0] >> 56 == byte)
+                .count();
+            if bucket > 1 {
+                self.spans[from..from + bucket].sort_unstable_by_key(wide);
+            }
+            from += bucket;
+        }
         let mut i = 0;
         while i < self.spans.len() {
             let key = wide(&self.spans[i]);
@@ -210,20 +323,28 @@ impl TokenSet {
         // The arena holds each distinct token once: the list takes a copy
         // of it whole (one exact-size allocation and one copy, rather than
         // one per token), and the arena keeps its room for the next message.
-        let spans = self.spans.iter().map(|s| (s.start, s.end)).collect();
-        let out = TokenList {
-            text: self.arena.clone(),
-            spans,
+        // Every token is a namespace and a word, both `str`, so the arena
+        // is UTF-8; were it not, the list would come out empty, not wrong.
+        let out = match String::from_utf8(self.arena.clone()) {
+            Ok(text) => TokenList {
+                text,
+                spans: self.spans.iter().map(|s| (s.start, s.end)).collect(),
+            },
+            Err(_) => TokenList::default(),
         };
         self.arena.clear();
         self.spans.clear();
-        // Clearing writes every control byte of the table: after a huge
-        // message, start the next one with a small table instead.
-        if self.seen.capacity() > SET_CAPACITY_KEPT {
-            self.seen = hashbrown::HashTable::new();
-            self.arena = String::new();
+        // Empty the slots in use; after a huge message, start the next one
+        // with a small table instead.
+        if self.slots.len() > SLOTS_KEPT {
+            self.slots = Vec::new();
+            self.used = Vec::new();
+            self.arena = Vec::new();
         } else {
-            self.seen.clear();
+            for &at in &self.used {
+                self.slots[at as usize] = Slot::default();
+            }
+            self.used.clear();
         }
         out
     }
@@ -382,7 +503,10 @@ impl Analyzer {
         let mut urls = 0;
         let mut stream = self.inner.token_stream(text);
         while let Some(token) = stream.next() {
-            if let Some(host) = token.text.strip_prefix(URL_NAMESPACE) {
+            // Words are lower-cased: only the URL filter's tokens start
+            // with `U`, so most tokens are told apart by one byte.
+            let url = token.text.starts_with('U');
+            if let Some(host) = token.text.strip_prefix(URL_NAMESPACE).filter(|_| url) {
                 urls += 1;
                 push_host(sink, host);
             } else {
@@ -475,8 +599,9 @@ fn host_range(url: &str) -> Option<std::ops::Range<usize>> {
 /// Filter: a URL token (`scheme://…` or `www.…`) becomes `URL:host`.
 fn url_to_host(token: &mut Token) -> bool {
     let text = &token.text;
-    // Cheap first look: every URL token starts with h(ttp), f(tp) or w(ww).
-    if text.len() < 8 || !matches!(text.as_bytes()[0], b'h' | b'f' | b'w') {
+    // Cheap first look, false for almost every token (so the branch is
+    // predicted): URL tokens start with a lower-cased scheme or `www.`.
+    if text.len() < 8 || !matches!(&text.as_bytes()[..4], b"http" | b"ftp:" | b"www.") {
         return true;
     }
     let is_url = text.contains("://") || (text.starts_with("www.") && text[4..].contains('.'));
@@ -675,11 +800,15 @@ mod tests {
 
     proptest::proptest! {
         /// The set keeps each token once and finishes in byte order, however
-        /// a token is split into namespace and word, and whatever its bytes
-        /// (NULs and multi-byte characters included).
+        /// a token is split into namespace and word (namespaces of up to 8
+        /// bytes are shifted into the keys, longer ones joined first), and
+        /// whatever its bytes (NULs and multi-byte characters included).
         #[test]
         fn token_sets_are_sorted_and_deduplicated(
-            pushes in proptest::collection::vec(("(|A:|AB:|A)", "[ab\\x00é]{0,24}"), 0..64)
+            pushes in proptest::collection::vec(
+                ("(|A:|AB:|A|ABCDEFG:|ABCDEFGHIJ:)", "[ab\\x00é]{0,24}"),
+                0..64,
+            )
         ) {
             let mut set = TokenSet::default();
             let mut expected = std::collections::BTreeSet::new();
@@ -696,6 +825,28 @@ mod tests {
                 expected.clear();
             }
         }
+    }
+
+    /// Past the first table size the set grows and keeps every token; after
+    /// a message that large it starts the next one small, and still right.
+    #[test]
+    fn token_sets_grow_and_start_small_again() {
+        let mut set = TokenSet::default();
+        let words: Vec<String> = (0..5000).map(|i| format!("w{i}")).collect();
+        for word in words.iter().chain(&words) {
+            set.push("RCVD:", word);
+        }
+        assert_eq!(set.len(), words.len());
+        assert!(set.slots.len() > SLOTS_KEPT);
+        let list = set.finish();
+        let mut expected: Vec<String> = words.iter().map(|w| format!("RCVD:{w}")).collect();
+        expected.sort();
+        assert_eq!(list.to_vec(), expected);
+        assert!(set.slots.is_empty() && set.is_empty());
+        for word in ["b", "a", "b"] {
+            set.push("", word);
+        }
+        assert_eq!(set.finish().to_vec(), ["a", "b"]);
     }
 
     #[test]

@@ -16,6 +16,9 @@ use unicode_segmentation::{UWordBoundIndices, UnicodeSegmentation};
 #[derive(Clone, Default)]
 pub struct MailWordTokenizer {
     cleaned: String,
+    /// The token every stream writes into, kept so its text keeps its room
+    /// from one text to the next.
+    token: Token,
 }
 
 /// Characters that render as nothing (or only change direction) and that
@@ -53,14 +56,20 @@ impl Tokenizer for MailWordTokenizer {
     type TokenStream<'a> = MailWordStream<'a>;
 
     fn token_stream<'a>(&'a mut self, text: &'a str) -> MailWordStream<'a> {
+        let Self { cleaned, token } = self;
         let ascii = text.is_ascii();
         let text: &'a str = if !ascii && has_invisible(text) {
-            self.cleaned.clear();
-            self.cleaned
-                .extend(text.chars().filter(|&c| !is_invisible(c)));
-            &self.cleaned
+            cleaned.clear();
+            cleaned.extend(text.chars().filter(|&c| !is_invisible(c)));
+            cleaned
         } else {
             text
+        };
+        let mut buffer = std::mem::take(&mut token.text);
+        buffer.clear();
+        *token = Token {
+            text: buffer,
+            ..Token::default()
         };
         // An ASCII text is one line to the ASCII scanner: `\n` breaks words
         // there like any other separator.
@@ -72,7 +81,7 @@ impl Tokenizer for MailWordTokenizer {
                 end: ascii_end,
             },
             next_line: ascii_end,
-            token: Token::default(),
+            token,
             skip_to: 0,
             position: 0,
         }
@@ -99,7 +108,7 @@ pub struct MailWordStream<'a> {
     text: &'a str,
     line: Line<'a>,
     next_line: usize,
-    token: Token,
+    token: &'a mut Token,
     skip_to: usize,
     position: usize,
 }
@@ -164,13 +173,23 @@ const HIGH: u64 = 0x8080_8080_8080_8080;
 /// in the lowest lane), zeros past the end. A zero byte is no word byte,
 /// so a scan stops at the end of the line without a bounds check per byte.
 fn load8(line: &[u8], at: usize) -> u64 {
-    if let Some(Ok(bytes)) = line.get(at..at + 8).map(<[u8; 8]>::try_from) {
+    if at < line.len().saturating_sub(7) {
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(&line[at..at + 8]);
         return u64::from_le_bytes(bytes);
     }
-    let mut bytes = [0; 8];
+    load8_tail(line, at)
+}
+
+/// [`load8`] within eight bytes of the end of the line.
+#[cold]
+fn load8_tail(line: &[u8], at: usize) -> u64 {
     let rest = line.get(at..).unwrap_or_default();
-    bytes[..rest.len()].copy_from_slice(rest);
-    u64::from_le_bytes(bytes)
+    let mut x = 0;
+    for (i, &b) in rest.iter().enumerate() {
+        x |= u64::from(b) << (8 * i);
+    }
+    x
 }
 
 /// The top bit of each lane set where the byte is in `lo..=hi` (ASCII
@@ -256,11 +275,14 @@ fn next_ascii_word(line: &[u8], mut at: usize) -> Option<(usize, usize)> {
             let (Some(&mid), Some(&after)) = (line.get(at), line.get(at + 1)) else {
                 break;
             };
-            let joins = matches!(
-                (class(line[at - 1]), mid, class(after)),
-                (Class::Letter, b':' | b'.' | b'\'', Class::Letter)
-                    | (Class::Digit, b',' | b';' | b'.' | b'\'', Class::Digit)
-            );
+            // Most runs end on a space: look at the joiner before the
+            // classes around it.
+            let joins = matches!(mid, b':' | b'.' | b'\'' | b',' | b';')
+                && matches!(
+                    (class(line[at - 1]), mid, class(after)),
+                    (Class::Letter, b':' | b'.' | b'\'', Class::Letter)
+                        | (Class::Digit, b',' | b';' | b'.' | b'\'', Class::Digit)
+                );
             if !joins {
                 break;
             }
@@ -268,7 +290,7 @@ fn next_ascii_word(line: &[u8], mut at: usize) -> Option<(usize, usize)> {
         }
         // A joiner always sits between letters or digits, so a segment
         // without a letter or digit is a run of `_`.
-        if line[start..at].iter().any(|&b| b != b'_') {
+        if line[start] != b'_' || line[start..at].iter().any(|&b| b != b'_') {
             return Some((start, at));
         }
     }
@@ -370,11 +392,11 @@ impl TokenStream for MailWordStream<'_> {
     }
 
     fn token(&self) -> &Token {
-        &self.token
+        self.token
     }
 
     fn token_mut(&mut self) -> &mut Token {
-        &mut self.token
+        self.token
     }
 }
 
