@@ -4,6 +4,10 @@
 //! (message stage + tokenizer + metadata), and the tokenizer and metadata
 //! alone over messages parsed beforehand.
 //!
+//! Last, `stage_ratios` prints the ratios between the stages from
+//! interleaved rounds, which hold up under load better than criterion's
+//! one-after-another timings.
+//!
 //! Reads the public corpus from `BAYESMAIL_CORPUS` or
 //! `corpora/spamassassin`, else the sample corpus. Each benchmark counts
 //! what it produced and asserts the count, so a broken benchmark cannot
@@ -11,6 +15,7 @@
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
@@ -119,5 +124,79 @@ fn pipeline(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, pipeline);
+/// The ratios between stages, measured so that load on the machine falls
+/// on both sides of each ratio alike: every round times the message stage,
+/// the whole extraction and the extraction after parsing back to back over
+/// the corpus, and the medians over the rounds are printed
+/// (`BAYESMAIL_RATIO_ROUNDS`, default 15). Criterion times one stage after
+/// another, minutes apart, so its ratios move with the load.
+fn stage_ratios(_: &mut Criterion) {
+    // Criterion does not see this function: honour `--list` and name
+    // filters by hand.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    let wanted = filters.is_empty() || filters.iter().any(|f| "stage_ratios".contains(f.as_str()));
+    if !wanted || args.iter().any(|a| a == "--list") {
+        return;
+    }
+    let corpus = load(&corpus_dir());
+    let n = corpus.len();
+    let parsed: Vec<message::Message> = corpus
+        .iter()
+        .map(|raw| message::parse(raw).unwrap())
+        .collect();
+    let rounds: usize = std::env::var("BAYESMAIL_RATIO_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15)
+        .max(1);
+    let mut extractor = Extractor::new();
+    let (mut stage_us, mut whole_us, mut after_us) = (Vec::new(), Vec::new(), Vec::new());
+    let mut whole_ratio = Vec::new();
+    let mut after_ratio = Vec::new();
+    for _ in 0..rounds {
+        let start = Instant::now();
+        let mut text = 0;
+        for raw in &corpus {
+            text += message::parse(raw).unwrap().parts.len();
+        }
+        let stage = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let mut tokens = 0;
+        for raw in &corpus {
+            tokens += extractor.extract(raw).unwrap().tokens.len();
+        }
+        let whole = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        for msg in &parsed {
+            tokens += extractor.from_message(msg).tokens.len();
+        }
+        let after = start.elapsed().as_secs_f64();
+        assert!(tokens > 2 * n && text >= n);
+        black_box((text, tokens));
+        let per_message = |t: f64| t / n as f64 * 1e6;
+        stage_us.push(per_message(stage));
+        whole_us.push(per_message(whole));
+        after_us.push(per_message(after));
+        whole_ratio.push(whole / stage);
+        after_ratio.push(after / stage);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    eprintln!("stage ratios, {rounds} interleaved rounds, median (min–max):");
+    for (name, v) in [
+        ("message stage µs/message", &mut stage_us),
+        ("features µs/message", &mut whole_us),
+        ("features of parsed µs/message", &mut after_us),
+        ("features / message stage", &mut whole_ratio),
+        ("features of parsed / message stage", &mut after_ratio),
+    ] {
+        let (mid, lo, hi) = median(v);
+        eprintln!("  {name}: {mid:.2} ({lo:.2}–{hi:.2})");
+    }
+}
+
+criterion_group!(benches, pipeline, stage_ratios);
 criterion_main!(benches);
