@@ -340,6 +340,8 @@ impl TokenSet {
             self.slots = Vec::new();
             self.used = Vec::new();
             self.arena = Vec::new();
+            self.spans = Vec::new();
+            self.scratch = Vec::new();
         } else {
             for &at in &self.used {
                 self.slots[at as usize] = Slot::default();
@@ -503,10 +505,11 @@ impl Analyzer {
         let mut urls = 0;
         let mut stream = self.inner.token_stream(text);
         while let Some(token) = stream.next() {
-            // Words are lower-cased: only the URL filter's tokens start
-            // with `U`, so most tokens are told apart by one byte.
-            let url = token.text.starts_with('U');
-            if let Some(host) = token.text.strip_prefix(URL_NAMESPACE).filter(|_| url) {
+            // Words are lower-cased, so a first byte other than `U` tells
+            // most tokens from the URL filter's at one look.
+            if token.text.starts_with('U')
+                && let Some(host) = token.text.strip_prefix(URL_NAMESPACE)
+            {
                 urls += 1;
                 push_host(sink, host);
             } else {
@@ -600,7 +603,8 @@ fn host_range(url: &str) -> Option<std::ops::Range<usize>> {
 fn url_to_host(token: &mut Token) -> bool {
     let text = &token.text;
     // Cheap first look, false for almost every token (so the branch is
-    // predicted): URL tokens start with a lower-cased scheme or `www.`.
+    // predicted): the tokenizer keeps `scheme://` only for http, https and
+    // ftp, lower-cased, so URL tokens start with one of those or `www.`.
     if text.len() < 8 || !matches!(&text.as_bytes()[..4], b"http" | b"ftp:" | b"www.") {
         return true;
     }

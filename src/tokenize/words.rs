@@ -186,7 +186,7 @@ fn load8(line: &[u8], at: usize) -> u64 {
 fn load8_tail(line: &[u8], at: usize) -> u64 {
     let rest = line.get(at..).unwrap_or_default();
     let mut x = 0;
-    for (i, &b) in rest.iter().enumerate() {
+    for (i, &b) in rest.iter().take(8).enumerate() {
         x |= u64::from(b) << (8 * i);
     }
     x
