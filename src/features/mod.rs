@@ -285,12 +285,17 @@ fn addresses(value: &str) -> Vec<(String, String)> {
                     .collect(),
             })
             .collect(),
-        Err(_) => value
-            .split(|c: char| c.is_whitespace() || matches!(c, '<' | '>' | ',' | '"'))
-            .filter(|w| w.contains('@'))
+        Err(_) => salvaged(value)
             .map(|w| (String::new(), w.to_lowercase()))
             .collect(),
     }
+}
+
+/// The `@`-words of an address header mailparse cannot parse.
+fn salvaged(value: &str) -> impl Iterator<Item = &str> {
+    value
+        .split(|c: char| c.is_whitespace() || matches!(c, '<' | '>' | ',' | '"'))
+        .filter(|w| w.contains('@'))
 }
 
 /// `addresses(value).len()`, without copying or lower-casing any of them.
@@ -304,10 +309,7 @@ fn count_addresses(value: &str) -> usize {
                 MailAddr::Group(g) => g.addrs.len(),
             })
             .sum(),
-        Err(_) => value
-            .split(|c: char| c.is_whitespace() || matches!(c, '<' | '>' | ',' | '"'))
-            .filter(|w| w.contains('@'))
-            .count(),
+        Err(_) => salvaged(value).count(),
     }
 }
 

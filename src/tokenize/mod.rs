@@ -61,38 +61,54 @@ struct Slot {
     index: u32,
 }
 
-/// Orders spans by the first byte of their token (a counting sort through
-/// `scratch`), so the comparison sort after it only orders small buckets.
-fn sort_by_first_byte(spans: &mut Vec<Span>, scratch: &mut Vec<Span>) {
-    let mut starts = [0u32; 257];
+/// Sorts spans into token order: a counting sort by first byte through
+/// `scratch`, then each bucket by the integer keys alone (a cheap
+/// comparison the sort can inline), then the rare runs that tie on them
+/// (tokens alike in their first 16 bytes) by their full text.
+fn sort_spans(spans: &mut Vec<Span>, scratch: &mut Vec<Span>, arena: &[u8]) {
+    let mut bounds = [0u32; 256];
     for s in spans.iter() {
-        starts[(s.keys[0] >> 56) as usize + 1] += 1;
+        bounds[s.first_byte()] += 1;
     }
-    for b in 1..257 {
-        starts[b] += starts[b - 1];
+    let mut total = 0;
+    for end in &mut bounds {
+        total += *end;
+        *end = total;
     }
+    // Filled from the end of each bucket down, so `bounds` ends up holding
+    // each bucket's start.
     scratch.clear();
-    scratch.resize(
-        spans.len(),
-        Span {
-            keys: [0; 2],
-            start: 0,
-            end: 0,
-        },
-    );
-    for s in spans.iter() {
-        let at = &mut starts[(s.keys[0] >> 56) as usize];
+    scratch.resize(spans.len(), Span::default());
+    for s in spans.iter().rev() {
+        let at = &mut bounds[s.first_byte()];
+        *at -= 1;
         scratch[*at as usize] = *s;
-        *at += 1;
     }
     std::mem::swap(spans, scratch);
+    let wide = |s: &Span| (u128::from(s.keys[0]) << 64) | u128::from(s.keys[1]);
+    for (b, &start) in bounds.iter().enumerate() {
+        let end = bounds.get(b + 1).map_or(spans.len(), |&e| e as usize);
+        let bucket = &mut spans[start as usize..end];
+        if bucket.len() > 1 {
+            bucket.sort_unstable_by_key(wide);
+        }
+    }
+    let mut i = 0;
+    while i < spans.len() {
+        let key = wide(&spans[i]);
+        let run = spans[i..].iter().take_while(|s| wide(s) == key).count();
+        if run > 1 {
+            spans[i..i + run].sort_unstable_by(|x, y| x.text(arena).cmp(y.text(arena)));
+        }
+        i += run;
+    }
 }
 
 /// Where a token lies in the arena, with its first 16 bytes as two
 /// big-endian integers padded with zeros. Most tokens are no longer than
 /// that, so equality and order are mostly decided by comparing integers,
 /// without reading the arena.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct Span {
     keys: [u64; 2],
     start: u32,
@@ -180,6 +196,10 @@ impl Span {
 
     fn len(&self) -> usize {
         (self.end - self.start) as usize
+    }
+
+    fn first_byte(&self) -> usize {
+        (self.keys[0] >> 56) as usize
     }
 
     /// The token's bytes past its first 16.
@@ -289,37 +309,7 @@ impl TokenSet {
 
     /// The sorted, de-duplicated tokens; leaves the set empty for reuse.
     pub fn finish(&mut self) -> TokenList {
-        let arena = &self.arena;
-        // Bucket by first byte, sort each bucket by the integer keys alone
-        // (a cheap comparison the sort can inline), then order the rare runs
-        // that tie on them (tokens alike in their first 16 bytes) by their
-        // full text.
-        let wide = |s: &Span| (u128::from(s.keys[0]) << 64) | u128::from(s.keys[1]);
-        sort_by_first_byte(&mut self.spans, &mut self.scratch);
-        let mut from = 0;
-        while from < self.spans.len() {
-            let byte = self.spans[from].keys[0] >> 56;
-            let bucket = self.spans[from..]
-                .iter()
-                .take_while(|s| s.keys[0] >> 56 == byte)
-                .count();
-            if bucket > 1 {
-                self.spans[from..from + bucket].sort_unstable_by_key(wide);
-            }
-            from += bucket;
-        }
-        let mut i = 0;
-        while i < self.spans.len() {
-            let key = wide(&self.spans[i]);
-            let run = self.spans[i..]
-                .iter()
-                .take_while(|s| wide(s) == key)
-                .count();
-            if run > 1 {
-                self.spans[i..i + run].sort_unstable_by(|x, y| x.text(arena).cmp(y.text(arena)));
-            }
-            i += run;
-        }
+        sort_spans(&mut self.spans, &mut self.scratch, &self.arena);
         // The arena holds each distinct token once: the list takes a copy
         // of it whole (one exact-size allocation and one copy, rather than
         // one per token), and the arena keeps its room for the next message.
