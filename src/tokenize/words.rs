@@ -241,35 +241,38 @@ fn gather(lanes: u64) -> u64 {
     ((lanes & HIGH) >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
 }
 
-/// The top bit of each lane of `x` (eight ASCII bytes) set where that byte
-/// could join two words' runs: `:` `.` `'` `,` `;`.
-fn joiner_lanes(x: u64) -> u64 {
-    let x = x | HIGH;
-    lanes_between(x, b'\'', b'\'')
-        | lanes_between(x, b',', b',')
-        | lanes_between(x, b'.', b'.')
-        | lanes_between(x, b':', b';')
-}
-
-/// Whether the joiner `mid` between bytes `before` and `after` joins them
+/// Whether the byte `mid` between bytes `before` and `after` joins them
 /// into one word: `:` `.` `'` between two letters (WB6/7), `,` `;` `.` `'`
 /// between two digits (WB11/12).
 fn joins(before: u8, mid: u8, after: u8) -> bool {
-    matches!(
-        (class(before), mid, class(after)),
-        (Class::Letter, b':' | b'.' | b'\'', Class::Letter)
-            | (Class::Digit, b',' | b';' | b'.' | b'\'', Class::Digit)
-    )
+    matches!(mid, b':' | b'.' | b'\'' | b',' | b';')
+        && matches!(
+            (class(before), mid, class(after)),
+            (Class::Letter, b':' | b'.' | b'\'', Class::Letter)
+                | (Class::Digit, b',' | b';' | b'.' | b'\'', Class::Digit)
+        )
+}
+
+/// One bit per byte of `block` (bit `i` for byte `i`), set where the byte
+/// is a letter, a digit or `_`.
+fn word_bits(block: &[u8; 64]) -> u64 {
+    let mut bits = 0;
+    for (i, chunk) in block.chunks_exact(8).enumerate() {
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(chunk);
+        bits |= gather(word_lanes(u64::from_le_bytes(bytes))) << (8 * i);
+    }
+    bits
 }
 
 /// The words of a pure-ASCII line, found 64 bytes at a time: each block of
-/// the line becomes one bit per byte, set where the byte belongs to a word
-/// (a letter, digit or `_`, or a joiner between two of the right class).
-/// A word is then a run of set bits, found with two bit scans and no loop
-/// over its bytes. For ASCII the UAX #29 rules reduce to: letters, digits
-/// and `_` join each other (WB5, WB8–WB10, WB13a/b); `:` `.` `'` join two
-/// letters (WB6/7); `,` `;` `.` `'` join two digits (WB11/12); everything
-/// else breaks.
+/// the line becomes one bit per byte, set where the byte is a letter, a
+/// digit or `_`, and a run of set bits is found with two bit scans, not a
+/// loop over its bytes. For ASCII the UAX #29 rules reduce to: letters,
+/// digits and `_` join each other (WB5, WB8–WB10, WB13a/b); `:` `.` `'`
+/// join two letters (WB6/7); `,` `;` `.` `'` join two digits (WB11/12);
+/// everything else breaks. So a word is a run, or runs joined by single
+/// joiners, which are looked at only where a run stops.
 struct AsciiWords {
     /// Offset of the current block in the text.
     base: usize,
@@ -277,8 +280,6 @@ struct AsciiWords {
     end: usize,
     /// Word bytes of the current block not yet returned.
     bits: u64,
-    /// Whether the last byte of the current block is a letter, digit or `_`.
-    carry: bool,
 }
 
 impl AsciiWords {
@@ -288,35 +289,44 @@ impl AsciiWords {
             base: start,
             end: line.len(),
             bits: 0,
-            carry: false,
         };
         words.bits = words.block(line);
         words
     }
 
-    /// The word bits of the block at `self.base`; updates `carry`.
-    fn block(&mut self, line: &[u8]) -> u64 {
-        let base = self.base;
-        let (mut words, mut joiners) = (0, 0);
-        for i in 0..8 {
-            let x = load8(line, base + 8 * i);
-            words |= gather(word_lanes(x)) << (8 * i);
-            joiners |= gather(joiner_lanes(x)) << (8 * i);
-        }
-        let next = line.get(base + 64).map_or(Class::Other, |&b| class(b));
-        let before = (words << 1) | u64::from(self.carry);
-        let after = (words >> 1) | (u64::from(next != Class::Other) << 63);
-        self.carry = words >> 63 == 1;
-        // Joiners between two word bytes: the classes of both decide.
-        let mut candidates = joiners & before & after;
-        while candidates != 0 {
-            let at = base + candidates.trailing_zeros() as usize;
-            if joins(line[at - 1], line[at], line[at + 1]) {
-                words |= candidates & candidates.wrapping_neg();
+    /// The word bits of the block at `self.base`; zeros past the line's end.
+    fn block(&self, line: &[u8]) -> u64 {
+        let mut block = [0; 64];
+        match line.get(self.base..self.base + 64) {
+            Some(whole) => block.copy_from_slice(whole),
+            None => {
+                let rest = line.get(self.base..).unwrap_or_default();
+                block[..rest.len()].copy_from_slice(rest);
             }
-            candidates &= candidates - 1;
         }
-        words
+        word_bits(&block)
+    }
+
+    /// Takes the run of word bytes from bit `first` of the current block
+    /// (a set bit) on, into the next blocks if it reaches the end of this
+    /// one; returns where the run ends.
+    fn take_run(&mut self, line: &[u8], first: u32) -> usize {
+        let run = (!(self.bits >> first)).trailing_zeros();
+        if first + run < 64 {
+            self.bits &= !0 << (first + run);
+            return self.base + (first + run) as usize;
+        }
+        self.bits = 0;
+        while self.base + 64 < self.end {
+            self.base += 64;
+            let bits = self.block(line);
+            let run = (!bits).trailing_zeros();
+            if run < 64 {
+                self.bits = bits & (!0 << run);
+                return self.base + run as usize;
+            }
+        }
+        self.base + 64
     }
 
     /// The next word, as `(start, end)`, skipping segments without a
@@ -331,25 +341,17 @@ impl AsciiWords {
                 self.bits = self.block(line);
             }
             let first = self.bits.trailing_zeros();
-            let run = (!(self.bits >> first)).trailing_zeros();
             let start = self.base + first as usize;
-            let mut end = start + run as usize;
-            if first + run < 64 {
-                self.bits &= !0 << (first + run);
-            } else {
-                // The word reaches the end of the block: it goes on as long
-                // as the next blocks start with word bytes.
-                self.bits = 0;
-                while self.base + 64 < self.end {
+            let mut end = self.take_run(line, first);
+            // Most runs stop at a space: `joins` looks at the byte first.
+            while end + 1 < self.end && joins(line[end - 1], line[end], line[end + 1]) {
+                // The byte after the joiner is a letter or digit: the next
+                // run starts there, in this block or at the next one's start.
+                if end + 1 == self.base + 64 {
                     self.base += 64;
-                    let bits = self.block(line);
-                    let run = (!bits).trailing_zeros();
-                    end = self.base + run as usize;
-                    if run < 64 {
-                        self.bits = bits & (!0 << run);
-                        break;
-                    }
+                    self.bits = self.block(line);
                 }
+                end = self.take_run(line, (end + 1 - self.base) as u32);
             }
             // A joiner always sits between letters or digits, so a segment
             // without a letter or digit is a run of `_`.
