@@ -391,38 +391,59 @@ impl<'a> MailWordStream<'a> {
     /// The next word of the text, as byte offsets.
     fn next_word(&mut self) -> Option<(usize, usize)> {
         loop {
-            match &mut self.line {
-                Line::Ascii(words) => {
-                    if let Some(word) = words.next(&self.text.as_bytes()[..words.end]) {
-                        return Some(word);
-                    }
-                }
-                Line::Unicode { base, segments } => {
-                    let base = *base;
-                    if let Some((s, seg)) =
-                        segments.find(|(_, seg)| seg.chars().any(char::is_alphanumeric))
-                    {
-                        return Some((base + s, base + s + seg.len()));
-                    }
-                }
-            }
-            let start = self.next_line;
-            if start >= self.text.len() {
-                return None;
-            }
-            let end = memchr::memchr(b'\n', &self.text.as_bytes()[start..])
-                .map_or(self.text.len(), |p| start + p);
-            self.next_line = end + 1;
-            let line = &self.text[start..end];
-            self.line = if line.is_ascii() {
-                Line::Ascii(AsciiWords::new(&self.text.as_bytes()[..end], start))
+            let word = if let Line::Ascii(words) = &mut self.line {
+                words.next(&self.text.as_bytes()[..words.end])
             } else {
-                Line::Unicode {
-                    base: start,
-                    segments: line.split_word_bound_indices(),
-                }
+                self.next_unicode_word()
             };
+            if word.is_some() || !self.next_line() {
+                return word;
+            }
         }
+    }
+
+    /// The next word of a line with non-ASCII characters, by the general
+    /// tables. Kept out of line, away from the ASCII path.
+    #[inline(never)]
+    fn next_unicode_word(&mut self) -> Option<(usize, usize)> {
+        let Line::Unicode { base, segments } = &mut self.line else {
+            return None;
+        };
+        let base = *base;
+        segments
+            .find(|(_, seg)| seg.chars().any(char::is_alphanumeric))
+            .map(|(s, seg)| (base + s, base + s + seg.len()))
+    }
+
+    /// Moves on to the next line; false at the end of the text.
+    #[inline(never)]
+    fn next_line(&mut self) -> bool {
+        let start = self.next_line;
+        if start >= self.text.len() {
+            return false;
+        }
+        let end = memchr::memchr(b'\n', &self.text.as_bytes()[start..])
+            .map_or(self.text.len(), |p| start + p);
+        self.next_line = end + 1;
+        let line = &self.text[start..end];
+        self.line = if line.is_ascii() {
+            Line::Ascii(AsciiWords::new(&self.text.as_bytes()[..end], start))
+        } else {
+            Line::Unicode {
+                base: start,
+                segments: line.split_word_bound_indices(),
+            }
+        };
+        true
+    }
+}
+
+/// Appends `text` to `out`, lower-cased character by character. For words
+/// with non-ASCII characters, so kept out of line.
+#[inline(never)]
+fn push_lowercase(out: &mut String, text: &str) {
+    for c in text.chars() {
+        out.extend(c.to_lowercase());
     }
 }
 
@@ -443,9 +464,7 @@ impl TokenStream for MailWordStream<'_> {
             if matches!(self.line, Line::Ascii(_)) {
                 push_ascii_lowercase(&mut self.token.text, self.text.as_bytes(), start, end);
             } else {
-                for c in self.text[start..end].chars() {
-                    self.token.text.extend(c.to_lowercase());
-                }
+                push_lowercase(&mut self.token.text, &self.text[start..end]);
             }
             self.token.offset_from = start;
             self.token.offset_to = end;
