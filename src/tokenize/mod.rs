@@ -187,7 +187,7 @@ fn fold_mul(a: u64, b: u64) -> u64 {
 
 /// Hash of a token from its keys, its length and its bytes past the first
 /// 16 (`tail`): one multiplication for most tokens.
-#[inline]
+#[inline(always)]
 fn hash_token(keys: [u64; 2], len: usize, tail: &[u8]) -> u64 {
     const SEEDS: [u64; 3] = [
         0x243f_6a88_85a3_08d3,
@@ -560,7 +560,9 @@ pub fn parent_domain(host: &str) -> Option<&str> {
     // The last three dots, right to left: the last label ends the host,
     // the second last lies between the first two dots found.
     // A byte loop: host names are short, too short for a searcher to pay.
-    let mut dots = (0..host.len()).rev().filter(|&i| host.as_bytes()[i] == b'.');
+    let mut dots = (0..host.len())
+        .rev()
+        .filter(|&i| host.as_bytes()[i] == b'.');
     let last = dots.next()?;
     let second = dots.next();
     let third = dots.next();

@@ -38,7 +38,11 @@ fn is_invisible(c: char) -> bool {
 /// character of a long non-ASCII text.
 fn has_invisible(text: &str) -> bool {
     let b = text.as_bytes();
-    (0..b.len()).any(|i| match b[i] {
+    // Only the lead bytes below can start one; they are searched for
+    // (several bytes at a time) rather than every byte looked at.
+    let mut leads =
+        memchr::memchr3_iter(0xC2, 0xCD, 0xD8, b).chain(memchr::memchr3_iter(0xE1, 0xE2, 0xEF, b));
+    leads.any(|i| match b[i] {
         0xC2 => b.get(i + 1) == Some(&0xAD),
         0xCD => b.get(i + 1) == Some(&0x8F),
         0xD8 => b.get(i + 1) == Some(&0x9C),
@@ -253,12 +257,11 @@ fn gather(lanes: u64) -> u64 {
 /// into one word: `:` `.` `'` between two letters (WB6/7), `,` `;` `.` `'`
 /// between two digits (WB11/12).
 fn joins(before: u8, mid: u8, after: u8) -> bool {
-    matches!(mid, b':' | b'.' | b'\'' | b',' | b';')
-        && matches!(
-            (class(before), mid, class(after)),
-            (Class::Letter, b':' | b'.' | b'\'', Class::Letter)
-                | (Class::Digit, b',' | b';' | b'.' | b'\'', Class::Digit)
-        )
+    matches!(
+        (class(before), mid, class(after)),
+        (Class::Letter, b':' | b'.' | b'\'', Class::Letter)
+            | (Class::Digit, b',' | b';' | b'.' | b'\'', Class::Digit)
+    )
 }
 
 /// One bit per byte of `block` (bit `i` for byte `i`), set where the byte
@@ -351,8 +354,11 @@ impl AsciiWords {
             let first = self.bits.trailing_zeros();
             let start = self.base + first as usize;
             let mut end = self.take_run(line, first);
-            // Most runs stop at a space: `joins` looks at the byte first.
-            while end + 1 < self.end && joins(line[end - 1], line[end], line[end + 1]) {
+            // Most runs stop at a space: look at that byte first.
+            while let Some(&mid @ (b':' | b'.' | b'\'' | b',' | b';')) = line.get(end)
+                && end + 1 < self.end
+                && joins(line[end - 1], mid, line[end + 1])
+            {
                 // The byte after the joiner is a letter or digit: the next
                 // run starts there, in this block or at the next one's start.
                 if end + 1 == self.base + 64 {
@@ -439,13 +445,18 @@ impl<'a> MailWordStream<'a> {
         let line = &bytes[start..self.line_end];
         // Where a space is followed by an ASCII letter or digit.
         let cut = |at: usize| line[at - 1] == b' ' && line[at].is_ascii_alphanumeric();
-        let (end, ascii) = match line.iter().position(|b| !b.is_ascii()) {
+        let (end, ascii) = match first_non_ascii(line) {
             None => (line.len(), true),
             // ASCII up to the last cut before the first non-ASCII byte,
             // else the tables up to the first cut after it.
             Some(first) => match (1..first).rev().find(|&at| cut(at)) {
                 Some(at) => (at, true),
-                None => ((first + 1..line.len()).find(|&at| cut(at)).unwrap_or(line.len()), false),
+                None => (
+                    (first + 1..line.len())
+                        .find(|&at| cut(at))
+                        .unwrap_or(line.len()),
+                    false,
+                ),
             },
         };
         let end = start + end;
@@ -461,6 +472,23 @@ impl<'a> MailWordStream<'a> {
         };
         true
     }
+}
+
+/// Where the first non-ASCII byte of `bytes` is, looking eight bytes at
+/// a time.
+fn first_non_ascii(bytes: &[u8]) -> Option<usize> {
+    let mut chunks = bytes.chunks_exact(8);
+    for (i, chunk) in chunks.by_ref().enumerate() {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let high = u64::from_le_bytes(word) & HIGH;
+        if high != 0 {
+            return Some(8 * i + (high.trailing_zeros() / 8) as usize);
+        }
+    }
+    let rest = chunks.remainder();
+    let at = rest.iter().position(|b| !b.is_ascii())?;
+    Some(bytes.len() - rest.len() + at)
 }
 
 /// Appends `text` to `out`, lower-cased character by character. For words
@@ -577,6 +605,20 @@ mod tests {
                 .fold(0u64, |acc, i| acc | (0x80 << (8 * i)));
             // Low bits in the lanes must not disturb the result.
             assert_eq!(gather(lanes | 0x7f7f_7f7f_7f7f_7f7f), mask);
+        }
+    }
+
+    #[test]
+    fn first_non_ascii_byte_is_found_at_every_position() {
+        for len in 0..40 {
+            let ascii = vec![b'a'; len];
+            assert_eq!(first_non_ascii(&ascii), None);
+            for at in 0..len {
+                let mut bytes = ascii.clone();
+                bytes[at] = 0xC3;
+                bytes[len - 1] |= 0x80;
+                assert_eq!(first_non_ascii(&bytes), Some(at), "{len} {at}");
+            }
         }
     }
 
