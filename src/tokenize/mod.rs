@@ -170,21 +170,6 @@ fn keys_of(namespace: &[u8], word: [u64; 2]) -> [u64; 2] {
     ]
 }
 
-/// Zeros put after a word to read its keys ([`padded_keys`]).
-const KEY_PADDING: &str = "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
-
-/// The keys of a word (its first 16 bytes as two big-endian integers,
-/// padded with zeros) from `padded`, the word followed by
-/// [`KEY_PADDING`].
-fn padded_keys(padded: &[u8]) -> [u64; 2] {
-    let at = |i: usize| {
-        let mut bytes = [0; 8];
-        bytes.copy_from_slice(&padded[i..i + 8]);
-        u64::from_be_bytes(bytes)
-    };
-    [at(0), at(8)]
-}
-
 /// Folded multiply: the high and low halves of the 128-bit product, mixed.
 fn fold_mul(a: u64, b: u64) -> u64 {
     let p = u128::from(a) * u128::from(b);
@@ -236,13 +221,6 @@ impl TokenSet {
     /// Adds `namespace` + `word`, unless the result is longer than
     /// [`MAX_TOKEN_LEN`] or `word` is empty.
     pub fn push(&mut self, namespace: &str, word: &str) {
-        let keys = [key_at(word.as_bytes(), 0), key_at(word.as_bytes(), 8)];
-        self.push_keyed(namespace, word, keys);
-    }
-
-    /// [`TokenSet::push`] for a word whose keys are known: its first 16
-    /// bytes as two big-endian integers, padded with zeros.
-    fn push_keyed(&mut self, namespace: &str, word: &str, word_keys: [u64; 2]) {
         let len = namespace.len() + word.len();
         if word.is_empty() || len > MAX_TOKEN_LEN {
             return;
@@ -254,7 +232,7 @@ impl TokenSet {
         // its first 16, all in `word`) and copied into the arena only if
         // it is new.
         let (namespace, word) = (namespace.as_bytes(), word.as_bytes());
-        let keys = keys_of(namespace, word_keys);
+        let keys = keys_of(namespace, [key_at(word, 0), key_at(word, 8)]);
         let tail = word.get(16 - namespace.len()..).unwrap_or_default();
         if 2 * (self.spans.len() + 1) > self.slots.len() {
             self.grow();
@@ -537,23 +515,16 @@ impl Analyzer {
     pub fn tokenize(&mut self, text: &str, namespace: &str, sink: &mut TokenSet) -> usize {
         let mut urls = 0;
         let mut stream = self.pipeline.token_stream(text);
-        while stream.advance() {
-            let text = &mut stream.token_mut().text;
+        while let Some(token) = stream.next() {
             // Words are lower-cased, so a first byte other than `U` tells
             // most tokens from the URL filter's at one look.
-            if text.starts_with('U')
-                && let Some(host) = text.strip_prefix(URL_NAMESPACE)
+            if token.text.starts_with('U')
+                && let Some(host) = token.text.strip_prefix(URL_NAMESPACE)
             {
                 urls += 1;
                 push_host(sink, host);
             } else {
-                // The word's keys, read from it with zeros put after it:
-                // two loads rather than a branch on its length.
-                let len = text.len();
-                text.push_str(KEY_PADDING);
-                let keys = padded_keys(text.as_bytes());
-                text.truncate(len);
-                sink.push_keyed(namespace, text, keys);
+                sink.push(namespace, &token.text);
             }
         }
         urls
