@@ -581,12 +581,24 @@ fn is_ip_like(host: &str) -> bool {
 /// assert_eq!(url_host("mailto:x@example.com"), None);
 /// ```
 pub fn url_host(url: &str) -> Option<String> {
-    let host = url[host_range(url)?].to_lowercase();
-    let host = host.strip_prefix("www.").map(str::to_owned).unwrap_or(host);
-    let valid = !host.is_empty()
-        && host
-            .chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%'));
+    let host = &url[host_range(url)?];
+    // Only `W` lower-cases to `w`: stripping `www.` in any case before
+    // lower-casing is stripping it after, with one allocation fewer.
+    let host = match host.get(..4) {
+        Some(www) if www.eq_ignore_ascii_case("www.") => &host[4..],
+        _ => host,
+    };
+    if host.is_ascii() {
+        let valid = !host.is_empty()
+            && host.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'%')
+            });
+        return valid.then(|| host.to_ascii_lowercase());
+    }
+    let host = host.to_lowercase();
+    let valid = host
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%'));
     valid.then_some(host)
 }
 
