@@ -4,9 +4,9 @@
 //! that reduce URLs to their host, turn numbers into shapes and drop
 //! over-long tokens. It is composed as `TextAnalyzer::builder` composes it,
 //! but kept with its concrete type rather than boxed into a `TextAnalyzer`
-//! (a test holds the two to the same tokens). Invisible characters (zero-width spaces, soft
-//! hyphens, bidi controls) are removed before splitting, so
-//! `vi\u{200b}agra` is one word.
+//! (a test holds the two to the same tokens). Invisible characters
+//! (zero-width spaces, soft hyphens, bidi controls) are removed before
+//! splitting, so `vi\u{200b}agra` is one word.
 //!
 //! This module owns tantivy; no tantivy type leaves it. It knows nothing of
 //! messages: [`crate::features`] decides which text goes in under which
@@ -625,7 +625,8 @@ fn host_range(url: &str) -> Option<std::ops::Range<usize>> {
     Some(start + from..start + from + host.len())
 }
 
-/// Filter: a URL token (`scheme://…` or `www.…`) becomes `URL:host`.
+/// Filter: a URL token (`scheme://…` or `www.…`) becomes `URL:host`. For
+/// the tokens that pass [`UrlToHost`]'s first look.
 #[inline(never)]
 fn url_to_host(token: &mut Token) -> bool {
     let text = &token.text;
