@@ -267,7 +267,7 @@ pub struct RawMessage {
 pub enum Error {
     /// Reading, listing or opening `at` failed. The message names the path:
     /// "no such file or directory: X", "permission denied: X",
-    /// "is a directory: X", otherwise "X: <system error>".
+    /// "is a directory: X", otherwise `X: <system error>`.
     #[error("{}", describe_io(.at, .error))]
     Io {
         /// The file, directory, mbox message or stdin that failed.

@@ -336,8 +336,9 @@ const VOLATILE_HEADERS: &[&str] = &[
 
 /// A SHA-256 digest identifying a message for the learned-message registry:
 /// over the bytes with line ends as LF, without an mbox envelope line and
-/// without [`VOLATILE_HEADERS`] (and any `X-Bayesmail-*` header). Stable
-/// across CRLF/LF storage, folder moves and re-filtering.
+/// without the headers mail software rewrites in a mailbox (`Status`,
+/// `X-Keywords`, `X-Spam-*`, … and any `X-Bayesmail-*`). Stable across
+/// CRLF/LF storage, folder moves and re-filtering.
 pub fn digest(raw: &[u8]) -> [u8; 32] {
     use sha2::{Digest as _, Sha256};
     let raw = normalize_line_ends(raw);
