@@ -80,7 +80,7 @@ impl Tokenizer for MailWordTokenizer {
         let ascii_end = if ascii { text.len() } else { 0 };
         MailWordStream {
             text,
-            line: Line::Ascii(AsciiWords::new(&text.as_bytes()[..ascii_end], 0)),
+            piece: Piece::Ascii(AsciiWords::new(&text.as_bytes()[..ascii_end], 0)),
             next_piece: ascii_end,
             line_end: 0,
             token,
@@ -98,7 +98,7 @@ impl Tokenizer for MailWordTokenizer {
 /// implements the same rules for ASCII only ([`AsciiWords`]), several
 /// times faster than the general tables, which split the rest. A line with
 /// one accented word thus costs the tables that word only.
-enum Line<'a> {
+enum Piece<'a> {
     Ascii(AsciiWords),
     Unicode {
         base: usize,
@@ -109,7 +109,7 @@ enum Line<'a> {
 /// Token stream of [`MailWordTokenizer`].
 pub struct MailWordStream<'a> {
     text: &'a str,
-    line: Line<'a>,
+    piece: Piece<'a>,
     /// Where the next piece starts.
     next_piece: usize,
     /// End of the line the next piece is on (its `\n` or the text's end).
@@ -176,8 +176,8 @@ const LANES: u64 = 0x0101_0101_0101_0101;
 const HIGH: u64 = 0x8080_8080_8080_8080;
 
 /// Eight bytes of `line` from `at` as a little-endian integer (byte `at`
-/// in the lowest lane), zeros past the end. A zero byte is no word byte,
-/// so a scan stops at the end of the line without a bounds check per byte.
+/// in the lowest lane), zeros past the end, so a copy eight bytes at a time
+/// may run past the end of the text.
 fn load8(line: &[u8], at: usize) -> u64 {
     if at < line.len().saturating_sub(7) {
         let mut bytes = [0; 8];
@@ -236,8 +236,8 @@ fn push_ascii_lowercase(out: &mut String, text: &[u8], start: usize, end: usize)
     while at < end {
         let x = load8(text, at);
         let upper = lanes_between(x | HIGH, b'A', b'Z');
-        // The word itself is ASCII (the caller scans ASCII lines only), but
-        // the bytes loaded past its end may belong to a non-ASCII line:
+        // The word itself is ASCII (the caller copies words of ASCII pieces
+        // only), but the bytes loaded past its end may not be:
         // clearing the top bits keeps them ASCII until they are cut off.
         let lowered = ((x | (upper >> 2)) & !HIGH).to_le_bytes();
         out.extend_from_slice(&lowered);
@@ -405,7 +405,7 @@ impl<'a> MailWordStream<'a> {
     /// The next word of the text, as byte offsets.
     fn next_word(&mut self) -> Option<(usize, usize)> {
         loop {
-            let word = if let Line::Ascii(words) = &mut self.line {
+            let word = if let Piece::Ascii(words) = &mut self.piece {
                 words.next(&self.text.as_bytes()[..words.end])
             } else {
                 self.next_unicode_word()
@@ -420,7 +420,7 @@ impl<'a> MailWordStream<'a> {
     /// tables. Kept out of line, away from the ASCII path.
     #[inline(never)]
     fn next_unicode_word(&mut self) -> Option<(usize, usize)> {
-        let Line::Unicode { base, segments } = &mut self.line else {
+        let Piece::Unicode { base, segments } = &mut self.piece else {
             return None;
         };
         let base = *base;
@@ -429,7 +429,7 @@ impl<'a> MailWordStream<'a> {
             .map(|(s, seg)| (base + s, base + s + seg.len()))
     }
 
-    /// Moves on to the next piece of text ([`Line`]); false at the end of
+    /// Moves on to the next piece of text ([`Piece`]); false at the end of
     /// the text.
     #[inline(never)]
     fn next_piece(&mut self) -> bool {
@@ -462,10 +462,10 @@ impl<'a> MailWordStream<'a> {
         let end = start + end;
         // A piece ending the line: the next one starts after the `\n`.
         self.next_piece = if end == self.line_end { end + 1 } else { end };
-        self.line = if ascii {
-            Line::Ascii(AsciiWords::new(&bytes[..end], start))
+        self.piece = if ascii {
+            Piece::Ascii(AsciiWords::new(&bytes[..end], start))
         } else {
-            Line::Unicode {
+            Piece::Unicode {
                 base: start,
                 segments: self.text[start..end].split_word_bound_indices(),
             }
@@ -514,7 +514,7 @@ impl TokenStream for MailWordStream<'_> {
                 None => word_end,
             };
             self.token.text.clear();
-            if matches!(self.line, Line::Ascii(_)) {
+            if matches!(self.piece, Piece::Ascii(_)) {
                 push_ascii_lowercase(&mut self.token.text, self.text.as_bytes(), start, end);
             } else {
                 push_lowercase(&mut self.token.text, &self.text[start..end]);
