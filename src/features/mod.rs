@@ -122,8 +122,35 @@ impl Extractor {
     pub fn from_message(&mut self, msg: &Message) -> Features {
         let set = &mut self.set;
         let analyzer = &mut self.analyzer;
+        // One pass over the headers (not a case-insensitive search of all
+        // of them per name): the repeated ones are used as they come, as a
+        // set has no order; the first of each single one is kept.
+        let mut headers = Singles::default();
+        let (mut received, mut recipients) = (0, 0);
+        for header in &msg.headers {
+            let slot = match Name::of(&header.name) {
+                None => continue,
+                Some(Name::Received) => {
+                    received += 1;
+                    push_received(analyzer, set, &header.value);
+                    continue;
+                }
+                Some(Name::ToOrCc) => {
+                    recipients += count_addresses(&header.value);
+                    continue;
+                }
+                Some(Name::Subject) => &mut headers.subject,
+                Some(Name::From) => &mut headers.from,
+                Some(Name::ReplyTo) => &mut headers.reply_to,
+                Some(Name::XMailer) => &mut headers.x_mailer,
+                Some(Name::UserAgent) => &mut headers.user_agent,
+                Some(Name::MessageId) => &mut headers.message_id,
+                Some(Name::Date) => &mut headers.date,
+            };
+            slot.get_or_insert(&header.value);
+        }
         let mut urls = 0;
-        let subject = msg.header("subject");
+        let subject = headers.subject;
         if let Some(subject) = subject {
             urls += analyzer.tokenize(subject, "SUBJ:", set);
         }
@@ -139,60 +166,29 @@ impl Extractor {
                 tokenize::push_host(set, &host);
             }
         }
-        let from = msg.header("from").map(addresses).unwrap_or_default();
+        let from = headers.from.and_then(first_address);
         let from_domain = from
-            .first()
+            .as_ref()
             .and_then(|(_, addr)| domain_of(addr))
             .map(str::to_owned);
-        if let Some((name, addr)) = from.first() {
+        if let Some((name, addr)) = &from {
             set.push("FROM:", addr);
             analyzer.tokenize(name, "FROM:", set);
             if let Some(domain) = &from_domain {
                 push_domain(set, "FROMDOM:", domain);
             }
         }
-        if let Some((_, addr)) = msg
-            .header("reply-to")
-            .map(addresses)
-            .unwrap_or_default()
-            .first()
-        {
-            set.push("RT:", addr);
-            if domain_of(addr) != from_domain.as_deref() {
+        if let Some((_, addr)) = headers.reply_to.and_then(first_address) {
+            set.push("RT:", &addr);
+            if domain_of(&addr) != from_domain.as_deref() {
                 set.push("RT:", "other-domain");
             }
         }
-        for mailer in [msg.header("x-mailer"), msg.header("user-agent")]
-            .into_iter()
-            .flatten()
-        {
+        for mailer in [headers.x_mailer, headers.user_agent].into_iter().flatten() {
             analyzer.tokenize(mailer, "MAILER:", set);
         }
-        if let Some(domain) = msg.header("message-id").and_then(message_id_domain) {
+        if let Some(domain) = headers.message_id.and_then(message_id_domain) {
             push_domain(set, "MSGID:", &domain);
-        }
-        let mut net = String::new();
-        for received in msg.headers_named("received") {
-            // The trailing "; date" says when the message was collected,
-            // not who sent it: tokens of it would teach the calendar.
-            let route = received
-                .rsplit_once(';')
-                .map_or(received, |(route, _)| route);
-            analyzer.tokenize(route, "RCVD:", set);
-            // Relay addresses become number shapes as words; their networks
-            // (/24 and /16) are kept, as sender reputation is by network.
-            for [a, b, c, _] in ipv4_addresses(route) {
-                net.clear();
-                net.push_str("net/16:");
-                push_decimal(&mut net, a);
-                net.push('.');
-                push_decimal(&mut net, b);
-                set.push("RCVD:", &net);
-                net.replace_range(..7, "net/24:");
-                net.push('.');
-                push_decimal(&mut net, c);
-                set.push("RCVD:", &net);
-            }
         }
         for ct in &msg.content_types {
             set.push("CT:", ct);
@@ -202,15 +198,13 @@ impl Extractor {
                 set.push("ATT:", &ext);
             }
         }
-        let date = msg
-            .header("date")
-            .and_then(|d| mailparse::dateparse(d).ok());
+        let date = headers.date.and_then(|d| mailparse::dateparse(d).ok());
         let has_html = msg.parts.iter().any(|p| p.kind == TextKind::Html);
         let has_plain = msg.parts.iter().any(|p| p.kind == TextKind::Plain);
         let html_only = has_html && !has_plain;
         for (flag, on) in [
             ("no-date", date.is_none()),
-            ("no-message-id", msg.header("message-id").is_none()),
+            ("no-message-id", headers.message_id.is_none()),
             ("no-subject", subject.is_none_or(|s| s.trim().is_empty())),
             ("html-only", html_only),
             ("malformed", msg.malformed),
@@ -226,12 +220,6 @@ impl Extractor {
             .filter(|t| t.starts_with(tokenize::URL_NAMESPACE))
             .count();
         let (upper, letters, non_ascii, non_space, chars) = char_stats(subject, msg);
-        let recipients: usize = ["to", "cc"]
-            .iter()
-            .flat_map(|h| msg.headers_named(h))
-            .map(count_addresses)
-            .sum();
-        let received = msg.headers_named("received").count();
         let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let ln1p = |n: usize| (n as f64).ln_1p();
         let (hour_sin, hour_cos) = match date {
@@ -257,6 +245,92 @@ impl Extractor {
             hour_cos,
         ]);
         Features { tokens, metadata }
+    }
+}
+
+/// The single headers features are made of: the first of each.
+#[derive(Default)]
+struct Singles<'a> {
+    subject: Option<&'a str>,
+    from: Option<&'a str>,
+    reply_to: Option<&'a str>,
+    x_mailer: Option<&'a str>,
+    user_agent: Option<&'a str>,
+    message_id: Option<&'a str>,
+    date: Option<&'a str>,
+}
+
+/// Which header a name is, for the names features are made of.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Name {
+    Subject,
+    From,
+    ReplyTo,
+    XMailer,
+    UserAgent,
+    MessageId,
+    Date,
+    Received,
+    ToOrCc,
+}
+
+impl Name {
+    /// The header `name` is (case-insensitively), if features use it.
+    fn of(name: &str) -> Option<Name> {
+        // Lower-cased into a buffer as long as the longest name used, so
+        // one `match` on the bytes compares lengths first, then bytes.
+        let mut buf = [0u8; 10];
+        let lower = buf.get_mut(..name.len())?;
+        lower.copy_from_slice(name.as_bytes());
+        lower.make_ascii_lowercase();
+        Some(match &*lower {
+            b"subject" => Name::Subject,
+            b"from" => Name::From,
+            b"reply-to" => Name::ReplyTo,
+            b"x-mailer" => Name::XMailer,
+            b"user-agent" => Name::UserAgent,
+            b"message-id" => Name::MessageId,
+            b"date" => Name::Date,
+            b"received" => Name::Received,
+            b"to" | b"cc" => Name::ToOrCc,
+            _ => return None,
+        })
+    }
+}
+
+/// Pushes the tokens of one Received header.
+fn push_received(analyzer: &mut Analyzer, set: &mut TokenSet, received: &str) {
+    // The trailing "; date" says when the message was collected, not who
+    // sent it: tokens of it would teach the calendar.
+    let route = received
+        .rsplit_once(';')
+        .map_or(received, |(route, _)| route);
+    analyzer.tokenize(route, "RCVD:", set);
+    // Relay addresses become number shapes as words; their networks (/24
+    // and /16) are kept, as sender reputation is by network.
+    let mut net = String::new();
+    for [a, b, c, _] in ipv4_addresses(route) {
+        net.clear();
+        net.push_str("net/16:");
+        push_decimal(&mut net, a);
+        net.push('.');
+        push_decimal(&mut net, b);
+        set.push("RCVD:", &net);
+        net.replace_range(..7, "net/24:");
+        net.push('.');
+        push_decimal(&mut net, c);
+        set.push("RCVD:", &net);
+    }
+}
+
+/// `(display name, lower-cased address)` of the first mailbox of an address
+/// header, as [`addresses`] gives it. A header that is one plain mailbox,
+/// as most From and Reply-To headers are, is read without the parser
+/// ([`plain_mailbox`]).
+fn first_address(value: &str) -> Option<(String, String)> {
+    match plain_mailbox(value) {
+        Some((name, addr)) => Some((name.to_owned(), addr.to_lowercase())),
+        None => addresses(value).into_iter().next(),
     }
 }
 
@@ -305,30 +379,61 @@ fn count_addresses(value: &str) -> usize {
     plain_list_len(value).unwrap_or_else(|| parsed_count(value))
 }
 
-/// The number of entries of a comma-separated list whose every entry is a
-/// plain address (`local@domain`) or a plain name and one (`Ann Lee
-/// <local@domain>`); `None` for anything else (quotes, comments, groups,
-/// stray characters), which needs the parser.
-fn plain_list_len(value: &str) -> Option<usize> {
-    let plain_address = |a: &str| {
-        a.split_once('@').is_some_and(|(local, domain)| {
-            !local.is_empty()
-                && !domain.is_empty()
-                && !domain.contains('@')
-                // Printable ASCII but the specials of RFC 5322.
-                && a.bytes().all(|b| b.is_ascii_graphic() && !b"<>\"(),;:\\[]".contains(&b))
-        })
-    };
-    let mut entries = 0;
-    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let named = || {
-            let (name, address) = entry.strip_suffix('>')?.split_once('<')?;
-            let plain_name = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b' ');
-            (plain_name && plain_address(address)).then_some(())
-        };
-        if !plain_address(entry) && named().is_none() {
-            return None;
+/// A plain address, `local@domain`: one `@` with something on each side,
+/// and nothing but printable ASCII outside the specials of RFC 5322.
+fn plain_address(a: &str) -> bool {
+    let mut at = None;
+    for (i, b) in a.bytes().enumerate() {
+        let special = matches!(
+            b,
+            b'<' | b'>' | b'"' | b'(' | b')' | b',' | b';' | b':' | b'\\' | b'[' | b']'
+        );
+        if !b.is_ascii_graphic() || special || (b == b'@' && at.replace(i).is_some()) {
+            return false;
         }
+    }
+    at.is_some_and(|i| i > 0 && i + 1 < a.len())
+}
+
+/// `(display name, address)` of `entry` if it is one plain mailbox, read as
+/// mailparse's parser reads it: a plain address alone (no name), or one in
+/// angle brackets after a plain name (letters, digits and spaces), after a
+/// quoted name without quotes or backslashes inside, or after nothing.
+/// Whitespace around the parts is not part of them. `None` for anything
+/// else (comments, groups, escapes, lists), which needs the parser.
+fn plain_mailbox(entry: &str) -> Option<(&str, &str)> {
+    let entry = entry.trim();
+    if plain_address(entry) {
+        return Some(("", entry));
+    }
+    let (name, bracketed) = match entry.strip_prefix('"') {
+        Some(quoted) => {
+            let (name, rest) = quoted.split_once('"')?;
+            if name.contains('\\') {
+                return None;
+            }
+            (name, rest.trim_start())
+        }
+        None => {
+            let at = entry.find('<')?;
+            let name = &entry[..at];
+            if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b' ') {
+                return None;
+            }
+            (name.trim_end(), &entry[at..])
+        }
+    };
+    let address = bracketed.strip_prefix('<')?.strip_suffix('>')?;
+    plain_address(address).then_some((name, address))
+}
+
+/// The number of entries of a comma-separated list whose every entry is a
+/// plain mailbox ([`plain_mailbox`]); `None` for anything else (comments,
+/// groups, escapes, a comma inside quotes), which needs the parser.
+fn plain_list_len(value: &str) -> Option<usize> {
+    let mut entries = 0;
+    for entry in value.split(',').filter(|e| !e.trim().is_empty()) {
+        plain_mailbox(entry)?;
         entries += 1;
     }
     Some(entries)
@@ -610,14 +715,54 @@ mod tests {
         }
     }
 
+    #[test]
+    fn plain_mailboxes() {
+        for (value, expected) in [
+            ("  Ann@X.example ", Some(("", "Ann@X.example"))),
+            (
+                "Ann Lee <ann@x.example>",
+                Some(("Ann Lee", "ann@x.example")),
+            ),
+            (
+                "\"Lee, Ann (HR)\"\t<ann@x.example>",
+                Some(("Lee, Ann (HR)", "ann@x.example")),
+            ),
+            ("<ann@x.example>", Some(("", "ann@x.example"))),
+            ("\"A \\\"B\\\"\" <ann@x.example>", None),
+            ("ann@x.example (Ann Lee)", None),
+            ("Ann <ann@x.example>, bob@y.example", None),
+            ("Ann <ann>", None),
+        ] {
+            assert_eq!(plain_mailbox(value), expected, "{value}");
+            let first = addresses(value).into_iter().next();
+            assert_eq!(first_address(value), first, "{value}");
+        }
+    }
+
     proptest::proptest! {
         /// Lists counted by their commas count as the parser counts them.
         #[test]
         fn plain_lists_count_as_parsed(
-            value in "(a@x\\.org|b@y|Ann Lee|<c@z\\.net>|<>|@|a@|@b| |\t|,|, |\"|;|:|\\(){0,12}"
+            value in "(a@x\\.org|b@y|Ann Lee|<c@z\\.net>|<>|@|a@|@b| |\t|,|, |\"|\"Lee, Ann\"|\\\\|;|:|\\(){0,12}"
         ) {
             if let Some(n) = plain_list_len(&value) {
                 proptest::prop_assert_eq!(n, parsed_count(&value));
+            }
+        }
+
+        /// A mailbox read without the parser reads as the parser reads it.
+        #[test]
+        fn plain_mailboxes_read_as_parsed(
+            value in "[ \t]{0,2}\
+                (\"[A-Za-z ,()<>@\"\\\\\u{e9}]{0,6}\"|[A-Za-z ]{0,6}|[A-Za-z \u{e9}(\"]{0,4})\
+                ( {0,2}|[ \t\u{a0}]{0,2})\
+                (<[a-zA-Z]{1,3}@[a-z.]{1,4}>|<[a-zA-Z.@ >]{1,8}>|[a-zA-Z]{1,3}@[a-z]{1,3}|[a-zA-Z.@,]{1,6})\
+                [ \t]{0,2}"
+        ) {
+            if let Some((name, addr)) = plain_mailbox(&value) {
+                let parsed = addresses(&value);
+                proptest::prop_assert_eq!(parsed.len(), 1);
+                proptest::prop_assert_eq!(&parsed[0], &(name.to_owned(), addr.to_lowercase()));
             }
         }
     }
