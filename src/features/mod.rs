@@ -215,10 +215,7 @@ impl Extractor {
         }
 
         let tokens = set.finish();
-        let url_hosts = tokens
-            .iter()
-            .filter(|t| t.starts_with(tokenize::URL_NAMESPACE))
-            .count();
+        let url_hosts = tokens.count_prefixed(tokenize::URL_NAMESPACE);
         let (upper, letters, non_ascii, non_space, chars) = char_stats(subject, msg);
         let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let ln1p = |n: usize| (n as f64).ln_1p();

@@ -433,6 +433,34 @@ impl TokenList {
         false
     }
 
+    /// Number of tokens starting with `prefix`: they are adjacent in
+    /// token order, so two binary searches find them.
+    ///
+    /// ```
+    /// let list = bayesmail::tokenize::TokenList::from_tokens(["URL:a", "T", "URL:b", "Z"]);
+    /// assert_eq!(list.count_prefixed("URL:"), 2);
+    /// ```
+    pub fn count_prefixed(&self, prefix: &str) -> usize {
+        let first = self.partition_point(|t| t < prefix);
+        let end = self.partition_point(|t| t < prefix || t.starts_with(prefix));
+        end - first
+    }
+
+    /// The first index whose token fails `before` (which must hold for a
+    /// leading run of tokens and for none after it).
+    fn partition_point(&self, before: impl Fn(&str) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if before(self.get(mid).unwrap_or("")) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
     /// The tokens as owned strings.
     pub fn to_vec(&self) -> Vec<String> {
         self.iter().map(str::to_owned).collect()
@@ -676,12 +704,16 @@ fn url_to_host(token: &mut Token) -> bool {
 /// tell more by their form than by their value.
 #[inline(never)]
 fn number_shape(token: &mut Token) {
-    let bytes = token.text.as_bytes();
-    let numeric = bytes.iter().any(u8::is_ascii_digit)
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b',' | b':' | b';' | b'\'' | b'_'));
-    if numeric {
+    // One pass: a letter (or anything else) ends the look at once.
+    let mut digits = false;
+    for &b in token.text.as_bytes() {
+        match b {
+            b'0'..=b'9' => digits = true,
+            b'.' | b',' | b':' | b';' | b'\'' | b'_' => {}
+            _ => return,
+        }
+    }
+    if digits {
         let mut bytes = std::mem::take(&mut token.text).into_bytes();
         for b in bytes.iter_mut().filter(|b| b.is_ascii_digit()) {
             *b = b'#';
@@ -960,6 +992,17 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Counting by binary search counts what a scan counts.
+        #[test]
+        fn prefixed_tokens_are_counted(
+            tokens in proptest::collection::vec("(|U|UR|URL|URL:|URM|T)[:a-z]{0,3}", 0..24),
+            prefix in "(|U|URL:|URL:a|T:|x)",
+        ) {
+            let list = TokenList::from_tokens(&tokens);
+            let scanned = list.iter().filter(|t| t.starts_with(&prefix)).count();
+            proptest::prop_assert_eq!(list.count_prefixed(&prefix), scanned);
+        }
+
         #[test]
         fn parent_domain_matches_the_reference(host in "[a-zé]{0,4}(\\.[a-zé]{0,4}){0,5}") {
             proptest::prop_assert_eq!(parent_domain(&host), parent_domain_reference(&host));
