@@ -464,47 +464,48 @@ fn push_decimal(out: &mut String, n: u8) {
 }
 
 /// Dotted-quad IPv4 addresses in text (each octet ≤ 255, not part of a
-/// longer dotted run).
-fn ipv4_addresses(text: &str) -> Vec<[u8; 4]> {
-    let mut out = Vec::new();
+/// longer dotted run), found as they are asked for.
+fn ipv4_addresses(text: &str) -> impl Iterator<Item = [u8; 4]> + '_ {
     let bytes = text.as_bytes();
     let mut i = 0;
-    while i < bytes.len() {
-        if !bytes[i].is_ascii_digit() {
-            i += 1;
-            continue;
-        }
-        // A run of digits and dots: this runs over every Received header,
-        // so parse by hand without allocating.
-        let start = i;
-        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
-            i += 1;
-        }
-        if start > 0 && bytes[start - 1] == b'.' {
-            continue;
-        }
-        let mut ip = [0u8; 4];
-        let mut octets = 0;
-        let mut ok = true;
-        for part in bytes[start..i].split(|&b| b == b'.') {
-            let value = part.iter().try_fold(0u16, |v, &d| {
-                let v = v * 10 + u16::from(d - b'0');
-                (v <= 255).then_some(v)
-            });
-            match (value, part.len(), octets) {
-                (Some(v), 1..=3, 0..=3) => ip[octets] = v as u8,
-                _ => {
-                    ok = false;
-                    break;
-                }
+    std::iter::from_fn(move || {
+        while i < bytes.len() {
+            if !bytes[i].is_ascii_digit() {
+                i += 1;
+                continue;
             }
-            octets += 1;
+            // A run of digits and dots: this runs over every Received
+            // header, so parse by hand without allocating.
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+                i += 1;
+            }
+            if start > 0 && bytes[start - 1] == b'.' {
+                continue;
+            }
+            let mut ip = [0u8; 4];
+            let mut octets = 0;
+            let mut ok = true;
+            for part in bytes[start..i].split(|&b| b == b'.') {
+                let value = part.iter().try_fold(0u16, |v, &d| {
+                    let v = v * 10 + u16::from(d - b'0');
+                    (v <= 255).then_some(v)
+                });
+                match (value, part.len(), octets) {
+                    (Some(v), 1..=3, 0..=3) => ip[octets] = v as u8,
+                    _ => {
+                        ok = false;
+                        break;
+                    }
+                }
+                octets += 1;
+            }
+            if ok && octets == 4 {
+                return Some(ip);
+            }
         }
-        if ok && octets == 4 {
-            out.push(ip);
-        }
-    }
-    out
+        None
+    })
 }
 
 /// The lower-cased domain of a Message-ID (`<local@domain>`).
@@ -685,7 +686,8 @@ mod tests {
             f.tokens
         );
         assert_eq!(
-            ipv4_addresses("a 1.2.3.4 b 999.1.1.1 1.2.3 1.2.3.4.5 [10.0.0.255]"),
+            ipv4_addresses("a 1.2.3.4 b 999.1.1.1 1.2.3 1.2.3.4.5 [10.0.0.255]")
+                .collect::<Vec<_>>(),
             [[1, 2, 3, 4], [10, 0, 0, 255]]
         );
     }
