@@ -383,7 +383,8 @@ impl<'a> MailWordStream<'a> {
         // Most words are followed by anything but `:`; look at that byte
         // before comparing schemes.
         let bytes = self.text.as_bytes();
-        if bytes.get(after..after + 3) != Some(b"://")
+        if bytes.get(after) != Some(&b':')
+            || bytes.get(after..after + 3) != Some(b"://")
             || !["http", "https", "ftp"]
                 .iter()
                 .any(|s| bytes[start..after].eq_ignore_ascii_case(s.as_bytes()))
