@@ -102,14 +102,6 @@ impl Message {
             .map(|h| h.value.as_str())
     }
 
-    /// All headers with this name (case-insensitive), in order.
-    pub fn headers_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.headers
-            .iter()
-            .filter(move |h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value.as_str())
-    }
-
     /// The decoded subject, or "" if there is none.
     pub fn subject(&self) -> &str {
         self.header("subject").unwrap_or("")
