@@ -14,7 +14,7 @@
 
 mod words;
 
-use tantivy::tokenizer::{RemoveLongFilter, Token, TokenFilter, TokenStream, Tokenizer};
+use tantivy::tokenizer::{Token, TokenFilter, TokenStream, Tokenizer};
 
 pub use words::MailWordTokenizer;
 
@@ -221,6 +221,18 @@ impl TokenSet {
     /// Adds `namespace` + `word`, unless the result is longer than
     /// [`MAX_TOKEN_LEN`] or `word` is empty.
     pub fn push(&mut self, namespace: &str, word: &str) {
+        let bytes = word.as_bytes();
+        self.push_keyed(namespace, word, [key_at(bytes, 0), key_at(bytes, 8)]);
+    }
+
+    /// [`TokenSet::push`] given the keys of `word` (its first 16 bytes as
+    /// [`key_at`] reads them), for a caller that has them already.
+    #[inline(always)]
+    fn push_keyed(&mut self, namespace: &str, word: &str, word_keys: [u64; 2]) {
+        debug_assert_eq!(
+            word_keys,
+            [key_at(word.as_bytes(), 0), key_at(word.as_bytes(), 8)]
+        );
         let len = namespace.len() + word.len();
         if word.is_empty() || len > MAX_TOKEN_LEN {
             return;
@@ -232,7 +244,7 @@ impl TokenSet {
         // its first 16, all in `word`) and copied into the arena only if
         // it is new.
         let (namespace, word) = (namespace.as_bytes(), word.as_bytes());
-        let keys = keys_of(namespace, [key_at(word, 0), key_at(word, 8)]);
+        let keys = keys_of(namespace, word_keys);
         let tail = word.get(16 - namespace.len()..).unwrap_or_default();
         if 2 * (self.spans.len() + 1) > self.slots.len() {
             self.grow();
@@ -499,15 +511,10 @@ pub struct Analyzer {
 /// composes, before `build` boxes it. Kept unboxed, each text costs no
 /// boxed stream and each token no dynamic call, and the filters inline
 /// into the loop of [`Analyzer::tokenize`].
-type Pipeline = <RemoveLongFilter as TokenFilter>::Tokenizer<
+type Pipeline = MapFilterWrapper<
     MapFilterWrapper<MapFilterWrapper<MailWordTokenizer, UrlToHost>, NumberShape>,
+    LengthLimit,
 >;
-
-/// The length limit of the pipeline: words that leave room for the
-/// longest namespace within [`MAX_TOKEN_LEN`].
-fn length_limit() -> RemoveLongFilter {
-    RemoveLongFilter::limit(MAX_TOKEN_LEN - MAX_NAMESPACE_LEN + 1)
-}
 
 impl Default for Analyzer {
     fn default() -> Self {
@@ -523,7 +530,7 @@ impl Analyzer {
         let hosts = MapFilter(UrlToHost).transform(words);
         let shapes = MapFilter(NumberShape).transform(hosts);
         Analyzer {
-            pipeline: length_limit().transform(shapes),
+            pipeline: MapFilter(LengthLimit).transform(shapes),
         }
     }
 
@@ -543,7 +550,8 @@ impl Analyzer {
     pub fn tokenize(&mut self, text: &str, namespace: &str, sink: &mut TokenSet) -> usize {
         let mut urls = 0;
         let mut stream = self.pipeline.token_stream(text);
-        while let Some(token) = stream.next() {
+        while stream.advance() {
+            let token = stream.token();
             // Words are lower-cased, so a first byte other than `U` tells
             // most tokens from the URL filter's at one look.
             if token.text.starts_with('U')
@@ -552,7 +560,10 @@ impl Analyzer {
                 urls += 1;
                 push_host(sink, host);
             } else {
-                sink.push(namespace, &token.text);
+                match stream.word_keys() {
+                    Some(keys) => sink.push_keyed(namespace, &token.text, keys),
+                    None => sink.push(namespace, &token.text),
+                }
             }
         }
         urls
@@ -609,9 +620,20 @@ fn is_ip_like(host: &str) -> bool {
 /// assert_eq!(url_host("mailto:x@example.com"), None);
 /// ```
 pub fn url_host(url: &str) -> Option<String> {
-    let host = &url[host_range(url)?];
+    let mut host = String::new();
+    write_url_host(url, &mut host).then_some(host)
+}
+
+/// [`url_host`] into `out` (cleared first), so that a caller with many
+/// links reuses one buffer; false if there is no host.
+pub fn write_url_host(url: &str, out: &mut String) -> bool {
+    out.clear();
+    let Some(range) = host_range(url) else {
+        return false;
+    };
+    let host = &url[range];
     // Only `W` lower-cases to `w`: stripping `www.` in any case before
-    // lower-casing is stripping it after, with one allocation fewer.
+    // lower-casing is stripping it after.
     let host = match host.get(..4) {
         Some(www) if www.eq_ignore_ascii_case("www.") => &host[4..],
         _ => host,
@@ -621,13 +643,21 @@ pub fn url_host(url: &str) -> Option<String> {
             && host.bytes().all(|b| {
                 b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'%')
             });
-        return valid.then(|| host.to_ascii_lowercase());
+        if valid {
+            out.push_str(host);
+            out.make_ascii_lowercase();
+        }
+        return valid;
     }
-    let host = host.to_lowercase();
-    let valid = host
+    // `str::to_lowercase`, final sigma and all: rare enough to allocate.
+    out.push_str(&host.to_lowercase());
+    let valid = out
         .chars()
         .all(|c| c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%'));
-    valid.then_some(host)
+    if !valid {
+        out.clear();
+    }
+    valid
 }
 
 /// Where the first `://` of `text` is: a byte search for `:` rather than
@@ -645,16 +675,24 @@ fn host_range(url: &str) -> Option<std::ops::Range<usize>> {
         None if url.len() > 4 && url.as_bytes()[..4].eq_ignore_ascii_case(b"www.") => 0,
         None => return None,
     };
+    // Byte searches: every delimiter is ASCII, so each cut is at a
+    // character boundary, and a link is too short for a searcher to pay.
+    let upto = |text: &str, stop: fn(u8) -> bool| -> usize {
+        text.bytes().position(stop).unwrap_or(text.len())
+    };
     let rest = &url[start..];
-    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or("");
+    let authority = &rest[..upto(rest, |b| matches!(b, b'/' | b'?' | b'#' | b'\\'))];
     // After the last `@` (user info), up to the port or, for `[v6]`, the `]`.
-    let host_port = authority.rfind('@').map_or(0, |p| p + 1);
+    let host_port = authority
+        .bytes()
+        .rposition(|b| b == b'@')
+        .map_or(0, |p| p + 1);
     let (from, host) = match authority[host_port..].strip_prefix('[') {
-        Some(v6) => (host_port + 1, v6.split(']').next().unwrap_or("")),
-        None => (
-            host_port,
-            authority[host_port..].split(':').next().unwrap_or(""),
-        ),
+        Some(v6) => (host_port + 1, &v6[..upto(v6, |b| b == b']')]),
+        None => {
+            let host = &authority[host_port..];
+            (host_port, &host[..upto(host, |b| b == b':')])
+        }
     };
     let host = host.trim_end_matches('.');
     Some(start + from..start + from + host.len())
@@ -709,31 +747,54 @@ fn url_to_host(token: &mut Token) -> bool {
 
 /// Filter: a token made of digits and number punctuation becomes its shape,
 /// every digit replaced by `#` (`$1,000.50` → `#,###.##`): prices and dates
-/// tell more by their form than by their value.
+/// tell more by their form than by their value. Returns whether it did.
 #[inline(never)]
-fn number_shape(token: &mut Token) {
+fn number_shape(token: &mut Token) -> bool {
     // One pass: a letter (or anything else) ends the look at once.
     let mut digits = false;
     for &b in token.text.as_bytes() {
         match b {
             b'0'..=b'9' => digits = true,
             b'.' | b',' | b':' | b';' | b'\'' | b'_' => {}
-            _ => return,
+            _ => return false,
         }
     }
     if digits {
-        let mut bytes = std::mem::take(&mut token.text).into_bytes();
+        // SAFETY: ASCII digits become an ASCII byte, so the text stays
+        // UTF-8 (and is not checked again: it is a hot path).
+        let bytes = unsafe { token.text.as_bytes_mut() };
         for b in bytes.iter_mut().filter(|b| b.is_ascii_digit()) {
             *b = b'#';
         }
-        // ASCII digits became an ASCII byte, so this is still UTF-8.
-        token.text = String::from_utf8(bytes).unwrap_or_default();
+    }
+    digits
+}
+
+/// What a [`Rewrite`] did to a token.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Rewritten {
+    /// Left it as it was.
+    Kept,
+    /// Changed its text.
+    Changed,
+    /// Dropped it.
+    Dropped,
+}
+
+impl Rewritten {
+    /// A filter's answer for a token it may have changed: kept if `keep`.
+    fn changed_unless_dropped(keep: bool) -> Rewritten {
+        if keep {
+            Rewritten::Changed
+        } else {
+            Rewritten::Dropped
+        }
     }
 }
 
-/// A rewrite of one token, in place; false drops the token.
+/// A rewrite of one token, in place.
 trait Rewrite: Clone + Send + Sync + 'static {
-    fn rewrite(&self, token: &mut Token) -> bool;
+    fn rewrite(&self, token: &mut Token) -> Rewritten;
 }
 
 /// [`url_to_host`] as a [`Rewrite`].
@@ -742,16 +803,17 @@ struct UrlToHost;
 
 impl Rewrite for UrlToHost {
     #[inline(always)]
-    fn rewrite(&self, token: &mut Token) -> bool {
+    fn rewrite(&self, token: &mut Token) -> Rewritten {
         // The tokenizer keeps `scheme://` only for http, https and ftp,
         // lower-cased, so URL tokens start with one of those or `www.`: a
         // look at four bytes, false for almost every token (so the branch
         // is predicted), sends the rest on unchanged.
         let text = token.text.as_bytes();
         if text.len() < 8 || !matches!(&text[..4], b"http" | b"ftp:" | b"www.") {
-            return true;
+            return Rewritten::Kept;
         }
-        url_to_host(token)
+        // Counted as changed even when it is not a URL: rare, and safe.
+        Rewritten::changed_unless_dropped(url_to_host(token))
     }
 }
 
@@ -761,17 +823,35 @@ struct NumberShape;
 
 impl Rewrite for NumberShape {
     #[inline(always)]
-    fn rewrite(&self, token: &mut Token) -> bool {
+    fn rewrite(&self, token: &mut Token) -> Rewritten {
         // Only a token starting with a digit or `_` can be a number.
         if token
             .text
             .as_bytes()
             .first()
             .is_some_and(|b| b.is_ascii_digit() || *b == b'_')
+            && number_shape(token)
         {
-            number_shape(token);
+            return Rewritten::Changed;
         }
-        true
+        Rewritten::Kept
+    }
+}
+
+/// The length limit of the pipeline, as tantivy's `RemoveLongFilter` has
+/// it (tokens of fewer bytes than the limit are kept): words that leave
+/// room for the longest namespace within [`MAX_TOKEN_LEN`].
+#[derive(Clone, Copy)]
+struct LengthLimit;
+
+impl Rewrite for LengthLimit {
+    #[inline(always)]
+    fn rewrite(&self, token: &mut Token) -> Rewritten {
+        if token.text.len() <= MAX_TOKEN_LEN - MAX_NAMESPACE_LEN {
+            Rewritten::Kept
+        } else {
+            Rewritten::Dropped
+        }
     }
 }
 
@@ -805,6 +885,7 @@ impl<T: Tokenizer, F: Rewrite> Tokenizer for MapFilterWrapper<T, F> {
         MapFilterStream {
             f: self.f.clone(),
             tail: self.inner.token_stream(text),
+            changed: false,
         }
     }
 }
@@ -812,14 +893,19 @@ impl<T: Tokenizer, F: Rewrite> Tokenizer for MapFilterWrapper<T, F> {
 struct MapFilterStream<S, F> {
     f: F,
     tail: S,
+    /// Whether the rewrite changed the current token.
+    changed: bool,
 }
 
 impl<S: TokenStream, F: Rewrite> TokenStream for MapFilterStream<S, F> {
     fn advance(&mut self) -> bool {
         while self.tail.advance() {
-            if self.f.rewrite(self.tail.token_mut()) {
-                return true;
+            match self.f.rewrite(self.tail.token_mut()) {
+                Rewritten::Kept => self.changed = false,
+                Rewritten::Changed => self.changed = true,
+                Rewritten::Dropped => continue,
             }
+            return true;
         }
         false
     }
@@ -833,6 +919,34 @@ impl<S: TokenStream, F: Rewrite> TokenStream for MapFilterStream<S, F> {
     }
 }
 
+/// A token stream of the pipeline, which passes on the keys the word
+/// stream read off a word ([`MailWordStream::word_keys`]) for as long as
+/// no filter has changed the word, so a token set need not read them
+/// again. Only the pipeline's own filters sit between the two, and each
+/// says when it changed a token.
+trait KeyedStream: TokenStream {
+    /// The keys of the current token's text, if known.
+    fn word_keys(&self) -> Option<[u64; 2]>;
+}
+
+impl KeyedStream for words::MailWordStream<'_> {
+    #[inline(always)]
+    fn word_keys(&self) -> Option<[u64; 2]> {
+        words::MailWordStream::word_keys(self)
+    }
+}
+
+impl<S: KeyedStream, F: Rewrite> KeyedStream for MapFilterStream<S, F> {
+    #[inline(always)]
+    fn word_keys(&self) -> Option<[u64; 2]> {
+        if self.changed {
+            None
+        } else {
+            self.tail.word_keys()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -842,7 +956,7 @@ mod tests {
         tantivy::tokenizer::TextAnalyzer::builder(MailWordTokenizer::default())
             .filter(MapFilter(UrlToHost))
             .filter(MapFilter(NumberShape))
-            .filter(length_limit())
+            .filter(MapFilter(LengthLimit))
             .build()
     }
 
@@ -1037,13 +1151,42 @@ mod tests {
             proptest::prop_assert_eq!(unboxed, boxed);
         }
 
+        /// The keys the word stream reads off a word, and passes through
+        /// the filters that left it alone, are the keys of the token's
+        /// text; an ASCII word that no filter changes has them.
+        #[test]
+        fn streamed_keys_are_the_tokens_keys(
+            text in "([a-zA-Z0-9_.,;:'/ é東-]|https?://|www\\.|\\$1,000|[a-z]{9,20}|\n){0,60}"
+        ) {
+            let mut analyzer = Analyzer::new();
+            let mut stream = analyzer.pipeline.token_stream(&text);
+            while stream.advance() {
+                let word = stream.token().text.as_bytes();
+                match stream.word_keys() {
+                    Some(keys) => {
+                        proptest::prop_assert_eq!(keys, [key_at(word, 0), key_at(word, 8)]);
+                    }
+                    // Only the URL filter looks at (and may count as
+                    // changed) a word of lower-case letters.
+                    None => proptest::prop_assert!(
+                        !text.is_ascii()
+                            || !word.iter().all(u8::is_ascii_lowercase)
+                            || word.starts_with(b"http")
+                            || word.starts_with(b"www"),
+                        "{:?} had no keys",
+                        stream.token().text
+                    ),
+                }
+            }
+        }
+
         /// The in-place URL filter gives what `url_host` gives.
         #[test]
         fn url_filter_matches_url_host(
             url in "(http://|https://|ftp://|www\\.|WWW\\.|wwW\\.)[a-zA-Z0-9.@:/?#_%é\\[\\]\\\\-]{0,24}"
         ) {
             let mut token = Token { text: url.clone(), ..Token::default() };
-            let kept = UrlToHost.rewrite(&mut token);
+            let kept = UrlToHost.rewrite(&mut token) != Rewritten::Dropped;
             let is_url = url.contains("://") || (url.starts_with("www.") && url[4..].contains('.'));
             let expected = if url.len() < 8 || !is_url {
                 Some(url.clone())

@@ -84,6 +84,7 @@ impl Tokenizer for MailWordTokenizer {
             next_piece: ascii_end,
             line_end: 0,
             token,
+            keys: None,
             skip_to: 0,
             position: 0,
         }
@@ -115,6 +116,9 @@ pub struct MailWordStream<'a> {
     /// End of the line the next piece is on (its `\n` or the text's end).
     line_end: usize,
     token: &'a mut Token,
+    /// The current token's first 16 bytes as a token set keys them, when
+    /// they came for free with its copy (a word of an ASCII piece).
+    keys: Option<[u64; 2]>,
     skip_to: usize,
     position: usize,
 }
@@ -222,28 +226,51 @@ fn word_lanes(x: u64) -> u64 {
     letters | digits | underscores
 }
 
-/// Appends `text[start..end]` (ASCII) to `out`, lower-cased, eight bytes
-/// at a time: whole eight-byte words are written (the bytes past `end`
-/// too) and the excess cut off, so the copy branches once per eight bytes
-/// rather than on every byte or on the exact length.
-fn push_ascii_lowercase(out: &mut String, text: &[u8], start: usize, end: usize) {
-    // SAFETY: only ASCII bytes are appended (the top bit of every byte is
-    // cleared below), so whatever is kept of them, the string stays UTF-8.
+/// Eight ASCII bytes (a little-endian integer), upper-case letters made
+/// lower-case, and the top bit of every byte cleared: the bytes past a
+/// word's end may not be ASCII, and must stay so until they are cut off.
+fn lower8(x: u64) -> u64 {
+    let upper = lanes_between(x | HIGH, b'A', b'Z');
+    (x | (upper >> 2)) & !HIGH
+}
+
+/// The key of eight bytes from `lowered` (as [`lower8`] gives them) of
+/// which the first `n` (at least one) are a word's: big-endian, the bytes
+/// past the word zeros.
+fn key_of_lanes(lowered: u64, n: usize) -> u64 {
+    // Never a shift by 64: `n` is at least one.
+    lowered.swap_bytes() & (u64::MAX << (64 - 8 * n.min(8)))
+}
+
+/// Appends `text[start..end]` (ASCII, not empty) to `out`, lower-cased,
+/// eight bytes at a time: whole eight-byte words are written (the bytes
+/// past `end` too) and the excess cut off, so the copy branches once per
+/// eight bytes rather than on every byte or on the exact length. Returns
+/// the word's first 16 bytes as a token set keys them (`TokenSet`'s
+/// `key_at`), read off the words being copied rather than loaded again
+/// byte by byte.
+fn push_ascii_lowercase(out: &mut String, text: &[u8], start: usize, end: usize) -> [u64; 2] {
+    // SAFETY: only ASCII bytes are appended (`lower8` clears the top bit of
+    // every byte), so whatever is kept of them, the string stays UTF-8.
     let out = unsafe { out.as_mut_vec() };
-    let len = out.len() + (end - start);
-    out.reserve(end - start + 8);
-    let mut at = start;
-    while at < end {
-        let x = load8(text, at);
-        let upper = lanes_between(x | HIGH, b'A', b'Z');
-        // The word itself is ASCII (the caller copies words of ASCII pieces
-        // only), but the bytes loaded past its end may not be:
-        // clearing the top bits keeps them ASCII until they are cut off.
-        let lowered = ((x | (upper >> 2)) & !HIGH).to_le_bytes();
-        out.extend_from_slice(&lowered);
-        at += 8;
+    let n = end - start;
+    let len = out.len() + n;
+    out.reserve(n + 8);
+    let first = lower8(load8(text, start));
+    out.extend_from_slice(&first.to_le_bytes());
+    let mut keys = [key_of_lanes(first, n), 0];
+    if n > 8 {
+        let second = lower8(load8(text, start + 8));
+        out.extend_from_slice(&second.to_le_bytes());
+        keys[1] = key_of_lanes(second, n - 8);
+        let mut at = start + 16;
+        while at < end {
+            out.extend_from_slice(&lower8(load8(text, at)).to_le_bytes());
+            at += 8;
+        }
     }
     out.truncate(len);
+    keys
 }
 
 /// The 8-bit mask of the lanes of `lanes` whose top bit is set (lane `i`
@@ -501,6 +528,15 @@ fn push_lowercase(out: &mut String, text: &str) {
     }
 }
 
+impl MailWordStream<'_> {
+    /// The current token's first 16 bytes as two big-endian integers padded
+    /// with zeros (the keys a token set looks a word up by), if the stream
+    /// has them: it does for the words of ASCII text, read off the copy.
+    pub(crate) fn word_keys(&self) -> Option<[u64; 2]> {
+        self.keys
+    }
+}
+
 impl TokenStream for MailWordStream<'_> {
     fn advance(&mut self) -> bool {
         while let Some((start, word_end)) = self.next_word() {
@@ -515,11 +551,17 @@ impl TokenStream for MailWordStream<'_> {
                 None => word_end,
             };
             self.token.text.clear();
-            if matches!(self.piece, Piece::Ascii(_)) {
-                push_ascii_lowercase(&mut self.token.text, self.text.as_bytes(), start, end);
+            self.keys = if matches!(self.piece, Piece::Ascii(_)) {
+                Some(push_ascii_lowercase(
+                    &mut self.token.text,
+                    self.text.as_bytes(),
+                    start,
+                    end,
+                ))
             } else {
                 push_lowercase(&mut self.token.text, &self.text[start..end]);
-            }
+                None
+            };
             self.token.offset_from = start;
             self.token.offset_to = end;
             self.token.position = self.position;
