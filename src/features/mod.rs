@@ -161,8 +161,9 @@ impl Extractor {
                 set.push("CS:", cs);
             }
         }
+        let mut host = String::new();
         for link in &msg.links {
-            if let Some(host) = tokenize::url_host(link) {
+            if tokenize::write_url_host(link, &mut host) {
                 urls += 1;
                 tokenize::push_host(set, &host);
             }
@@ -467,45 +468,52 @@ fn push_decimal(out: &mut String, n: u8) {
 /// longer dotted run), found as they are asked for.
 fn ipv4_addresses(text: &str) -> impl Iterator<Item = [u8; 4]> + '_ {
     let bytes = text.as_bytes();
-    let mut i = 0;
+    let mut next = 0;
     std::iter::from_fn(move || {
-        while i < bytes.len() {
-            if !bytes[i].is_ascii_digit() {
-                i += 1;
-                continue;
-            }
-            // A run of digits and dots: this runs over every Received
-            // header, so parse by hand without allocating.
-            let start = i;
-            while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
-                i += 1;
-            }
+        // This runs over every Received header: the scan keeps its place
+        // in a local (the iterator's own field would be stored to memory
+        // at every byte) and parses by hand without allocating.
+        let mut i = next;
+        let found = loop {
+            let Some(skip) = bytes[i..].iter().position(u8::is_ascii_digit) else {
+                i = bytes.len();
+                break None;
+            };
+            // A run of digits and dots.
+            let start = i + skip;
+            let run = bytes[start..]
+                .iter()
+                .position(|&b| !b.is_ascii_digit() && b != b'.');
+            i = run.map_or(bytes.len(), |r| start + r);
             if start > 0 && bytes[start - 1] == b'.' {
                 continue;
             }
-            let mut ip = [0u8; 4];
-            let mut octets = 0;
-            let mut ok = true;
-            for part in bytes[start..i].split(|&b| b == b'.') {
-                let value = part.iter().try_fold(0u16, |v, &d| {
-                    let v = v * 10 + u16::from(d - b'0');
-                    (v <= 255).then_some(v)
-                });
-                match (value, part.len(), octets) {
-                    (Some(v), 1..=3, 0..=3) => ip[octets] = v as u8,
-                    _ => {
-                        ok = false;
-                        break;
-                    }
-                }
-                octets += 1;
+            if let Some(ip) = dotted_quad(&bytes[start..i]) {
+                break Some(ip);
             }
-            if ok && octets == 4 {
-                return Some(ip);
-            }
-        }
-        None
+        };
+        next = i;
+        found
     })
+}
+
+/// The address `run` (digits and dots) spells as a dotted quad, if it is
+/// exactly one.
+fn dotted_quad(run: &[u8]) -> Option<[u8; 4]> {
+    let mut ip = [0u8; 4];
+    let mut octets = 0;
+    for part in run.split(|&b| b == b'.') {
+        let value = part.iter().try_fold(0u16, |v, &d| {
+            let v = v * 10 + u16::from(d - b'0');
+            (v <= 255).then_some(v)
+        })?;
+        if !(1..=3).contains(&part.len()) || octets == 4 {
+            return None;
+        }
+        ip[octets] = value as u8;
+        octets += 1;
+    }
+    (octets == 4).then_some(ip)
 }
 
 /// The lower-cased domain of a Message-ID (`<local@domain>`).
@@ -545,16 +553,21 @@ fn extension(filename: &str) -> Option<String> {
 /// whitespace, UTF-8 continuation bytes, ASCII bytes).
 fn byte_counts(bytes: &[u8]) -> [usize; 5] {
     let mut total = [0usize; 5];
-    // One pass with byte-wide counters (flushed before they can overflow)
-    // lets the compiler count 16 or 32 bytes per instruction.
-    for chunk in bytes.chunks(255) {
+    // One pass with byte-wide counters, flushed before they can overflow,
+    // lets the compiler count 16 or 32 bytes per instruction: every class
+    // is a range or two, tested by one wrapping subtraction and one
+    // compare each, and chunks are a multiple of 32 bytes long, so only
+    // a text's last bytes are counted one at a time.
+    for chunk in bytes.chunks(240) {
         let mut n = [0u8; 5];
         for &b in chunk {
-            n[0] += u8::from(b.is_ascii_uppercase());
-            n[1] += u8::from(b.is_ascii_alphabetic());
-            n[2] += u8::from(b.is_ascii_whitespace());
-            n[3] += u8::from(b & 0xC0 == 0x80);
-            n[4] += u8::from(b < 0x80);
+            n[0] += u8::from(b.wrapping_sub(b'A') < 26);
+            n[1] += u8::from((b | 0x20).wrapping_sub(b'a') < 26);
+            // `\t` `\n` `\x0c` `\r` and space (what `is_ascii_whitespace`
+            // takes): 9 to 13 but 11, or 32.
+            n[2] += u8::from(b.wrapping_sub(9) < 5) - u8::from(b == 11) + u8::from(b == b' ');
+            n[3] += u8::from((b as i8) < -64);
+            n[4] += u8::from((b as i8) >= 0);
         }
         for (t, n) in total.iter_mut().zip(n) {
             *t += usize::from(n);
@@ -764,6 +777,53 @@ mod tests {
                 proptest::prop_assert_eq!(parsed.len(), 1);
                 proptest::prop_assert_eq!(&parsed[0], &(name.to_owned(), addr.to_lowercase()));
             }
+        }
+
+        /// The vectorisable counts are the standard library's predicates,
+        /// over texts long enough to span several chunks.
+        #[test]
+        fn byte_counts_are_the_ascii_classes(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..800)
+        ) {
+            let count = |f: fn(&u8) -> bool| bytes.iter().filter(|b| f(b)).count();
+            proptest::prop_assert_eq!(
+                byte_counts(&bytes),
+                [
+                    count(u8::is_ascii_uppercase),
+                    count(u8::is_ascii_alphabetic),
+                    count(u8::is_ascii_whitespace),
+                    count(|b| b & 0xC0 == 0x80),
+                    count(u8::is_ascii),
+                ]
+            );
+        }
+
+        /// The scan finds the dotted quads a split into runs of digits and
+        /// dots finds: runs not led by a dot, of four parts of one to
+        /// three digits, each at most 255.
+        #[test]
+        fn ipv4_addresses_are_the_dotted_quads(
+            text in "([0-9]{1,4}|25[0-9]|\\.|\\.\\.|[a ;\\[\\]]){0,24}"
+        ) {
+            let expected: Vec<[u8; 4]> = text
+                .split(|c: char| !c.is_ascii_digit() && c != '.')
+                .filter(|run| !run.starts_with('.'))
+                .filter_map(|run| {
+                    let parts: Vec<&str> = run.split('.').collect();
+                    let mut ip = [0u8; 4];
+                    if parts.len() != 4 {
+                        return None;
+                    }
+                    for (octet, part) in ip.iter_mut().zip(&parts) {
+                        if part.is_empty() || part.len() > 3 {
+                            return None;
+                        }
+                        *octet = part.parse().ok()?;
+                    }
+                    Some(ip)
+                })
+                .collect();
+            proptest::prop_assert_eq!(ipv4_addresses(&text).collect::<Vec<_>>(), expected);
         }
     }
 
