@@ -500,6 +500,11 @@ fn ipv4_addresses(text: &str) -> impl Iterator<Item = [u8; 4]> + '_ {
 /// The address `run` (digits and dots) spells as a dotted quad, if it is
 /// exactly one.
 fn dotted_quad(run: &[u8]) -> Option<[u8; 4]> {
+    // `0.0.0.0` to `255.255.255.255`: most runs (ids, times, versions)
+    // are told apart by their length alone.
+    if !(7..=15).contains(&run.len()) {
+        return None;
+    }
     let mut ip = [0u8; 4];
     let mut octets = 0;
     for part in run.split(|&b| b == b'.') {
