@@ -99,14 +99,18 @@ fn sort_spans(spans: &mut Vec<Span>, scratch: &mut Vec<Span>, arena: &[u8]) {
             bucket.sort_unstable_by_key(wide);
         }
     }
-    let mut i = 0;
+    // Neighbours are compared by their keys alone; a tie starts a run.
+    let mut i = 1;
     while i < spans.len() {
-        let key = wide(&spans[i]);
-        let run = spans[i..].iter().take_while(|s| wide(s) == key).count();
-        if run > 1 {
-            spans[i..i + run].sort_unstable_by(|x, y| x.text(arena).cmp(y.text(arena)));
+        if spans[i].keys != spans[i - 1].keys {
+            i += 1;
+            continue;
         }
-        i += run;
+        let start = i - 1;
+        let keys = spans[start].keys;
+        let run = spans[start..].iter().take_while(|s| s.keys == keys).count();
+        spans[start..start + run].sort_unstable_by(|x, y| x.text(arena).cmp(y.text(arena)));
+        i = start + run + 1;
     }
 }
 
