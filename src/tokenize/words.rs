@@ -292,8 +292,59 @@ fn joins(before: u8, mid: u8, after: u8) -> bool {
 }
 
 /// One bit per byte of `block` (bit `i` for byte `i`), set where the byte
-/// is a letter, a digit or `_`.
+/// is a letter, a digit or `_` (the bytes are ASCII: the scanner only
+/// reads ASCII pieces). On x86_64, SSE2 (part of every x86_64 processor)
+/// classes sixteen bytes in a few compares and takes their bits in one
+/// `movemask`, some six times fewer instructions than eight bytes at a time
+/// in general-purpose registers ([`word_bits_swar`], the other targets'
+/// way).
+#[cfg(target_arch = "x86_64")]
 fn word_bits(block: &[u8; 64]) -> u64 {
+    // SAFETY: SSE2 is part of the x86_64 baseline, so every processor this
+    // code can run on has it.
+    unsafe { word_bits_sse2(block) }
+}
+
+/// [`word_bits`] sixteen bytes at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn word_bits_sse2(block: &[u8; 64]) -> u64 {
+    use std::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_cmplt_epi8, _mm_movemask_epi8,
+        _mm_or_si128, _mm_set_epi64x, _mm_set1_epi8,
+    };
+    /// Lanes of `x` from `lo` to `hi` (ASCII) set. The compares are
+    /// signed: a byte from 0x80 up would be negative, in no range.
+    #[target_feature(enable = "sse2")]
+    fn between(x: __m128i, lo: u8, hi: u8) -> __m128i {
+        let above = _mm_cmpgt_epi8(x, _mm_set1_epi8(lo as i8 - 1));
+        let below = _mm_cmplt_epi8(x, _mm_set1_epi8(hi as i8 + 1));
+        _mm_and_si128(above, below)
+    }
+    let mut bits = 0;
+    for (i, chunk) in block.chunks_exact(16).enumerate() {
+        let mut lo = [0; 8];
+        let mut hi = [0; 8];
+        lo.copy_from_slice(&chunk[..8]);
+        hi.copy_from_slice(&chunk[8..]);
+        let x = _mm_set_epi64x(i64::from_le_bytes(hi), i64::from_le_bytes(lo));
+        let letters = between(_mm_or_si128(x, _mm_set1_epi8(0x20)), b'a', b'z');
+        let digits = between(x, b'0', b'9');
+        let underscores = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'_' as i8));
+        let word = _mm_or_si128(_mm_or_si128(letters, digits), underscores);
+        bits |= u64::from(_mm_movemask_epi8(word) as u16) << (16 * i);
+    }
+    bits
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn word_bits(block: &[u8; 64]) -> u64 {
+    word_bits_swar(block)
+}
+
+/// [`word_bits`] eight bytes at a time in a `u64`.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn word_bits_swar(block: &[u8; 64]) -> u64 {
     let mut bits = 0;
     for (i, chunk) in block.chunks_exact(8).enumerate() {
         let mut bytes = [0; 8];
@@ -635,6 +686,22 @@ mod tests {
                         "byte {b:#x} lane {lane}"
                     );
                     assert_eq!(lanes & !HIGH, 0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn word_bits_class_every_ascii_byte_at_every_position() {
+        for b in 0..128u8 {
+            for at in 0..64 {
+                for filler in [b'a', b' ', b'_', b'Z', b'9', 0x7f, 0] {
+                    let mut block = [filler; 64];
+                    block[at] = b;
+                    let bits = word_bits(&block);
+                    assert_eq!(bits, word_bits_swar(&block), "byte {b:#x} at {at}");
+                    let want = class(b) != Class::Other;
+                    assert_eq!(bits >> at & 1 == 1, want, "byte {b:#x} at {at}");
                 }
             }
         }
