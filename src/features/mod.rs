@@ -528,20 +528,29 @@ fn dotted_quad(run: &[u8]) -> Option<[u8; 4]> {
     if !(7..=15).contains(&run.len()) {
         return None;
     }
+    // One pass: a part ends at a dot or at the end of the run.
     let mut ip = [0u8; 4];
-    let mut octets = 0;
-    for part in run.split(|&b| b == b'.') {
-        let value = part.iter().try_fold(0u16, |v, &d| {
-            let v = v * 10 + u16::from(d - b'0');
-            (v <= 255).then_some(v)
-        })?;
-        if !(1..=3).contains(&part.len()) || octets == 4 {
-            return None;
+    let (mut octet, mut value, mut digits) = (0, 0u16, 0);
+    for &b in run {
+        if b == b'.' {
+            if digits == 0 || octet == 3 {
+                return None;
+            }
+            ip[octet] = value as u8;
+            (octet, value, digits) = (octet + 1, 0, 0);
+        } else {
+            value = value * 10 + u16::from(b - b'0');
+            digits += 1;
+            if digits > 3 || value > 255 {
+                return None;
+            }
         }
-        ip[octets] = value as u8;
-        octets += 1;
     }
-    (octets == 4).then_some(ip)
+    if digits == 0 || octet != 3 {
+        return None;
+    }
+    ip[3] = value as u8;
+    Some(ip)
 }
 
 /// The lower-cased domain of a Message-ID (`<local@domain>`).
@@ -867,6 +876,25 @@ mod tests {
                 })
                 .collect();
             proptest::prop_assert_eq!(ipv4_addresses(&text).collect::<Vec<_>>(), expected);
+        }
+    }
+
+    #[test]
+    fn dotted_quads_have_four_parts_of_one_to_three_digits_up_to_255() {
+        for (run, want) in [
+            ("1.2.3.4", Some([1, 2, 3, 4])),
+            ("255.255.255.255", Some([255; 4])),
+            ("010.0.0.1", Some([10, 0, 0, 1])),
+            ("0001.1.1.1", None),
+            ("256.1.1.1", None),
+            ("1.1.1.256", None),
+            ("1..2.3.4", None),
+            ("1.2.3.4.", None),
+            ("1.2.3", None),
+            ("1.2.3.4.5", None),
+            ("1234567", None),
+        ] {
+            assert_eq!(dotted_quad(run.as_bytes()), want, "{run}");
         }
     }
 
