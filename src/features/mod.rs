@@ -216,8 +216,9 @@ impl Extractor {
             }
         }
 
+        let url_hosts = set.url_hosts();
         let tokens = set.finish();
-        let url_hosts = tokens.count_prefixed(tokenize::URL_NAMESPACE);
+        debug_assert_eq!(url_hosts, tokens.count_prefixed(tokenize::URL_NAMESPACE));
         let (upper, letters, non_ascii, non_space, chars) = char_stats(subject, msg);
         let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let ln1p = |n: usize| (n as f64).ln_1p();

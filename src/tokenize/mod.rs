@@ -45,6 +45,8 @@ pub struct TokenSet {
     used: Vec<u32>,
     /// Room for sorting `spans`.
     scratch: Vec<Span>,
+    /// Distinct tokens pushed by [`push_host`].
+    hosts: usize,
 }
 
 /// Slots a [`TokenSet`]'s table keeps between messages (a message has
@@ -162,14 +164,17 @@ fn key_at(bytes: &[u8], at: usize) -> u64 {
 /// The keys of the token `namespace` + a word with keys `word`, for a
 /// namespace of at most 8 bytes: the word's keys shifted right past the
 /// namespace's, so the token is never put together to be looked up.
-fn keys_of(namespace: &[u8], word: [u64; 2]) -> [u64; 2] {
+/// `namespace_key` is the namespace's own key (`key_at(namespace, 0)`),
+/// which a caller pushing many words under one namespace reads once.
+fn keys_of(namespace: &[u8], namespace_key: u64, word: [u64; 2]) -> [u64; 2] {
+    debug_assert_eq!(namespace_key, key_at(namespace, 0));
     if namespace.is_empty() {
         return word;
     }
     // A shift by 8 to 64 bits, done as two so that neither reaches 64.
     let shift = 8 * namespace.len() as u32 - 1;
     [
-        key_at(namespace, 0) | (word[0] >> 1 >> shift),
+        namespace_key | (word[0] >> 1 >> shift),
         (word[0] << (63 - shift)) | (word[1] >> 1 >> shift),
     ]
 }
@@ -226,13 +231,19 @@ impl TokenSet {
     /// [`MAX_TOKEN_LEN`] or `word` is empty.
     pub fn push(&mut self, namespace: &str, word: &str) {
         let bytes = word.as_bytes();
-        self.push_keyed(namespace, word, [key_at(bytes, 0), key_at(bytes, 8)]);
+        let namespace_key = key_at(namespace.as_bytes(), 0);
+        self.push_keyed(
+            namespace,
+            namespace_key,
+            word,
+            [key_at(bytes, 0), key_at(bytes, 8)],
+        );
     }
 
     /// [`TokenSet::push`] given the keys of `word` (its first 16 bytes as
     /// [`key_at`] reads them), for a caller that has them already.
     #[inline(always)]
-    fn push_keyed(&mut self, namespace: &str, word: &str, word_keys: [u64; 2]) {
+    fn push_keyed(&mut self, namespace: &str, namespace_key: u64, word: &str, word_keys: [u64; 2]) {
         debug_assert_eq!(
             word_keys,
             [key_at(word.as_bytes(), 0), key_at(word.as_bytes(), 8)]
@@ -248,7 +259,7 @@ impl TokenSet {
         // its first 16, all in `word`) and copied into the arena only if
         // it is new.
         let (namespace, word) = (namespace.as_bytes(), word.as_bytes());
-        let keys = keys_of(namespace, word_keys);
+        let keys = keys_of(namespace, namespace_key, word_keys);
         let tail = word.get(16 - namespace.len()..).unwrap_or_default();
         if 2 * (self.spans.len() + 1) > self.slots.len() {
             self.grow();
@@ -332,6 +343,13 @@ impl TokenSet {
         self.spans.is_empty()
     }
 
+    /// Number of distinct URL host tokens so far (those [`push_host`]
+    /// pushed): the tokens under [`URL_NAMESPACE`], counted as they
+    /// arrive rather than looked up after sorting.
+    pub fn url_hosts(&self) -> usize {
+        self.hosts
+    }
+
     /// The sorted, de-duplicated tokens; leaves the set empty for reuse.
     pub fn finish(&mut self) -> TokenList {
         sort_spans(&mut self.spans, &mut self.scratch, &self.arena);
@@ -349,6 +367,7 @@ impl TokenSet {
         };
         self.arena.clear();
         self.spans.clear();
+        self.hosts = 0;
         // Empty the slots in use; after a huge message, start the next one
         // with a small table instead.
         if self.slots.len() > SLOTS_KEPT {
@@ -553,6 +572,7 @@ impl Analyzer {
     /// ```
     pub fn tokenize(&mut self, text: &str, namespace: &str, sink: &mut TokenSet) -> usize {
         let mut urls = 0;
+        let namespace_key = key_at(namespace.as_bytes(), 0);
         let mut stream = self.pipeline.token_stream(text);
         while stream.advance() {
             let token = stream.token();
@@ -565,7 +585,7 @@ impl Analyzer {
                 push_host(sink, host);
             } else {
                 match stream.word_keys() {
-                    Some(keys) => sink.push_keyed(namespace, &token.text, keys),
+                    Some(keys) => sink.push_keyed(namespace, namespace_key, &token.text, keys),
                     None => sink.push(namespace, &token.text),
                 }
             }
@@ -579,16 +599,16 @@ impl Analyzer {
 /// country code with a short second level such as `co.uk`). IP-address hosts
 /// also give the token `URL:ip-address`.
 pub fn push_host(sink: &mut TokenSet, host: &str) {
+    let before = sink.len();
     sink.push(URL_NAMESPACE, host);
     if is_ip_like(host) {
         sink.push(URL_NAMESPACE, "ip-address");
-        return;
-    }
-    if let Some(parent) = parent_domain(host)
+    } else if let Some(parent) = parent_domain(host)
         && parent != host
     {
         sink.push(URL_NAMESPACE, parent);
     }
+    sink.hosts += sink.len() - before;
 }
 
 /// The registrable-looking suffix of a host name.
@@ -954,6 +974,23 @@ impl<S: KeyedStream, F: Rewrite> KeyedStream for MapFilterStream<S, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_hosts_are_counted_as_they_arrive() {
+        let mut set = TokenSet::default();
+        let text = "see http://a.example.com/x, http://A.example.com/y and http://10.0.0.1/ \
+            or www.b.example.com";
+        assert_eq!(Analyzer::new().tokenize(text, "", &mut set), 4);
+        push_host(&mut set, "c.example.org");
+        push_host(&mut set, "c.example.org");
+        set.push("", "url");
+        // a.example.com, example.com, 10.0.0.1, ip-address, b.example.com,
+        // c.example.org, example.org.
+        assert_eq!(set.url_hosts(), 7);
+        let list = set.finish();
+        assert_eq!(list.count_prefixed(URL_NAMESPACE), 7);
+        assert_eq!(set.url_hosts(), 0);
+    }
 
     /// The pipeline as a tantivy `TextAnalyzer`, built the usual way.
     fn text_analyzer() -> tantivy::tokenizer::TextAnalyzer {
