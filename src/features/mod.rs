@@ -277,22 +277,20 @@ enum Name {
 impl Name {
     /// The header `name` is (case-insensitively), if features use it.
     fn of(name: &str) -> Option<Name> {
-        // Lower-cased into a buffer as long as the longest name used, so
-        // one `match` on the bytes compares lengths first, then bytes.
-        let mut buf = [0u8; 10];
-        let lower = buf.get_mut(..name.len())?;
-        lower.copy_from_slice(name.as_bytes());
-        lower.make_ascii_lowercase();
-        Some(match &*lower {
-            b"subject" => Name::Subject,
-            b"from" => Name::From,
-            b"reply-to" => Name::ReplyTo,
-            b"x-mailer" => Name::XMailer,
-            b"user-agent" => Name::UserAgent,
-            b"message-id" => Name::MessageId,
-            b"date" => Name::Date,
-            b"received" => Name::Received,
-            b"to" | b"cc" => Name::ToOrCc,
+        // Its length first: most names are of none of these lengths, and
+        // the rest are compared with a few names each, in place (copying a
+        // name of any length into a buffer costs a `memcpy` call).
+        let is = |want: &str| name.eq_ignore_ascii_case(want);
+        Some(match name.len() {
+            2 if is("to") || is("cc") => Name::ToOrCc,
+            4 if is("from") => Name::From,
+            4 if is("date") => Name::Date,
+            7 if is("subject") => Name::Subject,
+            8 if is("received") => Name::Received,
+            8 if is("reply-to") => Name::ReplyTo,
+            8 if is("x-mailer") => Name::XMailer,
+            10 if is("user-agent") => Name::UserAgent,
+            10 if is("message-id") => Name::MessageId,
             _ => return None,
         })
     }
@@ -877,6 +875,32 @@ mod tests {
                 })
                 .collect();
             proptest::prop_assert_eq!(ipv4_addresses(&text).collect::<Vec<_>>(), expected);
+        }
+    }
+
+    #[test]
+    fn header_names_are_known_in_any_case() {
+        for (name, want) in [
+            ("Subject", Some(Name::Subject)),
+            ("FROM", Some(Name::From)),
+            ("reply-TO", Some(Name::ReplyTo)),
+            ("X-Mailer", Some(Name::XMailer)),
+            ("User-Agent", Some(Name::UserAgent)),
+            ("Message-ID", Some(Name::MessageId)),
+            ("dATE", Some(Name::Date)),
+            ("Received", Some(Name::Received)),
+            ("To", Some(Name::ToOrCc)),
+            ("cC", Some(Name::ToOrCc)),
+            ("Bcc", None),
+            ("Form", None),
+            ("Subjects", None),
+            ("X-Mailers", None),
+            ("Message-Id2", None),
+            ("Content-Type", None),
+            ("", None),
+            ("Réceived", None),
+        ] {
+            assert_eq!(Name::of(name), want, "{name}");
         }
     }
 
