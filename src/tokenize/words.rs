@@ -384,6 +384,10 @@ impl AsciiWords {
     }
 
     /// The word bits of the block at `self.base`; zeros past the line's end.
+    /// Out of line: once per 64 bytes, and inlined it makes the word
+    /// stream's `advance` save more registers on every word (2% of the
+    /// extraction's time, same instructions).
+    #[inline(never)]
     fn block(&self, line: &[u8]) -> u64 {
         let mut block = [0; 64];
         match line.get(self.base..self.base + 64) {
