@@ -384,9 +384,9 @@ impl AsciiWords {
     }
 
     /// The word bits of the block at `self.base`; zeros past the line's end.
-    /// Out of line: once per 64 bytes, and inlined it makes the word
-    /// stream's `advance` save more registers on every word (2% of the
-    /// extraction's time, same instructions).
+    /// Out of line: it runs once per 64 bytes, and inlined into the word
+    /// stream's `advance` it made that function, called for every word,
+    /// larger.
     #[inline(never)]
     fn block(&self, line: &[u8]) -> u64 {
         let mut block = [0; 64];
