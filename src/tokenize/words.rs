@@ -295,9 +295,9 @@ fn joins(before: u8, mid: u8, after: u8) -> bool {
 /// is a letter, a digit or `_` (the bytes are ASCII: the scanner only
 /// reads ASCII pieces). On x86_64, SSE2 (part of every x86_64 processor)
 /// classes sixteen bytes in a few compares and takes their bits in one
-/// `movemask`, some six times fewer instructions than eight bytes at a time
-/// in general-purpose registers ([`word_bits_swar`], the other targets'
-/// way).
+/// `movemask`, in fewer instructions than eight bytes at a time in
+/// general-purpose registers ([`word_bits_swar`], the other targets' way):
+/// the whole extraction ran 2.4% fewer instructions for it (callgrind).
 #[cfg(target_arch = "x86_64")]
 fn word_bits(block: &[u8; 64]) -> u64 {
     // SAFETY: SSE2 is part of the x86_64 baseline, so every processor this
