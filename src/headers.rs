@@ -1,23 +1,36 @@
 //! Adding our verdict headers to a message without changing anything else.
 //!
-//! [`HeaderBlock::locate`] finds where the header block of a raw message
-//! ends and which line ending it uses; [`HeaderBlock::write`] writes the
-//! message with our fields inserted at the end of the header block. Every
-//! other byte goes out as it came, with one documented exception: a header
-//! field that arrives already named like one of ours ([`OURS`], say a
-//! spammer's forged `X-Spam-Status: No`) is renamed by putting
-//! [`RENAMED_PREFIX`] in front of its name (`Old-X-Spam-Status: No`), the
-//! convention of `formail -i`. Rules that match `^X-Spam-Status:` then see
-//! only our verdict, and the old value stays readable.
+//! [`HeaderBlock::locate`] checks that a raw message starts with a header
+//! block we can add to and finds where our fields go; [`HeaderBlock::start`]
+//! writes the message up to there and our fields, and returns a [`Renamer`]
+//! through which the rest of the message is written, in one piece or in
+//! chunks. Every byte goes out as it came, with two documented changes:
 //!
-//! The header block is the lines from the start of the message that are
-//! header fields (`Name: value`, name of printable ASCII without spaces),
-//! their folded continuation lines, and a first-line mbox envelope
-//! (`From sender date`, which procmail and other local delivery agents pass
-//! along). It ends at the first other line: normally the blank line before
-//! the body; for a malformed message, the first line that is not a header.
-//! A message whose first line is not a header field has no header block we
-//! can add to.
+//! - **Our fields go at the top**, after a first-line mbox envelope
+//!   (`From sender date`) if there is one, as trace fields are added. Every
+//!   consumer reads the top of a message first, so none misses them however
+//!   long or malformed the rest of the header block is, and where the
+//!   header block ends does not matter.
+//! - **Forged fields are renamed.** A line of the header region that starts
+//!   with the name of one of [`OURS`] (any case) followed by `:`, a space or
+//!   a tab (say a spammer's `X-Spam-Flag: YES`) gets [`RENAMED_PREFIX`] in
+//!   front (`Old-X-Spam-Flag: YES`), the convention of `formail -i`. Rules
+//!   that match `^X-Spam-Flag:` then see only ours, and the old value stays
+//!   readable. The header region here is the widest any consumer reads: it
+//!   runs to the first empty line (`\n` or `\r\n`), past malformed lines
+//!   (8-bit or NUL bytes in a name, a stray `From ` line, a line starting
+//!   with `:`) that end the header block for our own parser, because
+//!   procmail, maildrop or sieve may read on.
+//!
+//! Our fields go on every message except two kinds, which go out without
+//! them (forged fields still renamed): empty input (or an envelope line
+//! alone), and a message whose first line (after an optional envelope
+//! line) starts with a space or a tab, which would read as a continuation
+//! of our last field. A message whose first line is not a well-formed
+//! field (binary junk, a body without headers, an 8-bit field name) still
+//! gets them: its header block ends at that line, which starts the body,
+//! before our fields are added and after, so nothing reads differently; and
+//! a spammer cannot dodge our verdict by starting with a broken line.
 
 use std::io::{self, Write};
 
@@ -29,28 +42,21 @@ pub const OURS: [&str; 2] = ["X-Spam-Flag", "X-Spam-Status"];
 /// the message.
 pub const RENAMED_PREFIX: &str = "Old-";
 
-/// Where a message's header block ends, and what needs renaming in it.
+/// Where our fields go in a message, and with which line ending.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderBlock {
-    /// Byte offset just past the last line of the header block (the start
-    /// of the blank separator line, of the body, or the end of the input).
-    end: usize,
-    /// The line ending of the header block: `\r\n` if its first line ends
-    /// so, else `\n`.
+    /// Byte offset of the first header line: just past the envelope line,
+    /// or 0.
+    top: usize,
+    /// The line ending of the message: `\r\n` if its first line ends so,
+    /// else `\n`.
     eol: &'static [u8],
-    /// The header block runs to the end of the input without a final line
-    /// ending, so one must be written before our fields.
-    unterminated: bool,
-    /// The block runs to the end of the input (no blank line or body seen).
-    at_input_end: bool,
-    /// Offsets of the lines that start a field named like one of ours.
-    ours: Vec<usize>,
 }
 
 impl HeaderBlock {
-    /// Finds the header block of `raw`, or `None` if the message does not
-    /// start with a header field (after an optional mbox envelope line), or
-    /// with the blank line of an empty header block.
+    /// Finds where our fields go in `raw`, or `None` if they cannot go in
+    /// (see the module documentation). Only the first two lines are read,
+    /// so a prefix of a long message is enough.
     ///
     /// ```
     /// use bayesmail::headers::HeaderBlock;
@@ -61,93 +67,49 @@ impl HeaderBlock {
     /// block.write(&mut out, raw, &[("X-Spam-Status", "Yes")]).unwrap();
     /// assert_eq!(
     ///     out,
-    ///     b"Subject: hi\r\nOld-X-Spam-Status: No\r\nX-Spam-Status: Yes\r\n\r\nbody\r\n"
+    ///     b"X-Spam-Status: Yes\r\nSubject: hi\r\nOld-X-Spam-Status: No\r\n\r\nbody\r\n"
     /// );
-    /// assert!(HeaderBlock::locate(b"\x89PNG\r\n").is_none());
+    /// assert!(HeaderBlock::locate(b" folded: no\r\n").is_none());
     /// ```
     pub fn locate(raw: &[u8]) -> Option<HeaderBlock> {
-        let mut block = HeaderBlock {
-            end: raw.len(),
-            eol: b"\n",
-            unterminated: false,
-            at_input_end: true,
-            ours: Vec::new(),
+        let (first, after_first) = line_at(raw, 0)?;
+        let eol: &'static [u8] = if first.ends_with(b"\r\n") {
+            b"\r\n"
+        } else {
+            b"\n"
         };
-        let mut fields = 0usize;
-        let mut at = 0;
-        let mut first = true;
-        while at < raw.len() {
-            let (line, next) = match memchr::memchr(b'\n', &raw[at..]) {
-                Some(p) => (&raw[at..at + p], at + p + 1),
-                None => (&raw[at..], raw.len()),
-            };
-            if first && line.ends_with(b"\r") && raw[next - 1] == b'\n' {
-                block.eol = b"\r\n";
+        let (top, line) = if first.starts_with(b"From ") {
+            if !first.ends_with(b"\n") {
+                return None;
             }
-            let content = line.strip_suffix(b"\r").unwrap_or(line);
-            let kind = if first && content.starts_with(b"From ") {
-                Line::Envelope
-            } else if fields > 0 && matches!(content.first(), Some(b' ' | b'\t')) {
-                Line::Continuation
-            } else if let Some(name) = field_name(content) {
-                fields += 1;
-                if OURS.iter().any(|o| o.as_bytes().eq_ignore_ascii_case(name)) {
-                    block.ours.push(at);
-                }
-                Line::Field
-            } else {
-                Line::Other
-            };
-            if kind == Line::Other {
-                if fields == 0 && !(content.is_empty() && (first || at_envelope_end(raw, at))) {
-                    return None;
-                }
-                block.end = at;
-                block.at_input_end = false;
-                return Some(block);
-            }
-            first = false;
-            at = next;
-        }
-        if fields == 0 {
-            return None;
-        }
-        block.unterminated = !raw.ends_with(b"\n");
-        Some(block)
+            (
+                after_first,
+                line_at(raw, after_first).map_or(&b""[..], |l| l.0),
+            )
+        } else {
+            (0, first)
+        };
+        let continuation = matches!(line.first(), Some(b' ' | b'\t'));
+        (!continuation).then_some(HeaderBlock { top, eol })
     }
 
-    /// True if the header block runs to the end of the input: no blank line
-    /// and no body were found. For a prefix of a longer message, that means
-    /// the header block was not found within the prefix.
-    pub fn at_input_end(&self) -> bool {
-        self.at_input_end
-    }
-
-    /// The header block's line ending.
+    /// The message's line ending, which our fields use too.
     pub fn eol(&self) -> &'static [u8] {
         self.eol
     }
 
-    /// Writes `raw` (the input `locate` was given) with fields of ours
-    /// already present renamed and `fields` (name, value) inserted at the
-    /// end of the header block, each on its own line with the block's line
-    /// ending. Values must be one line.
-    pub fn write(
+    /// Writes the start of `raw` (the input `locate` was given, or a prefix
+    /// of the message at least that long) up to where our fields go, then
+    /// `fields` (name, value), each on its own line. Returns the renamer
+    /// through which the rest of the message, from [`HeaderBlock::top`] on,
+    /// must be written. Values must be one line.
+    pub fn start(
         &self,
         out: &mut dyn Write,
         raw: &[u8],
         fields: &[(&str, impl AsRef<str>)],
-    ) -> io::Result<()> {
-        let mut from = 0;
-        for &at in &self.ours {
-            out.write_all(&raw[from..at])?;
-            out.write_all(RENAMED_PREFIX.as_bytes())?;
-            from = at;
-        }
-        out.write_all(&raw[from..self.end])?;
-        if self.unterminated {
-            out.write_all(self.eol)?;
-        }
+    ) -> io::Result<Renamer> {
+        out.write_all(&raw[..self.top])?;
         for (name, value) in fields {
             let value = value.as_ref();
             debug_assert!(!value.contains(['\r', '\n']), "header values are one line");
@@ -156,42 +118,142 @@ impl HeaderBlock {
             out.write_all(value.as_bytes())?;
             out.write_all(self.eol)?;
         }
-        out.write_all(&raw[self.end..])
+        Ok(Renamer::default())
+    }
+
+    /// Offset in the message where the part written through the renamer
+    /// starts.
+    pub fn top(&self) -> usize {
+        self.top
+    }
+
+    /// Writes the whole of `raw` with `fields` added and fields of ours
+    /// already present renamed.
+    pub fn write(
+        &self,
+        out: &mut dyn Write,
+        raw: &[u8],
+        fields: &[(&str, impl AsRef<str>)],
+    ) -> io::Result<()> {
+        let mut renamer = self.start(out, raw, fields)?;
+        renamer.write(out, &raw[self.top..])?;
+        renamer.finish(out)
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Line {
-    Envelope,
-    Field,
-    Continuation,
-    Other,
+/// Writes a message's header region through, renaming fields named like
+/// ours (see the module documentation); everything after the first empty
+/// line goes through as it is. Takes the message in chunks of any size and
+/// holds back at most the start of one line (a few bytes), so memory stays
+/// bounded whatever the input.
+#[derive(Debug, Default)]
+pub struct Renamer {
+    state: State,
+    /// The start of the current line, held until it is known whether it
+    /// names a field of ours (at most the longest name and one byte).
+    pending: Vec<u8>,
 }
 
-/// True if the line starting at `at` directly follows a first-line mbox
-/// envelope (`From …`): a message that is an envelope line, then a blank
-/// line, has an empty header block.
-fn at_envelope_end(raw: &[u8], at: usize) -> bool {
-    raw.starts_with(b"From ") && memchr::memchr(b'\n', raw).is_some_and(|p| p + 1 == at)
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// At the start of a header line (`pending` holds what was read of it).
+    #[default]
+    LineStart,
+    /// Inside a header line that has been decided.
+    InLine,
+    /// Past the header region: bytes go through.
+    Body,
 }
 
-/// The name of a header field line (`Name: value` or `Name : value`), or
-/// `None` if the line is not one. Names are printable ASCII without `:`
-/// (RFC 5322 `ftext`).
-fn field_name(line: &[u8]) -> Option<&[u8]> {
-    let colon = memchr::memchr(b':', line)?;
-    let name = line[..colon].trim_ascii_end();
-    let ok = !name.is_empty()
-        && name.iter().all(|&b| (33..=126).contains(&b))
-        && line[name.len()..colon]
-            .iter()
-            .all(|&b| b == b' ' || b == b'\t');
-    ok.then_some(name)
+impl Renamer {
+    /// Writes `chunk`, the next bytes of the message.
+    pub fn write(&mut self, out: &mut dyn Write, mut chunk: &[u8]) -> io::Result<()> {
+        while !chunk.is_empty() {
+            match self.state {
+                State::Body => return out.write_all(chunk),
+                State::InLine => match memchr::memchr(b'\n', chunk) {
+                    Some(p) => {
+                        out.write_all(&chunk[..=p])?;
+                        chunk = &chunk[p + 1..];
+                        self.state = State::LineStart;
+                    }
+                    None => return out.write_all(chunk),
+                },
+                State::LineStart => {
+                    self.pending.push(chunk[0]);
+                    chunk = &chunk[1..];
+                    self.decide(out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is held back at the end of the message.
+    pub fn finish(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(&self.pending)?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Looks at the start of the current line and, once it tells, writes it
+    /// (renamed if it names a field of ours) and moves on.
+    fn decide(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        let line = self.pending.as_slice();
+        let next = match line {
+            b"\n" | b"\r\n" => State::Body,
+            b"\r" => return Ok(()),
+            _ => match names_ours(line) {
+                None => return Ok(()),
+                Some(true) => {
+                    out.write_all(RENAMED_PREFIX.as_bytes())?;
+                    State::InLine
+                }
+                Some(false) if line.ends_with(b"\n") => State::LineStart,
+                Some(false) => State::InLine,
+            },
+        };
+        out.write_all(&self.pending)?;
+        self.pending.clear();
+        self.state = next;
+        Ok(())
+    }
+}
+
+/// Whether a line starting with `start` names a field of ours: `Some(true)`
+/// if it does, `Some(false)` if it cannot, `None` if more bytes are needed.
+fn names_ours(start: &[u8]) -> Option<bool> {
+    let mut undecided = false;
+    for name in OURS {
+        let name = name.as_bytes();
+        let n = start.len().min(name.len());
+        if !start[..n].eq_ignore_ascii_case(&name[..n]) {
+            continue;
+        }
+        match start.get(name.len()) {
+            None => undecided = true,
+            Some(b':' | b' ' | b'\t') => return Some(true),
+            Some(_) => {}
+        }
+    }
+    if undecided { None } else { Some(false) }
+}
+
+/// The line starting at `at` with its line ending, and the offset after it;
+/// `None` at the end of the input.
+fn line_at(raw: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    if at >= raw.len() {
+        return None;
+    }
+    let end = memchr::memchr(b'\n', &raw[at..]).map_or(raw.len(), |p| at + p + 1);
+    Some((&raw[at..end], end))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const OURS_LINE: &[u8] = b"X-Spam-Status: No, probability=0.01";
 
     fn annotate(raw: &[u8]) -> Option<Vec<u8>> {
         let block = HeaderBlock::locate(raw)?;
@@ -202,81 +264,164 @@ mod tests {
         Some(out)
     }
 
-    #[test]
-    fn inserts_before_the_blank_line_keeping_line_endings() {
-        assert_eq!(
-            annotate(b"A: 1\nB: 2\n\nbody\n\nmore\n").unwrap(),
-            b"A: 1\nB: 2\nX-Spam-Status: No, probability=0.01\n\nbody\n\nmore\n"
-        );
-        assert_eq!(
-            annotate(b"A: 1\r\nB: 2\r\n\r\nbody\r\n").unwrap(),
-            b"A: 1\r\nB: 2\r\nX-Spam-Status: No, probability=0.01\r\n\r\nbody\r\n"
-        );
+    /// `raw` with our line (and `eol`) put at offset `at`.
+    fn with_ours_at(raw: &[u8], at: usize, eol: &[u8]) -> Vec<u8> {
+        [&raw[..at], OURS_LINE, eol, &raw[at..]].concat()
     }
 
     #[test]
-    fn keeps_folded_fields_and_the_envelope_line_in_the_block() {
+    fn puts_our_fields_at_the_top_keeping_line_endings() {
+        let lf = b"A: 1\nB: 2\n\nbody\n\nmore\n";
+        assert_eq!(annotate(lf).unwrap(), with_ours_at(lf, 0, b"\n"));
+        let crlf = b"A: 1\r\nB: 2\r\n\r\nbody\r\n";
+        assert_eq!(annotate(crlf).unwrap(), with_ours_at(crlf, 0, b"\r\n"));
+    }
+
+    #[test]
+    fn goes_after_the_envelope_line() {
+        let raw = b"From a@b Mon Jan  1 00:00:00 2024\nSubject: a\n  b\n\nbody";
+        let after_envelope = raw.iter().position(|&b| b == b'\n').unwrap() + 1;
         assert_eq!(
-            annotate(b"From a@b Mon Jan  1 00:00:00 2024\nSubject: a\n  b\n\nbody").unwrap(),
-            b"From a@b Mon Jan  1 00:00:00 2024\nSubject: a\n  b\nX-Spam-Status: No, probability=0.01\n\nbody"
+            annotate(raw).unwrap(),
+            with_ours_at(raw, after_envelope, b"\n")
+        );
+        let empty_block = b"From x\n\nbody\n";
+        assert_eq!(
+            annotate(empty_block).unwrap(),
+            with_ours_at(empty_block, 7, b"\n")
         );
     }
 
     #[test]
     fn renames_fields_of_ours_whatever_their_case() {
         let raw = b"x-spam-status: No,\n  forged\nX-Spam-Flag : YES\nX-Spam-Level: **\n\nX-Spam-Status: in body\n";
-        assert_eq!(
-            annotate(raw).unwrap(),
-            b"Old-x-spam-status: No,\n  forged\nOld-X-Spam-Flag : YES\nX-Spam-Level: **\nX-Spam-Status: No, probability=0.01\n\nX-Spam-Status: in body\n"
-        );
+        let mut want = OURS_LINE.to_vec();
+        want.extend_from_slice(b"\nOld-x-spam-status: No,\n  forged\nOld-X-Spam-Flag : YES\nX-Spam-Level: **\n\nX-Spam-Status: in body\n");
+        assert_eq!(annotate(raw).unwrap(), want);
+    }
+
+    #[test]
+    fn renames_forged_fields_after_malformed_lines() {
+        // Each malformed line ends the header block for a strict parser but
+        // not for every consumer, so the field after it is still renamed.
+        for bad in [
+            &b"X-B\xe4d: 8-bit name"[..],
+            b"X-N\0l: nul in name",
+            b"From someone else",
+            b": x",
+            b"not a header at all",
+            b"\rX-Spam-Flag: YES",
+        ] {
+            let raw = [b"Subject: hi\n", bad, b"\nX-Spam-Flag: YES\n\nbody\n"].concat();
+            let out = annotate(&raw).unwrap();
+            let want = [
+                OURS_LINE,
+                b"\nSubject: hi\n",
+                bad,
+                b"\nOld-X-Spam-Flag: YES\n\nbody\n",
+            ]
+            .concat();
+            assert_eq!(out, want, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn leaves_look_alikes_continuations_and_the_body_alone() {
+        let raw =
+            b"X-Spam-Flagged: x\nX-Spam-Statu: y\nA: 1\n X-Spam-Flag: YES\n\r\nX-Spam-Flag: YES\n";
+        assert_eq!(annotate(raw).unwrap(), with_ours_at(raw, 0, b"\n"));
+        let crlf = b"A: 1\r\n\r\nX-Spam-Flag: YES\r\n";
+        assert_eq!(annotate(crlf).unwrap(), with_ours_at(crlf, 0, b"\r\n"));
+    }
+
+    #[test]
+    fn chunked_writes_give_the_same_bytes() {
+        let raw =
+            b"From x\nA: 1\nX-Spam-Flag: YES\nx-spam-status:\tNo\r\nB: 2\n\nX-Spam-Flag: YES\n";
+        let block = HeaderBlock::locate(raw).unwrap();
+        let whole = annotate(raw).unwrap();
+        for size in 1..raw.len() {
+            let mut out = Vec::new();
+            let mut renamer = block
+                .start(&mut out, raw, &[("X-Spam-Status", "No, probability=0.01")])
+                .unwrap();
+            for chunk in raw[block.top()..].chunks(size) {
+                renamer.write(&mut out, chunk).unwrap();
+            }
+            renamer.finish(&mut out).unwrap();
+            assert_eq!(out, whole, "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn a_prefix_of_a_long_header_is_enough() {
+        // Where the header block ends does not matter: the fields go at the
+        // top whatever follows.
+        let mut raw = b"Subject: hi\nX-Long: ".to_vec();
+        raw.extend(std::iter::repeat_n(b'a', 100_000));
+        let block = HeaderBlock::locate(&raw[..40]).unwrap();
+        assert_eq!(block.top(), 0);
     }
 
     #[test]
     fn headers_without_body_or_final_line_end() {
-        assert_eq!(
-            annotate(b"A: 1\nB: 2").unwrap(),
-            b"A: 1\nB: 2\nX-Spam-Status: No, probability=0.01\n"
-        );
-        assert_eq!(
-            annotate(b"A: 1\r\n").unwrap(),
-            b"A: 1\r\nX-Spam-Status: No, probability=0.01\r\n"
-        );
-        assert!(HeaderBlock::locate(b"A: 1").unwrap().at_input_end());
-        assert!(!HeaderBlock::locate(b"A: 1\n\n").unwrap().at_input_end());
-    }
-
-    #[test]
-    fn malformed_header_block_ends_at_the_first_non_header_line() {
-        assert_eq!(
-            annotate(b"A: 1\nnot a header\nB: 2\n\nbody\n").unwrap(),
-            b"A: 1\nX-Spam-Status: No, probability=0.01\nnot a header\nB: 2\n\nbody\n"
-        );
+        for raw in [&b"A: 1\nB: 2"[..], b"A: 1"] {
+            assert_eq!(annotate(raw).unwrap(), with_ours_at(raw, 0, b"\n"));
+        }
+        let crlf = b"A: 1\r\n";
+        assert_eq!(annotate(crlf).unwrap(), with_ours_at(crlf, 0, b"\r\n"));
     }
 
     #[test]
     fn empty_header_block() {
         assert_eq!(
             annotate(b"\nbody\n").unwrap(),
-            b"X-Spam-Status: No, probability=0.01\n\nbody\n"
-        );
-        assert_eq!(
-            annotate(b"From x\n\nbody\n").unwrap(),
-            b"From x\nX-Spam-Status: No, probability=0.01\n\nbody\n"
+            with_ours_at(b"\nbody\n", 0, b"\n")
         );
     }
 
     #[test]
-    fn no_header_block() {
+    fn no_well_formed_header_block_still_gets_our_fields() {
         for raw in [
-            &b""[..],
-            b"just text\n\nA: 1\n",
-            b" A: 1\n",
-            b"From x\nnot a header\n",
-            b"From x",
+            &b"just text\n\nA: 1\n"[..],
             b"\x00\x01\x02",
             b"bad name: 1\n",
+            b"X-B\xe4d: 8-bit\nX-Spam-Flag: YES\n\nbody\n",
+        ] {
+            let out = annotate(raw).unwrap();
+            assert!(out.starts_with(OURS_LINE), "{raw:?}");
+            assert!(!out.windows(13).any(|w| w == b"\nX-Spam-Flag:"), "{raw:?}");
+        }
+        let envelope_only = b"From x\n";
+        assert_eq!(
+            annotate(envelope_only).unwrap(),
+            with_ours_at(envelope_only, 7, b"\n")
+        );
+    }
+
+    #[test]
+    fn where_our_fields_cannot_go() {
+        for raw in [
+            &b""[..],
+            b" A: 1\n",
+            b"\tA: 1\n",
+            b"From x\n A: 1\n",
+            b"From x",
         ] {
             assert_eq!(HeaderBlock::locate(raw), None, "{raw:?}");
         }
+    }
+
+    #[test]
+    fn forged_fields_are_renamed_without_our_fields_too() {
+        let raw = b" folded first\nX-Spam-Flag: YES\n\nX-Spam-Flag: body\n";
+        let mut out = Vec::new();
+        let mut renamer = Renamer::default();
+        renamer.write(&mut out, raw).unwrap();
+        renamer.finish(&mut out).unwrap();
+        assert_eq!(
+            out,
+            b" folded first\nOld-X-Spam-Flag: YES\n\nX-Spam-Flag: body\n"
+        );
     }
 }

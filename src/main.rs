@@ -1,11 +1,64 @@
 //! The `bayesmail` command: parses the command line, runs one command from
 //! the library, and maps the outcome to an exit code. All the work is in the
 //! library; this binary only translates.
+//!
+//! The process starts at a C `main` of its own rather than Rust's: Rust's
+//! start-up quietly reopens a closed standard stream on `/dev/null`, and
+//! then a delivery hook started with its output closed would write the
+//! message into nothing and report success. Here the standard streams are
+//! checked first, exactly as the process got them; then what Rust's start-up
+//! would do and we rely on is done by hand (SIGPIPE ignored, so a closed
+//! pipe is a write error, not a silent death).
+#![cfg_attr(not(test), no_main)]
+// Without the C `main`, nothing calls into `cli` outside its own tests.
+#![cfg_attr(test, allow(dead_code))]
 
 mod cli;
 
-use std::process::ExitCode;
+/// Which standard streams (stdin, stdout, stderr) were closed when the
+/// process started.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClosedStreams {
+    /// Standard input was closed.
+    pub stdin: bool,
+    /// Standard output was closed.
+    pub stdout: bool,
+}
 
-fn main() -> ExitCode {
-    cli::main()
+#[cfg(not(test))]
+#[unsafe(no_mangle)]
+extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    // SAFETY: fcntl(F_GETFD) only reads a descriptor's flags; it fails with
+    // EBADF on a closed one. signal() with SIG_IGN installs no handler code.
+    let closed = |fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1;
+    let streams = ClosedStreams {
+        stdin: closed(libc::STDIN_FILENO),
+        stdout: closed(libc::STDOUT_FILENO),
+    };
+    let stderr_closed = closed(libc::STDERR_FILENO);
+    // SAFETY: as above.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    // A closed descriptor must not be reused by the next file we open (the
+    // model, a mailbox) and then written to as if it were a stream: each is
+    // taken by /dev/null now that it has been recorded.
+    for (fd, was_closed) in [
+        (libc::STDIN_FILENO, streams.stdin),
+        (libc::STDOUT_FILENO, streams.stdout),
+        (libc::STDERR_FILENO, stderr_closed),
+    ] {
+        if was_closed {
+            // SAFETY: opening /dev/null takes the lowest free descriptor,
+            // which is `fd` since the ones below it are open.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+            debug_assert!(!closed(fd));
+        }
+    }
+    // A panic must not unwind out of a C function (that aborts): it ends
+    // the process as Rust's own start-up would, with status 101.
+    let code = std::panic::catch_unwind(|| cli::main(streams)).unwrap_or(101);
+    // Rust's start-up would flush stdout at exit; nothing else does here.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    libc::c_int::from(code)
 }

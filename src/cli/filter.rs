@@ -14,14 +14,16 @@ use std::io::{self, Read, Write};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 
+use bayesmail::config::DEFAULT_FILTER_MAX_SIZE;
 use bayesmail::db::{self, Classifier};
 use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
-use bayesmail::headers::HeaderBlock;
+use bayesmail::headers::{HeaderBlock, Renamer};
 use bayesmail::sanitize::for_terminal;
 use bayesmail::store;
 
 use super::{Context, FilterArgs};
+use crate::ClosedStreams;
 
 /// `--verdict-exit` status of a spam verdict.
 pub(super) const EXIT_SPAM: u8 = 0;
@@ -134,23 +136,87 @@ impl Status {
 
 /// Runs `filter` and returns the exit status. Never fails before the
 /// message has been passed on, whatever the configuration.
-pub(super) fn run(db: Option<PathBuf>, config: Option<PathBuf>, args: &FilterArgs) -> u8 {
+pub(super) fn run(
+    streams: ClosedStreams,
+    db: Option<PathBuf>,
+    config: Option<PathBuf>,
+    args: &FilterArgs,
+) -> u8 {
     let ctx = Context::new(db, config);
     let max_size = match &ctx {
         Ok(ctx) => ctx.config.filter_max_size(args.max_size),
-        Err(_) => Ok(args
-            .max_size
-            .unwrap_or(bayesmail::config::DEFAULT_FILTER_MAX_SIZE)),
+        Err(_) => Ok(args.max_size.unwrap_or(DEFAULT_FILTER_MAX_SIZE)),
     };
     let max_size = max_size.unwrap_or_else(|err| {
         warn(&format!("{err}; using the default size cap"));
-        bayesmail::config::DEFAULT_FILTER_MAX_SIZE
+        DEFAULT_FILTER_MAX_SIZE
     });
-    let io_failure = if args.verdict_exit {
+    pass_on(streams, args.verdict_exit, max_size, |raw| match &ctx {
+        Ok(ctx) => judge(ctx, args, raw),
+        Err(err) => {
+            warn(&format!("{err:#}"));
+            Status::Unknown(Reason::Config)
+        }
+    })
+}
+
+/// Runs `filter` when its command line or environment could not be parsed
+/// (`err`): the message is passed on unscored with `reason=config-error`,
+/// as for a broken configuration file.
+pub(super) fn run_failed_open(streams: ClosedStreams, verdict_exit: bool, err: &clap::Error) -> u8 {
+    let rendered = err.render().to_string();
+    let first = rendered.lines().next().unwrap_or("invalid command line");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    warn(&format!("{first}; see `bayesmail filter --help`"));
+    pass_on(streams, verdict_exit, DEFAULT_FILTER_MAX_SIZE, |_| {
+        Status::Unknown(Reason::Config)
+    })
+}
+
+/// If the command line asks for `filter`, whether it asks for
+/// `--verdict-exit`; `None` for any other command. Read from the raw
+/// arguments, for when clap could not parse them: the subcommand is the
+/// first argument that is not a global option or its value.
+pub(super) fn invocation() -> Option<bool> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let mut i = 0;
+    while let Some(arg) = args.get(i) {
+        let arg = arg.to_string_lossy();
+        if arg == "--db" || arg == "--config" {
+            i += 2;
+        } else if arg.starts_with("--db=") || arg.starts_with("--config=") {
+            i += 1;
+        } else {
+            return (arg == "filter").then(|| args[i + 1..].iter().any(|a| a == "--verdict-exit"));
+        }
+    }
+    None
+}
+
+/// Reads the message, judges it with `score` (a panic there, a bug, gives
+/// `reason=internal-error`), and passes it on with our fields. Returns the
+/// exit status.
+fn pass_on(
+    streams: ClosedStreams,
+    verdict_exit: bool,
+    max_size: u64,
+    score: impl FnOnce(&[u8]) -> Status,
+) -> u8 {
+    let io_failure = if verdict_exit {
         EXIT_ERROR
     } else {
         EXIT_TEMPFAIL
     };
+    if streams.stdout {
+        warn(
+            "standard output is closed: nothing written; the delivery agent must keep the message",
+        );
+        return io_failure;
+    }
+    if streams.stdin {
+        warn("standard input is closed: there is no message to pass on");
+        return io_failure;
+    }
 
     let mut stdin = io::stdin().lock();
     let mut raw = Vec::new();
@@ -166,13 +232,8 @@ pub(super) fn run(db: Option<PathBuf>, config: Option<PathBuf>, args: &FilterArg
     let status = if too_large {
         Status::Unknown(Reason::TooLarge)
     } else {
-        match ctx {
-            Ok(ctx) => judge(&ctx, args, &raw),
-            Err(err) => {
-                warn(&format!("{err:#}"));
-                Status::Unknown(Reason::Config)
-            }
-        }
+        panic::catch_unwind(AssertUnwindSafe(|| score(&raw)))
+            .unwrap_or(Status::Unknown(Reason::Internal))
     };
     if let Status::Unknown(reason) = &status {
         match reason {
@@ -206,23 +267,20 @@ pub(super) fn run(db: Option<PathBuf>, config: Option<PathBuf>, args: &FilterArg
 
     let stdout = io::stdout();
     let mut out = io::BufWriter::with_capacity(64 * 1024, stdout.lock());
-    let written = write_message(&mut out, &raw, &status).and_then(|()| {
-        if let Some(mut rest) = rest {
-            io::copy(&mut rest, &mut out)?;
-        }
+    // A panic while writing (a bug) may have written part of the message:
+    // the delivery agent must keep it and try again, as for a write error.
+    let written = panic::catch_unwind(AssertUnwindSafe(|| {
+        write_message(&mut out, &raw, rest, &status)?;
         out.flush()
-    });
+    }))
+    .unwrap_or_else(|_| Err(io::Error::other("internal error while writing")));
     if let Err(err) = written {
         warn(&format!(
             "passing the message on failed: {err}; the delivery agent must keep it"
         ));
         return io_failure;
     }
-    if args.verdict_exit {
-        status.exit_code()
-    } else {
-        0
-    }
+    if verdict_exit { status.exit_code() } else { 0 }
 }
 
 /// Copies the rest of `input` into an unnamed temporary file, rewound.
@@ -234,26 +292,49 @@ fn spool(input: &mut impl Read) -> io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Writes `raw` with the status fields added to its header block, or
-/// unchanged if it has none we can find (or, for a too-large message, none
-/// within the bytes read).
-fn write_message(out: &mut dyn Write, raw: &[u8], status: &Status) -> io::Result<()> {
-    let fields = status.fields();
-    let truncated = matches!(status, Status::Unknown(Reason::TooLarge));
-    match HeaderBlock::locate(raw) {
-        Some(block) if !(truncated && block.at_input_end()) => block.write(out, raw, &fields),
-        _ => {
+/// Writes the message (`raw`, then `rest` if the message was larger than
+/// what was read into memory) with the status fields added at the top and
+/// fields of ours already in it renamed (see [`bayesmail::headers`]);
+/// without the status fields if they cannot go in.
+fn write_message(
+    out: &mut dyn Write,
+    raw: &[u8],
+    rest: Option<std::fs::File>,
+    status: &Status,
+) -> io::Result<()> {
+    let (mut renamer, from) = match HeaderBlock::locate(raw) {
+        Some(block) => (block.start(out, raw, &status.fields())?, block.top()),
+        None => {
             if !raw.is_empty() {
-                warn("no header block found: message passed through without our headers");
+                warn("the message starts with a folded line: passed through without our headers");
             }
-            out.write_all(raw)
+            (Renamer::default(), 0)
+        }
+    };
+    renamer.write(out, &raw[from..])?;
+    if let Some(mut rest) = rest {
+        let mut buf = vec![0; 64 * 1024];
+        loop {
+            let n = match rest.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(err) => return Err(err),
+            };
+            renamer.write(out, &buf[..n])?;
         }
     }
+    renamer.finish(out)
 }
 
-/// Scores the message; any failure becomes an unknown status. A panic in
-/// scoring (a bug) is caught so that the message still goes out.
+/// Scores the message; any failure becomes an unknown status.
 fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
+    // Debug builds can be told to panic here, so the tests can show that a
+    // bug in judging still passes the message on.
+    #[cfg(debug_assertions)]
+    if std::env::var_os("BAYESMAIL_TEST_PANIC").is_some_and(|v| v == "judge") {
+        panic!("BAYESMAIL_TEST_PANIC=judge");
+    }
     let decider = match ctx.decider(&args.decision) {
         Ok(d) => d,
         Err(err) => {
@@ -272,26 +353,28 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
             });
         }
     };
-    let scored = panic::catch_unwind(AssertUnwindSafe(|| {
-        let features = Extractor::new().extract(raw)?;
-        let score = classifier.score(&features);
-        let verdict = decider.verdict(classifier.header().totals.messages, &score);
-        Ok::<_, bayesmail::message::Error>(Status::Verdict {
-            verdict,
-            probability: score.probability,
-            cutoff: decider.costs.cutoffs().1,
-        })
-    }));
-    match scored {
-        Ok(Ok(status)) => status,
-        Ok(Err(err)) => {
+    let features = match Extractor::new().extract(raw) {
+        Ok(features) => features,
+        Err(err) => {
             warn(&format!("cannot parse the message: {err}"));
-            Status::Unknown(Reason::Unparseable)
+            return Status::Unknown(Reason::Unparseable);
         }
-        Err(_) => Status::Unknown(Reason::Internal),
+    };
+    let score = classifier.score(&features);
+    let verdict = decider.verdict(classifier.header().totals.messages, &score);
+    Status::Verdict {
+        verdict,
+        probability: score.probability,
+        cutoff: decider.costs.cutoffs().1,
     }
 }
 
+/// Reports on stderr. Writing there must never cost the message: a closed
+/// or full stderr is ignored.
 fn warn(message: &str) {
-    eprintln!("bayesmail filter: {}", for_terminal(message));
+    let _ = writeln!(
+        io::stderr().lock(),
+        "bayesmail filter: {}",
+        for_terminal(message)
+    );
 }

@@ -10,10 +10,8 @@ mod scan;
 mod tokens;
 mod train;
 
-use std::path::PathBuf;
-use std::process::ExitCode;
-
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
 
 use bayesmail::config::{self, Config, ModelConfig};
 use bayesmail::db::{DEFAULT_LOCK_WAIT, DbPaths, Decider};
@@ -103,26 +101,29 @@ enum Command {
     /// on stderr), 2 if the command could not run (no model, bad options).
     Scan(Deferred<ScanArgs>),
     /// The mail delivery hook: read one message on stdin, write it to stdout
-    /// with X-Spam-Status (and, on spam, X-Spam-Flag: YES) added at the end
-    /// of its header block, every other byte unchanged.
+    /// with X-Spam-Status (and, on spam, X-Spam-Flag: YES) added at the top
+    /// (after an mbox envelope line), every other byte unchanged.
     ///
     /// X-Spam-Status is `Yes`, `No` or `Unsure`, then `probability=P`
     /// (calibrated P(spam)), `cutoff=C` (spam above C) and `version=V`. Fields
-    /// named X-Spam-Status or X-Spam-Flag already in the message (forged, or
-    /// from another filter) are renamed Old-X-Spam-Status / Old-X-Spam-Flag.
+    /// named X-Spam-Status or X-Spam-Flag already in the message's header
+    /// (forged, or from another filter; up to the first empty line) are
+    /// renamed Old-X-Spam-Status / Old-X-Spam-Flag.
     ///
     /// Fails open: if the model is missing, damaged or of another version,
-    /// the configuration is invalid, the message cannot be parsed or is
+    /// the configuration, environment or command line is invalid, the
+    /// message cannot be parsed or is
     /// larger than --max-size, the message goes out unchanged with
     /// `X-Spam-Status: Unknown, reason=R` (R one of no-model, model-version,
     /// model-unreadable, config-error, unparseable, too-large,
-    /// internal-error), and the reason goes to stderr. Input without a
-    /// header block (the first line is not a header field) goes out
-    /// unchanged without our fields.
+    /// internal-error), and the reason goes to stderr. Empty input and
+    /// input whose first line starts with a space or tab go out without our
+    /// fields.
     ///
     /// Exit status, by default: 0 whenever the message was passed on,
     /// whatever the verdict; 75 (EX_TEMPFAIL: keep the message and retry) if
-    /// it could not be (stdin unreadable, stdout closed). With
+    /// it could not be (stdin closed or unreadable, stdout closed or
+    /// failing). With
     /// --verdict-exit: 0 spam, 1 ham, 2 unsure, 3 no verdict or not passed
     /// on.
     Filter(Deferred<FilterArgs>),
@@ -526,12 +527,22 @@ impl Context {
 }
 
 /// Runs the command line and returns the process exit code.
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+pub fn main(streams: crate::ClosedStreams) -> u8 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // The delivery hook must pass the message on even when its own
+        // command line or environment is wrong: a mistake in a mail
+        // server's configuration must not bounce or stall mail.
+        Err(err) if !err.use_stderr() => err.exit(),
+        Err(err) => match filter::invocation() {
+            Some(verdict_exit) => return filter::run_failed_open(streams, verdict_exit, &err),
+            None => err.exit(),
+        },
+    };
     let command = match cli.command {
         // The delivery hook builds its own context: it must pass the
         // message on even when the configuration is broken.
-        Command::Filter(args) => return ExitCode::from(filter::run(cli.db, cli.config, &args)),
+        Command::Filter(args) => return filter::run(streams, cli.db, cli.config, &args),
         command => command,
     };
     let outcome = Context::new(cli.db, cli.config).and_then(|ctx| match command {
@@ -559,14 +570,14 @@ pub fn main() -> ExitCode {
         }
     });
     match outcome {
-        Ok(Outcome::AllOk) => ExitCode::from(EXIT_OK),
-        Ok(Outcome::SomeFailed) => ExitCode::from(EXIT_SOME_FAILED),
+        Ok(Outcome::AllOk) => EXIT_OK,
+        Ok(Outcome::SomeFailed) => EXIT_SOME_FAILED,
         Err(err) => {
             eprintln!(
                 "bayesmail: {}",
                 bayesmail::sanitize::for_terminal(&format!("{err:#}"))
             );
-            ExitCode::from(EXIT_FATAL)
+            EXIT_FATAL
         }
     }
 }

@@ -101,7 +101,8 @@ impl Costs {
     /// Expected losses: ham p·c_fn, spam (1−p)·c_fp, unsure c_u. Unsure beats
     /// ham when p > c_u/c_fn and beats spam when p < 1 − c_u/c_fp.
     pub fn cutoffs(&self) -> (f64, f64) {
-        let single = self.fp / (self.fp + self.fn_);
+        // As a ratio, so that costs near f64::MAX do not overflow the sum.
+        let single = 1.0 / (1.0 + self.fn_ / self.fp);
         match self.unsure {
             Some(u) => {
                 let ham = u / self.fn_;
@@ -207,6 +208,19 @@ mod tests {
                 .fold(f64::INFINITY, f64::min);
             assert!(loss(c.decide(p)) <= best + 1e-12, "p={p}");
         }
+    }
+
+    #[test]
+    fn costs_near_the_largest_float_keep_their_cutoffs() {
+        let c: Costs = "1e308:1e308".parse().unwrap();
+        assert_eq!(c.cutoffs(), (0.5, 0.5));
+        assert_eq!(c.decide(0.4), Verdict::Ham);
+        let c: Costs = "1.7e308:1e308".parse().unwrap();
+        let (h, s) = c.cutoffs();
+        assert!((h - 1.7 / 2.7).abs() < 1e-12 && h == s);
+        // Extreme ratios tend to the right limits: never spam, always spam.
+        assert_eq!("1e308:1e-308".parse::<Costs>().unwrap().cutoffs().1, 1.0);
+        assert_eq!("1e-308:1e308".parse::<Costs>().unwrap().cutoffs().1, 0.0);
     }
 
     #[test]

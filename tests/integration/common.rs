@@ -279,3 +279,76 @@ pub fn json_lines(text: &str) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
         .collect()
 }
+
+/// Splits `out` (a `filter` output) back into the input: removes our field
+/// lines (checking their form) from the header block and undoes the
+/// renaming of fields of ours that were already there. Returns the restored
+/// input, the X-Spam-Status value, and whether our lines ended in CRLF.
+pub fn strip_ours(out: &[u8]) -> (Vec<u8>, String, bool) {
+    let mut restored = Vec::with_capacity(out.len());
+    let mut status = None;
+    let mut crlf = true;
+    let mut in_header = true;
+    let mut rest = out;
+    while !rest.is_empty() {
+        let end = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(rest.len(), |p| p + 1);
+        let (line, tail) = rest.split_at(end);
+        rest = tail;
+        if in_header {
+            let content = line.strip_suffix(b"\n").unwrap_or(line);
+            let content = content.strip_suffix(b"\r").unwrap_or(content);
+            if let Some(v) = content.strip_prefix(b"X-Spam-Status: ") {
+                assert!(status.is_none(), "two X-Spam-Status fields of ours");
+                status = Some(String::from_utf8(v.to_vec()).unwrap());
+                crlf &= line.ends_with(b"\r\n");
+                continue;
+            }
+            if content == b"X-Spam-Flag: YES" {
+                crlf &= line.ends_with(b"\r\n");
+                continue;
+            }
+            if let Some(renamed) = line.strip_prefix(b"Old-") {
+                let name = renamed.split(|&b| b == b':').next().unwrap();
+                let name = String::from_utf8_lossy(name).trim().to_ascii_lowercase();
+                if name == "x-spam-status" || name == "x-spam-flag" {
+                    restored.extend_from_slice(renamed);
+                    continue;
+                }
+            }
+            if content.is_empty() {
+                in_header = false;
+            }
+        }
+        restored.extend_from_slice(line);
+    }
+    (
+        restored,
+        status.expect("an X-Spam-Status field of ours"),
+        crlf,
+    )
+}
+
+/// Checks the form of an X-Spam-Status value; returns its first word.
+pub fn status_word(status: &str) -> &str {
+    let word = status.split(',').next().unwrap();
+    match word {
+        "Yes" | "No" | "Unsure" => {
+            let parts: Vec<&str> = status.split(", ").collect();
+            assert_eq!(parts.len(), 4, "{status}");
+            let p: f64 = parts[1]
+                .strip_prefix("probability=")
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!((0.0..=1.0).contains(&p), "{status}");
+            assert!(parts[2].starts_with("cutoff="), "{status}");
+            assert_eq!(parts[3], concat!("version=", env!("CARGO_PKG_VERSION")));
+        }
+        "Unknown" => assert!(status.contains(", reason="), "{status}"),
+        other => panic!("unexpected status {other:?} in {status}"),
+    }
+    word
+}

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::common::{
     Db, assert_exit, json_lines, public_corpus, public_files, sample_files, sample_ham,
-    sample_spam, spawn_with_stdin, stderr, to_crlf, utf8,
+    sample_spam, spawn_with_stdin, status_word, stderr, strip_ours, to_crlf, utf8,
 };
 
 /// A message in none of the corpora, spam-like.
@@ -23,79 +23,6 @@ Content-Type: text/plain\n\
 \n\
 Congratulations! You are selected for a cash prize. Click\n\
 http://prize-desk.example/claim now, limited offer, act today!\n";
-
-/// Splits `out` (a `filter` output) back into the input: removes our field
-/// lines (checking their form) from the header block and undoes the
-/// renaming of fields of ours that were already there. Returns the restored
-/// input, the X-Spam-Status value, and whether our lines ended in CRLF.
-fn strip_ours(out: &[u8]) -> (Vec<u8>, String, bool) {
-    let mut restored = Vec::with_capacity(out.len());
-    let mut status = None;
-    let mut crlf = true;
-    let mut in_header = true;
-    let mut rest = out;
-    while !rest.is_empty() {
-        let end = rest
-            .iter()
-            .position(|&b| b == b'\n')
-            .map_or(rest.len(), |p| p + 1);
-        let (line, tail) = rest.split_at(end);
-        rest = tail;
-        if in_header {
-            let content = line.strip_suffix(b"\n").unwrap_or(line);
-            let content = content.strip_suffix(b"\r").unwrap_or(content);
-            if let Some(v) = content.strip_prefix(b"X-Spam-Status: ") {
-                assert!(status.is_none(), "two X-Spam-Status fields of ours");
-                status = Some(String::from_utf8(v.to_vec()).unwrap());
-                crlf &= line.ends_with(b"\r\n");
-                continue;
-            }
-            if content == b"X-Spam-Flag: YES" {
-                crlf &= line.ends_with(b"\r\n");
-                continue;
-            }
-            if let Some(renamed) = line.strip_prefix(b"Old-") {
-                let name = renamed.split(|&b| b == b':').next().unwrap();
-                let name = String::from_utf8_lossy(name).trim().to_ascii_lowercase();
-                if name == "x-spam-status" || name == "x-spam-flag" {
-                    restored.extend_from_slice(renamed);
-                    continue;
-                }
-            }
-            if content.is_empty() {
-                in_header = false;
-            }
-        }
-        restored.extend_from_slice(line);
-    }
-    (
-        restored,
-        status.expect("an X-Spam-Status field of ours"),
-        crlf,
-    )
-}
-
-/// Checks the form of an X-Spam-Status value; returns its first word.
-fn status_word(status: &str) -> &str {
-    let word = status.split(',').next().unwrap();
-    match word {
-        "Yes" | "No" | "Unsure" => {
-            let parts: Vec<&str> = status.split(", ").collect();
-            assert_eq!(parts.len(), 4, "{status}");
-            let p: f64 = parts[1]
-                .strip_prefix("probability=")
-                .unwrap()
-                .parse()
-                .unwrap();
-            assert!((0.0..=1.0).contains(&p), "{status}");
-            assert!(parts[2].starts_with("cutoff="), "{status}");
-            assert_eq!(parts[3], concat!("version=", env!("CARGO_PKG_VERSION")));
-        }
-        "Unknown" => assert!(status.contains(", reason="), "{status}"),
-        other => panic!("unexpected status {other:?} in {status}"),
-    }
-    word
-}
 
 /// Runs `filter` on `input` with extra arguments.
 fn filter(db: &Db, args: &[&str], input: &[u8]) -> Output {
@@ -183,12 +110,12 @@ fn filter_gives_verdict_headers_and_verdict_exit_codes() {
         let (restored, status, _) = strip_ours(&out.stdout);
         assert!(restored == input);
         assert_eq!(status_word(&status), word, "{status}");
-        let flagged = out.stdout.windows(18).any(|w| w == b"\nX-Spam-Flag: YES\n");
+        let flagged = out.stdout.starts_with(b"X-Spam-Flag: YES\n");
         assert_eq!(flagged, word == "Yes");
         let out = filter(&db, &["--verdict-exit"], input);
         assert_exit(&out, code, &["filter", "--verdict-exit"]);
     }
-    // A forged verdict is renamed, and ours follows it.
+    // A forged verdict is renamed, and ours goes before it.
     let forged = [
         b"X-Spam-Status: No, hits=-100\nX-Spam-Flag: NO\n".as_ref(),
         SPAMMY,
@@ -197,11 +124,15 @@ fn filter_gives_verdict_headers_and_verdict_exit_codes() {
     let out = filter(&db, &[], &forged);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.starts_with("Old-X-Spam-Status: No, hits=-100\nOld-X-Spam-Flag: NO\n"),
+        text.starts_with("X-Spam-Flag: YES\nX-Spam-Status: Yes, "),
         "{text}"
     );
     assert!(
-        text.contains("\nX-Spam-Flag: YES\nX-Spam-Status: Yes, "),
+        text.contains(concat!(
+            " version=",
+            env!("CARGO_PKG_VERSION"),
+            "\nOld-X-Spam-Status: No, hits=-100\nOld-X-Spam-Flag: NO\n"
+        )),
         "{text}"
     );
 }
@@ -293,11 +224,9 @@ fn filter_passes_a_60_mb_message_through_unscored() {
     );
     fs::write(db.path("config.toml"), "[filter]\nmax_size = \"100\"\n").unwrap();
     assert_unknown(&filter(&db, &[], &small), &small, "too-large", 0);
-    // A header block longer than the cap cannot carry our field: the
-    // message goes out unchanged.
-    let out = filter(&db, &[], SPAMMY);
-    assert_exit(&out, 0, &["filter", "header beyond the cap"]);
-    assert!(out.stdout == SPAMMY);
+    // A header block longer than the cap still carries our field: it goes
+    // at the top.
+    assert_unknown(&filter(&db, &[], SPAMMY), SPAMMY, "too-large", 0);
 }
 
 #[test]

@@ -300,3 +300,168 @@ fn mutt_macros_learn_the_piped_message() {
         );
     }
 }
+
+/// The lines that end the header block for a strict parser but not for
+/// every consumer, each followed by a forged flag: none may junk a ham.
+fn forged_after_malformed(ham: &[u8]) -> Vec<Vec<u8>> {
+    let malformed: [&[u8]; 4] = [
+        b"X-B\xe4d: 8-bit name\n",
+        b"X-N\0l: nul in name\n",
+        b"From someone Mon Jan  1 00:00:00 2024\n",
+        b": x\n",
+    ];
+    malformed
+        .iter()
+        .map(|bad| [*bad, b"X-Spam-Flag: YES\n", ham].concat())
+        .collect()
+}
+
+#[test]
+fn forged_flag_after_malformed_lines_does_not_junk_ham() {
+    let home = Home::new();
+    let (_, ham) = spam_and_ham(&home.db);
+    let forged = forged_after_malformed(&ham);
+    if have("procmail") {
+        let rc = home.dir().join(".procmailrc");
+        fs::write(&rc, readme_block("procmail")).unwrap();
+        for message in &forged {
+            let mut cmd = home.command("procmail");
+            cmd.arg("-p")
+                .arg("-m")
+                .arg(format!("HOME={}", utf8(&home.dir())))
+                .arg(&rc);
+            let out = run_with_stdin(cmd, message);
+            assert!(matches!(out.status.code(), Some(0 | 73)), "{out:?}");
+        }
+        assert_eq!(home.delivered(".Junk").len(), 0, "procmail junked a ham");
+    }
+    if have("maildrop") {
+        let rc = home.dir().join(".mailfilter");
+        let preamble = format!(
+            "PATH=\"{}\"\nHOME=\"{}\"\nBAYESMAIL_DB=\"{}\"\nBAYESMAIL_CONFIG=\"{}\"\n",
+            home.path_var(),
+            utf8(&home.dir()),
+            utf8(&home.db.dir()),
+            utf8(&home.db.path("config.toml"))
+        );
+        fs::write(&rc, preamble + &readme_block("maildrop")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&rc, fs::Permissions::from_mode(0o600)).unwrap();
+        for message in &forged {
+            let mut cmd = home.command("maildrop");
+            cmd.arg(&rc);
+            let out = run_with_stdin(cmd, message);
+            assert_exit(&out, 0, &["maildrop"]);
+        }
+        assert_eq!(home.delivered(".Junk").len(), 0, "maildrop junked a ham");
+        assert_eq!(home.delivered("").len(), forged.len());
+    }
+}
+
+/// Pigeonhole's `sieve-test` running the README's Sieve script, with
+/// `bayesmail filter` as its `vnd.dovecot.filter` program. sieve-test
+/// refuses to run as root, so it runs as `nobody` (`mail_uid`), and what it
+/// reads is made readable to it.
+struct SieveTest {
+    dir: tempfile::TempDir,
+}
+
+impl SieveTest {
+    fn new(home: &Home) -> SieveTest {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let open = |p: &std::path::Path| {
+            fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap()
+        };
+        open(d);
+        fs::create_dir(d.join("bin")).unwrap();
+        open(&d.join("bin"));
+        // The database and config must be readable by nobody too.
+        for p in [home.db.path(""), home.db.dir()] {
+            open(&p);
+        }
+        for e in fs::read_dir(home.db.dir()).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+            }
+        }
+        fs::set_permissions(
+            home.db.path("config.toml"),
+            fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let program = d.join("bin/bayesmail");
+        fs::write(
+            &program,
+            format!(
+                "#!/bin/sh\nBAYESMAIL_DB='{}' BAYESMAIL_CONFIG='{}' exec '{}' filter\n",
+                utf8(&home.db.dir()),
+                utf8(&home.db.path("config.toml")),
+                env!("CARGO_BIN_EXE_bayesmail")
+            ),
+        )
+        .unwrap();
+        open(&program);
+        fs::write(
+            d.join("dovecot.conf"),
+            format!(
+                "mail_uid = 65534\nmail_gid = 65534\nmail_location = maildir:{0}/Maildir\n\
+                 plugin {{\n  sieve_plugins = sieve_extprograms\n  \
+                 sieve_global_extensions = +vnd.dovecot.filter\n  \
+                 sieve_filter_bin_dir = {0}/bin\n}}\n",
+                utf8(d)
+            ),
+        )
+        .unwrap();
+        fs::write(d.join("script.sieve"), readme_block("sieve")).unwrap();
+        SieveTest { dir }
+    }
+
+    /// The folder the script files `message` into: "Junk" or "INBOX".
+    fn folder(&self, message: &[u8]) -> &'static str {
+        use std::os::unix::fs::PermissionsExt;
+        let d = self.dir.path();
+        let file = d.join("message.eml");
+        fs::write(&file, message).unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
+        let out = Command::new("sieve-test")
+            .env("HOME", d)
+            .arg("-c")
+            .arg(d.join("dovecot.conf"))
+            .arg(d.join("script.sieve"))
+            .arg(&file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(text.contains("final result: success"), "{text}");
+        if text.contains("store message in folder: Junk") {
+            "Junk"
+        } else {
+            assert!(text.contains("store message in folder: INBOX"), "{text}");
+            "INBOX"
+        }
+    }
+}
+
+#[test]
+fn sieve_recipe_files_spam_into_junk_however_long_the_header_block() {
+    if !have("sieve-test") {
+        return;
+    }
+    let home = Home::new();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let sieve = SieveTest::new(&home);
+    assert_eq!(sieve.folder(&spam), "Junk");
+    assert_eq!(sieve.folder(&ham), "INBOX");
+    // 13 MB of header fields before the rest: our flag is still seen.
+    let mut long = b"X-Long: ".to_vec();
+    long.extend(std::iter::repeat_n(b'a', 13 << 20));
+    long.push(b'\n');
+    assert_eq!(sieve.folder(&[&long[..], &spam].concat()), "Junk");
+    for forged in forged_after_malformed(&ham) {
+        assert_eq!(sieve.folder(&forged), "INBOX");
+    }
+}

@@ -1,0 +1,491 @@
+//! The delivery hook under attack: every class of hostile input a red team
+//! used (huge and many headers, encoded-word floods, MIME bombs, HTML
+//! pathologies, forged fields after malformed lines) is generated here and
+//! put through `filter`, which must pass it on byte for byte with only our
+//! fields added, within a bound on memory; and every way of starting
+//! `filter` badly (closed or unwritable streams, bad arguments and
+//! environment) must still pass the message on or tell the delivery agent
+//! to keep it.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use crate::common::{Db, assert_exit, features, status_word, stderr, strip_ours};
+
+/// A plain message the sample-trained model has never seen.
+const PLAIN: &[u8] = b"From: Sam <sam@example.org>\nTo: pat@example.org\n\
+Subject: minutes of the allotment meeting\nMessage-ID: <m1@example.org>\n\n\
+Here are the minutes. The water tank is fixed; next meeting in May.\n";
+
+/// A database trained on the sample corpus.
+fn trained() -> Db {
+    let db = Db::new();
+    db.train_sample();
+    db
+}
+
+/// What one run of `filter` gave: exit status, stdout, stderr, and the
+/// peak resident memory of the process in KiB.
+struct Run {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+    max_rss_kib: i64,
+}
+
+/// Runs `cmd` with `input` on stdin (written from another thread while the
+/// output is read) and reaps it with `wait4`, which reports its peak RSS.
+#[allow(clippy::zombie_processes)] // reaped by wait4, not Child::wait
+fn run_measured(mut cmd: Command, input: &[u8]) -> Run {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let _ = stdin.write_all(input);
+        });
+        let err = s.spawn(move || {
+            let mut e = String::new();
+            let _ = stderr.read_to_string(&mut e);
+            e
+        });
+        let mut out = Vec::new();
+        stdout.read_to_end(&mut out).unwrap();
+        let mut status = 0;
+        // SAFETY: rusage is plain data, filled in by wait4.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let pid = child.id() as libc::pid_t;
+        // SAFETY: waits for our own child, which std has not reaped.
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        assert_eq!(reaped, pid);
+        let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        Run {
+            code,
+            stdout: out,
+            stderr: err.join().unwrap(),
+            max_rss_kib: usage.ru_maxrss,
+        }
+    })
+}
+
+fn filter_cmd(db: &Db, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args()).arg("filter").args(args);
+    cmd
+}
+
+/// The message with our fields taken out again must be the input; returns
+/// the X-Spam-Status value.
+fn assert_passed_on(out: &[u8], input: &[u8], what: &str) -> String {
+    let (restored, status, _) = strip_ours(out);
+    assert!(restored == input, "{what}: bytes changed");
+    status_word(&status);
+    status
+}
+
+// ---------------------------------------------------------------------
+// The generator: one function per class of hostile input.
+
+/// Header fields of `total` bytes: one field, or many short ones.
+fn huge_header(total: usize, many: bool) -> Vec<u8> {
+    let mut m = b"From: a@b.example\nSubject: big\n".to_vec();
+    if many {
+        let mut i = 0;
+        while m.len() < total {
+            m.extend_from_slice(format!("X-Field-{i}: value {i}\n").as_bytes());
+            i += 1;
+        }
+    } else {
+        m.extend_from_slice(b"X-Long: ");
+        m.extend(std::iter::repeat_n(b'a', total));
+        m.push(b'\n');
+    }
+    m.extend_from_slice(b"\nbody text here\n");
+    m
+}
+
+/// A header line made of `n` starts of encoded words, the stall the red
+/// team found; in the subject, a part header and a forwarded message.
+fn encoded_word_flood(n: usize, place: &str) -> Vec<u8> {
+    let flood = b"=?utf-8?q?".repeat(n);
+    let mut m = b"From: a@b.example\n".to_vec();
+    match place {
+        "subject" => {
+            m.extend_from_slice(b"Subject: ");
+            m.extend_from_slice(&flood);
+            m.extend_from_slice(b"\n\nbody\n");
+        }
+        "part" => {
+            m.extend_from_slice(b"Content-Type: multipart/mixed; boundary=b\n\n--b\nContent-Type: text/plain; name=\"");
+            m.extend_from_slice(&flood);
+            m.extend_from_slice(b"\"\n\nbody\n--b--\n");
+        }
+        _ => {
+            m.extend_from_slice(b"Content-Type: message/rfc822\n\nSubject: ");
+            m.extend_from_slice(&flood);
+            m.extend_from_slice(b"\n\ninner body\n");
+        }
+    }
+    m
+}
+
+/// Multiparts nested `depth` deep, or `width` parts side by side.
+fn mime_bomb(depth: usize, width: usize) -> Vec<u8> {
+    let mut m = b"From: a@b.example\nSubject: bomb\n".to_vec();
+    for d in 0..depth {
+        m.extend_from_slice(
+            format!("Content-Type: multipart/mixed; boundary=\"b{d}\"\n\n--b{d}\n").as_bytes(),
+        );
+    }
+    m.extend_from_slice(b"Content-Type: text/plain\n\ninnermost text\n");
+    for w in 0..width {
+        m.extend_from_slice(
+            format!("--b{}\nContent-Type: text/plain\n\npart {w}\n", depth - 1).as_bytes(),
+        );
+    }
+    for d in (0..depth).rev() {
+        m.extend_from_slice(format!("--b{d}--\n").as_bytes());
+    }
+    m
+}
+
+/// An HTML part of about `size` bytes of one pathology.
+fn html_pathology(kind: &str, size: usize) -> Vec<u8> {
+    let unit: &[u8] = match kind {
+        "unclosed" => b"<div><span><b><i><a href=\"http://x.example/",
+        "nested" => b"<table><tr><td>",
+        "comment" => b"<!-- never closed ",
+        "entities" => b"&#x1F4A9;&amp&#99999999999;&lt",
+        _ => b"<p style=\"display:none\">hidden words here</p>",
+    };
+    let mut m = b"From: a@b.example\nSubject: html\nContent-Type: text/html\n\n".to_vec();
+    while m.len() < size {
+        m.extend_from_slice(unit);
+    }
+    m.extend_from_slice(b"\nvisible buy now\n");
+    m
+}
+
+/// Forged fields of ours after each kind of malformed header line.
+fn forged_after_malformed() -> Vec<Vec<u8>> {
+    let bad: [&[u8]; 5] = [
+        b"X-B\xe4d: 8-bit name",
+        b"X-N\0l: nul in name",
+        b"From someone else Mon Jan  1 00:00:00 2024",
+        b": x",
+        b"a line that is no header",
+    ];
+    bad.iter()
+        .map(|b| {
+            [
+                b"From: a@b.example\nSubject: hi\n".as_ref(),
+                b,
+                b"\nX-Spam-Flag: YES\nX-Spam-Status: Yes, probability=1\n\nbody\n",
+            ]
+            .concat()
+        })
+        .collect()
+}
+
+#[test]
+fn hostile_messages_pass_through_byte_exact_with_bounded_work_and_memory() {
+    let db = trained();
+    let mb = 1 << 20;
+    let mut cases: Vec<(String, Vec<u8>)> = vec![
+        ("12 MB header field".into(), huge_header(12 * mb, false)),
+        ("8 MB of short fields".into(), huge_header(8 * mb, true)),
+        ("nesting 5,000 deep".into(), mime_bomb(5_000, 1)),
+        ("50,000 parts".into(), mime_bomb(1, 50_000)),
+    ];
+    for place in ["subject", "part", "forwarded"] {
+        // 4 MB of encoded-word starts.
+        cases.push((
+            format!("encoded-word flood in the {place}"),
+            encoded_word_flood(400_000, place),
+        ));
+    }
+    for kind in ["unclosed", "nested", "comment", "entities", "hidden"] {
+        cases.push((format!("HTML: {kind}"), html_pathology(kind, 4 * mb)));
+    }
+    for (i, m) in forged_after_malformed().into_iter().enumerate() {
+        cases.push((format!("forged after malformed line {i}"), m));
+    }
+    for (what, input) in &cases {
+        // Bounded work inside the extractor: the features of one message
+        // are bounded whatever its size.
+        let f = features(input);
+        assert!(
+            f.tokens.len() <= 20_000,
+            "{what}: {} tokens",
+            f.tokens.len()
+        );
+
+        let run = run_measured(filter_cmd(&db, &[]), input);
+        assert_eq!(run.code, Some(0), "{what}: {}", run.stderr);
+        let status = assert_passed_on(&run.stdout, input, what);
+        assert!(!status.starts_with("Unknown"), "{what}: {status}");
+        // Memory: the message, a few working copies of it, and a fixed
+        // allowance for the program and the model.
+        let bound_kib = (64 * mb + 8 * input.len()) as i64 / 1024;
+        assert!(
+            run.max_rss_kib <= bound_kib,
+            "{what}: peak RSS {} KiB > {bound_kib} KiB",
+            run.max_rss_kib
+        );
+        let out = String::from_utf8_lossy(&run.stdout[..run.stdout.len().min(200)]).into_owned();
+        assert!(
+            out.starts_with("X-Spam-Status: ") || out.starts_with("X-Spam-Flag: YES"),
+            "{what}: our fields come first: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn forged_fields_after_malformed_lines_are_renamed() {
+    let db = trained();
+    for input in forged_after_malformed() {
+        let out = db.run(&["filter"], Some(&input));
+        assert_exit(&out, 0, &["filter"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("\nOld-X-Spam-Flag: YES\n"), "{text}");
+        assert!(
+            text.contains("\nOld-X-Spam-Status: Yes, probability=1\n"),
+            "{text}"
+        );
+        let ours = text.lines().filter(|l| l.starts_with("X-Spam-")).count();
+        let flagged = text.lines().any(|l| l == "X-Spam-Flag: YES");
+        assert_eq!(ours, 1 + usize::from(flagged), "{text}");
+    }
+}
+
+#[test]
+fn our_fields_come_first_however_long_the_header_block() {
+    // Consumers that stop reading a header block after some megabytes
+    // (Dovecot's sieve) must still see our fields.
+    let db = trained();
+    let input = huge_header(13 << 20, false);
+    let out = db.run(&["filter"], Some(&input));
+    assert_exit(&out, 0, &["filter"]);
+    assert!(out.stdout.starts_with(b"X-Spam-"));
+    assert_passed_on(&out.stdout, &input, "13 MB header");
+    // After an mbox envelope line, which must stay first.
+    let mut enveloped = b"From a@b.example Mon Jan  1 00:00:00 2024\n".to_vec();
+    enveloped.extend_from_slice(PLAIN);
+    let out = db.run(&["filter"], Some(&enveloped));
+    assert!(
+        out.stdout
+            .starts_with(b"From a@b.example Mon Jan  1 00:00:00 2024\nX-Spam-")
+    );
+    assert_passed_on(&out.stdout, &enveloped, "envelope");
+}
+
+#[test]
+fn a_too_large_message_with_a_long_header_still_gets_its_status() {
+    let db = trained();
+    for many in [false, true] {
+        let input = huge_header(20_000, many);
+        let out = db.run(&["filter", "--max-size", "1K"], Some(&input));
+        assert_exit(&out, 0, &["filter"]);
+        let status = assert_passed_on(&out.stdout, &input, "too large");
+        assert!(status.starts_with("Unknown, reason=too-large,"), "{status}");
+    }
+    // A forged field beyond the part read into memory is renamed too.
+    let mut forged = huge_header(20_000, true);
+    let at = forged.windows(2).position(|w| w == b"\n\n").unwrap() + 1;
+    forged.splice(at..at, b"X-Spam-Flag: YES\n".iter().copied());
+    let out = db.run(&["filter", "--max-size", "1K"], Some(&forged));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\nOld-X-Spam-Flag: YES\n"));
+    assert!(!text.lines().any(|l| l == "X-Spam-Flag: YES"));
+}
+
+/// Runs `filter` with the given standard streams closed (0, 1 or 2).
+fn with_closed(db: &Db, fds: &'static [i32], args: &[&str], input: &[u8]) -> Run {
+    let mut cmd = filter_cmd(db, args);
+    // SAFETY: close() is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in fds {
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
+    run_measured(cmd, input)
+}
+
+#[test]
+fn closed_stdout_or_stdin_tells_the_agent_to_keep_the_message() {
+    let db = trained();
+    for (fds, what) in [(&[1][..], "stdout"), (&[0][..], "stdin")] {
+        for (args, code) in [(&[][..], 75), (&["--verdict-exit"][..], 3)] {
+            let run = with_closed(&db, fds, args, PLAIN);
+            assert_eq!(
+                run.code,
+                Some(code),
+                "closed {what} {args:?}: {}",
+                run.stderr
+            );
+            assert!(
+                run.stderr.contains(&format!("standard {}", &what[3..]))
+                    || run.stderr.contains(what),
+                "{}",
+                run.stderr
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unwritable_stderr_never_costs_the_message() {
+    let db = trained();
+    // Every case writes a warning: no model, a too-large message, no header.
+    let empty = Db::new();
+    let cases: [(&Db, &[&str], &[u8]); 3] = [
+        (&empty, &[], PLAIN),
+        (&db, &["--max-size", "10"], PLAIN),
+        (&db, &[], b"no header block here\n"),
+    ];
+    for (db, args, input) in cases {
+        // stderr on /dev/full (every write fails) and closed.
+        let mut cmd = filter_cmd(db, args);
+        cmd.stderr(
+            fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        );
+        let out = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                c.stdin.take().unwrap().write_all(input)?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?} 2>/dev/full");
+        assert_eq!(strip_or_same(&out.stdout), input, "{args:?} 2>/dev/full");
+        let run = with_closed(db, &[2], args, input);
+        assert_eq!(run.code, Some(0), "{args:?} 2>&-");
+        assert_eq!(strip_or_same(&run.stdout), input, "{args:?} 2>&-");
+    }
+}
+
+/// `out` with our fields taken out, or `out` itself if it has none.
+fn strip_or_same(out: &[u8]) -> Vec<u8> {
+    if out.starts_with(b"X-Spam-") {
+        strip_ours(out).0
+    } else {
+        out.to_vec()
+    }
+}
+
+#[test]
+fn a_panic_while_judging_still_passes_the_message_on() {
+    let db = trained();
+    let mut cmd = filter_cmd(&db, &[]);
+    cmd.env("BAYESMAIL_TEST_PANIC", "judge");
+    let run = run_measured(cmd, PLAIN);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let status = assert_passed_on(&run.stdout, PLAIN, "panic");
+    assert!(
+        status.starts_with("Unknown, reason=internal-error,"),
+        "{status}"
+    );
+}
+
+#[test]
+fn bad_arguments_and_environment_fail_open() {
+    let db = trained();
+    let config = db.path("config.toml");
+    let config = config.to_str().unwrap();
+    let dbdir = db.dir();
+    let dbdir = dbdir.to_str().unwrap();
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
+    let cases: [Case; 7] = [
+        (&["--config", config, "filter"], &[("BAYESMAIL_DB", "")]),
+        (&["--db", dbdir, "filter"], &[("BAYESMAIL_CONFIG", "")]),
+        (
+            &[
+                "--db", dbdir, "--config", config, "filter", "--costs", "1:0",
+            ],
+            &[],
+        ),
+        (
+            &[
+                "--db",
+                dbdir,
+                "--config",
+                config,
+                "filter",
+                "--max-size",
+                "-1",
+            ],
+            &[],
+        ),
+        (
+            &[
+                "--db",
+                dbdir,
+                "--config",
+                config,
+                "filter",
+                "--no-such-flag",
+            ],
+            &[],
+        ),
+        (
+            &[
+                "--db",
+                dbdir,
+                "--config",
+                config,
+                "filter",
+                "--costs",
+                "1e308:1e308:x",
+            ],
+            &[],
+        ),
+        (&["--db", dbdir, "--config", config, "filter", "extra"], &[]),
+    ];
+    for (args, env) in cases {
+        for verdict_exit in [false, true] {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+            cmd.args(args)
+                .env_remove("BAYESMAIL_DB")
+                .env_remove("BAYESMAIL_CONFIG");
+            if verdict_exit {
+                cmd.arg("--verdict-exit");
+            }
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            let run = run_measured(cmd, PLAIN);
+            let code = if verdict_exit { 3 } else { 0 };
+            assert_eq!(run.code, Some(code), "{args:?} {env:?}: {}", run.stderr);
+            let status = assert_passed_on(&run.stdout, PLAIN, "bad arguments");
+            assert!(
+                status.starts_with("Unknown, reason=config-error,"),
+                "{args:?}: {status}"
+            );
+            assert!(!run.stderr.is_empty());
+        }
+    }
+    // Asking for help is not an error and prints no message.
+    let out = crate::common::run(&["filter", "--help"], Some(PLAIN));
+    assert_exit(&out, 0, &["filter --help"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("delivery hook"));
+    // Other commands still reject bad arguments.
+    let out = crate::common::run(&["classify", "--no-such-flag", "x"], None);
+    assert_exit(&out, 2, &["classify --no-such-flag"]);
+    assert!(stderr(&out).contains("--no-such-flag"));
+}
