@@ -13,7 +13,7 @@ use serde::Serialize;
 use bayesmail::db::{Classifier, Decider, Score};
 use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
-use bayesmail::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, RawMessage};
+use bayesmail::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, MoveError, RawMessage};
 use bayesmail::message;
 use bayesmail::sanitize::for_terminal;
 
@@ -97,6 +97,9 @@ struct Tally {
     acted: usize,
     already: usize,
     action_failed: usize,
+    /// Moved messages copied into the target whose original could not be
+    /// removed: in both places now.
+    kept: usize,
 }
 
 pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
@@ -158,7 +161,7 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
     });
     progress.finish_and_clear();
     let outcome = finish_stream(
-        result.map(|unread| unread + tally.action_failed),
+        result.map(|unread| unread + tally.action_failed + tally.kept),
         &mut out,
         tally.unparsed,
     )?;
@@ -235,7 +238,10 @@ fn act_on(
     }
     let done = match source {
         Some(src) if a.moving => a.maildir.move_in(src),
-        _ => a.maildir.copy_in(source, &raw.bytes),
+        _ => a
+            .maildir
+            .copy_in(source, &raw.bytes)
+            .map_err(MoveError::from),
     };
     match done {
         Ok(Delivered::New(to)) => {
@@ -248,15 +254,21 @@ fn act_on(
             (Some("already-there"), Some(to.display().to_string()))
         }
         Err(err) => {
+            let id = for_terminal(&raw.id.to_string()).into_owned();
+            let why = for_terminal(&err.to_string()).into_owned();
+            if let MoveError::SourceKept { target, .. } = &err {
+                // Not lost and not moved: reported as what it is, so the
+                // user knows the original is still where it was.
+                tally.kept += 1;
+                progress.suspend(|| eprintln!("bayesmail: {id}: {why}"));
+                return (
+                    Some("copied-not-removed"),
+                    Some(target.display().to_string()),
+                );
+            }
             tally.action_failed += 1;
             let verb = if a.moving { "moving" } else { "copying" };
-            progress.suspend(|| {
-                eprintln!(
-                    "bayesmail: {}: {verb} failed: {}",
-                    for_terminal(&raw.id.to_string()),
-                    for_terminal(&err.to_string())
-                )
-            });
+            progress.suspend(|| eprintln!("bayesmail: {id}: {verb} failed: {why}"));
             (Some("failed"), None)
         }
     }
@@ -343,6 +355,9 @@ fn summary(t: &Tally, started: Instant, action: Option<&SpamAction>) {
         );
         if t.already > 0 {
             s += &format!(" ({} were already there)", t.already);
+        }
+        if t.kept > 0 {
+            s += &format!(", {} copied but not removed (now in both places)", t.kept);
         }
         if t.action_failed > 0 {
             s += &format!(", {} failed", t.action_failed);
