@@ -15,7 +15,7 @@ use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
 use bayesmail::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, MoveError, RawMessage};
 use bayesmail::message;
-use bayesmail::sanitize::for_terminal;
+use bayesmail::sanitize::{for_json, for_terminal};
 
 use super::read::{finish_stream, for_each_mapped};
 use super::{Context, Outcome, ScanArgs};
@@ -277,20 +277,17 @@ fn act_on(
 /// Writes one result line.
 pub(super) fn write_line(out: &mut impl Write, format: Format, line: &Line) -> Result<()> {
     match format {
-        Format::Json => {
-            serde_json::to_writer(&mut *out, line)?;
-            writeln!(out)?;
-        }
+        Format::Json => writeln!(out, "{}", for_json(&serde_json::to_string(line)?))?,
         Format::Csv => writeln!(
             out,
             "{},{},{:.6},{:.3},{},{},{}",
-            csv_field(line.id),
+            csv_field(&for_terminal(line.id)),
             line.verdict,
             line.probability,
             line.log_odds,
             line.known_tokens,
             line.action.unwrap_or(""),
-            csv_field(line.to.unwrap_or(""))
+            csv_field(&for_terminal(line.to.unwrap_or("")))
         )?,
         Format::Table => {
             write!(
@@ -312,6 +309,8 @@ pub(super) fn write_line(out: &mut impl Write, format: Format, line: &Line) -> R
 }
 
 /// An RFC 4180 field: quoted when it holds a comma, quote or line break.
+/// Untrusted text is passed through [`for_terminal`] first (CSV is read by
+/// people, in a terminal or a spreadsheet), which leaves no line breaks.
 fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\"")).into()
