@@ -2,6 +2,10 @@
 //! addresses and even file names in a mailbox can carry escape sequences that
 //! move the cursor or recolour the screen, and bidi controls that reorder
 //! what is shown; each such character is replaced by a visible escape.
+//!
+//! Text for people (tables, CSV, messages on stderr) goes through
+//! [`for_terminal`], which changes what it shows; JSON, read by programs,
+//! goes through [`for_json`], which only changes how it is spelled.
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -34,6 +38,36 @@ pub fn for_terminal(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Returns serialized JSON `json` with DEL, C1 controls and bidi controls
+/// written as `\uXXXX` escapes, so that it decodes to the same value but
+/// shows no such character raw when it reaches a terminal. (serde_json
+/// escapes C0 controls inside strings itself and leaves the others as they
+/// are; outside strings JSON has no such characters, and its whitespace is
+/// left alone.)
+///
+/// ```
+/// use bayesmail::sanitize::for_json;
+/// let json = serde_json::to_string("a\u{202e}b\u{9b}").unwrap();
+/// let safe = for_json(&json);
+/// assert_eq!(safe, r#""a\u202eb\u009b""#);
+/// assert_eq!(serde_json::from_str::<String>(&safe).unwrap(), "a\u{202e}b\u{9b}");
+/// ```
+pub fn for_json(json: &str) -> Cow<'_, str> {
+    let escaped = |c: char| c >= ' ' && is_unsafe(c);
+    if !json.chars().any(escaped) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if escaped(c) {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +80,21 @@ mod tests {
             "tab\\u{9}here\\u{7f}\\u{85}"
         );
         assert_eq!(for_terminal("\u{2066}x\u{2069}"), "\\u{2066}x\\u{2069}");
+    }
+
+    #[test]
+    fn json_keeps_its_value_and_structure() {
+        let value = serde_json::json!({"id": "x\u{1b}[2J\u{7f}\u{85}\u{2067}y\n", "n": 1});
+        let text = serde_json::to_string_pretty(&value).unwrap();
+        let safe = for_json(&text);
+        assert!(
+            !safe.contains(['\u{1b}', '\u{7f}', '\u{85}', '\u{2067}']),
+            "{safe}"
+        );
+        assert!(safe.contains('\n'), "pretty-printing whitespace is kept");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&safe).unwrap(),
+            value
+        );
     }
 }

@@ -1,5 +1,11 @@
 //! Reading messages for the commands: in batches, features extracted in
 //! parallel (one extractor per rayon worker), results in input order.
+//!
+//! A batch is bounded by bytes as well as by count, so that memory stays a
+//! few messages per worker however large the messages are: at most two
+//! batches are alive at once (the one being mapped and the one being read
+//! ahead), and a batch stops growing once it holds [`BATCH_BYTES_PER_WORKER`]
+//! bytes per worker.
 
 use std::io::Read;
 use std::path::Path;
@@ -13,8 +19,19 @@ use bayesmail::message;
 use bayesmail::model::Digest;
 use bayesmail::sanitize::for_terminal;
 
-/// Messages parsed in parallel per batch.
+/// Messages parsed in parallel per batch, at most.
 pub(super) const BATCH: usize = 256;
+
+/// Message bytes per rayon worker after which a batch stops growing. Small
+/// messages fill a batch by count; large ones by bytes, so a batch of
+/// multi-megabyte messages holds about one per worker instead of
+/// [`BATCH`] of them.
+pub(super) const BATCH_BYTES_PER_WORKER: usize = 4 << 20;
+
+/// The byte budget of one batch on the current rayon pool.
+fn batch_bytes() -> usize {
+    BATCH_BYTES_PER_WORKER.saturating_mul(rayon::current_num_threads().max(1))
+}
 
 /// A message read and turned into features (or the reason it could not be).
 pub(super) struct Extracted {
@@ -57,11 +74,12 @@ pub(super) fn for_each_mapped<T: Send>(
     f: &mut dyn FnMut(Vec<T>) -> Result<()>,
 ) -> Result<usize> {
     let mut failed = 0;
+    let budget = batch_bytes();
     let mut messages = mailbox::open_all(paths, opts);
-    let mut batch = read_batch(&mut messages, &mut failed);
+    let mut batch = read_batch(&mut messages, &mut failed, budget);
     while !batch.is_empty() {
         let (next, mapped) = rayon::join(
-            || read_batch(&mut messages, &mut failed),
+            || read_batch(&mut messages, &mut failed, budget),
             || {
                 batch
                     .into_par_iter()
@@ -75,18 +93,23 @@ pub(super) fn for_each_mapped<T: Send>(
     Ok(failed)
 }
 
-/// The next [`BATCH`] readable messages; unreadable ones are reported and
-/// counted in `failed`.
+/// The next readable messages, up to [`BATCH`] of them or until they hold
+/// `budget` bytes (the message that reaches the budget is the batch's last;
+/// a batch always has room for one message, however large); unreadable ones
+/// are reported and counted in `failed`.
 fn read_batch(
     messages: &mut impl Iterator<Item = mailbox::Result<RawMessage>>,
     failed: &mut usize,
+    budget: usize,
 ) -> Vec<RawMessage> {
-    let mut batch = Vec::with_capacity(BATCH);
+    let mut batch = Vec::new();
+    let mut bytes = 0usize;
     for item in messages.by_ref() {
         match item {
             Ok(raw) => {
+                bytes = bytes.saturating_add(raw.bytes.len());
                 batch.push(raw);
-                if batch.len() == BATCH {
+                if batch.len() == BATCH || bytes >= budget {
                     break;
                 }
             }
@@ -136,4 +159,50 @@ pub(super) fn read_one(path: &Path) -> Result<Vec<u8>> {
         bail!("empty message: {}", path.display());
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 15, F11: a mailbox of large messages is read a few messages per
+    /// worker at a time, not [`BATCH`] messages at a time.
+    #[test]
+    fn batches_of_large_messages_are_bounded_by_bytes() {
+        const MIB: usize = 1 << 20;
+        let tmp = tempfile::tempdir().unwrap();
+        let new = tmp.path().join("new");
+        std::fs::create_dir_all(&new).unwrap();
+        let mut message = b"Subject: big\n\n".to_vec();
+        message.resize(MIB, b'x');
+        for i in 0..24 {
+            std::fs::write(new.join(format!("{i}.big.host")), &message).unwrap();
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let mut batches = Vec::new();
+        let unread = pool
+            .install(|| {
+                for_each_mapped(
+                    &[tmp.path().to_path_buf()],
+                    &mailbox::Options::default(),
+                    &|_, raw: RawMessage| raw.bytes.len(),
+                    &mut |batch| {
+                        batches.push(batch.iter().sum::<usize>());
+                        Ok(())
+                    },
+                )
+            })
+            .unwrap();
+        assert_eq!(unread, 0);
+        assert_eq!(batches.iter().sum::<usize>(), 24 * MIB);
+        // 4 MiB per worker, plus the one message that crosses the budget.
+        let bound = 2 * 4 * MIB + MIB;
+        assert!(
+            batches.iter().all(|&b| b <= bound),
+            "batch bytes {batches:?} exceed {bound}"
+        );
+    }
 }

@@ -13,9 +13,9 @@ use serde::Serialize;
 use bayesmail::db::{Classifier, Decider, Score};
 use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
-use bayesmail::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, RawMessage};
+use bayesmail::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, MoveError, RawMessage};
 use bayesmail::message;
-use bayesmail::sanitize::for_terminal;
+use bayesmail::sanitize::{for_json, for_terminal};
 
 use super::read::{finish_stream, for_each_mapped};
 use super::{Context, Outcome, ScanArgs};
@@ -97,6 +97,9 @@ struct Tally {
     acted: usize,
     already: usize,
     action_failed: usize,
+    /// Moved messages copied into the target whose original could not be
+    /// removed: in both places now.
+    kept: usize,
 }
 
 pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
@@ -158,7 +161,7 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
     });
     progress.finish_and_clear();
     let outcome = finish_stream(
-        result.map(|unread| unread + tally.action_failed),
+        result.map(|unread| unread + tally.action_failed + tally.kept),
         &mut out,
         tally.unparsed,
     )?;
@@ -235,7 +238,10 @@ fn act_on(
     }
     let done = match source {
         Some(src) if a.moving => a.maildir.move_in(src),
-        _ => a.maildir.copy_in(source, &raw.bytes),
+        _ => a
+            .maildir
+            .copy_in(source, &raw.bytes)
+            .map_err(MoveError::from),
     };
     match done {
         Ok(Delivered::New(to)) => {
@@ -248,15 +254,21 @@ fn act_on(
             (Some("already-there"), Some(to.display().to_string()))
         }
         Err(err) => {
+            let id = for_terminal(&raw.id.to_string()).into_owned();
+            let why = for_terminal(&err.to_string()).into_owned();
+            if let MoveError::SourceKept { target, .. } = &err {
+                // Not lost and not moved: reported as what it is, so the
+                // user knows the original is still where it was.
+                tally.kept += 1;
+                progress.suspend(|| eprintln!("bayesmail: {id}: {why}"));
+                return (
+                    Some("copied-not-removed"),
+                    Some(target.display().to_string()),
+                );
+            }
             tally.action_failed += 1;
             let verb = if a.moving { "moving" } else { "copying" };
-            progress.suspend(|| {
-                eprintln!(
-                    "bayesmail: {}: {verb} failed: {}",
-                    for_terminal(&raw.id.to_string()),
-                    for_terminal(&err.to_string())
-                )
-            });
+            progress.suspend(|| eprintln!("bayesmail: {id}: {verb} failed: {why}"));
             (Some("failed"), None)
         }
     }
@@ -265,20 +277,17 @@ fn act_on(
 /// Writes one result line.
 pub(super) fn write_line(out: &mut impl Write, format: Format, line: &Line) -> Result<()> {
     match format {
-        Format::Json => {
-            serde_json::to_writer(&mut *out, line)?;
-            writeln!(out)?;
-        }
+        Format::Json => writeln!(out, "{}", for_json(&serde_json::to_string(line)?))?,
         Format::Csv => writeln!(
             out,
             "{},{},{:.6},{:.3},{},{},{}",
-            csv_field(line.id),
+            csv_field(&for_terminal(line.id)),
             line.verdict,
             line.probability,
             line.log_odds,
             line.known_tokens,
             line.action.unwrap_or(""),
-            csv_field(line.to.unwrap_or(""))
+            csv_field(&for_terminal(line.to.unwrap_or("")))
         )?,
         Format::Table => {
             write!(
@@ -300,6 +309,8 @@ pub(super) fn write_line(out: &mut impl Write, format: Format, line: &Line) -> R
 }
 
 /// An RFC 4180 field: quoted when it holds a comma, quote or line break.
+/// Untrusted text is passed through [`for_terminal`] first (CSV is read by
+/// people, in a terminal or a spreadsheet), which leaves no line breaks.
 fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\"")).into()
@@ -343,6 +354,9 @@ fn summary(t: &Tally, started: Instant, action: Option<&SpamAction>) {
         );
         if t.already > 0 {
             s += &format!(" ({} were already there)", t.already);
+        }
+        if t.kept > 0 {
+            s += &format!(", {} copied but not removed (now in both places)", t.kept);
         }
         if t.action_failed > 0 {
             s += &format!(", {} failed", t.action_failed);

@@ -2,28 +2,48 @@
 //!
 //! A message read from a Maildir keeps its file name (the Maildir unique
 //! name with its `:2,` flags) and its subfolder (`cur/` or `new/`); any
-//! other message gets a name made from its digest and goes to `new/`. Names
-//! are thus fixed by the message, which makes every operation safe to
-//! repeat: a message already in the target under its name is not written
-//! again.
+//! other message (from an mbox, a directory tree, stdin) gets a name made
+//! from a SHA-256 digest of its exact bytes and goes to `new/`. Names are
+//! thus fixed by the message, which makes every operation safe to repeat.
+//!
+//! A message is already in the target when a file there has the same
+//! unique name (the part of the name before the `:` that starts the flags),
+//! in `cur/` or `new/`, and the same bytes. The flags and the subfolder are
+//! left out because a mail client changes them (`new/x` becomes
+//! `cur/x:2,S` once read) in the source and in the target alike; the bytes
+//! are compared because only identical content may count as "already
+//! there". Names from a digest of the exact bytes make distinct content get
+//! distinct names, even where it differs only in headers that mail programs
+//! rewrite (`Status:`, `X-Spam-*`). The target's `cur/` and `new/` are
+//! listed once, when first needed, and again only when an entry has moved
+//! since.
 //!
 //! - [`Maildir::move_in`] renames the file into the target: one atomic
 //!   `rename` within a filesystem. Across filesystems it copies into the
 //!   target's `tmp/`, fsyncs, renames into place, fsyncs the directory, and
-//!   only then deletes the source (and fsyncs its directory). Interrupted
-//!   before the delete, the message exists in both places; running the same
-//!   move again finds the target's copy identical and just deletes the
-//!   source.
+//!   only then deletes the source (and fsyncs its directory). If the delete
+//!   fails (or the move was interrupted before it), the message is in both
+//!   places: that is [`MoveError::SourceKept`], and moving the same file
+//!   again finds the target's copy identical and only deletes the source.
+//! - A source that is a symlink is moved by its content: the message it
+//!   leads to is written into the target as a regular file and the link is
+//!   removed. Renaming the link itself would leave a relative link pointing
+//!   nowhere from its new depth, and the file it leads to may be outside
+//!   the mailbox or shared, so it is left where it is.
 //! - [`Maildir::copy_in`] writes the bytes the same way (tmp, fsync, rename,
 //!   fsync) and leaves the source alone.
 //!
-//! A different message already under the target name (which Maildir unique
-//! names make all but impossible) is never overwritten: the move or copy
-//! fails with [`io::ErrorKind::AlreadyExists`].
+//! A different message already under the target's unique name (which
+//! Maildir unique names make all but impossible) is never overwritten: the
+//! move or copy fails with [`io::ErrorKind::AlreadyExists`].
 
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 /// What happened to one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,10 +64,43 @@ impl Delivered {
     }
 }
 
+/// Why [`Maildir::move_in`] did not complete.
+#[derive(thiserror::Error, Debug)]
+pub enum MoveError {
+    /// Reading the source or writing the target failed; the source was not
+    /// removed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// The message is safely in the target, but the source could not be
+    /// removed: it is now in both places. Moving it again removes the
+    /// source without writing a second copy.
+    #[error(
+        "copied to {}, but the original could not be removed: {error}",
+        .target.display()
+    )]
+    SourceKept {
+        /// The file that could not be removed.
+        original: PathBuf,
+        /// Where the message is in the target.
+        target: PathBuf,
+        /// Why the removal failed (its text names `original`).
+        error: io::Error,
+    },
+}
+
 /// A Maildir to deliver into.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Maildir {
     root: PathBuf,
+    /// The unique names of the messages in `cur/` and `new/` and where each
+    /// is; listed when first needed.
+    index: Mutex<Option<HashMap<OsString, PathBuf>>>,
+}
+
+impl Clone for Maildir {
+    fn clone(&self) -> Maildir {
+        Maildir::at(&self.root)
+    }
 }
 
 impl Maildir {
@@ -56,15 +109,14 @@ impl Maildir {
         for sub in ["cur", "new", "tmp"] {
             fs::create_dir_all(root.join(sub)).map_err(|e| annotate(e, &root.join(sub)))?;
         }
-        Ok(Maildir {
-            root: root.to_path_buf(),
-        })
+        Ok(Maildir::at(root))
     }
 
     /// The Maildir at `root`, as it is (for naming targets without writing).
     pub fn at(root: &Path) -> Maildir {
         Maildir {
             root: root.to_path_buf(),
+            index: Mutex::new(None),
         }
     }
 
@@ -80,7 +132,8 @@ impl Maildir {
         match from_maildir {
             Some((sub, name)) => self.root.join(sub).join(name),
             None => {
-                let digest = crate::message::digest(bytes);
+                use sha2::{Digest as _, Sha256};
+                let digest = Sha256::digest(bytes);
                 let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
                 self.root.join("new").join(format!("{hex}.bayesmail"))
             }
@@ -88,44 +141,49 @@ impl Maildir {
     }
 
     /// Moves the message file at `source` into this Maildir.
-    pub fn move_in(&self, source: &Path) -> io::Result<Delivered> {
+    pub fn move_in(&self, source: &Path) -> Result<Delivered, MoveError> {
+        let is_link = fs::symlink_metadata(source)
+            .map_err(|e| annotate(e, source))?
+            .file_type()
+            .is_symlink();
         let bytes = fs::read(source).map_err(|e| annotate(e, source))?;
         let target = self.target(Some(source), &bytes);
-        if same_file(source, &target) {
-            return Ok(Delivered::Already(target));
-        }
-        if let Some(existing) = identical_at(&target, &bytes)? {
-            fs::remove_file(source).map_err(|e| annotate(e, source))?;
-            sync_parent(source)?;
+        if let Some(existing) = self.existing(&target)? {
+            if same_file(source, &existing) {
+                return Ok(Delivered::Already(existing));
+            }
+            if !holds(&existing, &bytes)? {
+                return Err(exists_error(&existing).into());
+            }
+            remove_source(source, &existing)?;
             return Ok(Delivered::Already(existing));
         }
-        if target.exists() {
-            return Err(exists(&target));
-        }
-        match fs::rename(source, &target) {
-            Ok(()) => {
-                sync_parent(&target)?;
-                sync_parent(source)?;
-                Ok(Delivered::New(target))
+        if !is_link {
+            match fs::rename(source, &target) {
+                Ok(()) => {
+                    self.remember(&target);
+                    sync_parent(&target)?;
+                    sync_parent(source)?;
+                    return Ok(Delivered::New(target));
+                }
+                Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {}
+                Err(e) => return Err(annotate(e, source).into()),
             }
-            Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
-                self.copy_then_delete(source, &target, &bytes)
-            }
-            Err(e) => Err(annotate(e, source)),
         }
+        self.copy_then_delete(source, &target, &bytes)
     }
 
-    /// The cross-filesystem move: a durable copy first, the source deleted
-    /// only once the copy is in place.
+    /// The cross-filesystem move (and the move of a symlink): a durable
+    /// copy first, the source deleted only once the copy is in place.
     fn copy_then_delete(
         &self,
         source: &Path,
         target: &Path,
         bytes: &[u8],
-    ) -> io::Result<Delivered> {
+    ) -> Result<Delivered, MoveError> {
         self.write_new(target, bytes)?;
-        fs::remove_file(source).map_err(|e| annotate(e, source))?;
-        sync_parent(source)?;
+        self.remember(target);
+        remove_source(source, target)?;
         Ok(Delivered::New(target.to_path_buf()))
     }
 
@@ -133,14 +191,66 @@ impl Maildir {
     /// from, if it is one message in a file (it names the copy).
     pub fn copy_in(&self, source: Option<&Path>, bytes: &[u8]) -> io::Result<Delivered> {
         let target = self.target(source, bytes);
-        if let Some(existing) = identical_at(&target, bytes)? {
-            return Ok(Delivered::Already(existing));
-        }
-        if target.exists() {
-            return Err(exists(&target));
+        if let Some(existing) = self.existing(&target)? {
+            return if holds(&existing, bytes)? {
+                Ok(Delivered::Already(existing))
+            } else {
+                Err(exists_error(&existing))
+            };
         }
         self.write_new(&target, bytes)?;
+        self.remember(&target);
         Ok(Delivered::New(target))
+    }
+
+    /// The message in this Maildir with `target`'s unique name, whatever
+    /// its flags and subfolder; else `target` itself if it exists.
+    fn existing(&self, target: &Path) -> io::Result<Option<PathBuf>> {
+        let unique = unique_name(target.file_name().unwrap_or_default());
+        let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut fresh = false;
+        if index.is_none() {
+            *index = Some(self.list()?);
+            fresh = true;
+        }
+        let mut found = index.as_ref().and_then(|i| i.get(unique).cloned());
+        if found.as_ref().is_some_and(|p| !exists(p)) && !fresh {
+            // The client renamed it since the listing.
+            *index = Some(self.list()?);
+            found = index.as_ref().and_then(|i| i.get(unique).cloned());
+        }
+        match found {
+            Some(p) if exists(&p) => Ok(Some(p)),
+            _ => Ok(exists(target).then(|| target.to_path_buf())),
+        }
+    }
+
+    /// Notes a message just written to `path`.
+    fn remember(&self, path: &Path) {
+        let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+        if let (Some(index), Some(name)) = (index.as_mut(), path.file_name()) {
+            index.insert(unique_name(name).to_os_string(), path.to_path_buf());
+        }
+    }
+
+    /// The unique names in `cur/` and `new/` and where each is.
+    fn list(&self) -> io::Result<HashMap<OsString, PathBuf>> {
+        let mut index = HashMap::new();
+        for sub in ["cur", "new"] {
+            let dir = self.root.join(sub);
+            let entries = match fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(annotate(e, &dir)),
+            };
+            for entry in entries {
+                let name = entry.map_err(|e| annotate(e, &dir))?.file_name();
+                index
+                    .entry(unique_name(&name).to_os_string())
+                    .or_insert_with(|| dir.join(&name));
+            }
+        }
+        Ok(index)
     }
 
     /// Writes `bytes` to `target` through `tmp/`: write, fsync, rename,
@@ -166,19 +276,43 @@ impl Maildir {
     }
 }
 
-/// `Some(target)` if `target` holds exactly `bytes`.
-fn identical_at(target: &Path, bytes: &[u8]) -> io::Result<Option<PathBuf>> {
-    let mut f = match File::open(target) {
+/// A Maildir file name without its flags: up to the `:` that starts them.
+fn unique_name(name: &OsStr) -> &OsStr {
+    let bytes = name.as_bytes();
+    let end = memchr::memchr(b':', bytes).unwrap_or(bytes.len());
+    OsStr::from_bytes(&bytes[..end])
+}
+
+/// Whether something (a dangling link included) is at `path`.
+fn exists(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok()
+}
+
+/// Removes a moved message's source, which is already safe at `target`.
+fn remove_source(source: &Path, target: &Path) -> Result<(), MoveError> {
+    fs::remove_file(source).map_err(|e| MoveError::SourceKept {
+        original: source.to_path_buf(),
+        target: target.to_path_buf(),
+        error: annotate(e, source),
+    })?;
+    sync_parent(source)?;
+    Ok(())
+}
+
+/// Whether the file at `path` holds exactly `bytes`.
+fn holds(path: &Path, bytes: &[u8]) -> io::Result<bool> {
+    let mut f = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(annotate(e, target)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(annotate(e, path)),
     };
     if f.metadata()?.len() != bytes.len() as u64 {
-        return Ok(None);
+        return Ok(false);
     }
     let mut existing = Vec::with_capacity(bytes.len());
-    f.read_to_end(&mut existing)?;
-    Ok((existing == bytes).then(|| target.to_path_buf()))
+    f.read_to_end(&mut existing)
+        .map_err(|e| annotate(e, path))?;
+    Ok(existing == bytes)
 }
 
 /// True if `a` and `b` name the same file (moving a message onto itself
@@ -193,7 +327,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 
 /// For a file in a Maildir's `cur/` or `new/`: that subfolder and the
 /// file name.
-fn maildir_parts(path: &Path) -> Option<(&'static str, &std::ffi::OsStr)> {
+fn maildir_parts(path: &Path) -> Option<(&'static str, &OsStr)> {
     let name = path.file_name()?;
     let sub = path.parent()?.file_name()?;
     if sub == "cur" {
@@ -214,10 +348,13 @@ fn sync_parent(path: &Path) -> io::Result<()> {
     }
 }
 
-fn exists(target: &Path) -> io::Error {
+fn exists_error(target: &Path) -> io::Error {
     io::Error::new(
         io::ErrorKind::AlreadyExists,
-        format!("{}: a different message is already there", target.display()),
+        format!(
+            "{}: a different message with the same unique name is already there",
+            target.display()
+        ),
     )
 }
 
@@ -305,7 +442,9 @@ mod tests {
         );
         let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
         fs::write(junk.root().join("new/2.b.host"), b"A: 1\n\nother\n").unwrap();
-        let err = junk.move_in(&src).unwrap_err();
+        let Err(MoveError::Io(err)) = junk.move_in(&src) else {
+            panic!("moved over a different message")
+        };
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(fs::read(&src).unwrap(), b"A: 1\n\nmine\n");
         assert_eq!(
@@ -331,13 +470,135 @@ mod tests {
     fn missing_source_is_an_error_and_nothing_is_written() {
         let tmp = tempfile::tempdir().unwrap();
         let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
-        let err = junk
-            .move_in(&tmp.path().join("inbox/cur/gone"))
-            .unwrap_err();
+        let Err(MoveError::Io(err)) = junk.move_in(&tmp.path().join("inbox/cur/gone")) else {
+            panic!("moved a missing file")
+        };
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert!(err.to_string().contains("gone"));
         for sub in ["cur", "new", "tmp"] {
             assert_eq!(fs::read_dir(junk.root().join(sub)).unwrap().count(), 0);
         }
+    }
+
+    #[test]
+    fn a_copy_is_found_under_its_unique_name_whatever_its_flags_and_subfolder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bytes = b"A: 1\n\nread later\n";
+        let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
+        let first = junk
+            .copy_in(Some(&tmp.path().join("inbox/new/5.e.host")), bytes)
+            .unwrap();
+        assert_eq!(first, Delivered::New(junk.root().join("new/5.e.host")));
+        // The client reads the copy in Junk, then the original.
+        let read = junk.root().join("cur/5.e.host:2,S");
+        fs::rename(first.path(), &read).unwrap();
+        let again = junk
+            .copy_in(Some(&tmp.path().join("inbox/cur/5.e.host:2,RS")), bytes)
+            .unwrap();
+        assert_eq!(again, Delivered::Already(read.clone()));
+        // A fresh Maildir value lists the folder anew and finds it too.
+        let fresh = Maildir::at(junk.root());
+        let source = tmp.path().join("inbox/cur/5.e.host:2,");
+        assert_eq!(
+            fresh.copy_in(Some(&source), bytes).unwrap(),
+            Delivered::Already(read.clone())
+        );
+        // Same unique name, other bytes: never taken for the same message.
+        let err = fresh.copy_in(Some(&source), b"A: 2\n\n").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(unique_name(OsStr::new("5.e.host:2,S")), "5.e.host");
+        assert_eq!(unique_name(OsStr::new("5.e.host")), "5.e.host");
+    }
+
+    #[test]
+    fn names_from_content_differ_for_any_byte_difference() {
+        let junk = Maildir::at(Path::new("junk"));
+        let a = junk.target(None, b"Subject: x\n\nbody\n");
+        let b = junk.target(None, b"Status: RO\nSubject: x\n\nbody\n");
+        let c = junk.target(None, b"X-Spam-Status: Yes\nSubject: x\n\nbody\n");
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        assert_ne!(b, c);
+        assert_eq!(a, junk.target(None, b"Subject: x\n\nbody\n"));
+    }
+
+    #[test]
+    fn moving_a_symlink_moves_the_message_it_leads_to_as_a_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store/m");
+        fs::create_dir_all(store.parent().unwrap()).unwrap();
+        fs::write(&store, b"A: 1\n\nlinked\n").unwrap();
+        let inbox = Maildir::create(&tmp.path().join("inbox")).unwrap();
+        let link = inbox.root().join("cur/6.f.host:2,");
+        std::os::unix::fs::symlink("../../store/m", &link).unwrap();
+        let junk = Maildir::create(&tmp.path().join("a/b/junk")).unwrap();
+        let moved = junk.move_in(&link).unwrap();
+        let target = junk.root().join("cur/6.f.host:2,");
+        assert_eq!(moved, Delivered::New(target.clone()));
+        assert!(fs::symlink_metadata(&target).unwrap().is_file());
+        assert_eq!(fs::read(&target).unwrap(), b"A: 1\n\nlinked\n");
+        assert!(fs::symlink_metadata(&link).is_err());
+        assert_eq!(fs::read(&store).unwrap(), b"A: 1\n\nlinked\n");
+    }
+
+    /// Makes `dir` refuse removals (append-only where allowed, which holds
+    /// for root; else read-only); `false` if neither takes effect here.
+    fn make_undeletable(dir: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        let probe = dir.join(".probe");
+        fs::write(&probe, b"x").unwrap();
+        let appended = std::process::Command::new("chattr")
+            .arg("+a")
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !appended {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o555)).unwrap();
+        }
+        fs::remove_file(&probe).is_err()
+    }
+
+    fn make_deletable(dir: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::process::Command::new("chattr")
+            .arg("-a")
+            .arg(dir)
+            .status();
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn a_source_that_cannot_be_removed_is_reported_as_kept_and_not_copied_twice() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bytes = b"A: 1\n\nstuck\n";
+        let src = maildir_with(&tmp.path().join("inbox"), "new", "7.g.host", bytes);
+        let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
+        let target = junk.target(Some(&src), bytes);
+        let new = src.parent().unwrap();
+        if !make_undeletable(new) {
+            make_deletable(new);
+            eprintln!("cannot make a directory undeletable here: test skipped");
+            return;
+        }
+        let first = junk.copy_then_delete(&src, &target, bytes);
+        let again = junk.move_in(&src);
+        make_deletable(new);
+        for result in [first, again] {
+            let Err(MoveError::SourceKept {
+                original,
+                target: t,
+                ..
+            }) = &result
+            else {
+                panic!("{result:?}")
+            };
+            assert_eq!((original, t), (&src, &target));
+            let text = result.unwrap_err().to_string();
+            assert!(text.contains("could not be removed"), "{text}");
+        }
+        assert!(src.exists());
+        assert_eq!(fs::read_dir(junk.root().join("new")).unwrap().count(), 1);
+        assert_eq!(junk.move_in(&src).unwrap(), Delivered::Already(target));
+        assert!(!src.exists());
     }
 }

@@ -44,7 +44,7 @@ use std::iter::FusedIterator;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-pub use deliver::{Delivered, Maildir};
+pub use deliver::{Delivered, Maildir, MoveError};
 use mbox::MboxReader;
 pub use mbox::write_mbox_message;
 

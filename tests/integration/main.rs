@@ -13,6 +13,7 @@ mod corpus;
 mod delivery;
 mod golden;
 mod hostile;
+mod hostile_scan;
 mod learning;
 mod properties;
 mod recipes;

@@ -1,0 +1,320 @@
+//! `scan` under hostile conditions (issue 15): moves whose original cannot
+//! be removed, mail clients renaming messages between runs, mbox messages
+//! that differ only in rewritten headers, relative symlinks, and file names
+//! carrying terminal escapes and bidi controls.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use super::common::*;
+
+fn trained() -> Db {
+    let db = Db::new();
+    db.train_sample();
+    db
+}
+
+/// The bytes of the sample corpus's first spam (judged spam by a model
+/// trained on the sample corpus).
+fn spam() -> Vec<u8> {
+    let mut files: Vec<PathBuf> = fs::read_dir(sample_spam())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    fs::read(&files[0]).unwrap()
+}
+
+fn make_maildir(dir: &Path) {
+    for sub in ["cur", "new", "tmp"] {
+        fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+}
+
+/// The files in a Maildir's `cur/` and `new/`, as `sub/name`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for sub in ["cur", "new"] {
+        if let Ok(entries) = fs::read_dir(dir.join(sub)) {
+            for e in entries {
+                let name = e.unwrap().file_name();
+                out.push(format!("{sub}/{}", name.to_str().unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `scan --json ARGS`: the output and its lines.
+fn scan(db: &Db, args: &[&str]) -> (Output, Vec<Value>) {
+    let out = db.run(&[&["scan", "--json"], args].concat(), None);
+    let lines = json_lines(&String::from_utf8_lossy(&out.stdout));
+    (out, lines)
+}
+
+/// Makes `dir` refuse to have entries removed, for as long as the guard
+/// lives: `chattr +a` (append-only, which holds even for root) where the
+/// filesystem and privileges allow it, else a read-only mode (which holds
+/// for other users). `None` if neither takes effect here.
+struct Undeletable(PathBuf);
+
+impl Undeletable {
+    fn new(dir: &Path) -> Option<Undeletable> {
+        use std::os::unix::fs::PermissionsExt;
+        let probe = |n: &str| {
+            let p = dir.join(format!(".probe-{n}"));
+            fs::write(&p, b"x").unwrap();
+            p
+        };
+        let (a, b) = (probe("a"), probe("b"));
+        let guard = Undeletable(dir.to_path_buf());
+        let chattr = Command::new("chattr").arg("+a").arg(dir).output();
+        if chattr.is_ok_and(|o| o.status.success()) && fs::remove_file(&a).is_err() {
+            return Some(guard);
+        }
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o555)).unwrap();
+        if fs::remove_file(&b).is_err() {
+            return Some(guard);
+        }
+        None
+    }
+}
+
+impl Drop for Undeletable {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = Command::new("chattr").arg("-a").arg(&self.0).output();
+        let _ = fs::set_permissions(&self.0, fs::Permissions::from_mode(0o755));
+    }
+}
+
+/// F17: across filesystems, a move copies and then deletes. When the
+/// delete fails the message is in both places: that is reported precisely,
+/// counted, makes the exit status 1, and a re-run neither copies again nor
+/// says anything else; once the original can be removed, a re-run finishes
+/// the move.
+#[test]
+fn a_cross_filesystem_move_whose_original_cannot_be_removed_is_reported_and_finished_later() {
+    let db = trained();
+    // The Maildir to move from must be on another filesystem than the
+    // Junk folder; /dev/shm is a tmpfs where there is one.
+    let Ok(other) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("no /dev/shm: test skipped");
+        return;
+    };
+    let junk = db.path("junk");
+    let here = fs::metadata(db.path("config.toml")).unwrap().dev();
+    if fs::metadata(other.path()).unwrap().dev() == here {
+        eprintln!("/dev/shm is not another filesystem: test skipped");
+        return;
+    }
+    let inbox = other.path().join("inbox");
+    make_maildir(&inbox);
+    let original = inbox.join("new/1.spam.host");
+    fs::write(&original, spam()).unwrap();
+    let Some(guard) = Undeletable::new(&inbox.join("new")) else {
+        eprintln!("cannot make a directory undeletable here: test skipped");
+        return;
+    };
+
+    let args = ["--move-spam-to", utf8(&junk), utf8(&inbox)];
+    for run in ["first", "again"] {
+        let (out, lines) = scan(&db, &args);
+        assert_exit(&out, 1, &["scan", run]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["action"], "copied-not-removed", "{run}: {lines:?}");
+        assert_eq!(lines[0]["to"], utf8(&junk.join("new/1.spam.host")));
+        let err = stderr(&out);
+        assert!(
+            err.contains("could not be removed") && err.contains(utf8(&original)),
+            "{run}: {err}"
+        );
+        assert!(
+            err.contains("moved 0 to") && err.contains("1 copied but not removed"),
+            "{run}: {err}"
+        );
+        assert!(original.exists());
+        assert_eq!(listing(&junk), ["new/1.spam.host"], "{run}");
+    }
+
+    drop(guard);
+    let (out, lines) = scan(&db, &args);
+    assert_exit(&out, 0, &["scan", "once the original can be removed"]);
+    assert_eq!(lines[0]["action"], "already-there", "{lines:?}");
+    assert!(!original.exists());
+    assert_eq!(listing(&junk), ["new/1.spam.host"]);
+    assert_eq!(fs::read(junk.join("new/1.spam.host")).unwrap(), spam());
+}
+
+/// F18: a copy is recognised by its Maildir unique name, whatever the mail
+/// client did to either file since (new/ → cur/, flags changed).
+#[test]
+fn copies_are_not_repeated_after_the_client_renames_either_file() {
+    let db = trained();
+    let inbox = db.path("inbox");
+    let junk = db.path("junk");
+    make_maildir(&inbox);
+    fs::write(inbox.join("new/1.spam.host"), spam()).unwrap();
+    let args = ["--copy-spam-to", utf8(&junk), utf8(&inbox)];
+
+    let (out, lines) = scan(&db, &args);
+    assert_exit(&out, 0, &["scan", "first"]);
+    assert_eq!(lines[0]["action"], "copied");
+    assert_eq!(listing(&junk), ["new/1.spam.host"]);
+
+    // The client reads the message in the inbox.
+    fs::rename(
+        inbox.join("new/1.spam.host"),
+        inbox.join("cur/1.spam.host:2,S"),
+    )
+    .unwrap();
+    let (out, lines) = scan(&db, &args);
+    assert_exit(&out, 0, &["scan", "after new/ -> cur/"]);
+    assert_eq!(lines[0]["action"], "already-there", "{lines:?}");
+    assert_eq!(listing(&junk), ["new/1.spam.host"]);
+
+    // ... then the copy in Junk, and flags the original again.
+    fs::rename(
+        junk.join("new/1.spam.host"),
+        junk.join("cur/1.spam.host:2,S"),
+    )
+    .unwrap();
+    fs::rename(
+        inbox.join("cur/1.spam.host:2,S"),
+        inbox.join("cur/1.spam.host:2,FS"),
+    )
+    .unwrap();
+    let (out, lines) = scan(&db, &args);
+    assert_exit(&out, 0, &["scan", "after flags changed"]);
+    assert_eq!(lines[0]["action"], "already-there", "{lines:?}");
+    assert_eq!(lines[0]["to"], utf8(&junk.join("cur/1.spam.host:2,S")));
+    assert_eq!(listing(&junk), ["cur/1.spam.host:2,S"]);
+}
+
+/// F19: mbox messages that differ only in headers a mail program rewrites
+/// (`Status:`, `X-Spam-*`) are distinct files, and each gets a name of its
+/// own; copying them again, or after the client filed the copies in cur/,
+/// writes nothing.
+#[test]
+fn mbox_messages_differing_only_in_rewritten_headers_get_distinct_names() {
+    let db = trained();
+    let body = spam();
+    let mut mbox = Vec::new();
+    for extra in [&b""[..], b"Status: RO\n", b"X-Spam-Status: Yes\n"] {
+        let message = [extra, &body[..]].concat();
+        bayesmail::mailbox::write_mbox_message(&mut mbox, None, &message).unwrap();
+    }
+    let path = db.path("spam.mbox");
+    fs::write(&path, &mbox).unwrap();
+    let junk = db.path("junk");
+    let args = ["--copy-spam-to", utf8(&junk), utf8(&path)];
+
+    let (out, lines) = scan(&db, &args);
+    assert_exit(&out, 0, &["scan", "first"]);
+    let actions: Vec<_> = lines.iter().map(|l| l["action"].clone()).collect();
+    assert_eq!(actions, ["copied", "copied", "copied"], "{}", stderr(&out));
+    let first = listing(&junk);
+    assert_eq!(first.len(), 3, "{first:?}");
+
+    let (out, lines) = scan(&db, &args);
+    assert_exit(&out, 0, &["scan", "again"]);
+    assert!(
+        lines.iter().all(|l| l["action"] == "already-there"),
+        "{lines:?}"
+    );
+    assert_eq!(listing(&junk), first);
+
+    // The client files the copies as read.
+    for name in &first {
+        let from = junk.join(name);
+        let to = junk.join("cur").join(format!(
+            "{}:2,S",
+            from.file_name().unwrap().to_str().unwrap()
+        ));
+        fs::rename(from, to).unwrap();
+    }
+    let (out, lines) = scan(&db, &args);
+    assert_exit(&out, 0, &["scan", "after the client filed them"]);
+    assert!(
+        lines.iter().all(|l| l["action"] == "already-there"),
+        "{lines:?}"
+    );
+    assert_eq!(listing(&junk).len(), 3);
+}
+
+/// F21: a message that is a relative symlink keeps its content when moved
+/// to a Maildir at another depth.
+#[test]
+fn moving_a_relative_symlink_keeps_the_message() {
+    let db = trained();
+    let inbox = db.path("inbox");
+    make_maildir(&inbox);
+    let store = db.path("store");
+    fs::create_dir_all(&store).unwrap();
+    fs::write(store.join("m.eml"), spam()).unwrap();
+    symlink("../../store/m.eml", inbox.join("cur/1.link.host:2,S")).unwrap();
+    let junk = db.path("deeper/still/junk");
+
+    let (out, lines) = scan(&db, &["--move-spam-to", utf8(&junk), utf8(&inbox)]);
+    assert_exit(&out, 0, &["scan", "--move-spam-to"]);
+    assert_eq!(lines[0]["action"], "moved", "{lines:?}");
+    let moved = junk.join("cur/1.link.host:2,S");
+    assert_eq!(
+        fs::read(&moved).unwrap(),
+        spam(),
+        "the moved message is readable"
+    );
+    assert!(fs::symlink_metadata(inbox.join("cur/1.link.host:2,S")).is_err());
+    // The file the link led to is not the scan's to remove.
+    assert_eq!(fs::read(store.join("m.eml")).unwrap(), spam());
+    let (out, lines) = scan(&db, &[utf8(&junk)]);
+    assert_exit(&out, 0, &["scan", "the Junk folder"]);
+    assert_eq!(lines[0]["verdict"], "spam");
+}
+
+/// F25: file names carry escapes and bidi controls to whoever reads the
+/// report; no output format passes them on raw.
+#[test]
+fn file_names_with_escapes_and_bidi_controls_are_sanitised_in_every_format() {
+    let db = trained();
+    let dir = db.path("dir");
+    fs::create_dir_all(&dir).unwrap();
+    let name = "evil\x1b[2J\u{9b}31m\u{202e}lmx.eml, \"q\"";
+    fs::write(dir.join(name), spam()).unwrap();
+    let junk = db.path("junk");
+    let raw = |s: &str| s.contains(['\x1b', '\u{9b}', '\u{202e}']);
+
+    for format in ["--csv", "--json", "--no-progress"] {
+        let out = db.run(
+            &["scan", format, "--copy-spam-to", utf8(&junk), utf8(&dir)],
+            None,
+        );
+        assert_exit(&out, 0, &["scan", format]);
+        let text = String::from_utf8(out.stdout.clone()).unwrap();
+        assert!(!raw(&text), "{format}: {text:?}");
+        assert!(!raw(&stderr(&out)), "{format}: {}", stderr(&out));
+        match format {
+            "--csv" => {
+                let row = text.lines().nth(1).unwrap();
+                assert!(
+                    row.starts_with('"') && row.contains(r#"\u{202e}lmx.eml, ""q""","#),
+                    "{row}"
+                );
+            }
+            "--json" => {
+                // Escaped, so the id still reads back exactly.
+                let line = &json_lines(&text)[0];
+                assert_eq!(line["id"], utf8(&dir.join(name)));
+            }
+            _ => assert!(
+                text.contains(r"\u{1b}[2J\u{9b}31m\u{202e}lmx.eml"),
+                "{text}"
+            ),
+        }
+    }
+}
