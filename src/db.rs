@@ -3,11 +3,12 @@
 //! ```text
 //! DB/counts.sled/   the counts: source of truth, one writer (train, learn, unlearn)
 //! DB/model.bin      the compiled model: immutable, replaced atomically after
-//!                   every change, memory-mapped by any number of readers
+//!                   every change, read whole by any number of readers
 //! ```
 //!
 //! [`Classifier`] reads only the snapshot, so classification never waits for
-//! or blocks a training run, and opening it costs one `mmap`. [`Trainer`]
+//! or blocks a training run; opening it costs one read of the file and a
+//! check of its checksum, so a damaged model is refused. [`Trainer`]
 //! holds the sled store, turns labelled messages into deltas (skipping what
 //! the registry says is already learned with the same label, relearning what
 //! moved), applies them in atomic chunks, and writes a new snapshot.
@@ -175,8 +176,8 @@ pub struct Explanation {
     pub metadata: Vec<(String, f64, f64)>,
 }
 
-/// The read side: a memory-mapped snapshot and the model built from its
-/// header. Cheap to open; `Send + Sync`, so one can serve many threads.
+/// The read side: the snapshot, read into memory and checked, and the model
+/// built from its header. `Send + Sync`, so one can serve many threads.
 pub struct Classifier {
     snapshot: Snapshot,
     header: ModelHeader,
@@ -394,10 +395,11 @@ impl Trainer {
         Ok(summary)
     }
 
-    /// True if the model snapshot is missing or was compiled from other
-    /// counts than the store holds now (e.g. a run was killed after storing
-    /// its counts but before writing the snapshot): the next write must
-    /// compile even if it learns nothing new.
+    /// True if the model snapshot is missing, unreadable (damaged, of an
+    /// older format) or was compiled from other counts than the store holds
+    /// now (e.g. a run was killed after storing its counts but before
+    /// writing the snapshot): the next write must compile even if it learns
+    /// nothing new.
     pub fn model_is_stale(&self) -> Result<bool> {
         let totals = self.store.totals()?;
         Ok(Snapshot::open(&self.paths.snapshot())

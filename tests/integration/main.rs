@@ -12,6 +12,7 @@ mod common;
 mod corpus;
 mod delivery;
 mod golden;
+mod hostile_store;
 mod learning;
 mod properties;
 mod recipes;
