@@ -132,3 +132,133 @@ fn a_fifo_in_place_of_the_model_fails_at_once() {
     assert_eq!(summary["snapshot_written"], true, "{summary}");
     assert!(fs::metadata(db.model()).unwrap().is_file());
 }
+
+/// F15: after the count store is deleted or truncated, a writer refuses to
+/// replace the model with one built from what is left, says why and how to
+/// start over, and leaves the model as it was.
+#[test]
+fn a_writer_refuses_to_replace_the_model_after_the_store_lost_its_history() {
+    let message = |db: &Db| {
+        let path = db.path("message.eml");
+        fs::write(&path, MESSAGE).unwrap();
+        path
+    };
+    for damage in ["deleted", "truncated"] {
+        let db = Db::new();
+        db.train_sample();
+        let model = fs::read(db.model()).unwrap();
+        let counts = db.dir().join("counts.sled");
+        if damage == "deleted" {
+            fs::remove_dir_all(&counts).unwrap();
+        } else {
+            let file = counts.join("db");
+            let len = fs::metadata(&file).unwrap().len();
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&file)
+                .unwrap()
+                .set_len(len / 2)
+                .unwrap();
+        }
+        let msg = message(&db);
+        for args in [
+            vec!["learn", "--spam", utf8(&msg)],
+            vec!["train", "--spam", utf8(&msg)],
+        ] {
+            let out = db.run(&args, None);
+            assert_ne!(out.status.code(), Some(0), "{damage}: {args:?}");
+            let err = stderr(&out);
+            assert!(err.contains("is not replaced"), "{damage}: {err}");
+            assert!(err.contains("remove the model file as well"), "{err}");
+            assert!(fs::read(db.model()).unwrap() == model, "{damage}: replaced");
+        }
+        assert_eq!(db.counts(), [24, 24]);
+        // Starting over on purpose.
+        fs::remove_file(db.model()).unwrap();
+        db.ok(&["learn", "--spam", utf8(&msg)], None);
+    }
+}
+
+/// A message file as saved with an mbox envelope line: an escaped `>From `
+/// body line and the blank line an mbox writer adds at the end.
+fn enveloped(n: usize) -> Vec<u8> {
+    format!(
+        "From sender{n}@offers.example  Thu Aug 22 13:17:22 2002\n\
+         From: Offers <sender{n}@offers.example>\nTo: you@example.com\n\
+         Subject: Offer number {n}\n\nCheap meds, offer {n}.\n>From the desk of the boss.\n\n"
+    )
+    .into_bytes()
+}
+
+/// F16: `learn` and `unlearn` compute the digest `train` computed for a
+/// message file that starts with a `From ` line, so after `train` the file
+/// is known: `learn` does not count it again and `unlearn` finds it.
+#[test]
+fn learn_and_unlearn_know_what_train_read_from_enveloped_files() {
+    let db = Db::new();
+    let spam = db.path("spam");
+    fs::create_dir(&spam).unwrap();
+    for n in 0..3 {
+        fs::write(spam.join(format!("{n}.eml")), enveloped(n)).unwrap();
+    }
+    if let Some(corpus) = public_corpus() {
+        let mut files: Vec<_> = fs::read_dir(corpus.join("spam-2"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        for f in files.iter().take(20) {
+            fs::copy(f, spam.join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut files: Vec<_> = fs::read_dir(&spam)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let summary = db.train(&[&spam], &[&sample_ham()]);
+    assert_eq!(summary["learned"], files.len() + 24, "{summary}");
+    let before = db.counts();
+    for f in &files {
+        let out = db.ok(&["learn", "--spam", utf8(f)], None);
+        assert_eq!(out.trim(), "already learned as spam", "{}", f.display());
+    }
+    assert_eq!(db.counts(), before);
+    for f in &files {
+        let out = db.ok(&["unlearn", utf8(f)], None);
+        assert_eq!(out.trim(), "unlearned (was spam)", "{}", f.display());
+    }
+    assert_eq!(db.counts(), [24, 0]);
+
+    // A file holding several messages is a mailbox, not one message.
+    let mbox = db.path("two.mbox");
+    fs::write(&mbox, [enveloped(7), enveloped(8)].concat()).unwrap();
+    let out = db.run(&["learn", "--spam", utf8(&mbox)], None);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("holds more than one message"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// F20: a writer killed while writing the model leaves its temporary file;
+/// the next write of the model removes it (and only temporaries of writers
+/// that no longer run).
+#[test]
+fn the_next_model_write_removes_temporaries_of_killed_writers() {
+    let db = Db::new();
+    db.train_sample();
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let stale = db.dir().join(format!(".model.bin.{dead}.0.tmp"));
+    let live = db.dir().join(".model.bin.1.0.tmp");
+    fs::write(&stale, vec![0u8; 1 << 20]).unwrap();
+    fs::write(&live, b"a writer that still runs").unwrap();
+    let msg = db.path("message.eml");
+    fs::write(&msg, MESSAGE).unwrap();
+    db.ok(&["learn", "--spam", utf8(&msg)], None);
+    assert!(!stale.exists(), "a dead writer's temporary file survived");
+    assert!(live.exists());
+}
