@@ -3,11 +3,12 @@
 //! ```text
 //! DB/counts.sled/   the counts: source of truth, one writer (train, learn, unlearn)
 //! DB/model.bin      the compiled model: immutable, replaced atomically after
-//!                   every change, memory-mapped by any number of readers
+//!                   every change, read whole by any number of readers
 //! ```
 //!
 //! [`Classifier`] reads only the snapshot, so classification never waits for
-//! or blocks a training run, and opening it costs one `mmap`. [`Trainer`]
+//! or blocks a training run; opening it costs one read of the file and a
+//! check of its checksum, so a damaged model is refused. [`Trainer`]
 //! holds the sled store, turns labelled messages into deltas (skipping what
 //! the registry says is already learned with the same label, relearning what
 //! moved), applies them in atomic chunks, and writes a new snapshot.
@@ -24,7 +25,7 @@ use crate::features::{Features, METADATA_NAMES};
 use crate::model::{
     Combine, Delta, Digest, Evidence, Label, Model, Params, TokenCounts, Totals, bernoulli,
 };
-use crate::store::{self, SledStore, Snapshot, Store};
+use crate::store::{self, SledStore, Snapshot, Store, StoreIdentity};
 
 /// How long a writer waits for another writer's lock before giving up.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -54,6 +55,27 @@ pub enum Error {
     /// Unlearning a message that was never learned.
     #[error("this message was never learned, so it cannot be unlearned")]
     NotLearned,
+    /// The count store no longer holds what the model was built from (it
+    /// was deleted, truncated, replaced or rolled back): writing would
+    /// replace the model with one built from what is left.
+    #[error(
+        "the count store {} {reason}, so the model at {} (built from {model_messages} messages) \
+         is not replaced with one built from what is left. To keep the model, restore the \
+         count store from a backup; to start over on purpose, remove the model file as well \
+         (or use a new database directory) and retrain",
+        counts.display(),
+        model.display()
+    )]
+    LostHistory {
+        /// The count store.
+        counts: PathBuf,
+        /// The snapshot file.
+        model: PathBuf,
+        /// Messages the model was built from.
+        model_messages: u64,
+        /// What happened to the store.
+        reason: String,
+    },
     /// Creating the database directory failed.
     #[error("cannot create database directory {path}: {source}")]
     Create {
@@ -110,6 +132,10 @@ pub struct ModelHeader {
     pub absent_constant: f64,
     /// Messages the calibration was fitted on (0: not calibrated).
     pub calibrated_on: usize,
+    /// The count store it was compiled from, at which change (absent in
+    /// models written before stores had an identity).
+    #[serde(default)]
+    pub store: Option<StoreIdentity>,
 }
 
 /// The score of one message.
@@ -175,8 +201,8 @@ pub struct Explanation {
     pub metadata: Vec<(String, f64, f64)>,
 }
 
-/// The read side: a memory-mapped snapshot and the model built from its
-/// header. Cheap to open; `Send + Sync`, so one can serve many threads.
+/// The read side: the snapshot, read into memory and checked, and the model
+/// built from its header. `Send + Sync`, so one can serve many threads.
 pub struct Classifier {
     snapshot: Snapshot,
     header: ModelHeader,
@@ -315,16 +341,65 @@ pub struct Trainer {
 impl Trainer {
     /// Opens (creating if needed) the database, waiting up to `wait` for
     /// another writer.
+    ///
+    /// Fails with [`Error::LostHistory`] if the model was compiled from a
+    /// count store that is no longer there as it was: another store (the
+    /// first was deleted or replaced), or the same one at an earlier change
+    /// (rolled back by a truncation or a restored copy). For a model written
+    /// before stores had an identity, a store holding fewer messages than
+    /// the model counts as one that lost its history. A model that cannot
+    /// be read says nothing and is rebuilt by the next write.
     pub fn open(paths: &DbPaths, wait: Duration) -> Result<Trainer> {
         std::fs::create_dir_all(paths.dir()).map_err(|source| Error::Create {
             path: paths.dir().to_path_buf(),
             source,
         })?;
         let store = SledStore::open(&paths.counts(), wait)?;
-        Ok(Trainer {
+        let trainer = Trainer {
             paths: paths.clone(),
             store,
-        })
+        };
+        trainer.check_history()?;
+        Ok(trainer)
+    }
+
+    /// See [`Trainer::open`].
+    fn check_history(&self) -> Result<()> {
+        let Some(model) = self.current_header() else {
+            return Ok(());
+        };
+        let now = self.store.identity()?;
+        let reason = match &model.store {
+            Some(built) if built.id != now.id => Some(
+                "is not the one the model was built from (it was deleted or replaced)".to_string(),
+            ),
+            Some(built) if now.generation < built.generation => Some(format!(
+                "has gone back to an earlier state (it is at change {}, the model was built at change {})",
+                now.generation, built.generation
+            )),
+            Some(_) => None,
+            None => {
+                let held: u64 = self.store.totals()?.messages.iter().sum();
+                let built: u64 = model.totals.messages.iter().sum();
+                (held < built).then(|| format!("holds fewer messages ({held}) than the model"))
+            }
+        };
+        match reason {
+            None => Ok(()),
+            Some(reason) => Err(Error::LostHistory {
+                counts: self.paths.counts(),
+                model: self.paths.snapshot(),
+                model_messages: model.totals.messages.iter().sum(),
+                reason,
+            }),
+        }
+    }
+
+    /// The header of the current snapshot, if there is one that reads.
+    fn current_header(&self) -> Option<ModelHeader> {
+        Snapshot::open(&self.paths.snapshot())
+            .ok()
+            .and_then(|s| s.header().ok())
     }
 
     /// The count store.
@@ -394,16 +469,14 @@ impl Trainer {
         Ok(summary)
     }
 
-    /// True if the model snapshot is missing or was compiled from other
-    /// counts than the store holds now (e.g. a run was killed after storing
-    /// its counts but before writing the snapshot): the next write must
-    /// compile even if it learns nothing new.
+    /// True if the model snapshot is missing, unreadable (damaged, of an
+    /// older format) or was compiled from other counts than the store holds
+    /// now (e.g. a run was killed after storing its counts but before
+    /// writing the snapshot): the next write must compile even if it learns
+    /// nothing new.
     pub fn model_is_stale(&self) -> Result<bool> {
         let totals = self.store.totals()?;
-        Ok(Snapshot::open(&self.paths.snapshot())
-            .ok()
-            .and_then(|s| s.header::<ModelHeader>().ok())
-            .is_none_or(|h| h.totals != totals))
+        Ok(self.current_header().is_none_or(|h| h.totals != totals))
     }
 
     /// Unlearns one message; [`Error::NotLearned`] if the registry does not
@@ -448,9 +521,7 @@ impl Trainer {
     /// calibration, or those of the current snapshot when `calibration` is
     /// `None` (defaults if there is none yet).
     pub fn compile(&self, params: Params, calibration: Option<(Calibrator, usize)>) -> Result<()> {
-        let previous: Option<ModelHeader> = Snapshot::open(&self.paths.snapshot())
-            .ok()
-            .and_then(|s| s.header().ok());
+        let previous = self.current_header();
         let (params, calibrator, calibrated_on) = match (calibration, &previous) {
             (Some((c, n)), _) => (params, c, n),
             (None, Some(prev)) => (prev.params, prev.calibrator, prev.calibrated_on),
@@ -476,8 +547,130 @@ impl Trainer {
             calibrator,
             absent_constant,
             calibrated_on,
+            store: Some(self.store.identity()?),
         };
         store::write_store_snapshot(&self.paths.snapshot(), &header, &self.store)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::Extractor;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn labelled(text: &str, label: Label) -> Labelled {
+        let raw = format!("Subject: {text}\n\n{text} body\n");
+        Labelled {
+            features: Extractor::new().extract(raw.as_bytes()).unwrap(),
+            digest: crate::message::digest(raw.as_bytes()),
+            label,
+        }
+    }
+
+    /// A database trained on a few messages, its model compiled.
+    fn trained(dir: &Path) -> DbPaths {
+        let paths = DbPaths::new(dir.join("db"));
+        let mut trainer = Trainer::open(&paths, WAIT).unwrap();
+        let messages = [
+            labelled("cheap meds", Label::Spam),
+            labelled("meeting notes", Label::Ham),
+            labelled("lunch plans", Label::Ham),
+        ];
+        trainer.learn(&messages, &mut |_| {}).unwrap();
+        trainer.compile(Params::default(), None).unwrap();
+        paths
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_dir(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+
+    fn lost_history(paths: &DbPaths) -> String {
+        match Trainer::open(paths, WAIT) {
+            Err(e @ Error::LostHistory { .. }) => e.to_string(),
+            Err(e) => panic!("another error: {e}"),
+            Ok(_) => panic!("a store that lost its history was accepted"),
+        }
+    }
+
+    #[test]
+    fn refuses_a_store_that_replaced_the_one_the_model_was_built_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = trained(dir.path());
+        let model = std::fs::read(paths.snapshot()).unwrap();
+        std::fs::remove_dir_all(paths.counts()).unwrap();
+        let err = lost_history(&paths);
+        assert!(err.contains("deleted or replaced"), "{err}");
+        assert!(err.contains("built from 3 messages"), "{err}");
+        assert!(err.contains("remove the model file as well"), "{err}");
+        // Asking again changes nothing, and the model is untouched.
+        lost_history(&paths);
+        assert_eq!(std::fs::read(paths.snapshot()).unwrap(), model);
+        // Starting over on purpose works.
+        std::fs::remove_file(paths.snapshot()).unwrap();
+        Trainer::open(&paths, WAIT).unwrap();
+    }
+
+    #[test]
+    fn refuses_a_store_rolled_back_to_an_earlier_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = trained(dir.path());
+        let copy = dir.path().join("counts-before");
+        // A copy of the store before its last change, restored afterwards.
+        copy_dir(&paths.counts(), &copy);
+        {
+            let mut trainer = Trainer::open(&paths, WAIT).unwrap();
+            trainer
+                .learn(&[labelled("more spam", Label::Spam)], &mut |_| {})
+                .unwrap();
+            trainer.compile(Params::default(), None).unwrap();
+        }
+        std::fs::remove_dir_all(paths.counts()).unwrap();
+        std::fs::rename(&copy, paths.counts()).unwrap();
+        let err = lost_history(&paths);
+        assert!(err.contains("earlier state"), "{err}");
+    }
+
+    #[test]
+    fn without_a_recorded_store_fewer_messages_than_the_model_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = trained(dir.path());
+        // A model written before models recorded their store.
+        let snapshot = Snapshot::open(&paths.snapshot()).unwrap();
+        let mut header: ModelHeader = snapshot.header().unwrap();
+        header.store = None;
+        let tokens: Vec<(String, TokenCounts)> =
+            snapshot.iter().map(|(t, c)| (t.to_owned(), c)).collect();
+        store::write_snapshot(&paths.snapshot(), &header, tokens).unwrap();
+        // The same store is fine; a new one is not.
+        drop(Trainer::open(&paths, WAIT).unwrap());
+        std::fs::remove_dir_all(paths.counts()).unwrap();
+        let err = lost_history(&paths);
+        assert!(err.contains("fewer messages (0)"), "{err}");
+    }
+
+    #[test]
+    fn a_killed_unlearn_is_not_a_lost_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = trained(dir.path());
+        let mut trainer = Trainer::open(&paths, WAIT).unwrap();
+        let m = labelled("cheap meds", Label::Spam);
+        // Unlearned in the store, the model not yet compiled (as if killed).
+        trainer.unlearn(&m.features, m.digest).unwrap();
+        drop(trainer);
+        let trainer = Trainer::open(&paths, WAIT).unwrap();
+        assert!(trainer.model_is_stale().unwrap());
     }
 }

@@ -1,6 +1,7 @@
 //! `bayesmail train`, `learn` and `unlearn`: the write side.
 
 use std::io::{IsTerminal, Write};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
@@ -9,9 +10,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use bayesmail::db::{Labelled, Trainer};
 use bayesmail::eval::protocol::{DEFAULT_INNER_FOLDS, DEFAULT_REFIT_EVERY, Settings};
 use bayesmail::features::Extractor;
-use bayesmail::message;
 use bayesmail::model::Label;
 use bayesmail::sanitize::for_terminal;
+use bayesmail::{mailbox, message};
 
 use super::read::{for_each_batch, read_one};
 use super::{Context, LearnArgs, Outcome, TrainArgs, UnlearnArgs};
@@ -137,8 +138,39 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     })
 }
 
-fn one_message(file: &std::path::Path) -> Result<Labelled> {
-    let raw = read_one(file)?;
+/// Reads the one message `learn` and `unlearn` are given the way `train`
+/// reads the same file in a folder, so that both compute the same digest: a
+/// file that starts with a `From ` line is an mbox (the envelope line left
+/// out, `>From ` escaping undone, the blank line an mbox writer adds at the
+/// end dropped). Standard input and anything that is not a regular file are
+/// taken verbatim, as a delivery agent passes a message on; `train` reads
+/// the mbox it was delivered into back to those same bytes.
+fn read_message(path: &Path) -> Result<Vec<u8>> {
+    let regular = path.as_os_str() != "-" && std::fs::metadata(path).is_ok_and(|m| m.is_file());
+    if !regular {
+        return read_one(path);
+    }
+    let mut messages = mailbox::open(path, &mailbox::Options::default())
+        .with_context(|| format!("reading {}", path.display()))?;
+    let raw = match messages.next() {
+        Some(message) => message.with_context(|| format!("reading {}", path.display()))?,
+        None => bail!("empty message: {}", path.display()),
+    };
+    if messages.next().is_some() {
+        bail!(
+            "{} holds more than one message (it starts with a \"From \" line, so it is read \
+             as an mbox): give one message, or use `bayesmail train` for a mailbox",
+            path.display()
+        );
+    }
+    if raw.bytes.iter().all(u8::is_ascii_whitespace) {
+        bail!("empty message: {}", path.display());
+    }
+    Ok(raw.bytes)
+}
+
+fn one_message(file: &Path) -> Result<Labelled> {
+    let raw = read_message(file)?;
     let features = Extractor::new()
         .extract(&raw)
         .with_context(|| format!("parsing {}", file.display()))?;

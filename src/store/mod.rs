@@ -32,7 +32,7 @@ use std::time::Duration;
 use crate::features::METADATA_LEN;
 use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
 
-pub use self::sled::SledStore;
+pub use self::sled::{SledStore, StoreIdentity};
 pub use snapshot::{Snapshot, write_snapshot, write_store_snapshot};
 
 /// Version of the on-disk formats of this module (the sled layout and the

@@ -10,12 +10,20 @@
 //! | `meta` | `format_version`, `tokenizer_version` | `u32` LE |
 //! | `meta` | `totals` | see below |
 //! | `meta` | `sizes` | tokens in `tokens`, entries in `registry`: 2 × `u64` LE |
+//! | `meta` | `store_id` | 16 random bytes chosen when the database is created |
+//! | `meta` | `generation` | `u64` LE: how many deltas have been applied |
 //!
 //! `totals` is `u32` LE [`METADATA_LEN`], then messages per class (2 ×
 //! `u64` LE, ham first), then for ham and then spam, per metadata feature:
 //! `n` `i64` LE, `sum` `i128` LE, `sum_sq` `i128` LE.
 //!
 //! The sizes are kept in `meta` because sled counts a tree by walking it.
+//!
+//! The id and the generation make up [`StoreIdentity`]: a model compiled
+//! from this store records it, so a writer can tell a store that was
+//! deleted, replaced or rolled back from the one the model was built from
+//! (the id differs, or the generation went back). A database made before
+//! they existed gets an id when next opened and starts at generation 0.
 //!
 //! # Size of a delta
 //! [`Store::apply`] runs one sled transaction over the three trees, which
@@ -41,9 +49,21 @@ const FORMAT_KEY: &[u8] = b"format_version";
 const TOKENIZER_KEY: &[u8] = b"tokenizer_version";
 const TOTALS_KEY: &[u8] = b"totals";
 const SIZES_KEY: &[u8] = b"sizes";
+const STORE_ID_KEY: &[u8] = b"store_id";
+const GENERATION_KEY: &[u8] = b"generation";
 
 /// How long to sleep between attempts to take the database lock.
 const LOCK_RETRY: Duration = Duration::from_millis(50);
+
+/// Which store, at which change: see the [module docs](self).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoreIdentity {
+    /// Random id given to the store when it was created (32 hex digits).
+    pub id: String,
+    /// Number of deltas applied to the store since it was created; never
+    /// goes back in a store that keeps its history.
+    pub generation: u64,
+}
 
 /// The counts in a sled database. See the [module docs](self) for the layout.
 pub struct SledStore {
@@ -124,7 +144,37 @@ impl SledStore {
         // Both decode or report what is wrong (including another METADATA_LEN).
         self.totals()?;
         self.sizes()?;
+        if self
+            .meta
+            .get(STORE_ID_KEY)
+            .map_err(|e| self.sled_error(e))?
+            .is_none()
+        {
+            // Made before stores had an id: give it one now.
+            let err = |e| self.sled_error(e);
+            self.meta
+                .insert(STORE_ID_KEY, &new_store_id()[..])
+                .map_err(err)?;
+            self.db.flush().map_err(err)?;
+        }
+        self.identity()?;
         Ok(())
+    }
+
+    /// The store's id and generation.
+    pub fn identity(&self) -> Result<StoreIdentity> {
+        let get = |key| self.meta.get(key).map_err(|e| self.sled_error(e));
+        let id = get(STORE_ID_KEY)?
+            .filter(|id| id.len() == 16)
+            .ok_or_else(|| self.corrupt("bad store id record"))?;
+        let generation = match get(GENERATION_KEY)? {
+            None => 0,
+            Some(g) => decode_u64(&g).ok_or_else(|| self.corrupt("bad generation record"))?,
+        };
+        Ok(StoreIdentity {
+            id: id.iter().map(|b| format!("{b:02x}")).collect(),
+            generation,
+        })
     }
 
     fn check_version(&self, bytes: &[u8], expected: u32, what: &'static str) -> Result<()> {
@@ -154,6 +204,8 @@ impl SledStore {
         batch.insert(TOKENIZER_KEY, &TOKENIZER_VERSION.to_le_bytes()[..]);
         batch.insert(TOTALS_KEY, encode_totals(&Totals::default()));
         batch.insert(SIZES_KEY, &encode_sizes([0, 0])[..]);
+        batch.insert(STORE_ID_KEY, &new_store_id()[..]);
+        batch.insert(GENERATION_KEY, &0u64.to_le_bytes()[..]);
         // Written last: its presence means the rest is there.
         batch.insert(FORMAT_KEY, &FORMAT_VERSION.to_le_bytes()[..]);
         self.meta.apply_batch(batch).map_err(err)?;
@@ -277,8 +329,13 @@ impl Store for SledStore {
                 };
             }
 
+            let generation = match m.get(GENERATION_KEY)? {
+                None => 0,
+                Some(g) => decode_u64(&g).ok_or_else(|| corrupt("bad generation record".into()))?,
+            };
             m.insert(TOTALS_KEY, encode_totals(&totals))?;
             m.insert(SIZES_KEY, &encode_sizes([n_tokens, n_registry])[..])?;
+            m.insert(GENERATION_KEY, &(generation + 1).to_le_bytes()[..])?;
             Ok(())
         });
         match result {
@@ -347,6 +404,31 @@ fn decode_label(b: &[u8]) -> Option<Label> {
         [1] => Some(Label::Spam),
         _ => None,
     }
+}
+
+/// 16 bytes that differ between stores: an identity, not a secret, so the
+/// standard library's randomly keyed hasher (seeded by the operating
+/// system), the time and the process id are enough.
+fn new_store_id() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut id = [0u8; 16];
+    for (i, half) in id.chunks_exact_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(now);
+        h.write_u32(std::process::id());
+        h.write_usize(i);
+        half.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    id
+}
+
+fn decode_u64(b: &[u8]) -> Option<u64> {
+    let mut r = Reader(b);
+    let v = r.u64()?;
+    r.0.is_empty().then_some(v)
 }
 
 fn encode_sizes(sizes: [u64; 2]) -> [u8; 16] {
@@ -511,6 +593,46 @@ mod tests {
         }
         d.registry.push(([digest; 32], (sign > 0).then_some(label)));
         d
+    }
+
+    #[test]
+    fn identity_persists_and_counts_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let mut store = SledStore::open(&path, WAIT).unwrap();
+        let new = store.identity().unwrap();
+        assert_eq!((new.id.len(), new.generation), (32, 0));
+        store.apply(&message(&["a"], Label::Spam, 1, 1, 5)).unwrap();
+        store.apply(&message(&["b"], Label::Ham, 1, 2, 5)).unwrap();
+        // A refused delta is not a change.
+        assert!(store.apply(&message(&["c"], Label::Ham, -1, 3, 5)).is_err());
+        store.flush().unwrap();
+        drop(store);
+        let store = SledStore::open(&path, WAIT).unwrap();
+        let now = store.identity().unwrap();
+        assert_eq!((now.id.as_str(), now.generation), (new.id.as_str(), 2));
+        let other = SledStore::open(&dir.path().join("other"), WAIT).unwrap();
+        assert_ne!(other.identity().unwrap().id, new.id);
+    }
+
+    #[test]
+    fn a_store_made_before_identities_gets_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let mut store = SledStore::open(&path, WAIT).unwrap();
+        store.apply(&message(&["a"], Label::Spam, 1, 1, 5)).unwrap();
+        store.meta.remove(STORE_ID_KEY).unwrap();
+        store.meta.remove(GENERATION_KEY).unwrap();
+        store.flush().unwrap();
+        let before = dump(&store);
+        drop(store);
+        let store = SledStore::open(&path, WAIT).unwrap();
+        let id = store.identity().unwrap();
+        assert_eq!((id.id.len(), id.generation), (32, 0));
+        assert_eq!(dump(&store), before);
+        drop(store);
+        let again = SledStore::open(&path, WAIT).unwrap();
+        assert_eq!(again.identity().unwrap(), id);
     }
 
     #[test]

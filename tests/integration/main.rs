@@ -14,6 +14,7 @@ mod delivery;
 mod golden;
 mod hostile;
 mod hostile_scan;
+mod hostile_store;
 mod learning;
 mod properties;
 mod recipes;

@@ -1,0 +1,264 @@
+//! The database under attack: a damaged or replaced model file, a FIFO in
+//! its place, a count store that lost its history, messages saved with an
+//! mbox envelope line, and writers killed while writing the model.
+
+use std::fs;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+const MESSAGE: &[u8] = b"From: Deals <deals@offers.example>\nTo: you@example.com\n\
+Subject: Cheap meds, act now\n\nBuy cheap meds now, limited offer, click here.\n";
+
+/// Runs the binary against `db` with `input` on stdin, killing it if it has
+/// not exited within a bound far above any normal run: a hang fails the test
+/// instead of stalling the suite.
+fn run_bounded(db: &Db, args: &[&str], input: &[u8]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args()).args(args);
+    let (mut child, writer) = spawn_with_stdin(cmd, input);
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{args:?} did not exit: it blocked");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    // The child may exit before reading its input.
+    let _ = writer.join().unwrap();
+    out
+}
+
+/// Asserts `filter` passed `input` through with `reason=REASON`.
+fn assert_passed_unscored(out: &Output, input: &[u8], reason: &str) {
+    assert_exit(out, 0, &["filter", reason]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("reason={reason}")),
+        "no reason={reason}: {text}"
+    );
+    // Without the fields filter adds (and their continuation lines), the
+    // output is the input.
+    let mut kept = Vec::new();
+    let mut ours = false;
+    for line in out.stdout.split_inclusive(|&b| b == b'\n') {
+        let continuation = line.first().is_some_and(|b| *b == b' ' || *b == b'\t');
+        if !continuation {
+            ours = line.starts_with(b"X-Spam-");
+        }
+        if !ours {
+            kept.extend_from_slice(line);
+        }
+    }
+    assert!(kept == input, "message changed: {text}");
+}
+
+/// The classify verdicts of the sample corpus, by file.
+fn verdicts(db: &Db) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = db
+        .classify(&[&sample_spam(), &sample_ham()])
+        .into_iter()
+        .map(|l| (l["id"].to_string(), l["probability"].to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// F12: a model with a run of bytes zeroed is refused by every reader
+/// (`filter` passes the message on unscored, `classify` fails), and `train`
+/// rebuilds it even though no message changed.
+#[test]
+fn a_damaged_model_is_refused_and_train_rebuilds_it() {
+    let db = Db::new();
+    db.train_sample();
+    let before = verdicts(&db);
+    let mut bytes = fs::read(db.model()).unwrap();
+    let mid = bytes.len() / 2;
+    let run = bytes.len() / 4;
+    bytes[mid - run / 2..mid + run / 2].fill(0);
+    fs::write(db.model(), &bytes).unwrap();
+
+    assert_passed_unscored(
+        &run_bounded(&db, &["filter"], MESSAGE),
+        MESSAGE,
+        "model-unreadable",
+    );
+    let out = db.run(&["classify", utf8(&sample_spam())], None);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("checksum mismatch"),
+        "{}",
+        stderr(&out)
+    );
+
+    let summary = db.train(&[&sample_spam()], &[&sample_ham()]);
+    assert_eq!(summary["learned"], 0, "{summary}");
+    assert_eq!(summary["snapshot_written"], true, "{summary}");
+    assert_eq!(verdicts(&db), before);
+}
+
+/// F14: a FIFO at the model's path makes readers fail at once, not wait for
+/// a writer that never comes.
+#[cfg(unix)]
+#[test]
+fn a_fifo_in_place_of_the_model_fails_at_once() {
+    let db = Db::new();
+    db.train_sample();
+    fs::remove_file(db.model()).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(db.model())
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+
+    assert_passed_unscored(
+        &run_bounded(&db, &["filter"], MESSAGE),
+        MESSAGE,
+        "model-unreadable",
+    );
+    let out = run_bounded(&db, &["classify", utf8(&sample_spam())], b"");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+    // The writer replaces it.
+    let summary = db.train(&[&sample_spam()], &[&sample_ham()]);
+    assert_eq!(summary["snapshot_written"], true, "{summary}");
+    assert!(fs::metadata(db.model()).unwrap().is_file());
+}
+
+/// F15: after the count store is deleted or truncated, a writer refuses to
+/// replace the model with one built from what is left, says why and how to
+/// start over, and leaves the model as it was.
+#[test]
+fn a_writer_refuses_to_replace_the_model_after_the_store_lost_its_history() {
+    let message = |db: &Db| {
+        let path = db.path("message.eml");
+        fs::write(&path, MESSAGE).unwrap();
+        path
+    };
+    for damage in ["deleted", "truncated"] {
+        let db = Db::new();
+        db.train_sample();
+        let model = fs::read(db.model()).unwrap();
+        let counts = db.dir().join("counts.sled");
+        if damage == "deleted" {
+            fs::remove_dir_all(&counts).unwrap();
+        } else {
+            let file = counts.join("db");
+            let len = fs::metadata(&file).unwrap().len();
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&file)
+                .unwrap()
+                .set_len(len / 2)
+                .unwrap();
+        }
+        let msg = message(&db);
+        for args in [
+            vec!["learn", "--spam", utf8(&msg)],
+            vec!["train", "--spam", utf8(&msg)],
+        ] {
+            let out = db.run(&args, None);
+            assert_ne!(out.status.code(), Some(0), "{damage}: {args:?}");
+            let err = stderr(&out);
+            assert!(err.contains("is not replaced"), "{damage}: {err}");
+            assert!(err.contains("remove the model file as well"), "{err}");
+            assert!(fs::read(db.model()).unwrap() == model, "{damage}: replaced");
+        }
+        assert_eq!(db.counts(), [24, 24]);
+        // Starting over on purpose.
+        fs::remove_file(db.model()).unwrap();
+        db.ok(&["learn", "--spam", utf8(&msg)], None);
+    }
+}
+
+/// A message file as saved with an mbox envelope line: an escaped `>From `
+/// body line and the blank line an mbox writer adds at the end.
+fn enveloped(n: usize) -> Vec<u8> {
+    format!(
+        "From sender{n}@offers.example  Thu Aug 22 13:17:22 2002\n\
+         From: Offers <sender{n}@offers.example>\nTo: you@example.com\n\
+         Subject: Offer number {n}\n\nCheap meds, offer {n}.\n>From the desk of the boss.\n\n"
+    )
+    .into_bytes()
+}
+
+/// F16: `learn` and `unlearn` compute the digest `train` computed for a
+/// message file that starts with a `From ` line, so after `train` the file
+/// is known: `learn` does not count it again and `unlearn` finds it.
+#[test]
+fn learn_and_unlearn_know_what_train_read_from_enveloped_files() {
+    let db = Db::new();
+    let spam = db.path("spam");
+    fs::create_dir(&spam).unwrap();
+    for n in 0..3 {
+        fs::write(spam.join(format!("{n}.eml")), enveloped(n)).unwrap();
+    }
+    if let Some(corpus) = public_corpus() {
+        let mut files: Vec<_> = fs::read_dir(corpus.join("spam-2"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        for f in files.iter().take(20) {
+            fs::copy(f, spam.join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut files: Vec<_> = fs::read_dir(&spam)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let summary = db.train(&[&spam], &[&sample_ham()]);
+    assert_eq!(summary["learned"], files.len() + 24, "{summary}");
+    let before = db.counts();
+    for f in &files {
+        let out = db.ok(&["learn", "--spam", utf8(f)], None);
+        assert_eq!(out.trim(), "already learned as spam", "{}", f.display());
+    }
+    assert_eq!(db.counts(), before);
+    for f in &files {
+        let out = db.ok(&["unlearn", utf8(f)], None);
+        assert_eq!(out.trim(), "unlearned (was spam)", "{}", f.display());
+    }
+    assert_eq!(db.counts(), [24, 0]);
+
+    // A file holding several messages is a mailbox, not one message.
+    let mbox = db.path("two.mbox");
+    fs::write(&mbox, [enveloped(7), enveloped(8)].concat()).unwrap();
+    let out = db.run(&["learn", "--spam", utf8(&mbox)], None);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("holds more than one message"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// F20: a writer killed while writing the model leaves its temporary file;
+/// the next write of the model removes it (and only temporaries of writers
+/// that no longer run).
+#[test]
+fn the_next_model_write_removes_temporaries_of_killed_writers() {
+    let db = Db::new();
+    db.train_sample();
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let stale = db.dir().join(format!(".model.bin.{dead}.0.tmp"));
+    let live = db.dir().join(".model.bin.1.0.tmp");
+    fs::write(&stale, vec![0u8; 1 << 20]).unwrap();
+    fs::write(&live, b"a writer that still runs").unwrap();
+    let msg = db.path("message.eml");
+    fs::write(&msg, MESSAGE).unwrap();
+    db.ok(&["learn", "--spam", utf8(&msg)], None);
+    assert!(!stale.exists(), "a dead writer's temporary file survived");
+    assert!(live.exists());
+}
