@@ -3,21 +3,36 @@
 //! turned into text with its link targets kept) and metadata about the other
 //! parts. This module owns MIME; it knows nothing of tokens or models.
 //!
-//! MIME structure comes from `mailparse`, charsets from `encoding_rs`.
-//! Parsing is lenient: anything that is not empty gives a [`Message`], even
-//! if every header is broken (the input is then read as a body).
+//! Header fields are split by `mailparse`; MIME structure, header value
+//! decoding ([`decode::header_value`]) and the reading of `Content-Type` and
+//! `Content-Disposition` are done here, each in time linear in the input
+//! (mailparse's own `parse_mail` decodes every part's `Content-Type` with a
+//! decoder that is quadratic in the number of `=?`, and its parameter
+//! parser is quadratic in the number of parameters). Charsets come from
+//! `encoding_rs`. Parsing is lenient: anything that is not empty gives a
+//! [`Message`], even if every header is broken (the input is then read as a
+//! body).
 
 pub mod decode;
 pub mod html;
 
 use std::borrow::Cow;
 
-use mailparse::{MailHeaderMap, ParsedMail};
+use mailparse::{
+    DispositionType, MailHeader, MailParseError, ParsedContentDisposition, ParsedContentType,
+};
 
 /// Text parts larger than this (encoded) are read up to this many bytes.
 pub const TEXT_PART_CAP: usize = 2 * 1024 * 1024;
 /// `message/rfc822` parts nested deeper than this are treated as attachments.
 const MAX_NESTING: usize = 8;
+/// Multipart nesting deeper than this is not split further: the part is
+/// read as one (mailparse's own limit, where it fails the whole message).
+const MAX_MULTIPART_DEPTH: u8 = 100;
+/// Of a `Content-Type` or `Content-Disposition`, only the parameters read
+/// here are kept, and at most this many of them (a name split into RFC 2231
+/// continuations takes one per piece).
+const MAX_PARAMS: usize = 64;
 
 /// Why a message could not be parsed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -131,14 +146,14 @@ pub fn parse(raw: &[u8]) -> Result<Message> {
         size: raw.len(),
         ..Message::default()
     };
-    match mailparse::parse_mail(raw) {
+    match parse_part(raw, false, MAX_MULTIPART_DEPTH) {
         Ok(parsed) => {
             msg.headers = parsed
                 .headers
                 .iter()
                 .map(|h| Header {
                     name: h.get_key(),
-                    value: h.get_value(),
+                    value: decode::header_value(h.get_value_raw()),
                 })
                 .collect();
             walk(&parsed, &mut msg, 0);
@@ -185,7 +200,168 @@ fn find_crlf(s: &[u8]) -> Option<usize> {
     None
 }
 
-fn walk(part: &ParsedMail<'_>, msg: &mut Message, depth: usize) {
+/// One MIME entity: its header fields, its type, its body and, for a
+/// multipart, its parts.
+struct Part<'a> {
+    headers: Vec<MailHeader<'a>>,
+    ctype: ParsedContentType,
+    body: &'a [u8],
+    subparts: Vec<Part<'a>>,
+}
+
+impl Part<'_> {
+    /// The raw value of the first field with this name.
+    fn raw_header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.get_key_ref().eq_ignore_ascii_case(name))
+            .map(|h| h.get_value_raw())
+    }
+}
+
+/// Splits an entity as `mailparse::parse_mail` does (same header rules,
+/// same boundary search), reading the fields with this module's linear
+/// decoders. `depth` counts down the multipart levels left to split.
+fn parse_part(
+    raw: &[u8],
+    in_digest: bool,
+    depth: u8,
+) -> std::result::Result<Part<'_>, MailParseError> {
+    let (headers, body_start) = mailparse::parse_headers(raw)?;
+    let mut part = Part {
+        headers,
+        ctype: ParsedContentType::default(),
+        body: &raw[body_start.min(raw.len())..],
+        subparts: Vec::new(),
+    };
+    part.ctype = match part.raw_header("Content-Type") {
+        Some(value) => content_type(value),
+        None if in_digest => ParsedContentType {
+            mimetype: "message/rfc822".into(),
+            ..ParsedContentType::default()
+        },
+        None => ParsedContentType::default(),
+    };
+    if raw.len() > body_start
+        && part.ctype.mimetype.starts_with("multipart")
+        && let Some(boundary) = part.ctype.params.get("boundary")
+        && let Some(depth) = depth.checked_sub(1)
+    {
+        let boundary = format!("--{boundary}");
+        let digest = part.ctype.mimetype == "multipart/digest";
+        let (subparts, body_end) =
+            split_multipart(raw, body_start, boundary.as_bytes(), digest, depth)?;
+        part.subparts = subparts;
+        part.body = &raw[body_start..body_end];
+    }
+    Ok(part)
+}
+
+/// The parts of a multipart body and where its preamble ends.
+fn split_multipart<'a>(
+    raw: &'a [u8],
+    body_start: usize,
+    boundary: &[u8],
+    digest: bool,
+    depth: u8,
+) -> std::result::Result<(Vec<Part<'a>>, usize), MailParseError> {
+    let mut subparts = Vec::new();
+    let finder = memchr::memmem::Finder::new(boundary);
+    // A boundary counts only at the start of a line.
+    let find_boundary = |from: usize| {
+        let mut at = from;
+        while let Some(p) = finder.find(&raw[at..]) {
+            let hit = at + p;
+            if hit == from || raw[hit - 1] == b'\n' {
+                return Some(hit);
+            }
+            at = hit + 1;
+        }
+        None
+    };
+    let Some(first) = find_boundary(body_start) else {
+        return Ok((subparts, body_start));
+    };
+    let body_end = strip_line_end(raw, body_start, first);
+    let mut boundary_end = first + boundary.len();
+    while let Some(start) =
+        memchr::memchr(b'\n', &raw[boundary_end..]).map(|p| boundary_end + p + 1)
+    {
+        let next = find_boundary(start);
+        let end = next.map_or(raw.len(), |b| strip_line_end(raw, start, b));
+        subparts.push(parse_part(&raw[start..end], digest, depth)?);
+        boundary_end = next.map_or(raw.len(), |b| b + boundary.len());
+        if boundary_end + 2 > raw.len() || raw[boundary_end..].starts_with(b"--") {
+            break;
+        }
+    }
+    Ok((subparts, body_end))
+}
+
+/// `end` moved back over one LF or CRLF (not before `start`): the line end
+/// before a boundary belongs to the boundary.
+fn strip_line_end(raw: &[u8], start: usize, mut end: usize) -> usize {
+    if end > start && raw[end - 1] == b'\n' {
+        end -= 1;
+        if end > start && raw[end - 1] == b'\r' {
+            end -= 1;
+        }
+    }
+    end
+}
+
+/// The parameters of a `Content-Type` or `Content-Disposition` value that
+/// this module reads, with the value before them: at most [`MAX_PARAMS`],
+/// split at `;` outside quotes as mailparse splits them.
+fn kept_params(value: &str) -> String {
+    const READ: [&str; 4] = ["charset", "boundary", "name", "filename"];
+    let mut out = String::new();
+    let (mut kept, mut first) = (0, true);
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    let bytes = value.as_bytes();
+    for i in 0..=bytes.len() {
+        let b = bytes.get(i).copied();
+        if escaped {
+            escaped = false;
+            continue;
+        } else if quoted && b == Some(b'\\') {
+            escaped = true;
+            continue;
+        } else if b == Some(b'"') {
+            quoted = !quoted;
+            continue;
+        } else if b.is_some() && (b != Some(b';') || quoted) {
+            continue;
+        }
+        let piece = &value[start..i];
+        start = i + 1;
+        if first {
+            first = false;
+            out.push_str(piece);
+            continue;
+        }
+        let key = piece.split('=').next().unwrap_or("").trim();
+        let key = key.split('*').next().unwrap_or("");
+        if kept < MAX_PARAMS && READ.iter().any(|r| key.eq_ignore_ascii_case(r)) {
+            out.push(';');
+            out.push_str(piece);
+            kept += 1;
+        }
+    }
+    out
+}
+
+/// A `Content-Type` field's value read in linear time.
+fn content_type(raw: &[u8]) -> ParsedContentType {
+    mailparse::parse_content_type(&kept_params(&decode::header_value(raw)))
+}
+
+/// A `Content-Disposition` field's value read in linear time.
+fn content_disposition(raw: &[u8]) -> ParsedContentDisposition {
+    mailparse::parse_content_disposition(&kept_params(&decode::header_value(raw)))
+}
+
+fn walk(part: &Part<'_>, msg: &mut Message, depth: usize) {
     // A missing ';' ("TEXT/PLAIN charset=US-ASCII") leaves the parameters
     // in the type; mail clients read such a part by its type alone.
     let mimetype = part
@@ -201,26 +377,21 @@ fn walk(part: &ParsedMail<'_>, msg: &mut Message, depth: usize) {
         return;
     }
     msg.content_types.push(mimetype.to_owned());
-    let disposition = part.get_content_disposition();
+    let disposition = part
+        .raw_header("Content-Disposition")
+        .map(content_disposition)
+        .unwrap_or_default();
     let filename = disposition
         .params
         .get("filename")
         .or_else(|| part.ctype.params.get("name"))
         .cloned();
-    let is_attachment = matches!(
-        disposition.disposition,
-        mailparse::DispositionType::Attachment
-    ) && filename.is_some();
+    let is_attachment =
+        matches!(disposition.disposition, DispositionType::Attachment) && filename.is_some();
     let encoding = part
-        .headers
-        .get_first_value("Content-Transfer-Encoding")
-        .map(|e| e.trim().to_ascii_lowercase());
-    let body = part.get_body_encoded();
-    let encoded: &[u8] = match &body {
-        mailparse::body::Body::Base64(b) | mailparse::body::Body::QuotedPrintable(b) => b.get_raw(),
-        mailparse::body::Body::SevenBit(b) | mailparse::body::Body::EightBit(b) => b.get_raw(),
-        mailparse::body::Body::Binary(b) => b.get_raw(),
-    };
+        .raw_header("Content-Transfer-Encoding")
+        .map(|e| decode::header_value(e).trim().to_ascii_lowercase());
+    let encoded = part.body;
     let charset = part
         .ctype
         .params
@@ -254,12 +425,12 @@ fn walk(part: &ParsedMail<'_>, msg: &mut Message, depth: usize) {
                 Some("quoted-printable") => Cow::Owned(decode::quoted_printable(encoded)),
                 _ => Cow::Borrowed(encoded),
             };
-            match mailparse::parse_mail(&bytes) {
+            match parse_part(&bytes, false, MAX_MULTIPART_DEPTH) {
                 Ok(inner) => {
-                    if let Some(subject) = inner.headers.get_first_value("Subject") {
+                    if let Some(subject) = inner.raw_header("Subject") {
                         push_text(
                             msg,
-                            subject.as_bytes(),
+                            decode::header_value(subject).as_bytes(),
                             Some("utf-8".into()),
                             TextKind::Plain,
                         );

@@ -12,6 +12,7 @@ mod common;
 mod corpus;
 mod delivery;
 mod golden;
+mod hostile_message;
 mod learning;
 mod properties;
 mod recipes;
