@@ -12,6 +12,22 @@
 //! `encoding_rs`. Parsing is lenient: anything that is not empty gives a
 //! [`Message`], even if every header is broken (the input is then read as a
 //! body).
+//!
+//! # Limits that keep the first text
+//! A hostile message must not cost unbounded work, nor hide its text behind
+//! the limits that bound the work. So:
+//! - Of each text part, at most [`TEXT_PART_CAP`] bytes are read, counted
+//!   from where its text starts: a leading run of white space (and, in
+//!   HTML, comments) in a part larger than the cap is skipped first. A
+//!   base64 or quoted-printable part is decoded from at most four times the
+//!   cap of its encoded bytes.
+//! - A text part marked as an attachment (`Content-Disposition: attachment`
+//!   with a file name) is an attachment; but if the message has no other
+//!   text that is not blank, the first such part is read as its body, as
+//!   many mail readers show it inline.
+//! - Forwarded messages (`message/rfc822`) are walked eight levels deep;
+//!   a deeper one is read as text as it is written (headers and body, up to
+//!   the cap). Multipart nesting is split to mailparse's depth of 100.
 
 pub mod decode;
 pub mod html;
@@ -22,9 +38,13 @@ use mailparse::{
     DispositionType, MailHeader, MailParseError, ParsedContentDisposition, ParsedContentType,
 };
 
-/// Text parts larger than this (encoded) are read up to this many bytes.
+/// Of each text part, at most this many bytes (after transfer decoding,
+/// from where its text starts) are read.
 pub const TEXT_PART_CAP: usize = 2 * 1024 * 1024;
-/// `message/rfc822` parts nested deeper than this are treated as attachments.
+/// Of a base64 or quoted-printable text part, at most this many encoded
+/// bytes are decoded.
+const ENCODED_READ_CAP: usize = 4 * TEXT_PART_CAP;
+/// `message/rfc822` parts nested deeper than this are read as plain text.
 const MAX_NESTING: usize = 8;
 /// Multipart nesting deeper than this is not split further: the part is
 /// read as one (mailparse's own limit, where it fails the whole message).
@@ -156,7 +176,16 @@ pub fn parse(raw: &[u8]) -> Result<Message> {
                     value: decode::header_value(h.get_value_raw()),
                 })
                 .collect();
-            walk(&parsed, &mut msg, 0);
+            let mut walker = Walker {
+                msg: &mut msg,
+                text_attachment: None,
+            };
+            walk(&parsed, &mut walker, 0);
+            if let Some((text, charset, kind)) = walker.text_attachment.take()
+                && msg.parts.iter().all(|p| p.text.trim().is_empty())
+            {
+                push_part(&mut msg, text, charset, kind);
+            }
         }
         Err(_) => {
             msg.malformed = true;
@@ -361,7 +390,7 @@ fn content_disposition(raw: &[u8]) -> ParsedContentDisposition {
     mailparse::parse_content_disposition(&kept_params(&decode::header_value(raw)))
 }
 
-fn walk(part: &Part<'_>, msg: &mut Message, depth: usize) {
+fn walk(part: &Part<'_>, walker: &mut Walker<'_>, depth: usize) {
     // A missing ';' ("TEXT/PLAIN charset=US-ASCII") leaves the parameters
     // in the type; mail clients read such a part by its type alone.
     let mimetype = part
@@ -372,11 +401,11 @@ fn walk(part: &Part<'_>, msg: &mut Message, depth: usize) {
         .unwrap_or("");
     if mimetype.starts_with("multipart/") && !part.subparts.is_empty() {
         for sub in &part.subparts {
-            walk(sub, msg, depth);
+            walk(sub, walker, depth);
         }
         return;
     }
-    msg.content_types.push(mimetype.to_owned());
+    walker.msg.content_types.push(mimetype.to_owned());
     let disposition = part
         .raw_header("Content-Disposition")
         .map(content_disposition)
@@ -406,51 +435,146 @@ fn walk(part: &Part<'_>, msg: &mut Message, depth: usize) {
         _ => None,
     };
     match text_kind {
-        Some(kind) if !is_attachment => {
-            let truncated = encoded.len() > TEXT_PART_CAP;
-            let encoded = &encoded[..encoded.len().min(TEXT_PART_CAP)];
-            let bytes: Cow<'_, [u8]> = match encoding.as_deref() {
-                Some("base64") => Cow::Owned(decode::base64_lenient(encoded)),
-                Some("quoted-printable") => Cow::Owned(decode::quoted_printable(encoded)),
-                _ => Cow::Borrowed(encoded),
-            };
-            push_text(msg, &bytes, charset, kind);
-            if truncated && let Some(last) = msg.parts.last_mut() {
-                last.truncated = true;
+        Some(kind) => {
+            let text = text_of(encoded, encoding.as_deref(), kind);
+            if is_attachment {
+                // Kept aside: read only if the message has no other text.
+                if walker.text_attachment.is_none() {
+                    walker.text_attachment = Some((text, charset, kind));
+                }
+                walker.msg.attachments.push(Attachment {
+                    content_type: mimetype.to_owned(),
+                    filename,
+                    size: decoded_len(encoded, encoding.as_deref()),
+                });
+            } else {
+                push_part(walker.msg, text, charset, kind);
             }
         }
-        _ if mimetype == "message/rfc822" && depth < MAX_NESTING && !is_attachment => {
-            let bytes: Cow<'_, [u8]> = match encoding.as_deref() {
-                Some("base64") => Cow::Owned(decode::base64_lenient(encoded)),
-                Some("quoted-printable") => Cow::Owned(decode::quoted_printable(encoded)),
-                _ => Cow::Borrowed(encoded),
-            };
+        None if mimetype == "message/rfc822" && !is_attachment => {
+            let bytes = transfer_decode(encoded, encoding.as_deref(), usize::MAX);
+            if depth >= MAX_NESTING {
+                // Too deep to walk on: read as it is written, as text.
+                let text = TextBytes::capped(&bytes, TextKind::Plain);
+                push_part(walker.msg, text, None, TextKind::Plain);
+                return;
+            }
             match parse_part(&bytes, false, MAX_MULTIPART_DEPTH) {
                 Ok(inner) => {
                     if let Some(subject) = inner.raw_header("Subject") {
                         push_text(
-                            msg,
+                            walker.msg,
                             decode::header_value(subject).as_bytes(),
                             Some("utf-8".into()),
                             TextKind::Plain,
                         );
                     }
-                    walk(&inner, msg, depth + 1);
+                    walk(&inner, walker, depth + 1);
                 }
-                Err(_) => push_text(msg, &bytes, None, TextKind::Plain),
+                Err(_) => push_text(walker.msg, &bytes, None, TextKind::Plain),
             }
         }
-        _ => {
-            let size = match encoding.as_deref() {
-                Some("base64") => decode::base64_decoded_len(encoded),
-                _ => encoded.len(),
-            };
-            msg.attachments.push(Attachment {
+        None => {
+            walker.msg.attachments.push(Attachment {
                 content_type: mimetype.to_owned(),
                 filename,
-                size,
+                size: decoded_len(encoded, encoding.as_deref()),
             });
         }
+    }
+}
+
+/// Walks a MIME tree into a message.
+struct Walker<'m> {
+    msg: &'m mut Message,
+    /// The first text part marked as an attachment, read as the body if the
+    /// message has no other text.
+    text_attachment: Option<(TextBytes, Option<String>, TextKind)>,
+}
+
+/// The size of a part's body after transfer decoding.
+fn decoded_len(encoded: &[u8], encoding: Option<&str>) -> usize {
+    match encoding {
+        Some("base64") => decode::base64_decoded_len(encoded),
+        _ => encoded.len(),
+    }
+}
+
+/// Undoes a transfer encoding, reading at most `limit` encoded bytes.
+fn transfer_decode<'a>(encoded: &'a [u8], encoding: Option<&str>, limit: usize) -> Cow<'a, [u8]> {
+    let encoded = &encoded[..encoded.len().min(limit)];
+    match encoding {
+        Some("base64") => Cow::Owned(decode::base64_lenient(encoded)),
+        Some("quoted-printable") => Cow::Owned(decode::quoted_printable(encoded)),
+        _ => Cow::Borrowed(encoded),
+    }
+}
+
+/// The bytes of a text part that are read: at most [`TEXT_PART_CAP`], from
+/// where its text starts ([`text_start`]).
+struct TextBytes {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+impl TextBytes {
+    fn capped(bytes: &[u8], kind: TextKind) -> TextBytes {
+        // A part within the cap is read whole, its prefix as well.
+        let skip = if bytes.len() > TEXT_PART_CAP {
+            text_start(bytes, kind)
+        } else {
+            0
+        };
+        let bytes = &bytes[skip..];
+        TextBytes {
+            bytes: bytes[..bytes.len().min(TEXT_PART_CAP)].to_vec(),
+            truncated: bytes.len() > TEXT_PART_CAP,
+        }
+    }
+}
+
+/// The text bytes of a part. An encoded part is decoded from at most
+/// [`ENCODED_READ_CAP`] bytes, so a long prefix without text can be skipped
+/// without decoding a part of any size.
+fn text_of(encoded: &[u8], encoding: Option<&str>, kind: TextKind) -> TextBytes {
+    match encoding {
+        Some("base64" | "quoted-printable") => {
+            let decoded = transfer_decode(encoded, encoding, ENCODED_READ_CAP);
+            let mut text = TextBytes::capped(&decoded, kind);
+            text.truncated |= encoded.len() > ENCODED_READ_CAP;
+            text
+        }
+        _ => TextBytes::capped(encoded, kind),
+    }
+}
+
+/// Where the text of a part starts: after its leading white space and, in
+/// HTML, the comments among it. Such a prefix shows nothing, so it must not
+/// use up the cap before the first text (a 2 MB comment once hid a body).
+fn text_start(bytes: &[u8], kind: TextKind) -> usize {
+    let mut at = 0;
+    loop {
+        at += bytes[at..]
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(bytes.len() - at);
+        if kind == TextKind::Html && bytes[at..].starts_with(b"<!--") {
+            match memchr::memmem::find(&bytes[at + 4..], b"-->") {
+                Some(end) => at += 4 + end + 3,
+                None => return at,
+            }
+        } else {
+            return at;
+        }
+    }
+}
+
+fn push_part(msg: &mut Message, text: TextBytes, charset: Option<String>, kind: TextKind) {
+    push_text(msg, &text.bytes, charset, kind);
+    if text.truncated
+        && let Some(last) = msg.parts.last_mut()
+    {
+        last.truncated = true;
     }
 }
 

@@ -60,3 +60,67 @@ fn an_encoded_word_flood_anywhere_leaves_the_body_readable() {
     raw.extend_from_slice(b"\n\nbodyword\n");
     assert!(features(&raw).tokens.contains("bodyword"));
 }
+
+/// The body tokens (no namespace) of a message.
+fn body_tokens(raw: &[u8]) -> Vec<String> {
+    features(raw)
+        .tokens
+        .iter()
+        .filter(|t| !t.contains(':'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_long_prefix_without_text_does_not_hide_the_body() {
+    let comment = format!("<!--{}-->", "x".repeat(2_200_000));
+    let blank = "\n".repeat(2_200_000);
+    for raw in [
+        format!("Content-Type: text/html\n\n{comment}\n<p>bodyword</p>\n"),
+        format!("Content-Type: text/plain\n\n{blank}bodyword\n"),
+        format!(
+            "Content-Type: text/plain\nContent-Transfer-Encoding: quoted-printable\n\n{blank}bodyword\n"
+        ),
+    ] {
+        let tokens = body_tokens(raw.as_bytes());
+        assert!(tokens.contains(&"bodyword".to_owned()), "{tokens:?}");
+    }
+}
+
+#[test]
+fn a_text_part_marked_as_attachment_is_read_when_there_is_no_other_text() {
+    for disposition in [
+        "attachment; filename=\"note.txt\"",
+        "attachment",
+        "attachment; filename=x.html",
+    ] {
+        let raw = format!(
+            "Content-Type: multipart/mixed; boundary=B\n\n--B\nContent-Type: text/plain\n\n\n\
+             --B\nContent-Type: text/plain; name=\"note.txt\"\nContent-Disposition: {disposition}\n\n\
+             bodyword\n--B--\n"
+        );
+        let tokens = body_tokens(raw.as_bytes());
+        assert!(
+            tokens.contains(&"bodyword".to_owned()),
+            "{disposition}: {tokens:?}"
+        );
+    }
+    // With text of its own, the message's attachment stays an attachment.
+    let raw =
+        b"Content-Type: multipart/mixed; boundary=B\n\n--B\nContent-Type: text/plain\n\nhello\n\
+        --B\nContent-Type: text/plain\nContent-Disposition: attachment; filename=\"a.txt\"\n\n\
+        attached\n--B--\n";
+    let f = features(raw);
+    assert!(f.tokens.contains("hello") && !f.tokens.contains("attached"));
+    assert!(f.tokens.contains("ATT:txt"));
+}
+
+#[test]
+fn deeply_forwarded_messages_still_give_text() {
+    let mut raw = b"Subject: inner\n\nbodyword\n".to_vec();
+    for _ in 0..12 {
+        raw = [&b"Content-Type: message/rfc822\n\n"[..], &raw].concat();
+    }
+    let tokens = body_tokens(&raw);
+    assert!(tokens.contains(&"bodyword".to_owned()), "{tokens:?}");
+}
