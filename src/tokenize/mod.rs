@@ -597,16 +597,21 @@ impl Analyzer {
 /// Pushes `URL:host` and `URL:parent` (the registrable part as far as a
 /// rule of thumb can tell: the last two labels, three under a two-letter
 /// country code with a short second level such as `co.uk`). IP-address hosts
-/// also give the token `URL:ip-address`.
+/// also give the token `URL:ip-address`. A host too long for a token gives
+/// its parent only, and `URL:long-host` if that is too long as well.
 pub fn push_host(sink: &mut TokenSet, host: &str) {
     let before = sink.len();
+    let fits = |name: &str| URL_NAMESPACE.len() + name.len() <= MAX_TOKEN_LEN;
     sink.push(URL_NAMESPACE, host);
     if is_ip_like(host) {
         sink.push(URL_NAMESPACE, "ip-address");
     } else if let Some(parent) = parent_domain(host)
         && parent != host
+        && fits(parent)
     {
         sink.push(URL_NAMESPACE, parent);
+    } else if !fits(host) {
+        sink.push(URL_NAMESPACE, "long-host");
     }
     sink.hosts += sink.len() - before;
 }
@@ -871,7 +876,11 @@ struct LengthLimit;
 impl Rewrite for LengthLimit {
     #[inline(always)]
     fn rewrite(&self, token: &mut Token) -> Rewritten {
-        if token.text.len() <= MAX_TOKEN_LEN - MAX_NAMESPACE_LEN {
+        // A URL host too long to be a token still gives its parent domain
+        // ([`push_host`] applies the limit to each).
+        if token.text.len() <= MAX_TOKEN_LEN - MAX_NAMESPACE_LEN
+            || token.text.starts_with(URL_NAMESPACE)
+        {
             Rewritten::Kept
         } else {
             Rewritten::Dropped

@@ -124,3 +124,21 @@ fn deeply_forwarded_messages_still_give_text() {
     let tokens = body_tokens(&raw);
     assert!(tokens.contains(&"bodyword".to_owned()), "{tokens:?}");
 }
+
+#[test]
+fn a_long_link_host_still_gives_its_registrable_domain() {
+    let long = "a".repeat(45);
+    let raw = format!(
+        "Content-Type: text/html\n\n<a href=\"http://{long}.spam-shop.example/x\">y</a>\n\
+         see http://{long}.other-shop.example/ now\n"
+    );
+    let f = features(raw.as_bytes());
+    assert!(f.tokens.contains("URL:spam-shop.example"), "{:?}", f.tokens);
+    assert!(
+        f.tokens.contains("URL:other-shop.example"),
+        "{:?}",
+        f.tokens
+    );
+    let raw = format!("Content-Type: text/plain\n\nsee http://{long}.com/ now\n");
+    assert!(features(raw.as_bytes()).tokens.contains("URL:long-host"));
+}
