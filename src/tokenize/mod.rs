@@ -47,6 +47,8 @@ pub struct TokenSet {
     scratch: Vec<Span>,
     /// Distinct tokens pushed by [`push_host`].
     hosts: usize,
+    /// At most this many distinct tokens are kept, if set.
+    limit: Option<usize>,
 }
 
 /// Slots a [`TokenSet`]'s table keeps between messages (a message has
@@ -285,6 +287,9 @@ impl TokenSet {
             }
             at = (at + 1) & mask;
         }
+        if self.limit.is_some_and(|limit| self.spans.len() >= limit) {
+            return;
+        }
         self.slots[at] = Slot {
             tag,
             index: self.spans.len() as u32,
@@ -338,6 +343,13 @@ impl TokenSet {
         self.spans.len()
     }
 
+    /// Keeps at most `limit` distinct tokens (`None`: no limit) from now
+    /// until [`TokenSet::finish`]: a new token pushed when there are
+    /// `limit` already is left out, so the first ones stay.
+    pub fn set_limit(&mut self, limit: Option<usize>) {
+        self.limit = limit;
+    }
+
     /// True if nothing was pushed.
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
@@ -368,6 +380,7 @@ impl TokenSet {
         self.arena.clear();
         self.spans.clear();
         self.hosts = 0;
+        self.limit = None;
         // Empty the slots in use; after a huge message, start the next one
         // with a small table instead.
         if self.slots.len() > SLOTS_KEPT {

@@ -142,3 +142,27 @@ fn a_long_link_host_still_gives_its_registrable_domain() {
     let raw = format!("Content-Type: text/plain\n\nsee http://{long}.com/ now\n");
     assert!(features(raw.as_bytes()).tokens.contains("URL:long-host"));
 }
+
+#[test]
+fn one_message_contributes_a_bounded_number_of_tokens() {
+    use bayesmail::features::{MAX_TOKENS, STRUCTURE_TOKENS};
+    let mut raw = b"From: a@b.example\nSubject: many\n\nfirstword ".to_vec();
+    for i in 0..200_000 {
+        raw.extend_from_slice(format!("w{i:x}z ").as_bytes());
+    }
+    let f = features(&raw);
+    let n = f.tokens.len();
+    assert!(
+        (MAX_TOKENS - STRUCTURE_TOKENS..=MAX_TOKENS).contains(&n),
+        "{n} tokens"
+    );
+    // The first text and the sender's tokens are kept.
+    for t in [
+        "firstword",
+        "FROM:a@b.example",
+        "SUBJ:many",
+        "CT:text/plain",
+    ] {
+        assert!(f.tokens.contains(t), "missing {t}");
+    }
+}
