@@ -20,6 +20,8 @@
 //! | `ATT:` | file-name extensions of attachments |
 //! | `HDR:` | structural flags: `HDR:no-date`, `HDR:no-message-id`, `HDR:no-subject`, `HDR:html-only`, `HDR:malformed` |
 //!
+//! At most [`MAX_TOKENS`] distinct tokens are taken from one message.
+//!
 //! To, Cc and list headers are deliberately not tokenized: they name the
 //! mailbox owner and lists more than the sender (see `docs/features.md`).
 //!
@@ -30,6 +32,16 @@ use serde::Serialize;
 
 use crate::message::{self, Message, TextKind};
 use crate::tokenize::{self, Analyzer, TokenList, TokenSet};
+
+/// At most this many distinct tokens are taken from one message: the
+/// first ones, in the order [`Extractor::from_message`] reads the message
+/// (Received headers, subject, text, link hosts, then the sender and the
+/// structure tokens, for which the last [`STRUCTURE_TOKENS`] are kept). A
+/// message with a million distinct words would otherwise cost the store
+/// and the model memory for each of them. Ordinary mail has a few hundred.
+pub const MAX_TOKENS: usize = 8192;
+/// Of [`MAX_TOKENS`], the room left for the tokens read after the text.
+pub const STRUCTURE_TOKENS: usize = 256;
 
 /// Number of metadata features.
 pub const METADATA_LEN: usize = 12;
@@ -122,6 +134,7 @@ impl Extractor {
     pub fn from_message(&mut self, msg: &Message) -> Features {
         let set = &mut self.set;
         let analyzer = &mut self.analyzer;
+        set.set_limit(Some(MAX_TOKENS - STRUCTURE_TOKENS));
         // One pass over the headers (not a case-insensitive search of all
         // of them per name): the repeated ones are used as they come, as a
         // set has no order; the first of each single one is kept.
@@ -168,6 +181,7 @@ impl Extractor {
                 tokenize::push_host(set, &host);
             }
         }
+        set.set_limit(Some(MAX_TOKENS));
         let from = headers.from.and_then(first_address);
         let from_domain = from
             .as_ref()

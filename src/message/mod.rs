@@ -3,21 +3,56 @@
 //! turned into text with its link targets kept) and metadata about the other
 //! parts. This module owns MIME; it knows nothing of tokens or models.
 //!
-//! MIME structure comes from `mailparse`, charsets from `encoding_rs`.
-//! Parsing is lenient: anything that is not empty gives a [`Message`], even
-//! if every header is broken (the input is then read as a body).
+//! Header fields are split by `mailparse`; MIME structure, header value
+//! decoding ([`decode::header_value`]) and the reading of `Content-Type` and
+//! `Content-Disposition` are done here, each in time linear in the input
+//! (mailparse's own `parse_mail` decodes every part's `Content-Type` with a
+//! decoder that is quadratic in the number of `=?`, and its parameter
+//! parser is quadratic in the number of parameters). Charsets come from
+//! `encoding_rs`. Parsing is lenient: anything that is not empty gives a
+//! [`Message`], even if every header is broken (the input is then read as a
+//! body).
+//!
+//! # Limits that keep the first text
+//! A hostile message must not cost unbounded work, nor hide its text behind
+//! the limits that bound the work. So:
+//! - Of each text part, at most [`TEXT_PART_CAP`] bytes are read, counted
+//!   from where its text starts: a leading run of white space (and, in
+//!   HTML, comments) in a part larger than the cap is skipped first. A
+//!   base64 or quoted-printable part is decoded from at most four times the
+//!   cap of its encoded bytes.
+//! - A text part marked as an attachment (`Content-Disposition: attachment`
+//!   with a file name) is an attachment; but if the message has no other
+//!   text that is not blank, the first such part is read as its body, as
+//!   many mail readers show it inline.
+//! - Forwarded messages (`message/rfc822`) are walked eight levels deep;
+//!   a deeper one is read as text as it is written (headers and body, up to
+//!   the cap). Multipart nesting is split to mailparse's depth of 100.
 
 pub mod decode;
 pub mod html;
 
 use std::borrow::Cow;
 
-use mailparse::{MailHeaderMap, ParsedMail};
+use mailparse::{
+    DispositionType, MailHeader, MailParseError, ParsedContentDisposition, ParsedContentType,
+};
 
-/// Text parts larger than this (encoded) are read up to this many bytes.
+/// Of each text part, at most this many bytes (after transfer decoding,
+/// from where its text starts) are read.
 pub const TEXT_PART_CAP: usize = 2 * 1024 * 1024;
-/// `message/rfc822` parts nested deeper than this are treated as attachments.
+/// Of a base64 or quoted-printable text part, at most this many encoded
+/// bytes are decoded.
+const ENCODED_READ_CAP: usize = 4 * TEXT_PART_CAP;
+/// `message/rfc822` parts nested deeper than this are read as plain text.
 const MAX_NESTING: usize = 8;
+/// Multipart nesting deeper than this is not split further: the part is
+/// read as one (mailparse's own limit, where it fails the whole message).
+const MAX_MULTIPART_DEPTH: u8 = 100;
+/// Of a `Content-Type` or `Content-Disposition`, only the parameters read
+/// here are kept, and at most this many of them (a name split into RFC 2231
+/// continuations takes one per piece).
+const MAX_PARAMS: usize = 64;
 
 /// Why a message could not be parsed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -131,17 +166,26 @@ pub fn parse(raw: &[u8]) -> Result<Message> {
         size: raw.len(),
         ..Message::default()
     };
-    match mailparse::parse_mail(raw) {
+    match parse_part(raw, false, MAX_MULTIPART_DEPTH) {
         Ok(parsed) => {
             msg.headers = parsed
                 .headers
                 .iter()
                 .map(|h| Header {
                     name: h.get_key(),
-                    value: h.get_value(),
+                    value: decode::header_value(h.get_value_raw()),
                 })
                 .collect();
-            walk(&parsed, &mut msg, 0);
+            let mut walker = Walker {
+                msg: &mut msg,
+                text_attachment: None,
+            };
+            walk(&parsed, &mut walker, 0);
+            if let Some((text, charset, kind)) = walker.text_attachment.take()
+                && msg.parts.iter().all(|p| p.text.trim().is_empty())
+            {
+                push_part(&mut msg, text, charset, kind);
+            }
         }
         Err(_) => {
             msg.malformed = true;
@@ -185,7 +229,168 @@ fn find_crlf(s: &[u8]) -> Option<usize> {
     None
 }
 
-fn walk(part: &ParsedMail<'_>, msg: &mut Message, depth: usize) {
+/// One MIME entity: its header fields, its type, its body and, for a
+/// multipart, its parts.
+struct Part<'a> {
+    headers: Vec<MailHeader<'a>>,
+    ctype: ParsedContentType,
+    body: &'a [u8],
+    subparts: Vec<Part<'a>>,
+}
+
+impl Part<'_> {
+    /// The raw value of the first field with this name.
+    fn raw_header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.get_key_ref().eq_ignore_ascii_case(name))
+            .map(|h| h.get_value_raw())
+    }
+}
+
+/// Splits an entity as `mailparse::parse_mail` does (same header rules,
+/// same boundary search), reading the fields with this module's linear
+/// decoders. `depth` counts down the multipart levels left to split.
+fn parse_part(
+    raw: &[u8],
+    in_digest: bool,
+    depth: u8,
+) -> std::result::Result<Part<'_>, MailParseError> {
+    let (headers, body_start) = mailparse::parse_headers(raw)?;
+    let mut part = Part {
+        headers,
+        ctype: ParsedContentType::default(),
+        body: &raw[body_start.min(raw.len())..],
+        subparts: Vec::new(),
+    };
+    part.ctype = match part.raw_header("Content-Type") {
+        Some(value) => content_type(value),
+        None if in_digest => ParsedContentType {
+            mimetype: "message/rfc822".into(),
+            ..ParsedContentType::default()
+        },
+        None => ParsedContentType::default(),
+    };
+    if raw.len() > body_start
+        && part.ctype.mimetype.starts_with("multipart")
+        && let Some(boundary) = part.ctype.params.get("boundary")
+        && let Some(depth) = depth.checked_sub(1)
+    {
+        let boundary = format!("--{boundary}");
+        let digest = part.ctype.mimetype == "multipart/digest";
+        let (subparts, body_end) =
+            split_multipart(raw, body_start, boundary.as_bytes(), digest, depth)?;
+        part.subparts = subparts;
+        part.body = &raw[body_start..body_end];
+    }
+    Ok(part)
+}
+
+/// The parts of a multipart body and where its preamble ends.
+fn split_multipart<'a>(
+    raw: &'a [u8],
+    body_start: usize,
+    boundary: &[u8],
+    digest: bool,
+    depth: u8,
+) -> std::result::Result<(Vec<Part<'a>>, usize), MailParseError> {
+    let mut subparts = Vec::new();
+    let finder = memchr::memmem::Finder::new(boundary);
+    // A boundary counts only at the start of a line.
+    let find_boundary = |from: usize| {
+        let mut at = from;
+        while let Some(p) = finder.find(&raw[at..]) {
+            let hit = at + p;
+            if hit == from || raw[hit - 1] == b'\n' {
+                return Some(hit);
+            }
+            at = hit + 1;
+        }
+        None
+    };
+    let Some(first) = find_boundary(body_start) else {
+        return Ok((subparts, body_start));
+    };
+    let body_end = strip_line_end(raw, body_start, first);
+    let mut boundary_end = first + boundary.len();
+    while let Some(start) =
+        memchr::memchr(b'\n', &raw[boundary_end..]).map(|p| boundary_end + p + 1)
+    {
+        let next = find_boundary(start);
+        let end = next.map_or(raw.len(), |b| strip_line_end(raw, start, b));
+        subparts.push(parse_part(&raw[start..end], digest, depth)?);
+        boundary_end = next.map_or(raw.len(), |b| b + boundary.len());
+        if boundary_end + 2 > raw.len() || raw[boundary_end..].starts_with(b"--") {
+            break;
+        }
+    }
+    Ok((subparts, body_end))
+}
+
+/// `end` moved back over one LF or CRLF (not before `start`): the line end
+/// before a boundary belongs to the boundary.
+fn strip_line_end(raw: &[u8], start: usize, mut end: usize) -> usize {
+    if end > start && raw[end - 1] == b'\n' {
+        end -= 1;
+        if end > start && raw[end - 1] == b'\r' {
+            end -= 1;
+        }
+    }
+    end
+}
+
+/// The parameters of a `Content-Type` or `Content-Disposition` value that
+/// this module reads, with the value before them: at most [`MAX_PARAMS`],
+/// split at `;` outside quotes as mailparse splits them.
+fn kept_params(value: &str) -> String {
+    const READ: [&str; 4] = ["charset", "boundary", "name", "filename"];
+    let mut out = String::new();
+    let (mut kept, mut first) = (0, true);
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    let bytes = value.as_bytes();
+    for i in 0..=bytes.len() {
+        let b = bytes.get(i).copied();
+        if escaped {
+            escaped = false;
+            continue;
+        } else if quoted && b == Some(b'\\') {
+            escaped = true;
+            continue;
+        } else if b == Some(b'"') {
+            quoted = !quoted;
+            continue;
+        } else if b.is_some() && (b != Some(b';') || quoted) {
+            continue;
+        }
+        let piece = &value[start..i];
+        start = i + 1;
+        if first {
+            first = false;
+            out.push_str(piece);
+            continue;
+        }
+        let key = piece.split('=').next().unwrap_or("").trim();
+        let key = key.split('*').next().unwrap_or("");
+        if kept < MAX_PARAMS && READ.iter().any(|r| key.eq_ignore_ascii_case(r)) {
+            out.push(';');
+            out.push_str(piece);
+            kept += 1;
+        }
+    }
+    out
+}
+
+/// A `Content-Type` field's value read in linear time.
+fn content_type(raw: &[u8]) -> ParsedContentType {
+    mailparse::parse_content_type(&kept_params(&decode::header_value(raw)))
+}
+
+/// A `Content-Disposition` field's value read in linear time.
+fn content_disposition(raw: &[u8]) -> ParsedContentDisposition {
+    mailparse::parse_content_disposition(&kept_params(&decode::header_value(raw)))
+}
+
+fn walk(part: &Part<'_>, walker: &mut Walker<'_>, depth: usize) {
     // A missing ';' ("TEXT/PLAIN charset=US-ASCII") leaves the parameters
     // in the type; mail clients read such a part by its type alone.
     let mimetype = part
@@ -196,31 +401,26 @@ fn walk(part: &ParsedMail<'_>, msg: &mut Message, depth: usize) {
         .unwrap_or("");
     if mimetype.starts_with("multipart/") && !part.subparts.is_empty() {
         for sub in &part.subparts {
-            walk(sub, msg, depth);
+            walk(sub, walker, depth);
         }
         return;
     }
-    msg.content_types.push(mimetype.to_owned());
-    let disposition = part.get_content_disposition();
+    walker.msg.content_types.push(mimetype.to_owned());
+    let disposition = part
+        .raw_header("Content-Disposition")
+        .map(content_disposition)
+        .unwrap_or_default();
     let filename = disposition
         .params
         .get("filename")
         .or_else(|| part.ctype.params.get("name"))
         .cloned();
-    let is_attachment = matches!(
-        disposition.disposition,
-        mailparse::DispositionType::Attachment
-    ) && filename.is_some();
+    let is_attachment =
+        matches!(disposition.disposition, DispositionType::Attachment) && filename.is_some();
     let encoding = part
-        .headers
-        .get_first_value("Content-Transfer-Encoding")
-        .map(|e| e.trim().to_ascii_lowercase());
-    let body = part.get_body_encoded();
-    let encoded: &[u8] = match &body {
-        mailparse::body::Body::Base64(b) | mailparse::body::Body::QuotedPrintable(b) => b.get_raw(),
-        mailparse::body::Body::SevenBit(b) | mailparse::body::Body::EightBit(b) => b.get_raw(),
-        mailparse::body::Body::Binary(b) => b.get_raw(),
-    };
+        .raw_header("Content-Transfer-Encoding")
+        .map(|e| decode::header_value(e).trim().to_ascii_lowercase());
+    let encoded = part.body;
     let charset = part
         .ctype
         .params
@@ -235,51 +435,146 @@ fn walk(part: &ParsedMail<'_>, msg: &mut Message, depth: usize) {
         _ => None,
     };
     match text_kind {
-        Some(kind) if !is_attachment => {
-            let truncated = encoded.len() > TEXT_PART_CAP;
-            let encoded = &encoded[..encoded.len().min(TEXT_PART_CAP)];
-            let bytes: Cow<'_, [u8]> = match encoding.as_deref() {
-                Some("base64") => Cow::Owned(decode::base64_lenient(encoded)),
-                Some("quoted-printable") => Cow::Owned(decode::quoted_printable(encoded)),
-                _ => Cow::Borrowed(encoded),
-            };
-            push_text(msg, &bytes, charset, kind);
-            if truncated && let Some(last) = msg.parts.last_mut() {
-                last.truncated = true;
+        Some(kind) => {
+            let text = text_of(encoded, encoding.as_deref(), kind);
+            if is_attachment {
+                // Kept aside: read only if the message has no other text.
+                if walker.text_attachment.is_none() {
+                    walker.text_attachment = Some((text, charset, kind));
+                }
+                walker.msg.attachments.push(Attachment {
+                    content_type: mimetype.to_owned(),
+                    filename,
+                    size: decoded_len(encoded, encoding.as_deref()),
+                });
+            } else {
+                push_part(walker.msg, text, charset, kind);
             }
         }
-        _ if mimetype == "message/rfc822" && depth < MAX_NESTING && !is_attachment => {
-            let bytes: Cow<'_, [u8]> = match encoding.as_deref() {
-                Some("base64") => Cow::Owned(decode::base64_lenient(encoded)),
-                Some("quoted-printable") => Cow::Owned(decode::quoted_printable(encoded)),
-                _ => Cow::Borrowed(encoded),
-            };
-            match mailparse::parse_mail(&bytes) {
+        None if mimetype == "message/rfc822" && !is_attachment => {
+            let bytes = transfer_decode(encoded, encoding.as_deref(), usize::MAX);
+            if depth >= MAX_NESTING {
+                // Too deep to walk on: read as it is written, as text.
+                let text = TextBytes::capped(&bytes, TextKind::Plain);
+                push_part(walker.msg, text, None, TextKind::Plain);
+                return;
+            }
+            match parse_part(&bytes, false, MAX_MULTIPART_DEPTH) {
                 Ok(inner) => {
-                    if let Some(subject) = inner.headers.get_first_value("Subject") {
+                    if let Some(subject) = inner.raw_header("Subject") {
                         push_text(
-                            msg,
-                            subject.as_bytes(),
+                            walker.msg,
+                            decode::header_value(subject).as_bytes(),
                             Some("utf-8".into()),
                             TextKind::Plain,
                         );
                     }
-                    walk(&inner, msg, depth + 1);
+                    walk(&inner, walker, depth + 1);
                 }
-                Err(_) => push_text(msg, &bytes, None, TextKind::Plain),
+                Err(_) => push_text(walker.msg, &bytes, None, TextKind::Plain),
             }
         }
-        _ => {
-            let size = match encoding.as_deref() {
-                Some("base64") => decode::base64_decoded_len(encoded),
-                _ => encoded.len(),
-            };
-            msg.attachments.push(Attachment {
+        None => {
+            walker.msg.attachments.push(Attachment {
                 content_type: mimetype.to_owned(),
                 filename,
-                size,
+                size: decoded_len(encoded, encoding.as_deref()),
             });
         }
+    }
+}
+
+/// Walks a MIME tree into a message.
+struct Walker<'m> {
+    msg: &'m mut Message,
+    /// The first text part marked as an attachment, read as the body if the
+    /// message has no other text.
+    text_attachment: Option<(TextBytes, Option<String>, TextKind)>,
+}
+
+/// The size of a part's body after transfer decoding.
+fn decoded_len(encoded: &[u8], encoding: Option<&str>) -> usize {
+    match encoding {
+        Some("base64") => decode::base64_decoded_len(encoded),
+        _ => encoded.len(),
+    }
+}
+
+/// Undoes a transfer encoding, reading at most `limit` encoded bytes.
+fn transfer_decode<'a>(encoded: &'a [u8], encoding: Option<&str>, limit: usize) -> Cow<'a, [u8]> {
+    let encoded = &encoded[..encoded.len().min(limit)];
+    match encoding {
+        Some("base64") => Cow::Owned(decode::base64_lenient(encoded)),
+        Some("quoted-printable") => Cow::Owned(decode::quoted_printable(encoded)),
+        _ => Cow::Borrowed(encoded),
+    }
+}
+
+/// The bytes of a text part that are read: at most [`TEXT_PART_CAP`], from
+/// where its text starts ([`text_start`]).
+struct TextBytes {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+impl TextBytes {
+    fn capped(bytes: &[u8], kind: TextKind) -> TextBytes {
+        // A part within the cap is read whole, its prefix as well.
+        let skip = if bytes.len() > TEXT_PART_CAP {
+            text_start(bytes, kind)
+        } else {
+            0
+        };
+        let bytes = &bytes[skip..];
+        TextBytes {
+            bytes: bytes[..bytes.len().min(TEXT_PART_CAP)].to_vec(),
+            truncated: bytes.len() > TEXT_PART_CAP,
+        }
+    }
+}
+
+/// The text bytes of a part. An encoded part is decoded from at most
+/// [`ENCODED_READ_CAP`] bytes, so a long prefix without text can be skipped
+/// without decoding a part of any size.
+fn text_of(encoded: &[u8], encoding: Option<&str>, kind: TextKind) -> TextBytes {
+    match encoding {
+        Some("base64" | "quoted-printable") => {
+            let decoded = transfer_decode(encoded, encoding, ENCODED_READ_CAP);
+            let mut text = TextBytes::capped(&decoded, kind);
+            text.truncated |= encoded.len() > ENCODED_READ_CAP;
+            text
+        }
+        _ => TextBytes::capped(encoded, kind),
+    }
+}
+
+/// Where the text of a part starts: after its leading white space and, in
+/// HTML, the comments among it. Such a prefix shows nothing, so it must not
+/// use up the cap before the first text (a 2 MB comment once hid a body).
+fn text_start(bytes: &[u8], kind: TextKind) -> usize {
+    let mut at = 0;
+    loop {
+        at += bytes[at..]
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(bytes.len() - at);
+        if kind == TextKind::Html && bytes[at..].starts_with(b"<!--") {
+            match memchr::memmem::find(&bytes[at + 4..], b"-->") {
+                Some(end) => at += 4 + end + 3,
+                None => return at,
+            }
+        } else {
+            return at;
+        }
+    }
+}
+
+fn push_part(msg: &mut Message, text: TextBytes, charset: Option<String>, kind: TextKind) {
+    push_text(msg, &text.bytes, charset, kind);
+    if text.truncated
+        && let Some(last) = msg.parts.last_mut()
+    {
+        last.truncated = true;
     }
 }
 

@@ -47,6 +47,8 @@ pub struct TokenSet {
     scratch: Vec<Span>,
     /// Distinct tokens pushed by [`push_host`].
     hosts: usize,
+    /// At most this many distinct tokens are kept, if set.
+    limit: Option<usize>,
 }
 
 /// Slots a [`TokenSet`]'s table keeps between messages (a message has
@@ -285,6 +287,9 @@ impl TokenSet {
             }
             at = (at + 1) & mask;
         }
+        if self.limit.is_some_and(|limit| self.spans.len() >= limit) {
+            return;
+        }
         self.slots[at] = Slot {
             tag,
             index: self.spans.len() as u32,
@@ -338,6 +343,13 @@ impl TokenSet {
         self.spans.len()
     }
 
+    /// Keeps at most `limit` distinct tokens (`None`: no limit) from now
+    /// until [`TokenSet::finish`]: a new token pushed when there are
+    /// `limit` already is left out, so the first ones stay.
+    pub fn set_limit(&mut self, limit: Option<usize>) {
+        self.limit = limit;
+    }
+
     /// True if nothing was pushed.
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
@@ -368,6 +380,7 @@ impl TokenSet {
         self.arena.clear();
         self.spans.clear();
         self.hosts = 0;
+        self.limit = None;
         // Empty the slots in use; after a huge message, start the next one
         // with a small table instead.
         if self.slots.len() > SLOTS_KEPT {
@@ -597,16 +610,21 @@ impl Analyzer {
 /// Pushes `URL:host` and `URL:parent` (the registrable part as far as a
 /// rule of thumb can tell: the last two labels, three under a two-letter
 /// country code with a short second level such as `co.uk`). IP-address hosts
-/// also give the token `URL:ip-address`.
+/// also give the token `URL:ip-address`. A host too long for a token gives
+/// its parent only, and `URL:long-host` if that is too long as well.
 pub fn push_host(sink: &mut TokenSet, host: &str) {
     let before = sink.len();
+    let fits = |name: &str| URL_NAMESPACE.len() + name.len() <= MAX_TOKEN_LEN;
     sink.push(URL_NAMESPACE, host);
     if is_ip_like(host) {
         sink.push(URL_NAMESPACE, "ip-address");
     } else if let Some(parent) = parent_domain(host)
         && parent != host
+        && fits(parent)
     {
         sink.push(URL_NAMESPACE, parent);
+    } else if !fits(host) {
+        sink.push(URL_NAMESPACE, "long-host");
     }
     sink.hosts += sink.len() - before;
 }
@@ -871,7 +889,11 @@ struct LengthLimit;
 impl Rewrite for LengthLimit {
     #[inline(always)]
     fn rewrite(&self, token: &mut Token) -> Rewritten {
-        if token.text.len() <= MAX_TOKEN_LEN - MAX_NAMESPACE_LEN {
+        // A URL host too long to be a token still gives its parent domain
+        // ([`push_host`] applies the limit to each).
+        if token.text.len() <= MAX_TOKEN_LEN - MAX_NAMESPACE_LEN
+            || token.text.starts_with(URL_NAMESPACE)
+        {
             Rewritten::Kept
         } else {
             Rewritten::Dropped

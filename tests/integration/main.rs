@@ -13,6 +13,7 @@ mod corpus;
 mod delivery;
 mod golden;
 mod hostile;
+mod hostile_message;
 mod hostile_scan;
 mod hostile_store;
 mod learning;
