@@ -220,9 +220,18 @@ impl Renamer {
     }
 }
 
+/// At most this many bytes of a line's start are held back to decide it.
+const MAX_PENDING: usize = 256;
+
 /// Whether a line starting with `start` names a field of ours: `Some(true)`
 /// if it does, `Some(false)` if it cannot, `None` if more bytes are needed.
+/// CRs are left out before comparing (maildrop deletes them before it
+/// matches), and a NUL ends a name as `:` does (Dovecot reads it so).
 fn names_ours(start: &[u8]) -> Option<bool> {
+    if start.len() > MAX_PENDING {
+        return Some(false);
+    }
+    let start: Vec<u8> = start.iter().copied().filter(|&b| b != b'\r').collect();
     let mut undecided = false;
     for name in OURS {
         let name = name.as_bytes();
@@ -232,7 +241,7 @@ fn names_ours(start: &[u8]) -> Option<bool> {
         }
         match start.get(name.len()) {
             None => undecided = true,
-            Some(b':' | b' ' | b'\t') => return Some(true),
+            Some(b':' | b' ' | b'\t' | b'\0') => return Some(true),
             Some(_) => {}
         }
     }
@@ -310,7 +319,6 @@ mod tests {
             b"From someone else",
             b": x",
             b"not a header at all",
-            b"\rX-Spam-Flag: YES",
         ] {
             let raw = [b"Subject: hi\n", bad, b"\nX-Spam-Flag: YES\n\nbody\n"].concat();
             let out = annotate(&raw).unwrap();
@@ -322,6 +330,24 @@ mod tests {
             ]
             .concat();
             assert_eq!(out, want, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn renames_spellings_that_some_consumer_reads_as_ours() {
+        // maildrop deletes CRs before matching; Dovecot ends a name at NUL.
+        for forged in [
+            &b"\rX-Spam-Flag: YES\n"[..],
+            b"X-Spam-\rFlag: YES\n",
+            b"X-Spam-Flag\r: YES\n",
+            b"\r\r\rX-Spam-Flag: YES\n",
+            b"X-Spam-Flag\0: YES\n",
+            b"X-Spam-Status\0garbage: Yes\n",
+        ] {
+            let raw = [b"Subject: hi\n", forged, b"\nbody\n"].concat();
+            let out = annotate(&raw).unwrap();
+            let want = [OURS_LINE, b"\nSubject: hi\nOld-", forged, b"\nbody\n"].concat();
+            assert_eq!(out, want, "{:?}", String::from_utf8_lossy(forged));
         }
     }
 

@@ -165,9 +165,15 @@ pub(super) fn run(
 /// as for a broken configuration file.
 pub(super) fn run_failed_open(streams: ClosedStreams, verdict_exit: bool, err: &clap::Error) -> u8 {
     let rendered = err.render().to_string();
-    let first = rendered.lines().next().unwrap_or("invalid command line");
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    warn(&format!("{first}; see `bayesmail filter --help`"));
+    if err.use_stderr() {
+        let first = rendered.lines().next().unwrap_or("invalid command line");
+        let first = first.strip_prefix("error: ").unwrap_or(first);
+        warn(&format!("{first}; see `bayesmail filter --help`"));
+    } else {
+        // Help asked for in the mail path: it goes to stderr, the message
+        // still goes out.
+        let _ = write!(io::stderr().lock(), "{rendered}");
+    }
     pass_on(streams, verdict_exit, DEFAULT_FILTER_MAX_SIZE, |_| {
         Status::Unknown(Reason::Config)
     })
@@ -184,7 +190,8 @@ pub(super) fn invocation() -> Option<bool> {
         let arg = arg.to_string_lossy();
         if arg == "--db" || arg == "--config" {
             i += 2;
-        } else if arg.starts_with("--db=") || arg.starts_with("--config=") {
+        } else if arg.starts_with('-') {
+            // `--db=…`, `--config=…`, `--`, or an option clap did not know.
             i += 1;
         } else {
             return (arg == "filter").then(|| args[i + 1..].iter().any(|a| a == "--verdict-exit"));
@@ -218,7 +225,8 @@ fn pass_on(
         return io_failure;
     }
 
-    let mut stdin = io::stdin().lock();
+    let stdin_file = raw_stream(0);
+    let mut stdin = &*stdin_file;
     let mut raw = Vec::new();
     let limit = max_size.saturating_add(1);
     if let Err(err) = (&mut stdin).take(limit).read_to_end(&mut raw) {
@@ -265,8 +273,8 @@ fn pass_on(
         None
     };
 
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::with_capacity(64 * 1024, stdout.lock());
+    let stdout = raw_stream(1);
+    let mut out = io::BufWriter::with_capacity(64 * 1024, &*stdout);
     // A panic while writing (a bug) may have written part of the message:
     // the delivery agent must keep it and try again, as for a write error.
     let written = panic::catch_unwind(AssertUnwindSafe(|| {
@@ -281,6 +289,17 @@ fn pass_on(
         return io_failure;
     }
     if verdict_exit { status.exit_code() } else { 0 }
+}
+
+/// Standard input or output as a file, not through `io::stdin()` /
+/// `io::stdout()`: those read EBADF (say, a stdout opened read-only) as an
+/// empty message or a write that succeeded, which would lose the message.
+/// Never closed: the descriptor belongs to the process.
+fn raw_stream(fd: std::os::fd::RawFd) -> std::mem::ManuallyDrop<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: fds 0 and 1 are open (main checked them and put /dev/null on
+    // closed ones), and ManuallyDrop never closes them.
+    std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 /// Copies the rest of `input` into an unnamed temporary file, rewound.

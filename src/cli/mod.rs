@@ -533,7 +533,15 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
         // The delivery hook must pass the message on even when its own
         // command line or environment is wrong: a mistake in a mail
         // server's configuration must not bounce or stall mail.
-        Err(err) if !err.use_stderr() => err.exit(),
+        // Help and version go to stdout, except for a `filter` reading a
+        // message: that message must come out, not the help in its place.
+        Err(err)
+            if !err.use_stderr()
+                && (filter::invocation().is_none()
+                    || std::io::IsTerminal::is_terminal(&std::io::stdin())) =>
+        {
+            err.exit()
+        }
         Err(err) => match filter::invocation() {
             Some(verdict_exit) => return filter::run_failed_open(streams, verdict_exit, &err),
             None => err.exit(),
