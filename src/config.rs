@@ -165,7 +165,7 @@ pub struct Config {
 impl Config {
     /// Reads and parses a TOML file.
     pub fn load(path: &Path) -> Result<Config, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        let text = read_small_file(path).map_err(|source| Error::Read {
             path: path.to_path_buf(),
             source,
         })?;
@@ -175,9 +175,21 @@ impl Config {
         })
     }
 
-    /// Parses TOML text.
+    /// Parses TOML text. The error is one line, at most a few hundred
+    /// characters (TOML's own messages quote the offending line whole).
     pub fn parse(text: &str) -> Result<Config, String> {
-        toml::from_str(text).map_err(|e| e.to_string().trim().to_string())
+        toml::from_str(text).map_err(|e| {
+            let mut message = e.to_string().trim().replace('\n', " ");
+            if message.len() > 300 {
+                let mut end = 300;
+                while !message.is_char_boundary(end) {
+                    end -= 1;
+                }
+                message.truncate(end);
+                message.push('…');
+            }
+            message
+        })
     }
 
     /// Applies the `[model]` table (then `overrides`, e.g. from flags) to the
@@ -266,6 +278,34 @@ impl Config {
     }
 }
 
+/// The largest config file read: far more than any real one, small enough
+/// that a wrong path (a log, a disk image, /dev/zero) fails at once.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads a config file: a regular file (a FIFO is refused without blocking)
+/// of at most [`MAX_CONFIG_BYTES`], as UTF-8.
+fn read_small_file(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {MAX_CONFIG_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
 /// `$XDG_DATA_HOME/bayesmail`, else `~/.local/share/bayesmail`, else
 /// `./bayesmail-db`.
 pub fn default_db_dir() -> PathBuf {
@@ -295,6 +335,30 @@ pub fn default_config_file() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_path_that_is_no_config_file_fails_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo on a path in our own temporary directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for path in [fifo.as_path(), Path::new("/dev/zero"), dir.path()] {
+            let err = Config::load(path).unwrap_err().to_string();
+            assert!(err.contains("cannot read config file"), "{err}");
+        }
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; (MAX_CONFIG_BYTES + 10) as usize]).unwrap();
+        assert!(
+            Config::load(&big)
+                .unwrap_err()
+                .to_string()
+                .contains("larger than")
+        );
+        let long_line = dir.path().join("bad.toml");
+        std::fs::write(&long_line, "x = ".to_string() + &"y".repeat(100_000)).unwrap();
+        assert!(Config::load(&long_line).unwrap_err().to_string().len() < 1000);
+    }
 
     #[test]
     fn file_values_apply_and_flags_win() {

@@ -228,7 +228,9 @@ fn pass_on(
     let stdin_file = raw_stream(0);
     let mut stdin = &*stdin_file;
     let mut raw = Vec::new();
-    let limit = max_size.saturating_add(1);
+    // At least 64 KiB, even under a smaller cap: where our fields go is read
+    // off the first lines, which must be in memory whole.
+    let limit = max_size.saturating_add(1).max(64 * 1024);
     if let Err(err) = (&mut stdin).take(limit).read_to_end(&mut raw) {
         warn(&format!(
             "reading the message from standard input: {err}; nothing written"
@@ -259,9 +261,20 @@ fn pass_on(
     // like the rest of any message: a caller that writes the whole message
     // before reading ours never deadlocks. It is spooled to an unnamed
     // temporary file, so memory stays bounded by the cap.
-    let rest = if too_large {
+    let mut rest: Option<Box<dyn Read>> = None;
+    if too_large {
         match spool(&mut stdin) {
-            Ok(rest) => Some(rest),
+            Ok(Spool::File(file)) => rest = Some(Box::new(file)),
+            Ok(Spool::Unavailable(err)) => {
+                // No temporary file (a full /tmp, a bad TMPDIR): the rest
+                // streams from stdin instead. A caller that writes the whole
+                // message before reading ours could stall, which is better
+                // than a deferral that fails the same way at every retry.
+                warn(&format!(
+                    "cannot spool the rest of the message ({err}): streaming it"
+                ));
+                rest = Some(Box::new(stdin));
+            }
             Err(err) => {
                 warn(&format!(
                     "reading the message from standard input: {err}; nothing written"
@@ -269,9 +282,7 @@ fn pass_on(
                 return io_failure;
             }
         }
-    } else {
-        None
-    };
+    }
 
     let stdout = raw_stream(1);
     let mut out = io::BufWriter::with_capacity(64 * 1024, &*stdout);
@@ -302,13 +313,25 @@ fn raw_stream(fd: std::os::fd::RawFd) -> std::mem::ManuallyDrop<std::fs::File> {
     std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
-/// Copies the rest of `input` into an unnamed temporary file, rewound.
-fn spool(input: &mut impl Read) -> io::Result<std::fs::File> {
+/// Where the rest of a too-large message went.
+enum Spool {
+    /// Into this unnamed temporary file, rewound.
+    File(std::fs::File),
+    /// Nowhere: no temporary file could be made (nothing was read).
+    Unavailable(io::Error),
+}
+
+/// Copies the rest of `input` into an unnamed temporary file. An error is
+/// one of reading `input` or of the file once it had data.
+fn spool(input: &mut impl Read) -> io::Result<Spool> {
     use std::io::Seek;
-    let mut file = tempfile::tempfile()?;
+    let mut file = match tempfile::tempfile() {
+        Ok(file) => file,
+        Err(err) => return Ok(Spool::Unavailable(err)),
+    };
     io::copy(input, &mut file)?;
     file.rewind()?;
-    Ok(file)
+    Ok(Spool::File(file))
 }
 
 /// Writes the message (`raw`, then `rest` if the message was larger than
@@ -318,7 +341,7 @@ fn spool(input: &mut impl Read) -> io::Result<std::fs::File> {
 fn write_message(
     out: &mut dyn Write,
     raw: &[u8],
-    rest: Option<std::fs::File>,
+    rest: Option<Box<dyn Read + '_>>,
     status: &Status,
 ) -> io::Result<()> {
     let (mut renamer, from) = match HeaderBlock::locate(raw) {

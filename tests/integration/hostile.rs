@@ -297,8 +297,23 @@ fn a_too_large_message_with_a_long_header_still_gets_its_status() {
         let status = assert_passed_on(&out.stdout, &input, "too large");
         assert!(status.starts_with("Unknown, reason=too-large,"), "{status}");
     }
+    // A long envelope line under a tiny cap: the fields still go after it.
+    let enveloped = [
+        b"From averylongsender@example.org Mon Jan  1 00:00:00 2024\n".as_ref(),
+        PLAIN,
+    ]
+    .concat();
+    let out = db.run(&["filter", "--max-size", "20"], Some(&enveloped));
+    assert!(out.stdout.starts_with(b"From averylongsender@example.org Mon Jan  1 00:00:00 2024\nX-Spam-Status: Unknown, reason=too-large"));
+    assert_passed_on(&out.stdout, &enveloped, "long envelope");
+    // No temporary file for the rest: it streams instead.
+    let mut cmd = filter_cmd(&db, &["--max-size", "100"]);
+    cmd.env("TMPDIR", db.path("no-such-dir"));
+    let run = run_measured(cmd, PLAIN);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_passed_on(&run.stdout, PLAIN, "no temporary file");
     // A forged field beyond the part read into memory is renamed too.
-    let mut forged = huge_header(20_000, true);
+    let mut forged = huge_header(200_000, true);
     let at = forged.windows(2).position(|w| w == b"\n\n").unwrap() + 1;
     forged.splice(at..at, b"X-Spam-Flag: YES\n".iter().copied());
     let out = db.run(&["filter", "--max-size", "1K"], Some(&forged));
