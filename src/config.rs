@@ -282,8 +282,9 @@ impl Config {
 /// that a wrong path (a log, a disk image, /dev/zero) fails at once.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// Reads a config file: a regular file (a FIFO is refused without blocking)
-/// of at most [`MAX_CONFIG_BYTES`], as UTF-8.
+/// Reads a config file of at most [`MAX_CONFIG_BYTES`], as UTF-8: a FIFO is
+/// refused without blocking, and an endless device (`/dev/zero`) stops at
+/// the limit.
 fn read_small_file(path: &Path) -> std::io::Result<String> {
     use std::io::{Error, ErrorKind, Read};
     use std::os::unix::fs::OpenOptionsExt;
@@ -291,9 +292,14 @@ fn read_small_file(path: &Path) -> std::io::Result<String> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    // A regular file or a character device (`/dev/null` says "no
+    // settings"); a FIFO, socket or directory is a wrong path.
+    let kind = file.metadata()?.file_type();
+    if !(kind.is_file() || std::os::unix::fs::FileTypeExt::is_char_device(&kind)) {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "neither a regular file nor a device",
+        ));
     }
     let mut text = String::new();
     file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text)?;
@@ -347,6 +353,7 @@ mod tests {
             let err = Config::load(path).unwrap_err().to_string();
             assert!(err.contains("cannot read config file"), "{err}");
         }
+        assert!(Config::load(Path::new("/dev/null")).is_ok());
         let big = dir.path().join("big.toml");
         std::fs::write(&big, vec![b'#'; (MAX_CONFIG_BYTES + 10) as usize]).unwrap();
         assert!(

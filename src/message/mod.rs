@@ -49,6 +49,9 @@ const MAX_NESTING: usize = 8;
 /// Multipart nesting deeper than this is not split further: the part is
 /// read as one (mailparse's own limit, where it fails the whole message).
 const MAX_MULTIPART_DEPTH: u8 = 100;
+/// A multipart is split into at most this many parts; the last takes the
+/// rest of its body.
+const MAX_PARTS: usize = 1000;
 /// Of a `Content-Type` or `Content-Disposition`, only the parameters read
 /// here are kept, and at most this many of them (a name split into RFC 2231
 /// continuations takes one per piece).
@@ -316,7 +319,13 @@ fn split_multipart<'a>(
     while let Some(start) =
         memchr::memchr(b'\n', &raw[boundary_end..]).map(|p| boundary_end + p + 1)
     {
-        let next = find_boundary(start);
+        // The last part a multipart may have takes the rest of the body:
+        // memory stays bounded however many boundaries a message repeats.
+        let next = if subparts.len() + 1 < MAX_PARTS {
+            find_boundary(start)
+        } else {
+            None
+        };
         let end = next.map_or(raw.len(), |b| strip_line_end(raw, start, b));
         subparts.push(parse_part(&raw[start..end], digest, depth)?);
         boundary_end = next.map_or(raw.len(), |b| b + boundary.len());
@@ -655,6 +664,19 @@ pub fn digest(raw: &[u8]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_multipart_of_endless_empty_parts_is_split_into_a_bounded_number() {
+        let mut raw = b"Content-Type: multipart/mixed; boundary=b\n\n".to_vec();
+        for _ in 0..50_000 {
+            raw.extend_from_slice(b"--b\n\n");
+        }
+        raw.extend_from_slice(b"--b\n\nlast words\n--b--\n");
+        let part = parse_part(&raw, false, MAX_MULTIPART_DEPTH).unwrap();
+        assert_eq!(part.subparts.len(), MAX_PARTS);
+        let msg = parse(&raw).unwrap();
+        assert!(msg.parts.iter().any(|p| p.text.contains("last words")));
+    }
 
     #[test]
     fn digest_ignores_storage_details_but_not_content() {
