@@ -266,10 +266,7 @@ fn tag(html: &str, at: usize, out: &mut HtmlText, open: &mut OpenElements) -> us
     }
     let target = out.target(hidden);
     separate(target, name);
-    if let Some(alt) = attrs.alt {
-        push_text(target, &alt);
-        target.push(' ');
-    }
+    target.push_str(&attrs.alt);
     end
 }
 
@@ -294,8 +291,9 @@ struct Attributes {
     end: usize,
     /// Whether an inline style or the `hidden` attribute hides the element.
     hides: bool,
-    /// The decoded `alt` text of an image.
-    alt: Option<String>,
+    /// The decoded `alt` text of an image (of every `alt` attribute, as
+    /// a tag may carry more than one).
+    alt: String,
 }
 
 /// Reads attributes up to the closing `>`, collecting link targets, image
@@ -311,7 +309,7 @@ fn scan_attributes(
     let mut attrs = Attributes {
         end: bytes.len(),
         hides: false,
-        alt: None,
+        alt: String::new(),
     };
     let wanted: &[&str] = if closing {
         &[]
@@ -381,7 +379,10 @@ fn scan_attributes(
             match kind {
                 "hidden" => {}
                 "style" => attrs.hides |= style_hides(&decode_refs(value)),
-                "alt" => attrs.alt = Some(decode_refs(value.trim())),
+                "alt" => {
+                    push_text(&mut attrs.alt, &decode_refs(value.trim()));
+                    attrs.alt.push(' ');
+                }
                 _ => {
                     let value = decode_refs(value.trim());
                     if !value.is_empty() {
@@ -686,7 +687,7 @@ mod tests {
     #[test]
     fn keeps_link_targets_and_alt_text() {
         let out = to_text(
-            "<a href='http://a.example/?x=1&amp;y=2'>one</a><img src=http://img.example/p.gif alt=\"Cheap\">\
+            "<a href='http://a.example/?x=1&amp;y=2'>one</a><img src=http://img.example/p.gif alt=\"Cheap\" alt='Pills'>\
              <form action=\"https://f.example/post\"></form><area href=\"/rel\">",
         );
         assert_eq!(
@@ -698,7 +699,7 @@ mod tests {
                 "/rel"
             ]
         );
-        assert!(out.text.contains("one") && out.text.contains("Cheap"));
+        assert!(out.text.contains("one") && out.text.contains("Cheap Pills"));
     }
 
     #[test]
