@@ -6,7 +6,8 @@
 //! # Token namespaces
 //! | prefix | source |
 //! |---|---|
-//! | (none) | words of the body text (plain parts, HTML parts as text, forwarded messages) |
+//! | (none) | words of the body text (plain parts, the visible text of HTML parts, forwarded messages) |
+//! | `HID:` | words of hidden HTML text (`display:none`, `visibility:hidden`, zero `font-size`, the `hidden` attribute) |
 //! | `SUBJ:` | words of the Subject |
 //! | `FROM:` | the sender's address, and the words of the sender's display name |
 //! | `FROMDOM:` | the sender's domain and its parent domain |
@@ -173,6 +174,11 @@ impl Extractor {
             if let Some(cs) = &part.charset {
                 set.push("CS:", cs);
             }
+        }
+        // After all the visible text, so hidden filler cannot use up the
+        // token budget before the words the recipient reads.
+        for part in &msg.parts {
+            urls += analyzer.tokenize(&part.hidden, "HID:", set);
         }
         let mut host = String::new();
         for link in &msg.links {

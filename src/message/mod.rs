@@ -93,6 +93,9 @@ pub struct TextPart {
     pub kind: TextKind,
     /// The text (for HTML, the visible text).
     pub text: String,
+    /// For HTML, the text of hidden elements (see [`html`]); empty for
+    /// plain text.
+    pub hidden: String,
     /// The charset label as declared (lower-cased), if any.
     pub charset: Option<String>,
     /// True if the part was larger than [`TEXT_PART_CAP`] and was cut.
@@ -589,17 +592,18 @@ fn push_part(msg: &mut Message, text: TextBytes, charset: Option<String>, kind: 
 
 fn push_text(msg: &mut Message, bytes: &[u8], charset: Option<String>, kind: TextKind) {
     let text = decode::decode_charset(bytes, charset.as_deref());
-    let text = match kind {
-        TextKind::Plain => text,
+    let (text, hidden) = match kind {
+        TextKind::Plain => (text, String::new()),
         TextKind::Html => {
             let out = html::to_text(&text);
             msg.links.extend(out.links);
-            out.text
+            (out.text, out.hidden)
         }
     };
     msg.parts.push(TextPart {
         kind,
         text,
+        hidden,
         charset,
         truncated: false,
     });

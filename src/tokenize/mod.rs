@@ -21,7 +21,7 @@ pub use words::MailWordTokenizer;
 /// Version of the tokenization rules. Any change that alters the tokens of
 /// some message must bump it, so stored counts are never mixed across
 /// tokenizers.
-pub const TOKENIZER_VERSION: u32 = 1;
+pub const TOKENIZER_VERSION: u32 = 2;
 
 /// Longest token, in bytes, namespace included. Longer ones are dropped.
 pub const MAX_TOKEN_LEN: usize = 48;

@@ -166,3 +166,55 @@ fn one_message_contributes_a_bounded_number_of_tokens() {
         assert!(f.tokens.contains(t), "missing {t}");
     }
 }
+
+/// A letters-only word for `i` (digits would be folded into a shape token).
+fn filler_word(i: usize) -> String {
+    let mut word = String::from("hid");
+    let mut n = i;
+    for _ in 0..4 {
+        word.push(char::from(b'a' + (n % 26) as u8));
+        n /= 26;
+    }
+    word
+}
+
+#[test]
+fn hidden_html_filler_goes_to_its_own_namespace() {
+    let filler: Vec<String> = (0..1200).map(filler_word).collect();
+    let filler_text = filler.join(" ");
+    assert!(filler_text.len() >= 9 * 1024);
+    let raw = format!(
+        "From: a@b.example\nSubject: offer\nContent-Type: text/html\n\n\
+         <html><body><p>cheap pills</p>\
+         <div style=\"DISPLAY : None\">{filler_text}</div>\
+         <table><tr><td><span style='font-size:0px'>hidzzz</td>\
+         <td>order today</td></tr></table>\
+         <p hidden>hidyyy</p><font style=\"visibility:hidden\">hidxxx</font>\
+         </body></html>\n"
+    );
+    let f = features(raw.as_bytes());
+    let body = body_tokens(raw.as_bytes());
+    for word in ["cheap", "pills", "order", "today"] {
+        assert!(
+            body.iter().any(|t| t == word),
+            "{word} not in body: {body:?}"
+        );
+    }
+    let leaked: Vec<&String> = body.iter().filter(|t| t.starts_with("hid")).collect();
+    assert!(
+        leaked.is_empty(),
+        "{} hidden words in the body, first {:?}",
+        leaked.len(),
+        leaked.first()
+    );
+    for word in filler
+        .iter()
+        .map(String::as_str)
+        .chain(["hidzzz", "hidyyy", "hidxxx"])
+    {
+        assert!(
+            f.tokens.contains(&format!("HID:{word}")),
+            "missing HID:{word}"
+        );
+    }
+}
