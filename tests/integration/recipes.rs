@@ -71,6 +71,24 @@ impl Home {
         c
     }
 
+    /// The README's maildrop recipe as `~/.mailfilter`. maildrop sets PATH
+    /// and HOME itself; the lines before the recipe give it what a real
+    /// user's account would.
+    fn mailfilter(&self) -> PathBuf {
+        let rc = self.dir().join(".mailfilter");
+        let preamble = format!(
+            "PATH=\"{}\"\nHOME=\"{}\"\nBAYESMAIL_DB=\"{}\"\nBAYESMAIL_CONFIG=\"{}\"\n",
+            self.path_var(),
+            utf8(&self.dir()),
+            utf8(&self.db.dir()),
+            utf8(&self.db.path("config.toml"))
+        );
+        fs::write(&rc, preamble + &readme_block("maildrop")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&rc, fs::Permissions::from_mode(0o600)).unwrap();
+        rc
+    }
+
     /// Message files delivered to a Maildir folder ("" for the inbox).
     fn delivered(&self, folder: &str) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
@@ -163,19 +181,7 @@ fn maildrop_recipe_files_spam_into_junk_and_ham_into_the_inbox() {
         return;
     }
     let home = Home::new();
-    // maildrop sets PATH and HOME itself; the lines before the recipe give
-    // it what a real user's account would.
-    let rc = home.dir().join(".mailfilter");
-    let preamble = format!(
-        "PATH=\"{}\"\nHOME=\"{}\"\nBAYESMAIL_DB=\"{}\"\nBAYESMAIL_CONFIG=\"{}\"\n",
-        home.path_var(),
-        utf8(&home.dir()),
-        utf8(&home.db.dir()),
-        utf8(&home.db.path("config.toml"))
-    );
-    fs::write(&rc, preamble + &readme_block("maildrop")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&rc, fs::Permissions::from_mode(0o600)).unwrap();
+    let rc = home.mailfilter();
     let (spam, ham) = spam_and_ham(&home.db);
     for message in [&spam, &ham] {
         let mut cmd = home.command("maildrop");
@@ -336,17 +342,7 @@ fn forged_flag_after_malformed_lines_does_not_junk_ham() {
         assert_eq!(home.delivered(".Junk").len(), 0, "procmail junked a ham");
     }
     if have("maildrop") {
-        let rc = home.dir().join(".mailfilter");
-        let preamble = format!(
-            "PATH=\"{}\"\nHOME=\"{}\"\nBAYESMAIL_DB=\"{}\"\nBAYESMAIL_CONFIG=\"{}\"\n",
-            home.path_var(),
-            utf8(&home.dir()),
-            utf8(&home.db.dir()),
-            utf8(&home.db.path("config.toml"))
-        );
-        fs::write(&rc, preamble + &readme_block("maildrop")).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(&rc, fs::Permissions::from_mode(0o600)).unwrap();
+        let rc = home.mailfilter();
         for message in &forged {
             let mut cmd = home.command("maildrop");
             cmd.arg(&rc);
