@@ -226,7 +226,7 @@ fn pass_on(
     }
 
     let stdin_file = raw_stream(0);
-    let mut stdin = &*stdin_file;
+    let mut stdin = Stream(&stdin_file);
     let mut raw = Vec::new();
     // At least 64 KiB, even under a smaller cap: where our fields go is read
     // off the first lines, which must be in memory whole.
@@ -285,7 +285,7 @@ fn pass_on(
     }
 
     let stdout = raw_stream(1);
-    let mut out = io::BufWriter::with_capacity(64 * 1024, &*stdout);
+    let mut out = io::BufWriter::with_capacity(64 * 1024, Stream(&stdout));
     // A panic while writing (a bug) may have written part of the message:
     // the delivery agent must keep it and try again, as for a write error.
     let written = panic::catch_unwind(AssertUnwindSafe(|| {
@@ -319,6 +319,61 @@ enum Spool {
     File(std::fs::File),
     /// Nowhere: no temporary file could be made (nothing was read).
     Unavailable(io::Error),
+}
+
+/// A standard stream that may have been left non-blocking by whoever
+/// started us: a read or write that would block waits for the descriptor
+/// instead of failing (which would defer the message for nothing).
+struct Stream<'a>(&'a std::fs::File);
+
+impl Stream<'_> {
+    /// Retries `op` while it would block, waiting for `events` on the
+    /// descriptor in between.
+    fn blocking<T>(
+        &self,
+        events: libc::c_short,
+        mut op: impl FnMut() -> io::Result<T>,
+    ) -> io::Result<T> {
+        use std::os::fd::AsRawFd;
+        loop {
+            match op() {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    let mut fd = libc::pollfd {
+                        fd: self.0.as_raw_fd(),
+                        events,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd, no timeout.
+                    if unsafe { libc::poll(&mut fd, 1, -1) } < 0 {
+                        let err = io::Error::last_os_error();
+                        if err.kind() != io::ErrorKind::Interrupted {
+                            return Err(err);
+                        }
+                    }
+                }
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                result => return result,
+            }
+        }
+    }
+}
+
+impl Read for Stream<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let file = self.0;
+        self.blocking(libc::POLLIN, || (&*file).read(buf))
+    }
+}
+
+impl Write for Stream<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let file = self.0;
+        self.blocking(libc::POLLOUT, || (&*file).write(buf))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Copies the rest of `input` into an unnamed temporary file. An error is

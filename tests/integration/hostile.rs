@@ -537,3 +537,66 @@ fn bad_arguments_and_environment_fail_open() {
     assert_exit(&out, 2, &["classify --no-such-flag"]);
     assert!(stderr(&out).contains("--no-such-flag"));
 }
+
+/// A pipe whose both ends are non-blocking, as some callers leave them.
+fn nonblocking_pipe() -> (fs::File, fs::File) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two new descriptors, owned by the files below.
+    assert_eq!(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) },
+        0
+    );
+    unsafe { (fs::File::from_raw_fd(fds[0]), fs::File::from_raw_fd(fds[1])) }
+}
+
+/// Makes our end of a pipe blocking again (the flag is per end).
+fn set_blocking(file: &fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+    }
+}
+
+#[test]
+fn non_blocking_standard_streams_are_waited_on_not_failed() {
+    let db = trained();
+    // Big enough to fill a pipe several times over.
+    let mut input = PLAIN.to_vec();
+    input.extend_from_slice(&b"more words for the pipe\n".repeat(20_000));
+    let (stdin_read, mut stdin_write) = nonblocking_pipe();
+    let (mut stdout_read, stdout_write) = nonblocking_pipe();
+    set_blocking(&stdin_write);
+    set_blocking(&stdout_read);
+    let mut cmd = filter_cmd(&db, &[]);
+    cmd.stdin(stdin_read)
+        .stdout(stdout_write)
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let writer = {
+        let input = input.clone();
+        std::thread::spawn(move || {
+            // Late, so the first reads find an empty pipe.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            stdin_write.write_all(&input).unwrap();
+        })
+    };
+    // Late too, so the writes find a full pipe.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut out = Vec::new();
+    stdout_read.read_to_end(&mut out).unwrap();
+    writer.join().unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert_passed_on(&out, &input, "non-blocking streams");
+}
