@@ -147,15 +147,23 @@ pub(super) fn run(
         Ok(ctx) => ctx.config.filter_max_size(args.max_size),
         Err(_) => Ok(args.max_size.unwrap_or(DEFAULT_FILTER_MAX_SIZE)),
     };
-    let max_size = max_size.unwrap_or_else(|err| {
-        warn(&format!("{err}; using the default size cap"));
-        DEFAULT_FILTER_MAX_SIZE
-    });
-    pass_on(streams, args.verdict_exit, max_size, |raw| match &ctx {
-        Ok(ctx) => judge(ctx, args, raw),
-        Err(err) => {
-            warn(&format!("{err:#}"));
-            Status::Unknown(Reason::Config)
+    // A bad size setting is a bad configuration: the message goes out
+    // unscored, like any other, under the default cap.
+    let (max_size, size_error) = match max_size {
+        Ok(n) => (n, None),
+        Err(err) => (DEFAULT_FILTER_MAX_SIZE, Some(err)),
+    };
+    pass_on(streams, args.verdict_exit, max_size, |raw| {
+        match (&ctx, size_error) {
+            (Ok(ctx), None) => judge(ctx, args, raw),
+            (Ok(_), Some(err)) => {
+                warn(&format!("[filter] max_size: {err}"));
+                Status::Unknown(Reason::Config)
+            }
+            (Err(err), _) => {
+                warn(&format!("{err:#}"));
+                Status::Unknown(Reason::Config)
+            }
         }
     })
 }

@@ -519,6 +519,16 @@ fn bad_arguments_and_environment_fail_open() {
             assert!(!run.stderr.is_empty());
         }
     }
+    // A bad size in the config file is a config error too.
+    fs::write(db.path("config.toml"), "[filter]\nmax_size = \"abc\"\n").unwrap();
+    let run = run_measured(filter_cmd(&db, &[]), PLAIN);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let status = assert_passed_on(&run.stdout, PLAIN, "bad max_size");
+    assert!(
+        status.starts_with("Unknown, reason=config-error,"),
+        "{status}"
+    );
+    fs::write(db.path("config.toml"), "").unwrap();
     // Options before the subcommand that clap does not know, and `--`.
     for args in [&["--bogus", "filter"][..], &["--", "filter"]] {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
