@@ -17,7 +17,9 @@
 //!   front (`Old-X-Spam-Flag: YES`), the convention of `formail -i`. Rules
 //!   that match `^X-Spam-Flag:` then see only ours, and the old value stays
 //!   readable. The header region here is the widest any consumer reads: it
-//!   runs to the first empty line (`\n` or `\r\n`), past malformed lines
+//!   runs to the first empty line (`\n`, or `\r\n` in a message whose
+//!   lines end in CRLF: procmail reads an LF message's header on past a
+//!   `\r\n` line), past malformed lines
 //!   (8-bit or NUL bytes in a name, a stray `From ` line, a line starting
 //!   with `:`) that end the header block for our own parser, because
 //!   procmail, maildrop or sieve may read on.
@@ -118,7 +120,7 @@ impl HeaderBlock {
             out.write_all(value.as_bytes())?;
             out.write_all(self.eol)?;
         }
-        Ok(Renamer::default())
+        Ok(Renamer::new(self.eol == b"\r\n"))
     }
 
     /// Offset in the message where the part written through the renamer
@@ -148,6 +150,10 @@ impl HeaderBlock {
 /// bounded whatever the input.
 #[derive(Debug, Default)]
 pub struct Renamer {
+    /// The message's lines end in CRLF, so a `\r\n` line ends the header
+    /// region; in an LF message only `\n` does (procmail reads on past a
+    /// `\r\n` line there).
+    crlf: bool,
     state: State,
     /// The start of the current line, held until it is known whether it
     /// names a field of ours (at most the longest name and one byte).
@@ -166,6 +172,14 @@ enum State {
 }
 
 impl Renamer {
+    /// A renamer for a message whose lines end in CRLF (`crlf`) or LF.
+    pub fn new(crlf: bool) -> Renamer {
+        Renamer {
+            crlf,
+            ..Renamer::default()
+        }
+    }
+
     /// Writes `chunk`, the next bytes of the message.
     pub fn write(&mut self, out: &mut dyn Write, mut chunk: &[u8]) -> io::Result<()> {
         while !chunk.is_empty() {
@@ -201,7 +215,8 @@ impl Renamer {
     fn decide(&mut self, out: &mut dyn Write) -> io::Result<()> {
         let line = self.pending.as_slice();
         let next = match line {
-            b"\n" | b"\r\n" => State::Body,
+            b"\n" => State::Body,
+            b"\r\n" if self.crlf => State::Body,
             b"\r" => return Ok(()),
             _ => match names_ours(line) {
                 None => return Ok(()),
@@ -354,8 +369,17 @@ mod tests {
     #[test]
     fn leaves_look_alikes_continuations_and_the_body_alone() {
         let raw =
-            b"X-Spam-Flagged: x\nX-Spam-Statu: y\nA: 1\n X-Spam-Flag: YES\n\r\nX-Spam-Flag: YES\n";
+            b"X-Spam-Flagged: x\nX-Spam-Statu: y\nA: 1\n X-Spam-Flag: YES\n\nX-Spam-Flag: YES\n";
         assert_eq!(annotate(raw).unwrap(), with_ours_at(raw, 0, b"\n"));
+        // In an LF message a `\r\n` line does not end the header for
+        // procmail, so a field after it is still renamed.
+        let lf = b"A: 1\n\r\nX-Spam-Flag: YES\n\nX-Spam-Flag: body\n";
+        let want = [
+            OURS_LINE,
+            b"\nA: 1\n\r\nOld-X-Spam-Flag: YES\n\nX-Spam-Flag: body\n",
+        ]
+        .concat();
+        assert_eq!(annotate(lf).unwrap(), want);
         let crlf = b"A: 1\r\n\r\nX-Spam-Flag: YES\r\n";
         assert_eq!(annotate(crlf).unwrap(), with_ours_at(crlf, 0, b"\r\n"));
     }
@@ -442,7 +466,7 @@ mod tests {
     fn forged_fields_are_renamed_without_our_fields_too() {
         let raw = b" folded first\nX-Spam-Flag: YES\n\nX-Spam-Flag: body\n";
         let mut out = Vec::new();
-        let mut renamer = Renamer::default();
+        let mut renamer = Renamer::new(false);
         renamer.write(&mut out, raw).unwrap();
         renamer.finish(&mut out).unwrap();
         assert_eq!(
