@@ -449,57 +449,28 @@ fn bad_arguments_and_environment_fail_open() {
     let config = config.to_str().unwrap();
     let dbdir = db.dir();
     let dbdir = dbdir.to_str().unwrap();
-    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
-    let cases: [Case; 7] = [
-        (&["--config", config, "filter"], &[("BAYESMAIL_DB", "")]),
-        (&["--db", dbdir, "filter"], &[("BAYESMAIL_CONFIG", "")]),
-        (
-            &[
-                "--db", dbdir, "--config", config, "filter", "--costs", "1:0",
-            ],
-            &[],
-        ),
-        (
-            &[
-                "--db",
-                dbdir,
-                "--config",
-                config,
-                "filter",
-                "--max-size",
-                "-1",
-            ],
-            &[],
-        ),
-        (
-            &[
-                "--db",
-                dbdir,
-                "--config",
-                config,
-                "filter",
-                "--no-such-flag",
-            ],
-            &[],
-        ),
-        (
-            &[
-                "--db",
-                dbdir,
-                "--config",
-                config,
-                "filter",
-                "--costs",
-                "1e308:1e308:x",
-            ],
-            &[],
-        ),
-        (&["--db", dbdir, "--config", config, "filter", "extra"], &[]),
+    // The bad environment variables, each with the other setting given.
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let mut cases: Vec<(Vec<&str>, Env)> = vec![
+        (vec!["--config", config, "filter"], &[("BAYESMAIL_DB", "")]),
+        (vec!["--db", dbdir, "filter"], &[("BAYESMAIL_CONFIG", "")]),
     ];
+    // The bad arguments of `filter`, with both settings given.
+    for bad in [
+        &["--costs", "1:0"][..],
+        &["--max-size", "-1"],
+        &["--no-such-flag"],
+        &["--costs", "1e308:1e308:x"],
+        &["extra"],
+    ] {
+        let mut args = vec!["--db", dbdir, "--config", config, "filter"];
+        args.extend_from_slice(bad);
+        cases.push((args, &[]));
+    }
     for (args, env) in cases {
         for verdict_exit in [false, true] {
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
-            cmd.args(args)
+            cmd.args(&args)
                 .env_remove("BAYESMAIL_DB")
                 .env_remove("BAYESMAIL_CONFIG");
             if verdict_exit {

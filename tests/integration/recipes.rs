@@ -71,6 +71,18 @@ impl Home {
         c
     }
 
+    /// procmail with the rcfile `rc`, as a delivery agent runs it: `-m` as
+    /// a general mail filter with this rcfile, `-p` keeps PATH and the
+    /// database settings, HOME as the delivery agent sets it.
+    fn procmail(&self, rc: &std::path::Path) -> Command {
+        let mut cmd = self.command("procmail");
+        cmd.arg("-p")
+            .arg("-m")
+            .arg(format!("HOME={}", utf8(&self.dir())))
+            .arg(rc);
+        cmd
+    }
+
     /// The README's maildrop recipe as `~/.mailfilter`. maildrop sets PATH
     /// and HOME itself; the lines before the recipe give it what a real
     /// user's account would.
@@ -157,14 +169,7 @@ fn procmail_recipe_files_spam_into_junk() {
     fs::write(&rc, readme_block("procmail")).unwrap();
     let (spam, ham) = spam_and_ham(&home.db);
     for message in [&spam, &ham] {
-        // -m: procmail as a general mail filter with this rcfile; -p keeps
-        // PATH and the database settings; HOME as the delivery agent sets it.
-        let mut cmd = home.command("procmail");
-        cmd.arg("-p")
-            .arg("-m")
-            .arg(format!("HOME={}", utf8(&home.dir())))
-            .arg(&rc);
-        let out = run_with_stdin(cmd, message);
+        let out = run_with_stdin(home.procmail(&rc), message);
         // Falling off the end of the rcfile in -m mode is EX_CANTCREAT (73)
         // after the message was filtered but not delivered (ham).
         assert!(matches!(out.status.code(), Some(0 | 73)), "{out:?}");
@@ -331,12 +336,7 @@ fn forged_flag_after_malformed_lines_does_not_junk_ham() {
         let rc = home.dir().join(".procmailrc");
         fs::write(&rc, readme_block("procmail")).unwrap();
         for message in &forged {
-            let mut cmd = home.command("procmail");
-            cmd.arg("-p")
-                .arg("-m")
-                .arg(format!("HOME={}", utf8(&home.dir())))
-                .arg(&rc);
-            let out = run_with_stdin(cmd, message);
+            let out = run_with_stdin(home.procmail(&rc), message);
             assert!(matches!(out.status.code(), Some(0 | 73)), "{out:?}");
         }
         assert_eq!(home.delivered(".Junk").len(), 0, "procmail junked a ham");
