@@ -6,6 +6,7 @@
 //! uses. The command-line front end lives in the binary and only calls into
 //! this library.
 
+pub mod classifier;
 pub mod config;
 pub mod db;
 pub mod decision;
@@ -18,3 +19,4 @@ pub mod model;
 pub mod sanitize;
 pub mod store;
 pub mod tokenize;
+pub mod trainer;

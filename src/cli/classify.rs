@@ -7,7 +7,7 @@ use std::io::{self, BufWriter, Write};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use bayesmail::db::{Classifier, Decider};
+use bayesmail::db::Decider;
 use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
 use bayesmail::sanitize::for_terminal;
@@ -19,7 +19,7 @@ use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 /// `classify`: `scan`'s scoring and result lines, without its actions,
 /// progress bar or summary.
 pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
-    let classifier = Classifier::open(&ctx.db)?;
+    let classifier = ctx.classifier()?;
     let decider: Decider = ctx.decider(&args.decision)?;
     let format = if args.json {
         Format::Json
@@ -49,14 +49,14 @@ pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
 }
 
 pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
-    let classifier = Classifier::open(&ctx.db)?;
+    let classifier = ctx.classifier()?;
     let decider = ctx.decider(&args.decision)?;
     let raw = read_one(&args.file)?;
     let features = Extractor::new()
         .extract(&raw)
         .with_context(|| format!("parsing {}", args.file.display()))?;
-    let score = classifier.score(&features);
-    let verdict = decider.verdict(classifier.header().totals.messages, &score);
+    let judgment = classifier.judge(&features, &decider);
+    let (score, verdict) = (judgment.score, judgment.verdict);
     let mut why = classifier.explain(&features);
     why.tokens.truncate(args.top);
     let stdout = io::stdout();
@@ -67,10 +67,7 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
             verdict: Verdict,
             probability: f64,
             log_odds: f64,
-            text_score: f64,
-            metadata_score: f64,
             known_tokens: usize,
-            used_tokens: usize,
             #[serde(flatten)]
             explanation: &'a bayesmail::db::Explanation,
         }
@@ -80,10 +77,7 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
                 verdict,
                 probability: score.probability,
                 log_odds: score.log_odds,
-                text_score: score.evidence.text.score,
-                metadata_score: score.evidence.meta,
-                known_tokens: score.evidence.text.known,
-                used_tokens: score.evidence.text.used,
+                known_tokens: score.evidence.known_words(),
                 explanation: &why,
             },
         )?;
@@ -97,23 +91,38 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     )?;
     writeln!(
         out,
-        "evidence     text {:.3} ({} of {} known tokens strong enough; {} unknown)   metadata {:.3}   prior {:.3}",
-        score.evidence.text.score,
-        score.evidence.text.used,
-        score.evidence.text.known,
-        why.unknown_tokens,
-        score.evidence.meta,
-        score.evidence.prior
+        "\nview         evidence  × weight  = contribution   features used/known"
+    )?;
+    for part in &why.views {
+        let name = part.view.map_or("metadata", |v| v.name());
+        writeln!(
+            out,
+            "  {name:<10} {:>+9.3} {:>9.3} {:>+14.3}   {}",
+            part.evidence,
+            part.weight,
+            part.contribution,
+            if part.view.is_some() {
+                format!("{}/{}", part.used, part.known)
+            } else {
+                String::new()
+            }
+        )?;
+    }
+    writeln!(
+        out,
+        "  {:<10} {:>+34.3}\n  {:<10} {:>+34.3}   (σ = P(spam); {} features unknown)",
+        "bias", why.bias, "logit", why.logit, why.unknown_tokens
     )?;
     writeln!(
         out,
-        "\ntokens (LLR > 0 points to spam)        LLR    ham   spam"
+        "\nfeatures (LLR > 0 points to spam)  view       LLR    ham   spam"
     )?;
     for t in &why.tokens {
         writeln!(
             out,
-            "  {:<34} {:>+7.3} {:>6} {:>6}{}",
+            "  {:<34} {:<7} {:>+7.3} {:>6} {:>6}{}",
             for_terminal(&t.token),
+            t.view.name(),
             t.llr,
             t.ham,
             t.spam,
@@ -153,7 +162,7 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
         params: bayesmail::model::Params,
         calibrated_on: usize,
     }
-    let classifier = Classifier::open(&ctx.db)?;
+    let classifier = ctx.classifier()?;
     let h = classifier.header();
     let s = Stats {
         database: ctx.db.dir().display().to_string(),

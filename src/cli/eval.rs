@@ -7,11 +7,12 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use rayon::prelude::*;
 
-use bayesmail::eval::protocol::{self, Dataset, Settings};
+use bayesmail::eval::protocol::{self, Settings};
 use bayesmail::eval::{Report, Scored};
 use bayesmail::features::{Extractor, Features};
 use bayesmail::mailbox;
 use bayesmail::model::Label;
+use bayesmail::trainer::protocol::Dataset;
 
 use super::{EvalArgs, Outcome};
 
@@ -158,7 +159,7 @@ pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
         protocol::cross_validate(&data, &folds, &settings)
     };
     let seconds = start.elapsed().as_secs_f64();
-    let report = Report::new(&scored, &settings.costs, seconds);
+    let report = Report::new(&scored, &settings.decider.costs, seconds);
     if let Some(path) = &args.scores {
         write_scores(path, &items, &scored)?;
     }

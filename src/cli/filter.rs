@@ -466,8 +466,8 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
             return Status::Unknown(Reason::Unparseable);
         }
     };
-    let score = classifier.score(&features);
-    let verdict = decider.verdict(classifier.header().totals.messages, &score);
+    let judgment = classifier.judge(&features, &decider);
+    let (score, verdict) = (judgment.score, judgment.verdict);
     Status::Verdict {
         verdict,
         probability: score.probability,

@@ -16,9 +16,10 @@ use std::path::PathBuf;
 use bayesmail::config::{self, Config, ModelConfig};
 use bayesmail::db::{DEFAULT_LOCK_WAIT, DbPaths, Decider};
 use bayesmail::decision::Costs;
-use bayesmail::eval::protocol::{DEFAULT_INNER_FOLDS, DEFAULT_REFIT_EVERY, Settings};
+use bayesmail::eval::protocol::{DEFAULT_REFIT_EVERY, Settings};
 use bayesmail::mailbox;
 use bayesmail::model::ValidParams;
+use bayesmail::trainer::protocol::{self as training, DEFAULT_INNER_FOLDS};
 
 /// Exit status: every message was handled.
 const EXIT_OK: u8 = 0;
@@ -517,6 +518,16 @@ impl Context {
         Ok((params.check().map_err(anyhow::Error::msg)?, pinned))
     }
 
+    /// Opens the database's model; without one, says how to make one.
+    fn classifier(&self) -> anyhow::Result<bayesmail::db::Classifier> {
+        bayesmail::db::Classifier::open(&self.db).map_err(|e| match e {
+            bayesmail::db::Error::NoModel(_) => {
+                anyhow::anyhow!("{e}: run `bayesmail train` first")
+            }
+            e => e.into(),
+        })
+    }
+
     fn decider(&self, d: &DecisionArgs) -> anyhow::Result<Decider> {
         Ok(Decider {
             costs: self.config.costs(d.costs).map_err(anyhow::Error::msg)?,
@@ -567,11 +578,12 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
             let (params, pinned) = ctx.params(&args.model)?;
             let decider = ctx.decider(&args.decision)?;
             let settings = Settings {
-                select_strength: !pinned,
-                params,
-                costs: decider.costs,
-                inner_folds: DEFAULT_INNER_FOLDS,
-                min_known: decider.min_known,
+                training: training::Settings {
+                    select_strength: !pinned,
+                    params,
+                    inner_folds: DEFAULT_INNER_FOLDS,
+                },
+                decider,
                 refit_every: DEFAULT_REFIT_EVERY,
             };
             eval::run(&args, settings)

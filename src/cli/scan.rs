@@ -32,11 +32,10 @@ pub(super) fn scorer<'a>(
     classifier: &'a Classifier,
     decider: &'a Decider,
 ) -> impl Fn(&mut Extractor, RawMessage) -> Scanned + Sync + 'a {
-    let learned = classifier.header().totals.messages;
     move |ex, raw| {
         let score = ex.extract(&raw.bytes).map(|features| {
-            let score = classifier.score(&features);
-            (score, decider.verdict(learned, &score))
+            let j = classifier.judge(&features, decider);
+            (j.score, j.verdict)
         });
         Scanned { raw, score }
     }
@@ -82,7 +81,7 @@ impl<'a> Line<'a> {
             verdict,
             probability: score.probability,
             log_odds: score.log_odds,
-            known_tokens: score.evidence.text.known,
+            known_tokens: score.evidence.known_words(),
             action: None,
             to: None,
         }
@@ -103,7 +102,7 @@ struct Tally {
 }
 
 pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
-    let classifier = Classifier::open(&ctx.db)?;
+    let classifier = ctx.classifier()?;
     let decider: Decider = ctx.decider(&args.decision)?;
     let opts = args.mailbox.options();
     let action = spam_action(args)?;

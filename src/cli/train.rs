@@ -8,10 +8,10 @@ use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use bayesmail::db::{Labelled, Trainer};
-use bayesmail::eval::protocol::{DEFAULT_INNER_FOLDS, DEFAULT_REFIT_EVERY, Settings};
 use bayesmail::features::Extractor;
 use bayesmail::model::Label;
 use bayesmail::sanitize::for_terminal;
+use bayesmail::trainer::protocol::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::{mailbox, message};
 
 use super::read::{for_each_batch, read_one};
@@ -78,10 +78,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         let settings = Settings {
             select_strength: !pinned,
             params,
-            costs: ctx.config.costs(None).map_err(anyhow::Error::msg)?,
             inner_folds: DEFAULT_INNER_FOLDS,
-            min_known: ctx.config.min_known(),
-            refit_every: DEFAULT_REFIT_EVERY,
         };
         let (chosen, calibration) =
             Trainer::calibrate(&messages, &settings, MIN_CALIBRATION_PER_CLASS);

@@ -3,32 +3,35 @@
 //! training data). Naive Bayes scores rank well but pile up at the extremes;
 //! the fitted map learns how much each kind of evidence is really worth.
 //!
-//! The inputs are the text evidence and the metadata evidence, so the fit is
-//! also how the two are weighed against each other (Platt scaling with two
-//! inputs). Targets are Platt's smoothed labels, (N+ + 1)/(N+ + 2) and
-//! 1/(N− + 2), which keeps the map finite on separable data.
+//! The inputs are the evidence of each view of the message (see
+//! [`crate::model::View`]) and the metadata evidence, so the fit is also how
+//! much each view counts for this user's mail: a logistic stacker, Platt
+//! scaling generalised to [`INPUTS`] inputs. A view that carries nothing gets
+//! a weight near zero. Targets are Platt's smoothed labels, (N+ + 1)/(N+ + 2)
+//! and 1/(N− + 2), which keeps the map finite on separable data.
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::sigmoid;
+use crate::model::{VIEWS, sigmoid};
 
-/// Number of inputs to the calibration map.
-pub const INPUTS: usize = 2;
+/// Number of inputs to the calibration map: one per view, then the
+/// metadata.
+pub const INPUTS: usize = VIEWS + 1;
 
 /// p = σ(w · x + bias).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Calibrator {
-    /// Weights of text and metadata evidence.
+    /// Weights of each view's evidence, then of the metadata evidence.
     pub weights: [f64; INPUTS],
     /// Intercept.
     pub bias: f64,
 }
 
 impl Default for Calibrator {
-    /// The identity on the text evidence: what an uncalibrated model says.
+    /// The sum of the evidence: what an uncalibrated model says.
     fn default() -> Self {
         Calibrator {
-            weights: [1.0, 1.0],
+            weights: [1.0; INPUTS],
             bias: 0.0,
         }
     }
@@ -66,7 +69,8 @@ impl Calibrator {
             let mut grad = [0.0; K];
             let mut hess = [[0.0; K]; K];
             for (x, y) in samples {
-                let row = [x[0], x[1], 1.0];
+                let mut row = [1.0; K];
+                row[..INPUTS].copy_from_slice(x);
                 let z: f64 = row.iter().zip(&theta).map(|(a, b)| a * b).sum();
                 let p = sigmoid(z);
                 let t = if *y { t_pos } else { t_neg };
@@ -93,9 +97,11 @@ impl Calibrator {
             }
         }
         if theta.iter().all(|v| v.is_finite()) {
+            let mut weights = [0.0; INPUTS];
+            weights.copy_from_slice(&theta[..INPUTS]);
             Calibrator {
-                weights: [theta[0], theta[1]],
-                bias: theta[2],
+                weights,
+                bias: theta[INPUTS],
             }
         } else {
             Calibrator::default()
@@ -134,6 +140,14 @@ fn solve<const K: usize>(mut a: [[f64; K]; K], mut b: [f64; K]) -> Option<[f64; 
 mod tests {
     use super::*;
 
+    /// Inputs with the first two set and the rest zero.
+    fn x2(a: f64, b: f64) -> [f64; INPUTS] {
+        let mut x = [0.0; INPUTS];
+        x[0] = a;
+        x[1] = b;
+        x
+    }
+
     #[test]
     fn recovers_a_known_logistic_map() {
         // Deterministic samples from p = σ(2·x0 − 0.5·x1 + 1), expanded into
@@ -141,7 +155,7 @@ mod tests {
         let mut samples = Vec::new();
         for i in -20..=20 {
             for j in -4..=4 {
-                let x = [i as f64 / 5.0, j as f64];
+                let x = x2(i as f64 / 5.0, j as f64);
                 let p = sigmoid(2.0 * x[0] - 0.5 * x[1] + 1.0);
                 let spam = (p * 100.0).round() as usize;
                 samples.extend(std::iter::repeat_n((x, true), spam));
@@ -155,13 +169,40 @@ mod tests {
     }
 
     #[test]
+    fn an_input_of_noise_gets_a_weight_near_zero() {
+        // Input 0 carries the label; input 2 is noise from a fixed-seed
+        // generator.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut noise = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
+        };
+        let mut samples = Vec::new();
+        for i in 0..4000 {
+            let signal = (i % 200) as f64 / 20.0 - 5.0;
+            let spam = sigmoid(1.5 * signal) > (i % 7) as f64 / 7.0 + 0.07;
+            let mut x = [0.0; INPUTS];
+            x[0] = signal;
+            x[2] = noise();
+            samples.push((x, spam));
+        }
+        let c = Calibrator::fit(&samples);
+        assert!(c.weights[0] > 0.5, "{c:?}");
+        assert!(c.weights[2].abs() < 0.1 * c.weights[0], "{c:?}");
+    }
+
+    #[test]
     fn separable_data_stays_finite_and_degenerate_input_falls_back() {
-        let samples: Vec<_> = (0..50).map(|i| ([i as f64 - 25.0, 0.0], i >= 25)).collect();
+        let samples: Vec<_> = (0..50)
+            .map(|i| (x2(i as f64 - 25.0, 0.0), i >= 25))
+            .collect();
         let c = Calibrator::fit(&samples);
         assert!(c.weights.iter().all(|w| w.is_finite()) && c.bias.is_finite());
-        assert!(c.probability([10.0, 0.0]) > 0.9 && c.probability([-10.0, 0.0]) < 0.1);
+        assert!(c.probability(x2(10.0, 0.0)) > 0.9 && c.probability(x2(-10.0, 0.0)) < 0.1);
         assert_eq!(
-            Calibrator::fit(&[([1.0, 0.0], true)]),
+            Calibrator::fit(&[(x2(1.0, 0.0), true)]),
             Calibrator::default()
         );
     }

@@ -1,6 +1,7 @@
 //! From evidence to a verdict: calibration maps the model's scores to a
 //! probability that means what it says, and asymmetric costs turn the
-//! probability into ham, unsure or spam. Pure maths, no I/O.
+//! probability into ham, unsure or spam; [`Decider`] is the one verdict
+//! rule. Pure maths, no I/O.
 
 pub mod calibrate;
 
@@ -10,6 +11,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use calibrate::Calibrator;
+
+use crate::model::Evidence;
 
 /// What to do with a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -169,6 +172,34 @@ impl fmt::Display for Costs {
             write!(f, ":{u}")?;
         }
         Ok(())
+    }
+}
+
+/// The one verdict rule: the cost-optimal verdict for the calibrated
+/// probability, except that a model that has seen too little of either
+/// class, or a message with too few known words (mostly unlike anything
+/// learned), is unsure rather than a guess.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decider {
+    /// Decision costs.
+    pub costs: Costs,
+    /// Fewer known word tokens than this: unsure.
+    pub min_known: usize,
+    /// Fewer learned messages of either class than this: unsure.
+    pub min_per_class: u64,
+}
+
+impl Decider {
+    /// The verdict for a message with this `evidence` and calibrated
+    /// `probability`, from a model trained on `messages` (`[ham, spam]`).
+    pub fn verdict(&self, messages: [u64; 2], evidence: &Evidence, probability: f64) -> Verdict {
+        if messages.iter().any(|&n| n < self.min_per_class)
+            || evidence.known_words() < self.min_known
+        {
+            Verdict::Unsure
+        } else {
+            self.costs.decide(probability)
+        }
     }
 }
 

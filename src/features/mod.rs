@@ -29,6 +29,8 @@
 //! # Metadata (the Gaussian path)
 //! See [`METADATA_NAMES`]; each value and its transform is documented there.
 
+pub mod grams;
+
 use serde::Serialize;
 
 use crate::message::{self, Message, TextKind};
@@ -99,8 +101,26 @@ impl Serialize for Metadata {
 pub struct Features {
     /// Sorted, de-duplicated tokens (the binary bag of words).
     pub tokens: TokenList,
+    /// Sorted, distinct byte 4-gram buckets of the raw header block (the
+    /// byte view, [`grams`]); empty when only the parsed message was seen.
+    #[serde(skip)]
+    pub grams: Vec<u32>,
     /// The numeric metadata vector.
     pub metadata: Metadata,
+}
+
+impl Features {
+    /// Calls `f` with the name of every binary feature, in every view: the
+    /// word tokens, then the byte n-gram keys.
+    pub fn for_each_feature(&self, mut f: impl FnMut(&str)) {
+        for token in self.tokens.iter() {
+            f(token);
+        }
+        let mut key = grams::Key::default();
+        for &b in &self.grams {
+            f(key.of(b));
+        }
+    }
 }
 
 /// Turns messages into features. Holds a tokenizer pipeline and buffers, so
@@ -128,7 +148,9 @@ impl Extractor {
     /// assert!(f.tokens.contains("noon"));
     /// ```
     pub fn extract(&mut self, raw: &[u8]) -> Result<Features, message::Error> {
-        Ok(self.from_message(&message::parse(raw)?))
+        let mut features = self.from_message(&message::parse(raw)?);
+        features.grams = grams::buckets(raw);
+        Ok(features)
     }
 
     /// Extracts the features of a parsed message.
@@ -264,7 +286,11 @@ impl Extractor {
             hour_sin,
             hour_cos,
         ]);
-        Features { tokens, metadata }
+        Features {
+            tokens,
+            grams: Vec::new(),
+            metadata,
+        }
     }
 }
 

@@ -177,16 +177,14 @@ impl Delta {
     pub fn add_message(&mut self, features: &Features, label: Label, sign: i64) {
         let c = label.index();
         self.messages[c] += sign;
-        for token in features.tokens.iter() {
-            match self.tokens.get_mut(token) {
-                Some(d) => d[c] += sign,
-                None => {
-                    let mut d = [0, 0];
-                    d[c] = sign;
-                    self.tokens.insert(token.to_owned(), d);
-                }
+        features.for_each_feature(|token| match self.tokens.get_mut(token) {
+            Some(d) => d[c] += sign,
+            None => {
+                let mut d = [0, 0];
+                d[c] = sign;
+                self.tokens.insert(token.to_owned(), d);
             }
-        }
+        });
         for (stats, &x) in self.gauss[c].iter_mut().zip(&features.metadata.0) {
             stats.add(x, sign);
         }
@@ -251,10 +249,17 @@ mod tests {
     fn deltas_merge_and_cancel() {
         let f = Features {
             tokens: ["a", "b"].into_iter().collect(),
+            grams: vec![7],
             metadata: Metadata([0.5; METADATA_LEN]),
         };
         let mut d = Delta::default();
         d.add_message(&f, Label::Spam, 1);
+        assert_eq!(
+            d.tokens.len(),
+            3,
+            "both words and the byte n-gram are counted"
+        );
+        assert_eq!(d.tokens[&crate::features::grams::key(7)], [0, 1]);
         let mut undo = Delta::default();
         undo.add_message(&f, Label::Spam, -1);
         d.merge(undo);

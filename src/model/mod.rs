@@ -2,7 +2,9 @@
 //! with Beta pseudo-counts ([`bernoulli`]), Gaussian naive Bayes over the
 //! metadata vector ([`gaussian`]), and the integer statistics both learn
 //! from ([`counts`]). [`Model`] puts them together: statistics in, the
-//! evidence of one message out.
+//! evidence of one message out, one number per [`View`] and one for the
+//! metadata. How much each counts is learned per user by the stacker in
+//! [`crate::decision::calibrate`].
 
 pub mod bernoulli;
 pub mod counts;
@@ -15,6 +17,74 @@ pub use counts::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
 pub use gaussian::GaussianNb;
 
 use crate::features::METADATA_LEN;
+
+/// One view of a message: its own Bernoulli naive Bayes over its own binary
+/// features, with its own tempered evidence. Every feature belongs to
+/// exactly one view, told by its name ([`View::of`]), so the counts of all
+/// views live in one store and one snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum View {
+    /// Word tokens of the header fields (namespaced: `SUBJ:`, `FROM:`,
+    /// `RCVD:`, …).
+    Header,
+    /// Word tokens of the body text, and link hosts (`URL:`).
+    Body,
+    /// Hashed byte 4-grams of the raw header block
+    /// ([`crate::features::grams`]): robust to obfuscation and to broken
+    /// MIME, which the word views miss.
+    Bytes,
+}
+
+/// Number of views.
+pub const VIEWS: usize = 3;
+
+/// What every byte n-gram feature's name starts with: a control character
+/// no word token can contain.
+pub const BYTES_PREFIX: char = '\u{1}';
+
+impl View {
+    /// Every view, in the order of evidence and stacker inputs.
+    pub const ALL: [View; VIEWS] = [View::Header, View::Body, View::Bytes];
+
+    /// The view a feature belongs to, by its name.
+    ///
+    /// ```
+    /// use bayesmail::model::View;
+    /// assert_eq!(View::of("SUBJ:cheap"), View::Header);
+    /// assert_eq!(View::of("URL:example.com"), View::Body);
+    /// assert_eq!(View::of("cheap"), View::Body);
+    /// assert_eq!(View::of("\u{1}0badf"), View::Bytes);
+    /// ```
+    pub fn of(feature: &str) -> View {
+        if feature.starts_with(BYTES_PREFIX) {
+            return View::Bytes;
+        }
+        let namespace = feature
+            .find(':')
+            .map(|p| &feature[..p])
+            .filter(|ns| !ns.is_empty() && ns.bytes().all(|b| b.is_ascii_uppercase()));
+        let url = crate::tokenize::URL_NAMESPACE.trim_end_matches(':');
+        match namespace {
+            Some(ns) if ns != url => View::Header,
+            _ => View::Body,
+        }
+    }
+
+    /// Its index in [`View::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            View::Header => "header",
+            View::Body => "body",
+            View::Bytes => "bytes",
+        }
+    }
+}
 
 /// Hyperparameters as given (from defaults, a config file or flags).
 /// [`Params::check`] turns them into [`ValidParams`], the only form the
@@ -133,8 +203,8 @@ pub fn sigmoid(x: f64) -> f64 {
 pub struct Evidence {
     /// Log prior odds, from the class counts.
     pub prior: f64,
-    /// Combined token evidence.
-    pub text: TextEvidence,
+    /// Combined feature evidence of each view, in [`View::ALL`] order.
+    pub views: [TextEvidence; VIEWS],
     /// Weighted metadata log-likelihood ratio.
     pub meta: f64,
     /// max over classes of the metadata log-likelihood: low when the
@@ -143,9 +213,32 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// The model's (uncalibrated) log-odds of spam.
+    /// The model's (uncalibrated) log-odds of spam: the plain sum of the
+    /// evidence, before the stacker weighs it.
     pub fn log_odds(&self) -> f64 {
-        self.prior + self.text.score + self.meta
+        self.prior + self.views.iter().map(|v| v.score).sum::<f64>() + self.meta
+    }
+
+    /// The evidence of one view.
+    pub fn view(&self, view: View) -> &TextEvidence {
+        &self.views[view.index()]
+    }
+
+    /// Word tokens of the message seen in training (the header and body
+    /// views; byte n-grams are nearly always known and tell nothing about
+    /// how familiar a message is).
+    pub fn known_words(&self) -> usize {
+        self.view(View::Header).known + self.view(View::Body).known
+    }
+
+    /// The inputs of the stacker: each view's evidence, then the metadata.
+    pub fn stacker_inputs(&self) -> [f64; VIEWS + 1] {
+        let mut x = [0.0; VIEWS + 1];
+        for (slot, v) in x.iter_mut().zip(&self.views) {
+            *slot = v.score;
+        }
+        x[VIEWS] = self.meta;
+        x
     }
 }
 
@@ -154,15 +247,15 @@ impl Evidence {
 pub struct Model {
     params: ValidParams,
     n: [u64; 2],
-    absent_constant: f64,
+    absent_constant: [f64; VIEWS],
     gauss: GaussianNb,
 }
 
 impl Model {
     /// Builds the scoring state from learned totals. `absent_constant` is
-    /// [`bernoulli::absent_constant`] over the vocabulary, needed only by
-    /// [`Combine::Textbook`] (pass 0 otherwise).
-    pub fn new(params: ValidParams, totals: &Totals, absent_constant: f64) -> Model {
+    /// [`bernoulli::absent_constant`] over each view's vocabulary, needed
+    /// only by [`Combine::Textbook`] (pass zeros otherwise).
+    pub fn new(params: ValidParams, totals: &Totals, absent_constant: [f64; VIEWS]) -> Model {
         Model {
             params,
             n: totals.messages,
@@ -191,16 +284,23 @@ impl Model {
         self.params.prior().token_llr(counts, self.n).0
     }
 
-    /// Scores a message from the counts of its tokens that are in the
-    /// vocabulary and its metadata.
+    /// Scores a message from the counts of its features that are in the
+    /// vocabulary, each with its view, and its metadata.
     pub fn evidence(
         &self,
-        known: impl IntoIterator<Item = TokenCounts>,
+        known: impl IntoIterator<Item = (View, TokenCounts)>,
         metadata: &[f64; METADATA_LEN],
     ) -> Evidence {
         let p = self.params.get();
         let prior = self.params.prior();
-        let text = bernoulli::text_evidence(prior, p.combine, self.n, self.absent_constant, known);
+        let mut by_view: [Vec<TokenCounts>; VIEWS] = Default::default();
+        for (view, counts) in known {
+            by_view[view.index()].push(counts);
+        }
+        let mut views = [TextEvidence::default(); VIEWS];
+        for ((ev, counts), constant) in views.iter_mut().zip(by_view).zip(self.absent_constant) {
+            *ev = bernoulli::text_evidence(prior, p.combine, self.n, constant, counts);
+        }
         let have_both = self.n[0] > 0 && self.n[1] > 0;
         let (meta, meta_fit) = if have_both {
             let clip = p.meta_clip;
@@ -221,7 +321,7 @@ impl Model {
         let class_prior = |k: u64| (k as f64 + 1.0).ln();
         Evidence {
             prior: class_prior(self.n[1]) - class_prior(self.n[0]),
-            text,
+            views,
             meta,
             meta_fit,
         }
@@ -280,6 +380,7 @@ mod tests {
         let mut delta = Delta::default();
         let msg = |tokens: &[&str]| Features {
             tokens: tokens.iter().map(|t| t.to_string()).collect(),
+            grams: Vec::new(),
             metadata: Metadata([0.0; METADATA_LEN]),
         };
         for _ in 0..10 {
@@ -290,13 +391,14 @@ mod tests {
             messages: [10, 10],
             ..Totals::default()
         };
-        let model = Model::new(ValidParams::default(), &totals, 0.0);
+        let model = Model::new(ValidParams::default(), &totals, [0.0; VIEWS]);
         let counts = |t: &str| {
             let d = delta.tokens[t];
-            TokenCounts {
+            let c = TokenCounts {
                 ham: d[0] as u32,
                 spam: d[1] as u32,
-            }
+            };
+            (View::of(t), c)
         };
         let zero = [0.0; METADATA_LEN];
         let spam = model.evidence(["viagra", "free"].map(counts), &zero);
@@ -305,7 +407,8 @@ mod tests {
         assert!(ham.log_odds() < -3.0, "{ham:?}");
         let neutral = model.evidence(["the"].map(counts), &zero);
         assert_eq!(
-            neutral.text.used, 0,
+            neutral.view(View::Body).used,
+            0,
             "a token seen equally in both classes is too weak to count"
         );
         assert!(sigmoid(spam.log_odds()).is_finite());

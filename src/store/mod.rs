@@ -121,7 +121,7 @@ pub const MODEL_FILE_FORMAT: &str = "model file format version";
 /// What to do about a version mismatch.
 fn version_remedy(what: &str) -> &'static str {
     if what == MODEL_FILE_FORMAT {
-        "run `bayesmail train` on this database to rewrite the model file"
+        "train again on this database (its counts are intact) to rewrite the model file"
     } else {
         "retrain into a new database"
     }
@@ -442,7 +442,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "/db/model.bin was written with model file format version 1; this bayesmail needs 2: \
-             run `bayesmail train` on this database to rewrite the model file"
+             train again on this database (its counts are intact) to rewrite the model file"
         );
     }
 

@@ -18,10 +18,10 @@ use tantivy::tokenizer::{Token, TokenFilter, TokenStream, Tokenizer};
 
 pub use words::MailWordTokenizer;
 
-/// Version of the tokenization rules. Any change that alters the tokens of
-/// some message must bump it, so stored counts are never mixed across
-/// tokenizers.
-pub const TOKENIZER_VERSION: u32 = 2;
+/// Version of the feature rules (word tokens and the byte view's n-grams).
+/// Any change that alters the features of some message must bump it, so
+/// stored counts are never mixed across tokenizers.
+pub const TOKENIZER_VERSION: u32 = 3;
 
 /// Longest token, in bytes, namespace included. Longer ones are dropped.
 pub const MAX_TOKEN_LEN: usize = 48;

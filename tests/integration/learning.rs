@@ -5,7 +5,7 @@
 use bayesmail::db::{DbPaths, Labelled, Trainer};
 use bayesmail::decision::Calibrator;
 use bayesmail::features::{Features, METADATA_LEN, Metadata};
-use bayesmail::model::{Delta, Label, Model, Params, TokenCounts, Totals, sigmoid};
+use bayesmail::model::{Delta, Label, Model, Params, TokenCounts, Totals, VIEWS, View, sigmoid};
 use bayesmail::store::{MemoryStore, Store};
 use proptest::prelude::*;
 use rayon::prelude::*;
@@ -22,6 +22,7 @@ fn features() -> impl Strategy<Value = (Features, Label)> {
             (
                 Features {
                     tokens: tokens.into_iter().collect(),
+                    grams: Vec::new(),
                     metadata: Metadata(meta),
                 },
                 if spam { Label::Spam } else { Label::Ham },
@@ -97,21 +98,26 @@ proptest! {
     fn posteriors_are_finite_probabilities(
         messages in prop::collection::vec(features(), 0..30),
         probe in features(),
-        w in prop::array::uniform2(-100.0f64..100.0),
+        w in prop::array::uniform4(-100.0f64..100.0),
         bias in -100.0f64..100.0,
         a in 0.001f64..10.0,
     ) {
         let mut store = MemoryStore::new();
         store.apply(&delta_of(&messages, 1)).unwrap();
         let params = Params { a, b: a, ..Params::default() }.check().unwrap();
-        let model = Model::new(params, &store.totals().unwrap(), 0.0);
-        let known = probe.0.tokens.iter().map(|t| store.token(t).unwrap()).filter(|c| !c.is_zero());
+        let model = Model::new(params, &store.totals().unwrap(), [0.0; VIEWS]);
+        let known = probe
+            .0
+            .tokens
+            .iter()
+            .map(|t| (View::of(t), store.token(t).unwrap()))
+            .filter(|(_, c)| !c.is_zero());
         let ev = model.evidence(known, &probe.0.metadata.0);
         prop_assert!(ev.log_odds().is_finite(), "{ev:?}");
         let p = sigmoid(ev.log_odds());
         prop_assert!((0.0..=1.0).contains(&p));
         let c = Calibrator { weights: w, bias };
-        let q = c.probability([ev.text.score, ev.meta]);
+        let q = c.probability(ev.stacker_inputs());
         prop_assert!(q.is_finite() && (0.0..=1.0).contains(&q));
     }
 }
@@ -128,6 +134,7 @@ fn relearning_the_same_messages_is_a_no_op() {
                 tokens: [format!("t{}", i % 7), format!("u{}", i % 3)]
                     .into_iter()
                     .collect(),
+                grams: vec![u32::from(i % 5)],
                 metadata: Metadata([f64::from(i); METADATA_LEN]),
             },
             digest: [i; 32],

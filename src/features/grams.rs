@@ -1,0 +1,118 @@
+//! The byte view's features: hashed byte 4-grams of the start of the raw
+//! header block. Headers carry much of what tells spam (the route, the
+//! mailer, the way fields are written) in forms that word tokens split or
+//! miss, and byte n-grams see them without any parsing, so they hold up
+//! against obfuscation and broken MIME. Hashing into a fixed number of
+//! buckets keeps the feature space, and so the store, bounded; two 4-grams
+//! sharing a bucket share its counts, which costs little at this size.
+//!
+//! Line ends are read as LF and a leading mbox envelope line is skipped, so
+//! a message and its CRLF or mbox twin have the same features.
+
+use crate::model::BYTES_PREFIX;
+
+/// Bits of a bucket number: 2^18 buckets.
+pub const BUCKET_BITS: u32 = 18;
+
+/// Bytes of the header block read, from its start.
+pub const HEADER_BYTES: usize = 3000;
+
+/// The sorted, distinct buckets of the byte 4-grams of the first
+/// [`HEADER_BYTES`] bytes of `raw`'s header block (up to its first empty
+/// line).
+///
+/// ```
+/// use bayesmail::features::grams::buckets;
+/// let a = buckets(b"Subject: hi\n\nbody");
+/// assert_eq!(a, buckets(b"Subject: hi\r\n\r\nother body"));
+/// assert_eq!(a.len(), "Subject: hi".len() - 3);
+/// ```
+pub fn buckets(raw: &[u8]) -> Vec<u32> {
+    let mut raw = raw;
+    if raw.starts_with(b"From ") {
+        raw = memchr::memchr(b'\n', raw).map_or(&[][..], |p| &raw[p + 1..]);
+    }
+    // The header block with line ends as LF, up to the cap.
+    let mut head = Vec::with_capacity(HEADER_BYTES.min(raw.len()));
+    let mut at_line_start = true;
+    let mut i = 0;
+    while i < raw.len() && head.len() < HEADER_BYTES {
+        let b = raw[i];
+        let crlf = b == b'\r' && raw.get(i + 1) == Some(&b'\n');
+        if crlf {
+            i += 1;
+            continue;
+        }
+        if b == b'\n' && at_line_start {
+            break;
+        }
+        at_line_start = b == b'\n';
+        head.push(b);
+        i += 1;
+    }
+    if head.last() == Some(&b'\n') {
+        head.pop();
+    }
+    let mut out: Vec<u32> = head
+        .windows(4)
+        .map(|w| bucket(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Fibonacci hashing: the top bits of the 4-gram times 2^32/φ. Stable
+/// across versions and platforms, since counts are stored by bucket.
+fn bucket(gram: u32) -> u32 {
+    gram.wrapping_mul(0x9E37_79B1) >> (32 - BUCKET_BITS)
+}
+
+/// The feature name of a bucket: [`BYTES_PREFIX`] and the bucket in hex.
+pub fn key(bucket: u32) -> String {
+    Key::default().of(bucket).to_owned()
+}
+
+/// A buffer that spells bucket names without allocating, as [`key`] does.
+#[derive(Debug, Default)]
+pub struct Key([u8; 6]);
+
+impl Key {
+    /// The name of `bucket`, valid until the next call.
+    pub fn of(&mut self, bucket: u32) -> &str {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        self.0[0] = BYTES_PREFIX as u8;
+        for (i, slot) in self.0[1..].iter_mut().enumerate() {
+            *slot = HEX[(bucket >> (4 * (4 - i)) & 0xf) as usize];
+        }
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::View;
+
+    #[test]
+    fn reads_the_header_block_only_up_to_the_cap() {
+        let with_body = buckets(b"A: 1\nB: 2\n\nbody words here\n");
+        assert_eq!(with_body, buckets(b"A: 1\nB: 2\n"));
+        assert_eq!(with_body, buckets(b"From x@y Mon\nA: 1\nB: 2\n\nz"));
+        let mut long = b"X: ".to_vec();
+        long.extend((0..10_000u32).flat_map(|i| i.to_le_bytes()));
+        let capped = buckets(&long);
+        assert_eq!(capped, buckets(&long[..HEADER_BYTES]));
+        assert!(capped.iter().all(|&b| b < 1 << BUCKET_BITS));
+        assert!(buckets(b"").is_empty() && buckets(b"abc").is_empty());
+    }
+
+    #[test]
+    fn keys_name_the_bytes_view() {
+        let k = key((1 << BUCKET_BITS) - 1);
+        assert_eq!(View::of(&k), View::Bytes);
+        assert_ne!(key(1), key(16));
+        assert_eq!(key(0x3_a0f1), "\u{1}3a0f1");
+        assert_eq!(key(0x1f), "\u{1}0001f");
+    }
+}

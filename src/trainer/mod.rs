@@ -1,0 +1,403 @@
+//! The write side: [`Trainer`] holds the sled count store (the source of
+//! truth, one writer at a time), turns labelled messages into deltas
+//! (skipping what the registry says is already learned with the same label,
+//! relearning what moved), applies them in atomic chunks, fits the stacker
+//! by the training [`protocol`], and writes a new snapshot.
+
+pub mod protocol;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::classifier::ModelHeader;
+use crate::db::{DbPaths, Error, Result};
+use crate::decision::Calibrator;
+use crate::features::Features;
+use crate::model::{Combine, Delta, Digest, Label, Params, TokenCounts, VIEWS, View, bernoulli};
+use crate::store::{self, SledStore, Snapshot, Store};
+use protocol::{Counts, Dataset, Settings};
+
+/// How long a writer waits for another writer's lock before giving up.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// Messages per atomic store write during training: each chunk carries the
+/// registry entries of its own messages, so a run killed between chunks
+/// leaves counts and registry consistent (a re-run finishes the job).
+pub const CHUNK_MESSAGES: usize = 500;
+
+/// A labelled message ready to learn.
+#[derive(Debug, Clone)]
+pub struct Labelled {
+    /// Its features.
+    pub features: Features,
+    /// Its registry digest.
+    pub digest: Digest,
+    /// Its label.
+    pub label: Label,
+}
+
+/// What a training run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TrainSummary {
+    /// Messages learned for the first time.
+    pub learned: usize,
+    /// Messages learned before under the other label, now moved.
+    pub relearned: usize,
+    /// Messages already learned with the same label.
+    pub unchanged: usize,
+    /// The same message given twice in this run (counted once).
+    pub duplicates: usize,
+    /// Messages given with both labels in this run (left alone).
+    pub conflicting: usize,
+    /// Messages learned per class after the run, `[ham, spam]`.
+    pub totals: [u64; 2],
+    /// Whether a new snapshot was written.
+    pub snapshot_written: bool,
+}
+
+/// The write side: holds the sled store's lock for as long as it lives.
+pub struct Trainer {
+    paths: DbPaths,
+    store: SledStore,
+}
+
+impl Trainer {
+    /// Opens (creating if needed) the database, waiting up to `wait` for
+    /// another writer.
+    ///
+    /// Fails with [`Error::LostHistory`] if the model was compiled from a
+    /// count store that is no longer there as it was: another store (the
+    /// first was deleted or replaced), or the same one at an earlier change
+    /// (rolled back by a truncation or a restored copy). For a model written
+    /// before stores had an identity, a store holding fewer messages than
+    /// the model counts as one that lost its history. A model that cannot
+    /// be read says nothing and is rebuilt by the next write.
+    pub fn open(paths: &DbPaths, wait: Duration) -> Result<Trainer> {
+        std::fs::create_dir_all(paths.dir()).map_err(|source| Error::Create {
+            path: paths.dir().to_path_buf(),
+            source,
+        })?;
+        let store = SledStore::open(&paths.counts(), wait)?;
+        let trainer = Trainer {
+            paths: paths.clone(),
+            store,
+        };
+        trainer.check_history()?;
+        Ok(trainer)
+    }
+
+    /// See [`Trainer::open`].
+    fn check_history(&self) -> Result<()> {
+        let Some(model) = self.current_header() else {
+            return Ok(());
+        };
+        let now = self.store.identity()?;
+        let reason = match &model.store {
+            Some(built) if built.id != now.id => Some(
+                "is not the one the model was built from (it was deleted or replaced)".to_string(),
+            ),
+            Some(built) if now.generation < built.generation => Some(format!(
+                "has gone back to an earlier state (it is at change {}, the model was built at change {})",
+                now.generation, built.generation
+            )),
+            Some(_) => None,
+            None => {
+                let held: u64 = self.store.totals()?.messages.iter().sum();
+                let built: u64 = model.totals.messages.iter().sum();
+                (held < built).then(|| format!("holds fewer messages ({held}) than the model"))
+            }
+        };
+        match reason {
+            None => Ok(()),
+            Some(reason) => Err(Error::LostHistory {
+                counts: self.paths.counts(),
+                model: self.paths.snapshot(),
+                model_messages: model.totals.messages.iter().sum(),
+                reason,
+            }),
+        }
+    }
+
+    /// The header of the current snapshot, if there is one that reads.
+    fn current_header(&self) -> Option<ModelHeader> {
+        Snapshot::open(&self.paths.snapshot())
+            .ok()
+            .and_then(|s| s.header().ok())
+    }
+
+    /// The count store.
+    pub fn store(&self) -> &SledStore {
+        &self.store
+    }
+
+    /// Learns messages idempotently: a message already learned with the same
+    /// label is skipped, one learned with the other label is moved. Changes
+    /// are applied in atomic chunks of [`CHUNK_MESSAGES`]; `progress` is
+    /// called with the number of messages handled so far.
+    pub fn learn(
+        &mut self,
+        messages: &[Labelled],
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<TrainSummary> {
+        let mut summary = TrainSummary::default();
+        // One label per digest in this run; a message given twice with the
+        // same label counts once, with both labels not at all.
+        let mut wanted: HashMap<Digest, Option<Label>> = HashMap::new();
+        for m in messages {
+            match wanted.get(&m.digest) {
+                None => {
+                    wanted.insert(m.digest, Some(m.label));
+                }
+                Some(Some(l)) if *l == m.label => summary.duplicates += 1,
+                Some(Some(_)) => {
+                    wanted.insert(m.digest, None);
+                    summary.conflicting += 1;
+                }
+                Some(None) => summary.conflicting += 1,
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut delta = Delta::default();
+        let mut in_chunk = 0;
+        for (i, m) in messages.iter().enumerate() {
+            if wanted.get(&m.digest) != Some(&Some(m.label)) || !seen.insert(m.digest) {
+                continue;
+            }
+            match self.store.label_of(&m.digest)? {
+                Some(old) if old == m.label => {
+                    summary.unchanged += 1;
+                    continue;
+                }
+                Some(old) => {
+                    delta.add_message(&m.features, old, -1);
+                    summary.relearned += 1;
+                }
+                None => summary.learned += 1,
+            }
+            delta.add_message(&m.features, m.label, 1);
+            delta.registry.push((m.digest, Some(m.label)));
+            in_chunk += 1;
+            if in_chunk == CHUNK_MESSAGES {
+                self.store.apply(&std::mem::take(&mut delta))?;
+                in_chunk = 0;
+                progress(i + 1);
+            }
+        }
+        if in_chunk > 0 {
+            self.store.apply(&delta)?;
+        }
+        progress(messages.len());
+        self.store.flush()?;
+        summary.totals = self.store.totals()?.messages;
+        Ok(summary)
+    }
+
+    /// True if the model snapshot is missing, unreadable (damaged, of an
+    /// older format) or was compiled from other counts than the store holds
+    /// now (e.g. a run was killed after storing its counts but before
+    /// writing the snapshot): the next write must compile even if it learns
+    /// nothing new.
+    pub fn model_is_stale(&self) -> Result<bool> {
+        let totals = self.store.totals()?;
+        Ok(self.current_header().is_none_or(|h| h.totals != totals))
+    }
+
+    /// Unlearns one message; [`Error::NotLearned`] if the registry does not
+    /// know it.
+    pub fn unlearn(&mut self, features: &Features, digest: Digest) -> Result<Label> {
+        let label = self.store.label_of(&digest)?.ok_or(Error::NotLearned)?;
+        let mut delta = Delta::default();
+        delta.add_message(features, label, -1);
+        delta.registry.push((digest, None));
+        self.store.apply(&delta)?;
+        self.store.flush()?;
+        Ok(label)
+    }
+
+    /// Chooses the combination strength and fits calibration by
+    /// cross-validation over `messages` (the labelled training data), as
+    /// `eval` does inside its training folds. Returns the chosen parameters,
+    /// the calibrator and how many messages it was fitted on; with fewer than
+    /// `min` messages of either class, returns the parameters unchanged and
+    /// `None`.
+    pub fn calibrate(
+        messages: &[Labelled],
+        settings: &Settings,
+        min: usize,
+    ) -> (Params, Option<(Calibrator, usize)>) {
+        let spam = messages.iter().filter(|m| m.label == Label::Spam).count();
+        if spam < min || messages.len() - spam < min {
+            return (*settings.params.get(), None);
+        }
+        let data = Dataset::new(messages.iter().map(|m| (m.features.clone(), m.label)));
+        let mut counts = Counts::new(data.vocabulary);
+        for ex in &data.examples {
+            counts.add(ex, 1);
+        }
+        let members: Vec<usize> = (0..data.examples.len()).collect();
+        let (params, calibrator) =
+            protocol::select_and_calibrate(&data, &counts, &members, settings);
+        (*params.get(), Some((calibrator, data.examples.len())))
+    }
+
+    /// Writes a new snapshot from the store: the given parameters and
+    /// calibration, or those of the current snapshot when `calibration` is
+    /// `None` (defaults if there is none yet).
+    pub fn compile(&self, params: Params, calibration: Option<(Calibrator, usize)>) -> Result<()> {
+        let previous = self.current_header();
+        let (params, calibrator, calibrated_on) = match (calibration, &previous) {
+            (Some((c, n)), _) => (params, c, n),
+            (None, Some(prev)) => (prev.params, prev.calibrator, prev.calibrated_on),
+            (None, None) => (params, Calibrator::default(), 0),
+        };
+        let valid = params.check().map_err(|reason| Error::BadModel {
+            path: self.paths.snapshot(),
+            reason,
+        })?;
+        let totals = self.store.totals()?;
+        let mut absent_constant = [0.0; VIEWS];
+        if params.combine == Combine::Textbook {
+            let mut vocab: [Vec<TokenCounts>; VIEWS] = Default::default();
+            self.store
+                .for_each_token(&mut |t, c: TokenCounts| vocab[View::of(t).index()].push(c))?;
+            for (constant, vocab) in absent_constant.iter_mut().zip(vocab) {
+                *constant = bernoulli::absent_constant(valid.prior(), totals.messages, vocab);
+            }
+        }
+        let header = ModelHeader {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            params,
+            totals,
+            calibrator,
+            absent_constant,
+            calibrated_on,
+            store: Some(self.store.identity()?),
+        };
+        store::write_store_snapshot(&self.paths.snapshot(), &header, &self.store)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::Extractor;
+    use std::path::Path;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn labelled(text: &str, label: Label) -> Labelled {
+        let raw = format!("Subject: {text}\n\n{text} body\n");
+        Labelled {
+            features: Extractor::new().extract(raw.as_bytes()).unwrap(),
+            digest: crate::message::digest(raw.as_bytes()),
+            label,
+        }
+    }
+
+    /// A database trained on a few messages, its model compiled.
+    fn trained(dir: &Path) -> DbPaths {
+        let paths = DbPaths::new(dir.join("db"));
+        let mut trainer = Trainer::open(&paths, WAIT).unwrap();
+        let messages = [
+            labelled("cheap meds", Label::Spam),
+            labelled("meeting notes", Label::Ham),
+            labelled("lunch plans", Label::Ham),
+        ];
+        trainer.learn(&messages, &mut |_| {}).unwrap();
+        trainer.compile(Params::default(), None).unwrap();
+        paths
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_dir(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+
+    fn lost_history(paths: &DbPaths) -> String {
+        match Trainer::open(paths, WAIT) {
+            Err(e @ Error::LostHistory { .. }) => e.to_string(),
+            Err(e) => panic!("another error: {e}"),
+            Ok(_) => panic!("a store that lost its history was accepted"),
+        }
+    }
+
+    #[test]
+    fn refuses_a_store_that_replaced_the_one_the_model_was_built_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = trained(dir.path());
+        let model = std::fs::read(paths.snapshot()).unwrap();
+        std::fs::remove_dir_all(paths.counts()).unwrap();
+        let err = lost_history(&paths);
+        assert!(err.contains("deleted or replaced"), "{err}");
+        assert!(err.contains("built from 3 messages"), "{err}");
+        assert!(err.contains("remove the model file as well"), "{err}");
+        // Asking again changes nothing, and the model is untouched.
+        lost_history(&paths);
+        assert_eq!(std::fs::read(paths.snapshot()).unwrap(), model);
+        // Starting over on purpose works.
+        std::fs::remove_file(paths.snapshot()).unwrap();
+        Trainer::open(&paths, WAIT).unwrap();
+    }
+
+    #[test]
+    fn refuses_a_store_rolled_back_to_an_earlier_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = trained(dir.path());
+        let copy = dir.path().join("counts-before");
+        // A copy of the store before its last change, restored afterwards.
+        copy_dir(&paths.counts(), &copy);
+        {
+            let mut trainer = Trainer::open(&paths, WAIT).unwrap();
+            trainer
+                .learn(&[labelled("more spam", Label::Spam)], &mut |_| {})
+                .unwrap();
+            trainer.compile(Params::default(), None).unwrap();
+        }
+        std::fs::remove_dir_all(paths.counts()).unwrap();
+        std::fs::rename(&copy, paths.counts()).unwrap();
+        let err = lost_history(&paths);
+        assert!(err.contains("earlier state"), "{err}");
+    }
+
+    #[test]
+    fn without_a_recorded_store_fewer_messages_than_the_model_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = trained(dir.path());
+        // A model written before models recorded their store.
+        let snapshot = Snapshot::open(&paths.snapshot()).unwrap();
+        let mut header: ModelHeader = snapshot.header().unwrap();
+        header.store = None;
+        let tokens: Vec<(String, TokenCounts)> =
+            snapshot.iter().map(|(t, c)| (t.to_owned(), c)).collect();
+        store::write_snapshot(&paths.snapshot(), &header, tokens).unwrap();
+        // The same store is fine; a new one is not.
+        drop(Trainer::open(&paths, WAIT).unwrap());
+        std::fs::remove_dir_all(paths.counts()).unwrap();
+        let err = lost_history(&paths);
+        assert!(err.contains("fewer messages (0)"), "{err}");
+    }
+
+    #[test]
+    fn a_killed_unlearn_is_not_a_lost_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = trained(dir.path());
+        let mut trainer = Trainer::open(&paths, WAIT).unwrap();
+        let m = labelled("cheap meds", Label::Spam);
+        // Unlearned in the store, the model not yet compiled (as if killed).
+        trainer.unlearn(&m.features, m.digest).unwrap();
+        drop(trainer);
+        let trainer = Trainer::open(&paths, WAIT).unwrap();
+        assert!(trainer.model_is_stale().unwrap());
+    }
+}

@@ -1,0 +1,265 @@
+//! The training protocol, shared by `Trainer` and evaluation: labelled
+//! messages with their features interned ([`Dataset`]), integer counts
+//! over them that add and subtract a message at a time ([`Counts`]), and
+//! the choice of the combination strength and the fit of the stacker by
+//! cross-validation inside the training data ([`select_and_calibrate`]).
+//!
+//! The stacker is always fitted on scores the scored model did not train
+//! on: inner cross-validated scores of the training data.
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use crate::decision::Calibrator;
+use crate::decision::calibrate::INPUTS;
+use crate::features::{Features, METADATA_LEN};
+use crate::model::{
+    Combine, Label, Model, TokenCounts, Totals, VIEWS, ValidParams, View, bernoulli,
+};
+
+/// One labelled message, its features interned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Example {
+    /// Interned feature ids (every view), sorted.
+    pub tokens: Vec<u32>,
+    /// The metadata vector.
+    pub metadata: [f64; METADATA_LEN],
+    /// The true label.
+    pub label: Label,
+}
+
+/// A labelled corpus with interned features.
+#[derive(Debug, Clone, Default)]
+pub struct Dataset {
+    /// The messages, in corpus order.
+    pub examples: Vec<Example>,
+    /// Number of distinct features.
+    pub vocabulary: usize,
+    /// The view of each feature id.
+    pub views: Vec<View>,
+}
+
+impl Dataset {
+    /// Interns the features of labelled messages.
+    pub fn new(items: impl IntoIterator<Item = (Features, Label)>) -> Dataset {
+        let mut ids: HashMap<String, u32> = HashMap::new();
+        let mut views = Vec::new();
+        let examples = items
+            .into_iter()
+            .map(|(f, label)| {
+                let mut tokens: Vec<u32> = Vec::with_capacity(f.tokens.len() + f.grams.len());
+                f.for_each_feature(|t| {
+                    let id = match ids.get(t) {
+                        Some(&id) => id,
+                        None => {
+                            let next = ids.len() as u32;
+                            ids.insert(t.to_owned(), next);
+                            views.push(View::of(t));
+                            next
+                        }
+                    };
+                    tokens.push(id);
+                });
+                tokens.sort_unstable();
+                Example {
+                    tokens,
+                    metadata: f.metadata.0,
+                    label,
+                }
+            })
+            .collect();
+        Dataset {
+            examples,
+            vocabulary: ids.len(),
+            views,
+        }
+    }
+}
+
+/// Candidate `min_strength` values of the tempered combination, chosen
+/// among by inner cross-validation on the training data (see
+/// [`select_and_calibrate`]).
+pub const STRENGTH_GRID: [f64; 5] = [0.5, 1.0, 1.5, 2.0, 2.5];
+
+/// Inner folds for fitting calibration and choosing the strength.
+pub const DEFAULT_INNER_FOLDS: usize = 5;
+
+/// How the training protocol chooses and fits.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Choose the tempered combination's `min_strength` from
+    /// [`STRENGTH_GRID`] by inner cross-validation, instead of using the
+    /// configured one.
+    pub select_strength: bool,
+    /// Model hyperparameters.
+    pub params: ValidParams,
+    /// Inner folds for fitting the stacker.
+    pub inner_folds: usize,
+}
+
+/// Integer statistics over interned tokens.
+#[derive(Clone)]
+pub struct Counts {
+    tokens: Vec<[u32; 2]>,
+    totals: Totals,
+}
+
+impl Counts {
+    /// Empty counts for a vocabulary of this size.
+    pub fn new(vocabulary: usize) -> Counts {
+        Counts {
+            tokens: vec![[0, 0]; vocabulary],
+            totals: Totals::default(),
+        }
+    }
+
+    /// Learns (sign +1) or unlearns (sign −1) one example.
+    pub fn add(&mut self, ex: &Example, sign: i64) {
+        let c = ex.label.index();
+        for &t in &ex.tokens {
+            let slot = &mut self.tokens[t as usize][c];
+            *slot = if sign > 0 { *slot + 1 } else { *slot - 1 };
+        }
+        self.totals.messages[c] = (self.totals.messages[c] as i64 + sign) as u64;
+        for (g, &x) in self.totals.gauss[c].iter_mut().zip(&ex.metadata) {
+            g.add(x, sign);
+        }
+    }
+
+    /// The scoring model of these counts.
+    pub fn model(&self, params: ValidParams, data: &Dataset) -> Model {
+        let mut constant = [0.0; VIEWS];
+        if params.get().combine == Combine::Textbook {
+            for view in View::ALL {
+                let vocab = self
+                    .tokens
+                    .iter()
+                    .zip(&data.views)
+                    .filter(|(c, v)| c[0] + c[1] > 0 && **v == view)
+                    .map(|(c, _)| TokenCounts {
+                        ham: c[0],
+                        spam: c[1],
+                    });
+                constant[view.index()] =
+                    bernoulli::absent_constant(params.prior(), self.totals.messages, vocab);
+            }
+        }
+        Model::new(params, &self.totals, constant)
+    }
+
+    /// The counts of `ex`'s features that these counts have seen, each
+    /// with its view.
+    pub fn known<'a>(
+        &'a self,
+        ex: &'a Example,
+        data: &'a Dataset,
+    ) -> impl Iterator<Item = (View, TokenCounts)> + 'a {
+        ex.tokens.iter().filter_map(|&t| {
+            let c = self.tokens[t as usize];
+            (c[0] + c[1] > 0).then_some((
+                data.views[t as usize],
+                TokenCounts {
+                    ham: c[0],
+                    spam: c[1],
+                },
+            ))
+        })
+    }
+
+    /// The stacker's inputs for `ex` under `model` (built from these counts).
+    pub fn stacker_inputs(&self, model: &Model, ex: &Example, data: &Dataset) -> [f64; INPUTS] {
+        model
+            .evidence(self.known(ex, data), &ex.metadata)
+            .stacker_inputs()
+    }
+}
+
+/// Scores each of `members` with a model trained on `base` minus the
+/// member's inner fold: honest scores of the training data.
+fn inner_scores(
+    data: &Dataset,
+    base: &Counts,
+    members: &[usize],
+    params: ValidParams,
+    k: usize,
+) -> Vec<([f64; INPUTS], bool)> {
+    let k = k.max(2);
+    (0..k)
+        .into_par_iter()
+        .flat_map_iter(|g| {
+            let mut counts = base.clone();
+            let inner: Vec<usize> = members
+                .iter()
+                .copied()
+                .enumerate()
+                .filter(|(pos, _)| pos % k == g)
+                .map(|(_, i)| i)
+                .collect();
+            for &i in &inner {
+                counts.add(&data.examples[i], -1);
+            }
+            let model = counts.model(params, data);
+            inner
+                .into_iter()
+                .map(|i| {
+                    let ex = &data.examples[i];
+                    (
+                        counts.stacker_inputs(&model, ex, data),
+                        ex.label == Label::Spam,
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Mean log-loss of a calibrator on samples.
+fn log_loss(c: &Calibrator, samples: &[([f64; INPUTS], bool)]) -> f64 {
+    let eps = 1e-12;
+    samples
+        .iter()
+        .map(|(x, y)| {
+            let p = c.probability(*x).clamp(eps, 1.0 - eps);
+            if *y { -p.ln() } else { -(1.0 - p).ln() }
+        })
+        .sum::<f64>()
+        / samples.len().max(1) as f64
+}
+
+/// Chooses the hyperparameters and fits calibration on training data only.
+/// `base` holds the counts of exactly `members`. With
+/// `settings.select_strength` and a tempered combination, each value of
+/// [`STRENGTH_GRID`] is tried and the one whose calibrated inner
+/// cross-validated scores have the lowest log-loss wins.
+pub fn select_and_calibrate(
+    data: &Dataset,
+    base: &Counts,
+    members: &[usize],
+    settings: &Settings,
+) -> (ValidParams, Calibrator) {
+    let candidates: Vec<ValidParams> = match settings.params.get().combine {
+        Combine::Tempered { power, .. } if settings.select_strength => STRENGTH_GRID
+            .iter()
+            .filter_map(|&m| {
+                let mut p = *settings.params.get();
+                p.combine = Combine::Tempered {
+                    min_strength: m,
+                    power,
+                };
+                p.check().ok()
+            })
+            .collect(),
+        _ => vec![settings.params],
+    };
+    candidates
+        .into_iter()
+        .map(|params| {
+            let samples = inner_scores(data, base, members, params, settings.inner_folds);
+            let calibrator = Calibrator::fit(&samples);
+            (log_loss(&calibrator, &samples), params, calibrator)
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, p, c)| (p, c))
+        .unwrap_or((settings.params, Calibrator::default()))
+}
