@@ -148,6 +148,7 @@ impl HeaderBlock {
 /// line goes through as it is. Takes the message in chunks of any size and
 /// holds back at most the start of one line (a few bytes), so memory stays
 /// bounded whatever the input.
+/// Wider than [`crate::message::split_header`]'s block on purpose: procmail's view, not ours.
 #[derive(Debug, Default)]
 pub struct Renamer {
     /// The message's lines end in CRLF, so a `\r\n` line ends the header

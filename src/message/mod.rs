@@ -3,7 +3,10 @@
 //! turned into text with its link targets kept) and metadata about the other
 //! parts. This module owns MIME; it knows nothing of tokens or models.
 //!
-//! Header fields are split by `mailparse`; MIME structure, header value
+//! Where a header block ends is decided by [`split_header`]'s rule, for the
+//! message and for each MIME part alike (the first empty line, or the first
+//! line that is neither a field nor a continuation, which starts the body).
+//! The fields in it are split by `mailparse`; MIME structure, header value
 //! decoding ([`decode::header_value`]) and the reading of `Content-Type` and
 //! `Content-Disposition` are done here, each in time linear in the input
 //! (mailparse's own `parse_mail` decodes every part's `Content-Type` with a
@@ -31,6 +34,9 @@
 
 pub mod decode;
 pub mod html;
+mod split;
+
+pub use split::split_header;
 
 use std::borrow::Cow;
 
@@ -129,8 +135,9 @@ pub struct Message {
     /// Size of the message in bytes, counting line ends as one byte so a
     /// message and its CRLF twin agree.
     pub size: usize,
-    /// True if the header block could not be parsed and the whole input was
-    /// read as a body.
+    /// True if no empty line ended the header block: a line that is neither
+    /// a field nor a continuation started the body (the whole input, if its
+    /// first line is one), as [`split_header`] reads it.
     pub malformed: bool,
 }
 
@@ -150,7 +157,8 @@ impl Message {
 }
 
 /// Parses raw message bytes (LF or CRLF line ends; a leading mbox `From `
-/// envelope line is skipped).
+/// envelope line is skipped). The header block ends as [`split_header`]
+/// says, in the message and in each of its parts.
 ///
 /// ```
 /// let msg = bayesmail::message::parse(
@@ -164,12 +172,11 @@ pub fn parse(raw: &[u8]) -> Result<Message> {
         return Err(Error::Empty);
     }
     let raw = normalize_line_ends(raw);
-    let mut raw: &[u8] = &raw;
-    if raw.starts_with(b"From ") {
-        raw = memchr::memchr(b'\n', raw).map_or(&[][..], |p| &raw[p + 1..]);
-    }
+    let raw = split::strip_envelope(&raw);
+    let (head_end, body_start) = split::split_entity(raw);
     let mut msg = Message {
         size: raw.len(),
+        malformed: head_end == body_start && body_start < raw.len(),
         ..Message::default()
     };
     match parse_part(raw, false, MAX_MULTIPART_DEPTH) {
@@ -254,19 +261,22 @@ impl Part<'_> {
     }
 }
 
-/// Splits an entity as `mailparse::parse_mail` does (same header rules,
-/// same boundary search), reading the fields with this module's linear
+/// Splits an entity: its header block by [`split_header`]'s rule (so a
+/// part that starts with text has no fields and is plain text), its fields
+/// by `mailparse`, its parts by the boundary search of
+/// `mailparse::parse_mail`, reading the fields with this module's linear
 /// decoders. `depth` counts down the multipart levels left to split.
 fn parse_part(
     raw: &[u8],
     in_digest: bool,
     depth: u8,
 ) -> std::result::Result<Part<'_>, MailParseError> {
-    let (headers, body_start) = mailparse::parse_headers(raw)?;
+    let (head_end, body_start) = split::split_entity(raw);
+    let (headers, _) = mailparse::parse_headers(&raw[..head_end])?;
     let mut part = Part {
         headers,
         ctype: ParsedContentType::default(),
-        body: &raw[body_start.min(raw.len())..],
+        body: &raw[body_start..],
         subparts: Vec::new(),
     };
     part.ctype = match part.raw_header("Content-Type") {
@@ -354,11 +364,25 @@ fn strip_line_end(raw: &[u8], start: usize, mut end: usize) -> usize {
 /// The parameters of a `Content-Type` or `Content-Disposition` value that
 /// this module reads, with the value before them: at most [`MAX_PARAMS`],
 /// split at `;` outside quotes as mailparse splits them.
+///
+/// An opening quote that is never closed (`boundary="--_=_x` with no
+/// closing quote, as some spam writes it) is dropped and the value read
+/// again without it, so that parameter's value is read unquoted and the
+/// parameters after it stay parameters, as mail readers read them.
 fn kept_params(value: &str) -> String {
+    match kept_params_once(value) {
+        (_, Some(open)) => kept_params_once(&[&value[..open], &value[open + 1..]].concat()).0,
+        (out, None) => out,
+    }
+}
+
+/// [`kept_params`] in one pass; also returns the offset of a quote left
+/// open at the end of `value`.
+fn kept_params_once(value: &str) -> (String, Option<usize>) {
     const READ: [&str; 4] = ["charset", "boundary", "name", "filename"];
     let mut out = String::new();
     let (mut kept, mut first) = (0, true);
-    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    let (mut start, mut quoted, mut escaped, mut opened) = (0, false, false, 0);
     let bytes = value.as_bytes();
     for i in 0..=bytes.len() {
         let b = bytes.get(i).copied();
@@ -370,6 +394,7 @@ fn kept_params(value: &str) -> String {
             continue;
         } else if b == Some(b'"') {
             quoted = !quoted;
+            opened = i;
             continue;
         } else if b.is_some() && (b != Some(b';') || quoted) {
             continue;
@@ -389,7 +414,7 @@ fn kept_params(value: &str) -> String {
             kept += 1;
         }
     }
-    out
+    (out, quoted.then_some(opened))
 }
 
 /// A `Content-Type` field's value read in linear time.
@@ -636,18 +661,18 @@ const VOLATILE_HEADERS: &[&str] = &[
 
 /// A SHA-256 digest identifying a message for the learned-message registry:
 /// over the bytes with line ends as LF, without an mbox envelope line and
-/// without the headers mail software rewrites in a mailbox (`Status`,
+/// without the fields of the header block (as [`split_header`] finds it)
+/// that mail software rewrites in a mailbox (`Status`,
 /// `X-Keywords`, `X-Spam-*`, … and any `X-Bayesmail-*`). Stable across
 /// CRLF/LF storage, folder moves and re-filtering.
 pub fn digest(raw: &[u8]) -> [u8; 32] {
     use sha2::{Digest as _, Sha256};
     let raw = normalize_line_ends(raw);
-    let mut raw: &[u8] = &raw;
-    if raw.starts_with(b"From ") {
-        raw = memchr::memchr(b'\n', raw).map_or(&[][..], |p| &raw[p + 1..]);
-    }
-    let header_end = memchr::memmem::find(raw, b"\n\n").map_or(raw.len(), |p| p + 1);
-    let (head, body) = raw.split_at(header_end);
+    let raw = split::strip_envelope(&raw);
+    // The empty line that ends the header block is hashed with the body, as
+    // it always was, so the digest of a message with one does not change.
+    let (head_end, _) = split::split_entity(raw);
+    let (head, body) = raw.split_at(head_end);
     let mut hasher = Sha256::new();
     let mut skipping = false;
     for line in head.split_inclusive(|&b| b == b'\n') {
@@ -754,6 +779,86 @@ mod tests {
         let msg = parse(raw).unwrap();
         let all: Vec<&str> = msg.parts.iter().map(|p| p.text.as_str()).collect();
         assert_eq!(all, ["inner news", "forwarded body\n"]);
+    }
+
+    /// The text of every part, joined.
+    fn all_text(msg: &Message) -> String {
+        msg.parts.iter().map(|p| p.text.as_str()).collect()
+    }
+
+    #[test]
+    fn a_header_block_without_a_blank_line_keeps_its_body() {
+        let msg = parse(b"Subject: cheap meds\nBuy pills now at\nhttp://x.example/\n").unwrap();
+        assert_eq!(msg.subject(), "cheap meds");
+        assert_eq!(msg.headers.len(), 1);
+        assert_eq!(all_text(&msg), "Buy pills now at\nhttp://x.example/\n");
+        assert!(msg.malformed);
+        let crlf =
+            parse(b"Subject: cheap meds\r\nBuy pills now at\r\nhttp://x.example/\r\n").unwrap();
+        assert_eq!(msg, crlf);
+        let fine = parse(b"Subject: cheap meds\n\nBuy pills now at\n").unwrap();
+        assert!(!fine.malformed);
+    }
+
+    #[test]
+    fn a_part_without_headers_is_plain_text() {
+        let raw = b"Content-Type: multipart/alternative; boundary=b\n\n\
+            --b\nBuy pills now\nat http://x.example/\n--b\nContent-Type: text/html\n\n<p>second</p>\n--b--\n";
+        let msg = parse(raw).unwrap();
+        assert_eq!(msg.content_types, ["text/plain", "text/html"]);
+        assert_eq!(msg.parts[0].text, "Buy pills now\nat http://x.example/");
+        assert_eq!(msg.parts[1].text.trim(), "second");
+        // A part whose first line reads like a field still starts its body
+        // at the first line that is not one.
+        let raw =
+            b"Content-Type: multipart/mixed; boundary=b\n\n--b\nNote: read this\nBuy now\n--b--\n";
+        let msg = parse(raw).unwrap();
+        assert_eq!(all_text(&msg), "Buy now");
+    }
+
+    #[test]
+    fn an_unterminated_quoted_boundary_still_splits_the_parts() {
+        let raw = b"Content-Type: multipart/alternative; boundary=\"--_=_swift-123\n\n\
+            ----_=_swift-123\nContent-Type: text/plain\n\nverify your account\n\
+            ----_=_swift-123\nContent-Type: text/html\n\n<b>now</b>\n----_=_swift-123--\n";
+        let msg = parse(raw).unwrap();
+        assert_eq!(msg.content_types, ["text/plain", "text/html"]);
+        assert_eq!(msg.parts[0].text, "verify your account");
+        assert_eq!(msg.parts[1].text.trim(), "now");
+        // The open quote does not swallow the parameters after it.
+        let raw =
+            b"Content-Type: multipart/mixed; boundary=\"b; charset=utf-8\n\n--b\n\nhello\n--b--\n";
+        assert_eq!(all_text(&parse(raw).unwrap()), "hello");
+    }
+
+    #[test]
+    fn boundary_lines_with_trailing_junk_still_split() {
+        let raw = b"Content-Type: multipart/mixed; boundary=b\n\n\
+            --b  junk\n\nfirst\n--b\t\tmore junk\n\nsecond\n--b--  trailing\n\nepilogue\n";
+        let msg = parse(raw).unwrap();
+        let texts: Vec<&str> = msg.parts.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(texts, ["first", "second"]);
+    }
+
+    #[test]
+    fn a_missing_closing_boundary_ends_the_last_part_at_the_end() {
+        let raw =
+            b"Content-Type: multipart/mixed; boundary=b\n\n--b\n\nfirst\n--b\n\nsecond\nand last\n";
+        let msg = parse(raw).unwrap();
+        let texts: Vec<&str> = msg.parts.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(texts, ["first", "second\nand last\n"]);
+    }
+
+    #[test]
+    fn digest_reads_the_header_block_by_the_split_rule() {
+        // Volatile fields before the blank-less body are left out…
+        let a = digest(b"Subject: hi\nStatus: RO\nBuy pills\n\nmore\n");
+        assert_eq!(a, digest(b"Subject: hi\nBuy pills\n\nmore\n"));
+        // …but a body line that looks like one of them is content.
+        assert_ne!(
+            digest(b"Subject: hi\nBuy pills\nStatus: RO\n"),
+            digest(b"Subject: hi\nBuy pills\n")
+        );
     }
 
     #[test]

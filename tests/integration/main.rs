@@ -19,4 +19,5 @@ mod hostile_store;
 mod learning;
 mod properties;
 mod recipes;
+mod split;
 mod train;
