@@ -6,9 +6,13 @@
 //! buckets keeps the feature space, and so the store, bounded; two 4-grams
 //! sharing a bucket share its counts, which costs little at this size.
 //!
-//! Line ends are read as LF and a leading mbox envelope line is skipped, so
-//! a message and its CRLF or mbox twin have the same features.
+//! The header block is the one [`crate::message::split_header`] finds. Line
+//! ends are read as LF and a leading mbox envelope line is skipped, so a
+//! message and its CRLF or mbox twin have the same features. Each line
+//! gives at most [`LINE_BYTES`], so one huge field cannot blank out the
+//! rest of the header block.
 
+use crate::message::split_header;
 use crate::model::BYTES_PREFIX;
 
 /// Bits of a bucket number: 2^18 buckets.
@@ -17,9 +21,12 @@ pub const BUCKET_BITS: u32 = 18;
 /// Bytes of the header block read, from its start.
 pub const HEADER_BYTES: usize = 3000;
 
+/// Bytes read from any one line of the header block.
+pub const LINE_BYTES: usize = 256;
+
 /// The sorted, distinct buckets of the byte 4-grams of the first
-/// [`HEADER_BYTES`] bytes of `raw`'s header block (up to its first empty
-/// line).
+/// [`HEADER_BYTES`] bytes of `raw`'s header block, each line cut at
+/// [`LINE_BYTES`].
 ///
 /// ```
 /// use bayesmail::features::grams::buckets;
@@ -28,32 +35,22 @@ pub const HEADER_BYTES: usize = 3000;
 /// assert_eq!(a.len(), "Subject: hi".len() - 3);
 /// ```
 pub fn buckets(raw: &[u8]) -> Vec<u32> {
-    let mut raw = raw;
-    if raw.starts_with(b"From ") {
-        raw = memchr::memchr(b'\n', raw).map_or(&[][..], |p| &raw[p + 1..]);
-    }
-    // The header block with line ends as LF, up to the cap.
-    let mut head = Vec::with_capacity(HEADER_BYTES.min(raw.len()));
-    let mut at_line_start = true;
-    let mut i = 0;
-    while i < raw.len() && head.len() < HEADER_BYTES {
-        let b = raw[i];
-        let crlf = b == b'\r' && raw.get(i + 1) == Some(&b'\n');
-        if crlf {
-            i += 1;
-            continue;
-        }
-        if b == b'\n' && at_line_start {
+    let (head, _) = split_header(raw);
+    let mut sample = Vec::with_capacity(HEADER_BYTES.min(head.len()));
+    for line in head.split_inclusive(|&b| b == b'\n') {
+        if sample.len() >= HEADER_BYTES {
             break;
         }
-        at_line_start = b == b'\n';
-        head.push(b);
-        i += 1;
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        sample.extend_from_slice(&line[..line.len().min(LINE_BYTES)]);
+        sample.push(b'\n');
     }
-    if head.last() == Some(&b'\n') {
-        head.pop();
+    sample.truncate(HEADER_BYTES);
+    if sample.last() == Some(&b'\n') {
+        sample.pop();
     }
-    let mut out: Vec<u32> = head
+    let mut out: Vec<u32> = sample
         .windows(4)
         .map(|w| bucket(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
         .collect();
@@ -102,9 +99,28 @@ mod tests {
         let mut long = b"X: ".to_vec();
         long.extend((0..10_000u32).flat_map(|i| i.to_le_bytes()));
         let capped = buckets(&long);
-        assert_eq!(capped, buckets(&long[..HEADER_BYTES]));
+        assert_eq!(capped, buckets(&long[..LINE_BYTES]));
         assert!(capped.iter().all(|&b| b < 1 << BUCKET_BITS));
+        let mut many: Vec<u8> = (0..1000u32)
+            .flat_map(|i| format!("X-{i}: {}\n", i * 7919).into_bytes())
+            .collect();
+        let whole = many.clone();
+        many.truncate(HEADER_BYTES);
+        assert_eq!(buckets(&whole), buckets(&many));
         assert!(buckets(b"").is_empty() && buckets(b"abc").is_empty());
+    }
+
+    #[test]
+    fn one_huge_field_does_not_hide_the_rest_of_the_header_block() {
+        let rest = b"Received: from spam.example\nSubject: win\n";
+        let mut long = b"X-Long: ".to_vec();
+        long.extend(std::iter::repeat_n(b'a', 1 << 20));
+        long.push(b'\n');
+        let hidden = buckets(&[&long[..], rest].concat());
+        let seen = buckets(rest);
+        assert!(seen.iter().all(|b| hidden.binary_search(b).is_ok()));
+        // The envelope line and the split are the message layer's.
+        assert_eq!(buckets(b"A: 1\nnot a field\nB: 2\n"), buckets(b"A: 1\n"));
     }
 
     #[test]

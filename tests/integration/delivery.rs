@@ -97,14 +97,17 @@ fn assert_unknown(out: &Output, input: &[u8], reason: &str, code: i32) {
 #[test]
 fn filter_gives_verdict_headers_and_verdict_exit_codes() {
     let db = trained();
-    // A ham message the model is sure of, by `classify`.
-    let ham = sample_files()
-        .into_iter()
-        .filter(|f| f.starts_with(sample_ham()))
-        .find(|f| db.classify(&[f])[0]["verdict"] == "ham")
-        .expect("a sample ham message classified as ham");
-    let ham = fs::read(ham).unwrap();
-    for (input, word, code) in [(SPAMMY, "Yes", 0), (&ham[..], "No", 1)] {
+    // A spam and a ham message the model is sure of, by `classify`.
+    let sure = |class: &Path, verdict: &str| {
+        let file = sample_files()
+            .into_iter()
+            .filter(|f| f.starts_with(class))
+            .find(|f| db.classify(&[f])[0]["verdict"] == verdict)
+            .unwrap_or_else(|| panic!("a sample message classified as {verdict}"));
+        fs::read(file).unwrap()
+    };
+    let (spam, ham) = (sure(&sample_spam(), "spam"), sure(&sample_ham(), "ham"));
+    for (input, word, code) in [(&spam[..], "Yes", 0), (&ham[..], "No", 1)] {
         let out = filter(&db, &[], input);
         assert_exit(&out, 0, &["filter"]);
         let (restored, status, _) = strip_ours(&out.stdout);
@@ -118,7 +121,7 @@ fn filter_gives_verdict_headers_and_verdict_exit_codes() {
     // A forged verdict is renamed, and ours goes before it.
     let forged = [
         b"X-Spam-Status: No, hits=-100\nX-Spam-Flag: NO\n".as_ref(),
-        SPAMMY,
+        &spam,
     ]
     .concat();
     let out = filter(&db, &[], &forged);
@@ -169,7 +172,7 @@ fn filter_fails_open_without_a_usable_model() {
             // error says that training again rewrites the model file.
             let out = filter(&db, &[], input);
             assert!(
-                stderr(&out).contains("run `bayesmail train` on this database"),
+                stderr(&out).contains("train again on this database"),
                 "{}",
                 stderr(&out)
             );
