@@ -69,13 +69,27 @@ enum Command {
     /// unlearned and learned again. Afterwards the combination strength is
     /// chosen and the calibration fitted by cross-validation over the given
     /// messages, and a new model snapshot is written for classification.
+    ///
+    /// A Maildir means its own cur/ and new/; its Maildir++ .Folders are
+    /// read only when named or with --recursive. The run refuses, before
+    /// changing anything, a path that does not exist and a message given
+    /// under both --spam and --ham (each such message is named). No model
+    /// is written until the database holds at least one message of each
+    /// class. Ctrl-C stops at a chunk boundary: what was stored is kept, the
+    /// model is rebuilt from it, and the run says so.
+    ///
     /// Exit status: 0 done, 1 done but some messages could not be read, 2
     /// failed (nothing half-written: the database keeps its old state or
-    /// gains whole chunks of messages).
+    /// gains whole chunks of messages), 130 interrupted.
     Train(Deferred<TrainArgs>),
-    /// Learn one message (a file, or '-' for stdin) as spam or ham.
+    /// Learn a message (a file, or '-' for stdin) as spam or ham; each
+    /// message of an mbox file (or of an mbox on stdin).
+    ///
+    /// No model is written until the database holds at least one message of
+    /// each class.
     Learn(Deferred<LearnArgs>),
-    /// Forget one learned message (a file, or '-' for stdin).
+    /// Forget a learned message (a file, or '-' for stdin); each message of
+    /// an mbox.
     Unlearn(Deferred<UnlearnArgs>),
     /// Classify messages: verdict, calibrated P(spam) and model log-odds.
     ///
@@ -116,7 +130,11 @@ enum Command {
     /// larger than --max-size, the message goes out unchanged with
     /// `X-Spam-Status: Unknown, reason=R` (R one of no-model, model-version,
     /// model-unreadable, config-error, unparseable, too-large,
-    /// internal-error), and the reason goes to stderr. Empty input and
+    /// internal-error), and the reason goes to stderr. Input that is
+    /// clearly an mbox of several messages (a first `From ` line, and a
+    /// later `From sender date-with-time` line after a blank line and
+    /// followed by a header line) is passed through with
+    /// `reason=unparseable`. Empty input and
     /// input whose first line starts with a space or tab go out without our
     /// fields.
     ///
@@ -452,15 +470,18 @@ struct MailboxArgs {
     /// '>…>From ' line, mboxo only from '>From '.
     #[arg(long, value_enum, default_value_t = Escaping::Mboxrd)]
     mbox_escaping: Escaping,
-    /// Do not descend into Maildir subfolders (.Folder and nested Maildirs).
+    /// Also read a Maildir's subfolders (Maildir++ .Folder directories and
+    /// nested Maildirs). Without it a Maildir means its own cur/ and new/:
+    /// in Maildir++ the root is the inbox, and .Junk, .Trash or .Sent are
+    /// other folders, read only when named.
     #[arg(long)]
-    no_recursive: bool,
+    recursive: bool,
 }
 
 impl MailboxArgs {
     fn options(&self) -> mailbox::Options {
         mailbox::Options {
-            recursive: !self.no_recursive,
+            recursive: self.recursive,
             escaping: match self.mbox_escaping {
                 Escaping::Mboxrd => mailbox::MboxEscaping::Mboxrd,
                 Escaping::Mboxo => mailbox::MboxEscaping::Mboxo,
@@ -580,6 +601,7 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
     match outcome {
         Ok(Outcome::AllOk) => EXIT_OK,
         Ok(Outcome::SomeFailed) => EXIT_SOME_FAILED,
+        Ok(Outcome::Exit(code)) => code,
         Err(err) => {
             eprintln!(
                 "bayesmail: {}",
@@ -595,6 +617,8 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
 enum Outcome {
     AllOk,
     SomeFailed,
+    /// Ended early with this status (e.g. interrupted), already reported.
+    Exit(u8),
 }
 
 /// True for the error a write gets when the reader of stdout went away
