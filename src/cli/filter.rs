@@ -490,9 +490,10 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
 /// Reports on stderr. Writing there must never cost the message: a closed
 /// or full stderr is ignored.
 fn warn(message: &str) {
-    let _ = writeln!(
-        io::stderr().lock(),
-        "bayesmail filter: {}",
-        for_terminal(message)
-    );
+    let mut stderr = io::stderr().lock();
+    // One prefixed line per line of the message (a TOML error has several),
+    // so every line in a mail log says where it came from.
+    for line in message.lines() {
+        let _ = writeln!(stderr, "bayesmail filter: {}", for_terminal(line));
+    }
 }

@@ -603,13 +603,34 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
         Ok(Outcome::SomeFailed) => EXIT_SOME_FAILED,
         Ok(Outcome::Exit(code)) => code,
         Err(err) => {
-            eprintln!(
-                "bayesmail: {}",
-                bayesmail::sanitize::for_terminal(&format!("{err:#}"))
-            );
+            eprintln!("bayesmail: {}", render_error(&err));
             EXIT_FATAL
         }
     }
+}
+
+/// An error and its causes as one text for a person: each cause once (a
+/// cause whose text the message already shows, as when an error embeds its
+/// source's text, is not repeated), joined by ": ", newlines in a message
+/// (a TOML error's caret lines) kept as newlines, every line made safe for
+/// a terminal.
+fn render_error(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let message = cause.to_string();
+        let message = message.trim();
+        if message.is_empty() || text.contains(message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(message);
+    }
+    text.lines()
+        .map(bayesmail::sanitize::for_terminal)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// How a command that went through its input ended.
@@ -634,6 +655,26 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// Issue 18, trap 7: each cause once, newlines as newlines.
+    #[test]
+    fn errors_show_each_cause_once_with_real_newlines() {
+        let io = std::io::Error::from_raw_os_error(17);
+        let shown = io.to_string();
+        let err = anyhow::Error::new(bayesmail::db::Error::Create {
+            path: "db".into(),
+            source: io,
+        })
+        .context("opening the database");
+        let text = render_error(&err);
+        assert_eq!(text.matches(&shown).count(), 1, "{text}");
+        assert!(
+            text.starts_with("opening the database: cannot create"),
+            "{text}"
+        );
+        let err = anyhow::anyhow!("line one\n  | line two\x1b[2J");
+        assert_eq!(render_error(&err), "line one\n  | line two\\u{1b}[2J");
+    }
 
     #[test]
     fn cli_definition_is_valid() {

@@ -790,7 +790,11 @@ fn sniff(path: &Path, escaping: MboxEscaping) -> Result<Sniffed> {
         };
         let first = match reader.next() {
             Some(first) => first,
-            None => return Err(as_file(Error::EmptyMessage { id: MessageId::Stdin })),
+            None => {
+                return Err(as_file(Error::EmptyMessage {
+                    id: MessageId::Stdin,
+                }));
+            }
         };
         if reader.has_more() {
             return Ok(Sniffed::Mbox(reader, first));
@@ -1224,7 +1228,9 @@ mod tests {
         assert!(!looks_like_several_messages(no_header.as_bytes()));
         let two = format!("{one}\n{env}Subject: y\n\nbody\n");
         assert!(looks_like_several_messages(two.as_bytes()));
-        assert!(looks_like_several_messages(two.replace('\n', "\r\n").as_bytes()));
+        assert!(looks_like_several_messages(
+            two.replace('\n', "\r\n").as_bytes()
+        ));
         assert!(!looks_like_several_messages(&two.as_bytes()[1..]));
         let messages = split_input(two.clone().into_bytes(), MboxEscaping::Mboxrd);
         let ids: Vec<String> = messages
