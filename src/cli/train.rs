@@ -173,6 +173,31 @@ fn one_label_each(read: Vec<Read>, duplicates: &mut usize) -> Result<Vec<Read>> 
     )
 }
 
+/// The messages with the two classes interleaved in proportion, each in
+/// its own order: every stored chunk then holds both, so a run stopped
+/// after its first chunk still leaves a store a model can be built from.
+fn interleave(messages: Vec<Labelled>) -> Vec<Labelled> {
+    let (spam, ham): (Vec<_>, Vec<_>) = messages.into_iter().partition(|m| m.label == Label::Spam);
+    let (n_ham, n_spam) = (ham.len(), spam.len());
+    let mut out = Vec::with_capacity(n_ham + n_spam);
+    let (mut ham, mut spam) = (ham.into_iter(), spam.into_iter());
+    let (mut taken_ham, mut taken_spam) = (0usize, 0usize);
+    while taken_ham < n_ham || taken_spam < n_spam {
+        // Take ham while its share taken so far is behind spam's:
+        // taken_ham / n_ham <= taken_spam / n_spam, in integers.
+        let ham_next =
+            taken_spam == n_spam || (taken_ham < n_ham && taken_ham * n_spam <= taken_spam * n_ham);
+        if ham_next {
+            out.extend(ham.next());
+            taken_ham += 1;
+        } else {
+            out.extend(spam.next());
+            taken_spam += 1;
+        }
+    }
+    out
+}
+
 /// Why no model can be written for these counts, if it cannot: a model
 /// needs at least one message of each class.
 fn missing_class(totals: [u64; 2]) -> Option<String> {
@@ -262,7 +287,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     let read_count = read.len();
     let mut duplicates = 0;
     let read = one_label_each(read, &mut duplicates)?;
-    let messages: Vec<Labelled> = read.into_iter().map(|r| r.message).collect();
+    let messages = interleave(read.into_iter().map(|r| r.message).collect());
 
     // Stored in chunks, each atomic, so that Ctrl-C stops at a chunk
     // boundary with counts and registry consistent.
@@ -368,10 +393,10 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             }
         )?;
     }
-    if let Some(why) = &missing {
-        if args.json {
-            eprintln!("bayesmail: no model written: {why}");
-        }
+    if let Some(why) = &missing
+        && args.json
+    {
+        eprintln!("bayesmail: no model written: {why}");
     }
     Ok(if failed > 0 {
         Outcome::SomeFailed
@@ -571,4 +596,32 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     } else {
         Outcome::AllOk
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labelled(i: usize, label: Label) -> Labelled {
+        let raw = format!("Subject: {i}\n\nbody {i}\n");
+        Labelled {
+            features: Extractor::new().extract(raw.as_bytes()).unwrap(),
+            digest: message::digest(raw.as_bytes()),
+            label,
+        }
+    }
+
+    #[test]
+    fn interleaving_keeps_each_class_in_order_and_mixes_them_in_proportion() {
+        let mut messages: Vec<_> = (0..6).map(|i| labelled(i, Label::Ham)).collect();
+        messages.extend((6..8).map(|i| labelled(i, Label::Spam)));
+        let digests: Vec<_> = messages.iter().map(|m| m.digest).collect();
+        let out = interleave(messages);
+        let order: Vec<usize> = out
+            .iter()
+            .map(|m| digests.iter().position(|d| *d == m.digest).unwrap())
+            .collect();
+        assert_eq!(order, [0, 6, 1, 2, 3, 7, 4, 5]);
+        assert!(interleave(Vec::new()).is_empty());
+    }
 }

@@ -187,7 +187,7 @@ impl FromStr for MboxEscaping {
 }
 
 /// How mailboxes are read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Options {
     /// Descend into Maildir subfolders: Maildir++ folders (`.Name` directories
     /// holding `cur/` or `new/`) and nested Maildirs (plain subdirectories
@@ -199,15 +199,6 @@ pub struct Options {
     pub recursive: bool,
     /// The mbox escaping convention to undo. Default [`MboxEscaping::Mboxrd`].
     pub escaping: MboxEscaping,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            recursive: false,
-            escaping: MboxEscaping::default(),
-        }
-    }
 }
 
 /// Where a message came from.
@@ -1240,7 +1231,7 @@ mod tests {
         assert_eq!(ids, ["-:0".to_string(), format!("-:{}", one.len() + 1)]);
         assert_eq!(
             messages[0].as_ref().unwrap().bytes,
-            one[env.len()..].as_bytes()
+            &one.as_bytes()[env.len()..]
         );
         assert_eq!(messages[1].as_ref().unwrap().bytes, b"Subject: y\n\nbody\n");
         let single = split_input(one.clone().into_bytes(), MboxEscaping::Mboxrd);

@@ -20,3 +20,4 @@ mod learning;
 mod properties;
 mod recipes;
 mod train;
+mod traps;
