@@ -175,11 +175,13 @@ impl Config {
         })
     }
 
-    /// Parses TOML text. The error is one line, at most a few hundred
-    /// characters (TOML's own messages quote the offending line whole).
+    /// Parses TOML text. The error keeps TOML's own lines (the location,
+    /// the offending line and a caret under the fault), at most a few
+    /// hundred characters (TOML's messages quote the offending line whole);
+    /// whoever prints it prints its newlines as newlines.
     pub fn parse(text: &str) -> Result<Config, String> {
         toml::from_str(text).map_err(|e| {
-            let mut message = e.to_string().trim().replace('\n', " ");
+            let mut message = e.to_string().trim_end().to_string();
             if message.len() > 300 {
                 let mut end = 300;
                 while !message.is_char_boundary(end) {

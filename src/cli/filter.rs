@@ -53,7 +53,9 @@ enum Reason {
     ModelUnreadable,
     /// The message is larger than the size cap.
     TooLarge,
-    /// The message cannot be parsed at all (e.g. it is empty).
+    /// The message cannot be parsed at all (e.g. it is empty), or the input
+    /// is clearly an mbox of several messages
+    /// ([`bayesmail::mailbox::looks_like_several_messages`]).
     Unparseable,
     /// A bug: scoring panicked.
     Internal,
@@ -459,6 +461,16 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
             });
         }
     };
+    // An mbox of several messages (mutt's pipe-message on tagged messages
+    // without pipe_split, a script feeding a whole folder) is not one
+    // message: scoring it as one would put one verdict on all of them.
+    if bayesmail::mailbox::looks_like_several_messages(raw) {
+        warn(
+            "the input holds several messages (an mbox): filter takes one message; \
+             passed through unscored (split it, or use `bayesmail classify -`)",
+        );
+        return Status::Unknown(Reason::Unparseable);
+    }
     let features = match Extractor::new().extract(raw) {
         Ok(features) => features,
         Err(err) => {
@@ -478,9 +490,10 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
 /// Reports on stderr. Writing there must never cost the message: a closed
 /// or full stderr is ignored.
 fn warn(message: &str) {
-    let _ = writeln!(
-        io::stderr().lock(),
-        "bayesmail filter: {}",
-        for_terminal(message)
-    );
+    let mut stderr = io::stderr().lock();
+    // One prefixed line per line of the message (a TOML error has several),
+    // so every line in a mail log says where it came from.
+    for line in message.lines() {
+        let _ = writeln!(stderr, "bayesmail filter: {}", for_terminal(line));
+    }
 }

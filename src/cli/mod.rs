@@ -70,13 +70,27 @@ enum Command {
     /// unlearned and learned again. Afterwards the combination strength is
     /// chosen and the calibration fitted by cross-validation over the given
     /// messages, and a new model snapshot is written for classification.
+    ///
+    /// A Maildir means its own cur/ and new/; its Maildir++ .Folders are
+    /// read only when named or with --recursive. The run refuses, before
+    /// changing anything, a path that does not exist and a message given
+    /// under both --spam and --ham (each such message is named). No model
+    /// is written until the database holds at least one message of each
+    /// class. Ctrl-C stops at a chunk boundary: what was stored is kept, the
+    /// model is rebuilt from it, and the run says so.
+    ///
     /// Exit status: 0 done, 1 done but some messages could not be read, 2
     /// failed (nothing half-written: the database keeps its old state or
-    /// gains whole chunks of messages).
+    /// gains whole chunks of messages), 130 interrupted.
     Train(Deferred<TrainArgs>),
-    /// Learn one message (a file, or '-' for stdin) as spam or ham.
+    /// Learn a message (a file, or '-' for stdin) as spam or ham; each
+    /// message of an mbox file (or of an mbox on stdin).
+    ///
+    /// No model is written until the database holds at least one message of
+    /// each class.
     Learn(Deferred<LearnArgs>),
-    /// Forget one learned message (a file, or '-' for stdin).
+    /// Forget a learned message (a file, or '-' for stdin); each message of
+    /// an mbox.
     Unlearn(Deferred<UnlearnArgs>),
     /// Classify messages: verdict, calibrated P(spam) and model log-odds.
     ///
@@ -117,7 +131,11 @@ enum Command {
     /// larger than --max-size, the message goes out unchanged with
     /// `X-Spam-Status: Unknown, reason=R` (R one of no-model, model-version,
     /// model-unreadable, config-error, unparseable, too-large,
-    /// internal-error), and the reason goes to stderr. Empty input and
+    /// internal-error), and the reason goes to stderr. Input that is
+    /// clearly an mbox of several messages (a first `From ` line, and a
+    /// later `From sender date-with-time` line after a blank line and
+    /// followed by a header line) is passed through with
+    /// `reason=unparseable`. Empty input and
     /// input whose first line starts with a space or tab go out without our
     /// fields.
     ///
@@ -453,15 +471,18 @@ struct MailboxArgs {
     /// '>…>From ' line, mboxo only from '>From '.
     #[arg(long, value_enum, default_value_t = Escaping::Mboxrd)]
     mbox_escaping: Escaping,
-    /// Do not descend into Maildir subfolders (.Folder and nested Maildirs).
+    /// Also read a Maildir's subfolders (Maildir++ .Folder directories and
+    /// nested Maildirs). Without it a Maildir means its own cur/ and new/:
+    /// in Maildir++ the root is the inbox, and .Junk, .Trash or .Sent are
+    /// other folders, read only when named.
     #[arg(long)]
-    no_recursive: bool,
+    recursive: bool,
 }
 
 impl MailboxArgs {
     fn options(&self) -> mailbox::Options {
         mailbox::Options {
-            recursive: !self.no_recursive,
+            recursive: self.recursive,
             escaping: match self.mbox_escaping {
                 Escaping::Mboxrd => mailbox::MboxEscaping::Mboxrd,
                 Escaping::Mboxo => mailbox::MboxEscaping::Mboxo,
@@ -592,14 +613,36 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
     match outcome {
         Ok(Outcome::AllOk) => EXIT_OK,
         Ok(Outcome::SomeFailed) => EXIT_SOME_FAILED,
+        Ok(Outcome::Exit(code)) => code,
         Err(err) => {
-            eprintln!(
-                "bayesmail: {}",
-                bayesmail::sanitize::for_terminal(&format!("{err:#}"))
-            );
+            eprintln!("bayesmail: {}", render_error(&err));
             EXIT_FATAL
         }
     }
+}
+
+/// An error and its causes as one text for a person: each cause once (a
+/// cause whose text the message already shows, as when an error embeds its
+/// source's text, is not repeated), joined by ": ", newlines in a message
+/// (a TOML error's caret lines) kept as newlines, every line made safe for
+/// a terminal.
+fn render_error(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let message = cause.to_string();
+        let message = message.trim();
+        if message.is_empty() || text.contains(message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(message);
+    }
+    text.lines()
+        .map(bayesmail::sanitize::for_terminal)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// How a command that went through its input ended.
@@ -607,6 +650,8 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
 enum Outcome {
     AllOk,
     SomeFailed,
+    /// Ended early with this status (e.g. interrupted), already reported.
+    Exit(u8),
 }
 
 /// True for the error a write gets when the reader of stdout went away
@@ -622,6 +667,26 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// Issue 18, trap 7: each cause once, newlines as newlines.
+    #[test]
+    fn errors_show_each_cause_once_with_real_newlines() {
+        let io = std::io::Error::from_raw_os_error(17);
+        let shown = io.to_string();
+        let err = anyhow::Error::new(bayesmail::db::Error::Create {
+            path: "db".into(),
+            source: io,
+        })
+        .context("opening the database");
+        let text = render_error(&err);
+        assert_eq!(text.matches(&shown).count(), 1, "{text}");
+        assert!(
+            text.starts_with("opening the database: cannot create"),
+            "{text}"
+        );
+        let err = anyhow::anyhow!("line one\n  | line two\x1b[2J");
+        assert_eq!(render_error(&err), "line one\n  | line two\\u{1b}[2J");
+    }
 
     #[test]
     fn cli_definition_is_valid() {

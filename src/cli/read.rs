@@ -143,6 +143,39 @@ pub(super) fn finish_stream(
     })
 }
 
+/// Bytes of the files that reading `paths` with `opts` will go through,
+/// for a progress bar: a Maildir's cur/ and new/ (and, with `recursive`,
+/// everything under it), a directory tree in full, a file's size; standard
+/// input and anything unreadable count 0. Symlinks are not followed.
+pub(super) fn planned_bytes(paths: &[std::path::PathBuf], opts: &mailbox::Options) -> u64 {
+    paths
+        .iter()
+        .map(|path| match mailbox::detect(path) {
+            Ok(mailbox::MailboxKind::Maildir) if !opts.recursive => {
+                tree_bytes(&path.join("cur")) + tree_bytes(&path.join("new"))
+            }
+            Ok(_) => tree_bytes(path),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Bytes of the regular files under `path` (symlinks not followed).
+pub(super) fn tree_bytes(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if meta.is_dir() {
+        std::fs::read_dir(path)
+            .map(|entries| entries.flatten().map(|e| tree_bytes(&e.path())).sum())
+            .unwrap_or(0)
+    } else if meta.is_file() {
+        meta.len()
+    } else {
+        0
+    }
+}
+
 /// Reads one message from a file or, for `-`, standard input.
 pub(super) fn read_one(path: &Path) -> Result<Vec<u8>> {
     let bytes = if path.as_os_str() == "-" {

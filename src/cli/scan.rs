@@ -17,7 +17,7 @@ use bayesmail::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, MoveE
 use bayesmail::message;
 use bayesmail::sanitize::{for_json, for_terminal};
 
-use super::read::{finish_stream, for_each_mapped};
+use super::read::{finish_stream, for_each_mapped, planned_bytes};
 use super::{Context, Outcome, ScanArgs};
 
 /// One message classified (or why it could not be).
@@ -57,6 +57,25 @@ struct SpamAction {
     maildir: Maildir,
     moving: bool,
     dry_run: bool,
+    /// The target's canonical path, if it exists.
+    canonical: Option<std::path::PathBuf>,
+}
+
+impl SpamAction {
+    /// Whether `id` is a message of the target Maildir itself (reached with
+    /// --recursive, or by naming a folder that holds the target). Such a
+    /// message is already where spam goes; scanning it would also see the
+    /// messages this run moves in, so a real run would count more than its
+    /// --dry-run.
+    fn holds(&self, id: &MessageId) -> bool {
+        let (Some(target), MessageId::Path(path)) = (&self.canonical, id) else {
+            return false;
+        };
+        path.parent()
+            .and_then(Path::parent)
+            .and_then(|maildir| std::fs::canonicalize(maildir).ok())
+            .is_some_and(|maildir| maildir == *target)
+    }
 }
 
 /// The result line of one message.
@@ -99,6 +118,8 @@ struct Tally {
     /// Moved messages copied into the target whose original could not be
     /// removed: in both places now.
     kept: usize,
+    /// Messages read from the target Maildir itself, left alone.
+    in_target: usize,
 }
 
 pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
@@ -129,6 +150,10 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
     let result = for_each_mapped(&args.paths, &opts, &score, &mut |batch| {
         for s in batch {
             progress.inc(s.raw.bytes.len() as u64);
+            if action.as_ref().is_some_and(|a| a.holds(&s.raw.id)) {
+                tally.in_target += 1;
+                continue;
+            }
             tally.messages += 1;
             let id = s.raw.id.to_string();
             let (score, verdict) = match s.score {
@@ -201,6 +226,7 @@ fn spam_action(args: &ScanArgs) -> Result<Option<SpamAction>> {
             .with_context(|| format!("preparing the Maildir {}", target.display()))?
     };
     Ok(Some(SpamAction {
+        canonical: std::fs::canonicalize(target).ok(),
         maildir,
         moving,
         dry_run: args.dry_run,
@@ -360,6 +386,12 @@ fn summary(t: &Tally, started: Instant, action: Option<&SpamAction>) {
         if t.action_failed > 0 {
             s += &format!(", {} failed", t.action_failed);
         }
+        if t.in_target > 0 {
+            s += &format!(
+                "; {} messages already in the target left alone",
+                t.in_target
+            );
+        }
     }
     eprintln!("{s}");
 }
@@ -370,33 +402,11 @@ fn progress_bar(args: &ScanArgs) -> ProgressBar {
     if args.no_progress || !io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
-    let total: u64 = args.paths.iter().map(|p| total_bytes(p)).sum();
+    let total = planned_bytes(&args.paths, &args.mailbox.options());
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{wide_bar} {percent:>3}% {msg}, ETA {eta}")
             .expect("the template is valid"),
     );
     bar
-}
-
-/// Bytes of the regular files under `path` (symlinks not followed): what
-/// reading it will cost, for the progress bar.
-fn total_bytes(path: &Path) -> u64 {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return 0;
-    };
-    if meta.is_dir() {
-        std::fs::read_dir(path)
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .map(|e| total_bytes(&e.path()))
-                    .sum::<u64>()
-            })
-            .unwrap_or(0)
-    } else if meta.is_file() {
-        meta.len()
-    } else {
-        0
-    }
 }

@@ -1,38 +1,227 @@
 //! `bayesmail train`, `learn` and `unlearn`: the write side.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use bayesmail::db::{Labelled, Trainer};
+use bayesmail::db::{CHUNK_MESSAGES, Labelled, TrainSummary, Trainer};
 use bayesmail::features::Extractor;
-use bayesmail::model::Label;
+use bayesmail::model::{Digest, Label};
 use bayesmail::sanitize::for_terminal;
 use bayesmail::trainer::protocol::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::{mailbox, message};
 
-use super::read::{for_each_batch, read_one};
+use super::read::{for_each_batch, planned_bytes, read_one};
 use super::{Context, LearnArgs, Outcome, TrainArgs, UnlearnArgs};
 
 /// Fewer messages of a class than this: too few to fit calibration by
 /// cross-validation; the previous calibration (or none) is kept.
 const MIN_CALIBRATION_PER_CLASS: usize = 20;
 
-fn spinner(what: &str) -> ProgressBar {
+/// Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report).
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// Set by the SIGINT handler; checked between stages and store chunks.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+    // A second Ctrl-C ends the process at once, as the user expects when
+    // the first seems not to be heard.
+    // SAFETY: signal() is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+    }
+}
+
+/// While alive, Ctrl-C sets [`INTERRUPTED`] instead of ending the process,
+/// so that `train` stops at a chunk boundary and says what it kept.
+struct CatchSigint;
+
+impl CatchSigint {
+    fn install() -> CatchSigint {
+        INTERRUPTED.store(false, Ordering::SeqCst);
+        // SAFETY: the handler only stores an atomic and calls signal().
+        unsafe {
+            libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+        }
+        CatchSigint
+    }
+
+    fn interrupted(&self) -> bool {
+        INTERRUPTED.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for CatchSigint {
+    fn drop(&mut self) {
+        // SAFETY: restores the default disposition.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+        }
+    }
+}
+
+/// The error a stage returns when Ctrl-C stopped it.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted")]
+struct Interrupted;
+
+/// A progress bar on stderr (hidden unless stderr is a terminal) over
+/// `total` units: position, total, percentage and time left.
+fn progress_bar(total: u64, unit: &str, what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
-    let bar = ProgressBar::new_spinner();
+    let bar = ProgressBar::new(total);
+    let template = if unit == "bytes" {
+        "{msg:<10} [{wide_bar}] {bytes}/{total_bytes} {percent:>3}%, ETA {eta}"
+    } else {
+        "{msg:<10} [{wide_bar}] {pos}/{len} messages {percent:>3}%, ETA {eta}"
+    };
     bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg} {pos} messages ({per_sec}, {elapsed})")
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// A spinner for a stage whose length is not known (calibration).
+fn spinner(bar: &ProgressBar, what: &str) {
+    if bar.is_hidden() {
+        return;
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.set_message(what.to_string());
-    bar.enable_steady_tick(Duration::from_millis(120));
-    bar
+}
+
+/// Checks each path named on the command line before anything is read or
+/// written, so that a typo stops the run instead of training a model on
+/// one side only.
+fn check_paths(args: &TrainArgs) -> Result<()> {
+    let mut bad = Vec::new();
+    for path in args.spam.iter().chain(&args.ham) {
+        if let Err(err) = mailbox::detect(path) {
+            bad.push(for_terminal(&err.to_string()).into_owned());
+        }
+    }
+    if bad.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "{}\nnothing was learned and no model was written: fix the path{} and run train again",
+        bad.join("\n"),
+        if bad.len() > 1 { "s" } else { "" }
+    )
+}
+
+/// A message read for training, with where it came from.
+struct Read {
+    message: Labelled,
+    id: String,
+}
+
+/// Drops messages given twice with the same label (counted in
+/// `duplicates`) and fails, naming them, if any message is given with both
+/// labels: one run cannot say which label the user meant, so it changes
+/// nothing.
+fn one_label_each(read: Vec<Read>, duplicates: &mut usize) -> Result<Vec<Read>> {
+    let mut first: HashMap<Digest, (Label, usize)> = HashMap::new();
+    let mut kept = Vec::with_capacity(read.len());
+    let mut conflicts = Vec::new();
+    for r in read {
+        match first.get(&r.message.digest) {
+            None => {
+                first.insert(r.message.digest, (r.message.label, kept.len()));
+                kept.push(r);
+            }
+            Some(&(label, _)) if label == r.message.label => *duplicates += 1,
+            Some(&(_, at)) => conflicts.push((kept[at].id.clone(), r.id)),
+        }
+    }
+    if conflicts.is_empty() {
+        return Ok(kept);
+    }
+    const SHOWN: usize = 10;
+    for (ham, spam) in conflicts.iter().take(SHOWN) {
+        eprintln!(
+            "bayesmail: the same message is given as ham ({}) and as spam ({})",
+            for_terminal(ham),
+            for_terminal(spam)
+        );
+    }
+    if conflicts.len() > SHOWN {
+        eprintln!("bayesmail: … and {} more", conflicts.len() - SHOWN);
+    }
+    bail!(
+        "{} message{} given as both spam and ham; nothing was learned and no model was written. \
+         A message has one label: remove it from one side, or name the folders apart (a Maildir \
+         means its own cur/ and new/; its .Folders are read only when named or with --recursive)",
+        conflicts.len(),
+        if conflicts.len() == 1 { " is" } else { "s are" }
+    )
+}
+
+/// The messages with the two classes interleaved in proportion, each in
+/// its own order: every stored chunk then holds both, so a run stopped
+/// after its first chunk still leaves a store a model can be built from.
+fn interleave(messages: Vec<Labelled>) -> Vec<Labelled> {
+    let (spam, ham): (Vec<_>, Vec<_>) = messages.into_iter().partition(|m| m.label == Label::Spam);
+    let (n_ham, n_spam) = (ham.len(), spam.len());
+    let mut out = Vec::with_capacity(n_ham + n_spam);
+    let (mut ham, mut spam) = (ham.into_iter(), spam.into_iter());
+    let (mut taken_ham, mut taken_spam) = (0usize, 0usize);
+    while taken_ham < n_ham || taken_spam < n_spam {
+        // Take ham while its share taken so far is behind spam's:
+        // taken_ham / n_ham <= taken_spam / n_spam, in integers.
+        let ham_next =
+            taken_spam == n_spam || (taken_ham < n_ham && taken_ham * n_spam <= taken_spam * n_ham);
+        if ham_next {
+            out.extend(ham.next());
+            taken_ham += 1;
+        } else {
+            out.extend(spam.next());
+            taken_spam += 1;
+        }
+    }
+    out
+}
+
+/// Why no model can be written for these counts, if it cannot: a model
+/// needs at least one message of each class.
+fn missing_class(totals: [u64; 2]) -> Option<String> {
+    let [ham, spam] = totals;
+    match (ham, spam) {
+        (0, 0) => Some("the database holds no messages".to_string()),
+        (0, n) => Some(format!(
+            "the database holds {n} spam and no ham; learn some ham (--ham)"
+        )),
+        (n, 0) => Some(format!(
+            "the database holds {n} ham and no spam; learn some spam (--spam)"
+        )),
+        _ => None,
+    }
+}
+
+/// Adds the counts of one chunk's summary to the run's.
+fn add(total: &mut TrainSummary, part: &TrainSummary) {
+    total.learned += part.learned;
+    total.relearned += part.relearned;
+    total.unchanged += part.unchanged;
+    total.duplicates += part.duplicates;
+    total.conflicting += part.conflicting;
+    total.totals = part.totals;
 }
 
 pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
@@ -40,53 +229,135 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         bail!("nothing to learn: give --spam PATH... and/or --ham PATH...");
     }
     let (params, pinned) = ctx.params(&args.model)?;
+    check_paths(args)?;
     let start = Instant::now();
     // Take the writer's lock first: fail fast, before reading any mail.
     let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
     let opts = args.mailbox.options();
-    let bar = spinner("reading");
-    let mut messages: Vec<Labelled> = Vec::new();
+    let sigint = CatchSigint::install();
+
+    let all_paths: Vec<_> = args.ham.iter().chain(&args.spam).cloned().collect();
+    let bar = progress_bar(planned_bytes(&all_paths, &opts), "bytes", "reading");
+    let mut read: Vec<Read> = Vec::new();
     let mut unparsed = 0;
     let mut unread = 0;
     for (paths, label) in [(&args.ham, Label::Ham), (&args.spam, Label::Spam)] {
-        unread += for_each_batch(paths, &opts, true, &mut |batch| {
+        let result = for_each_batch(paths, &opts, true, &mut |batch| {
             for e in batch {
+                bar.inc(e.raw.bytes.len() as u64);
                 match (e.features, e.digest) {
-                    (Ok(features), Some(digest)) => messages.push(Labelled {
-                        features,
-                        digest,
-                        label,
+                    (Ok(features), Some(digest)) => read.push(Read {
+                        message: Labelled {
+                            features,
+                            digest,
+                            label,
+                        },
+                        id: e.raw.id.to_string(),
                     }),
                     (Err(err), _) => {
                         unparsed += 1;
-                        eprintln!("bayesmail: {}: {err}", for_terminal(&e.raw.id.to_string()));
+                        bar.suspend(|| {
+                            eprintln!("bayesmail: {}: {err}", for_terminal(&e.raw.id.to_string()))
+                        });
                     }
                     (Ok(_), None) => unreachable!("digests were asked for"),
                 }
-                bar.inc(1);
+            }
+            if sigint.interrupted() {
+                return Err(Interrupted.into());
             }
             Ok(())
-        })?;
-    }
-    let failed = unread + unparsed;
-    bar.set_message("learning");
-    bar.set_position(0);
-    let mut summary = trainer.learn(&messages, &mut |n| bar.set_position(n as u64))?;
-    let changed = summary.learned + summary.relearned > 0 || trainer.model_is_stale()?;
-    if changed {
-        bar.set_message("calibrating");
-        let settings = Settings {
-            select_strength: !pinned,
-            params,
-            inner_folds: DEFAULT_INNER_FOLDS,
-        };
-        let (chosen, calibration) =
-            Trainer::calibrate(&messages, &settings, MIN_CALIBRATION_PER_CLASS);
-        bar.set_message("writing the model");
-        trainer.compile(chosen, calibration)?;
-        summary.snapshot_written = true;
+        });
+        match result {
+            Ok(n) => unread += n,
+            Err(err) if err.is::<Interrupted>() => {
+                bar.finish_and_clear();
+                eprintln!(
+                    "bayesmail: interrupted while reading ({} messages read): nothing was \
+                     stored; the database and its model are as they were",
+                    read.len()
+                );
+                return Ok(Outcome::Exit(EXIT_INTERRUPTED));
+            }
+            Err(err) => return Err(err),
+        }
     }
     bar.finish_and_clear();
+    let failed = unread + unparsed;
+    let read_count = read.len();
+    let mut duplicates = 0;
+    let read = one_label_each(read, &mut duplicates)?;
+    let messages = interleave(read.into_iter().map(|r| r.message).collect());
+
+    // Stored in chunks, each atomic, so that Ctrl-C stops at a chunk
+    // boundary with counts and registry consistent.
+    let bar = progress_bar(messages.len() as u64, "messages", "learning");
+    let mut summary = TrainSummary {
+        duplicates,
+        ..TrainSummary::default()
+    };
+    let mut stored = 0;
+    for chunk in messages.chunks(CHUNK_MESSAGES) {
+        if sigint.interrupted() {
+            break;
+        }
+        let part = trainer.learn(chunk, &mut |_| {})?;
+        add(&mut summary, &part);
+        stored += chunk.len();
+        bar.set_position(stored as u64);
+    }
+    if stored == 0 {
+        summary.totals = bayesmail::store::Store::totals(trainer.store())?.messages;
+    }
+    bar.finish_and_clear();
+    let interrupted_learning = stored < messages.len();
+    let missing = missing_class(summary.totals);
+    let changed = summary.learned + summary.relearned > 0 || trainer.model_is_stale()?;
+    if changed && missing.is_none() {
+        let calibration = if interrupted_learning {
+            // Stopped by Ctrl-C: the model is rebuilt from what was stored,
+            // quickly, keeping the previous calibration; the next run over
+            // the same folders finishes the job and calibrates.
+            None
+        } else {
+            let shown = progress_bar(0, "messages", "");
+            spinner(&shown, "calibrating");
+            let settings = Settings {
+                select_strength: !pinned,
+                params,
+                inner_folds: DEFAULT_INNER_FOLDS,
+            };
+            let result = Trainer::calibrate(&messages, &settings, MIN_CALIBRATION_PER_CLASS);
+            shown.finish_and_clear();
+            Some(result)
+        };
+        match calibration {
+            Some((chosen, calibration)) => trainer.compile(chosen, calibration)?,
+            None => trainer.compile(*params.get(), None)?,
+        }
+        summary.snapshot_written = true;
+    }
+    if interrupted_learning || sigint.interrupted() {
+        let model = match (&missing, summary.snapshot_written) {
+            (Some(why), _) => format!("no model was written: {why}"),
+            (None, true) if interrupted_learning => {
+                "the model was rebuilt from them (calibration kept from before); run the same \
+                 train again to learn the rest and calibrate"
+                    .to_string()
+            }
+            (None, true) => "the model was written".to_string(),
+            (None, false) => "the model was already up to date".to_string(),
+        };
+        eprintln!(
+            "bayesmail: interrupted: {stored} of {} messages stored ({} ham, {} spam in the \
+             database); {model}",
+            messages.len(),
+            summary.totals[0],
+            summary.totals[1],
+        );
+        return Ok(Outcome::Exit(EXIT_INTERRUPTED));
+    }
+    drop(sigint);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.json {
@@ -95,22 +366,13 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     } else {
         writeln!(
             out,
-            "read {} messages in {:.1}s: {} learned, {} moved to the other label, {} already known{}{}",
-            messages.len(),
+            "read {read_count} messages in {:.1}s: {} learned, {} moved to the other label, {} already known{}",
             start.elapsed().as_secs_f64(),
             summary.learned,
             summary.relearned,
             summary.unchanged,
             if summary.duplicates > 0 {
                 format!(", {} duplicates", summary.duplicates)
-            } else {
-                String::new()
-            },
-            if summary.conflicting > 0 {
-                format!(
-                    ", {} given as both spam and ham (left alone)",
-                    summary.conflicting
-                )
             } else {
                 String::new()
             },
@@ -121,12 +383,17 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             ctx.db.dir().display(),
             summary.totals[0],
             summary.totals[1],
-            if summary.snapshot_written {
-                "; model written"
-            } else {
-                "; nothing changed"
+            match (&missing, summary.snapshot_written) {
+                (Some(why), _) => format!("; no model written: {why}"),
+                (None, true) => "; model written".to_string(),
+                (None, false) => "; nothing changed".to_string(),
             }
         )?;
+    }
+    if let Some(why) = &missing
+        && args.json
+    {
+        eprintln!("bayesmail: no model written: {why}");
     }
     Ok(if failed > 0 {
         Outcome::SomeFailed
@@ -135,79 +402,223 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     })
 }
 
-/// Reads the one message `learn` and `unlearn` are given the way `train`
-/// reads the same file in a folder, so that both compute the same digest: a
-/// file that starts with a `From ` line is an mbox (the envelope line left
-/// out, `>From ` escaping undone, the blank line an mbox writer adds at the
-/// end dropped). Standard input and anything that is not a regular file are
-/// taken verbatim, as a delivery agent passes a message on; `train` reads
-/// the mbox it was delivered into back to those same bytes.
-fn read_message(path: &Path) -> Result<Vec<u8>> {
-    let regular = path.as_os_str() != "-" && std::fs::metadata(path).is_ok_and(|m| m.is_file());
-    if !regular {
-        return read_one(path);
-    }
-    let mut messages = mailbox::open(path, &mailbox::Options::default())
-        .with_context(|| format!("reading {}", path.display()))?;
-    let raw = match messages.next() {
-        Some(message) => message.with_context(|| format!("reading {}", path.display()))?,
-        None => bail!("empty message: {}", path.display()),
-    };
-    if messages.next().is_some() {
+/// Reads the messages `learn` and `unlearn` are given the way `train`
+/// reads the same file in a folder, so that both compute the same digests:
+/// a file holding one message after a `From ` envelope line is that message
+/// (the envelope line left out, `>From ` escaping undone), a file holding
+/// several (an mbox) is each of them. Standard input is one message taken
+/// verbatim, as a delivery agent passes one on, unless it is clearly an mbox
+/// of several messages (see [`mailbox::looks_like_several_messages`]);
+/// anything else that is not a regular file (a FIFO) is one message. A
+/// directory is refused with a pointer to `train`, which reads folders.
+/// Messages that cannot be read or parsed are reported; their number is
+/// returned beside the others.
+fn read_messages(path: &Path, command: &str) -> Result<(Vec<(String, Labelled)>, usize)> {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
         bail!(
-            "{} holds more than one message (it starts with a \"From \" line, so it is read \
-             as an mbox): give one message, or use `bayesmail train` for a mailbox",
+            "{} is a directory: `{command}` takes one message file, an mbox file or '-'; \
+             to learn a folder of messages use `bayesmail train --spam DIR` or `--ham DIR` \
+             (unlearning happens there too: a message moved to the other folder is moved \
+             to the other label)",
             path.display()
         );
     }
-    if raw.bytes.iter().all(u8::is_ascii_whitespace) {
-        bail!("empty message: {}", path.display());
+    let regular = path.as_os_str() == "-" || std::fs::metadata(path).is_ok_and(|m| m.is_file());
+    let raws: Vec<mailbox::Result<mailbox::RawMessage>> = if regular {
+        mailbox::open(path, &mailbox::Options::default())
+            .with_context(|| format!("reading {}", path.display()))?
+            .collect()
+    } else {
+        vec![Ok(mailbox::RawMessage {
+            id: mailbox::MessageId::Path(path.to_path_buf()),
+            bytes: read_one(path)?,
+        })]
+    };
+    let single = raws.len() == 1;
+    let mut extractor = Extractor::new();
+    let mut messages = Vec::with_capacity(raws.len());
+    let mut failed = 0;
+    for raw in raws {
+        let outcome = raw.map_err(anyhow::Error::from).and_then(|raw| {
+            let id = raw.id.to_string();
+            if raw.bytes.iter().all(u8::is_ascii_whitespace) {
+                bail!("empty message: {id}");
+            }
+            let features = extractor
+                .extract(&raw.bytes)
+                .with_context(|| format!("parsing {id}"))?;
+            Ok((
+                id,
+                Labelled {
+                    features,
+                    digest: message::digest(&raw.bytes),
+                    label: Label::Ham,
+                },
+            ))
+        });
+        match outcome {
+            Ok(m) => messages.push(m),
+            // One message given, and it cannot be read: the command failed.
+            Err(err) if single => return Err(err),
+            Err(err) => {
+                failed += 1;
+                eprintln!("bayesmail: {}", for_terminal(&format!("{err:#}")));
+            }
+        }
     }
-    Ok(raw.bytes)
+    if messages.is_empty() && failed == 0 {
+        bail!("no message in {}", path.display());
+    }
+    Ok((messages, failed))
 }
 
-fn one_message(file: &Path) -> Result<Labelled> {
-    let raw = read_message(file)?;
-    let features = Extractor::new()
-        .extract(&raw)
-        .with_context(|| format!("parsing {}", file.display()))?;
-    Ok(Labelled {
-        features,
-        digest: message::digest(&raw),
-        label: Label::Ham,
-    })
-}
-
-pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
-    let mut msg = one_message(&args.file)?;
-    msg.label = if args.spam { Label::Spam } else { Label::Ham };
-    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
-    let summary = trainer.learn(std::slice::from_ref(&msg), &mut |_| {})?;
-    if summary.learned + summary.relearned > 0 || trainer.model_is_stale()? {
+/// Rebuilds the model after `learn` or `unlearn` changed the counts, if
+/// both classes have messages; otherwise removes a model that no longer
+/// has both (a classifier with one class would call everything unsure) and
+/// says why there is none.
+fn rebuild(ctx: &Context, trainer: &Trainer, changed: bool) -> Result<Option<String>> {
+    let totals = bayesmail::store::Store::totals(trainer.store())?.messages;
+    if let Some(why) = missing_class(totals) {
+        match std::fs::remove_file(ctx.db.snapshot()) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                return Err(err).with_context(|| {
+                    format!("removing the model {}", ctx.db.snapshot().display())
+                });
+            }
+        }
+        return Ok(Some(why));
+    }
+    // Compile after a change, and also when an earlier run was killed
+    // between storing and compiling, so the model never lags the counts.
+    if changed || trainer.model_is_stale()? {
         let (params, _) = ctx.params(&super::ModelArgs::default())?;
         trainer.compile(*params.get(), None)?;
     }
-    let what = if summary.relearned > 0 {
-        format!("moved to {}", msg.label)
-    } else if summary.learned > 0 {
-        format!("learned as {}", msg.label)
+    Ok(None)
+}
+
+pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
+    let label = if args.spam { Label::Spam } else { Label::Ham };
+    let (mut messages, failed) = read_messages(&args.file, "learn")?;
+    for (_, m) in &mut messages {
+        m.label = label;
+    }
+    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
+    let labelled: Vec<Labelled> = messages.into_iter().map(|(_, m)| m).collect();
+    let summary = trainer.learn(&labelled, &mut |_| {})?;
+    let no_model = rebuild(ctx, &trainer, summary.learned + summary.relearned > 0)?;
+    let what = if labelled.len() == 1 {
+        if summary.relearned > 0 {
+            format!("moved to {label}")
+        } else if summary.learned > 0 {
+            format!("learned as {label}")
+        } else {
+            format!("already learned as {label}")
+        }
     } else {
-        format!("already learned as {}", msg.label)
+        format!(
+            "{} messages: {} learned as {label}, {} moved to {label}, {} already learned as \
+             {label}{}",
+            labelled.len(),
+            summary.learned,
+            summary.relearned,
+            summary.unchanged,
+            if summary.duplicates > 0 {
+                format!(", {} duplicates", summary.duplicates)
+            } else {
+                String::new()
+            }
+        )
     };
-    println!("{what}");
-    Ok(Outcome::AllOk)
+    match no_model {
+        None => println!("{what}"),
+        Some(why) => println!("{what}; no model written yet: {why}"),
+    }
+    Ok(if failed > 0 {
+        Outcome::SomeFailed
+    } else {
+        Outcome::AllOk
+    })
 }
 
 pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
-    let msg = one_message(&args.file)?;
-    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
-    let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let result = trainer.unlearn(&msg.features, msg.digest);
-    // Compile after a change, and also when an earlier run was killed
-    // between storing and compiling, so the model never lags the counts.
-    if result.is_ok() || trainer.model_is_stale()? {
-        trainer.compile(*params.get(), None)?;
+    // Only a database that exists can have learned the message; opening one
+    // that does not would create it, empty.
+    if !ctx.db.counts().exists() {
+        bail!(
+            "nothing has been learned into {} yet, so there is nothing to unlearn",
+            ctx.db.dir().display()
+        );
     }
-    println!("unlearned (was {})", result?);
-    Ok(Outcome::AllOk)
+    let (messages, mut failed) = read_messages(&args.file, "unlearn")?;
+    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
+    let single = messages.len() == 1 && failed == 0;
+    let mut changed = false;
+    let mut lines = Vec::new();
+    let mut first_error = None;
+    for (id, m) in &messages {
+        match trainer.unlearn(&m.features, m.digest) {
+            Ok(was) => {
+                changed = true;
+                lines.push(if single {
+                    format!("unlearned (was {was})")
+                } else {
+                    format!("{}: unlearned (was {was})", for_terminal(id))
+                });
+            }
+            Err(err @ bayesmail::db::Error::NotLearned) if !single => {
+                failed += 1;
+                eprintln!("bayesmail: {}: {err}", for_terminal(id));
+            }
+            Err(err) => {
+                first_error = Some(err);
+                break;
+            }
+        }
+    }
+    let no_model = rebuild(ctx, &trainer, changed)?;
+    if let Some(err) = first_error {
+        return Err(err.into());
+    }
+    for line in lines {
+        println!("{line}");
+    }
+    if let Some(why) = no_model {
+        println!("no model now: {why}");
+    }
+    Ok(if failed > 0 {
+        Outcome::SomeFailed
+    } else {
+        Outcome::AllOk
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labelled(i: usize, label: Label) -> Labelled {
+        let raw = format!("Subject: {i}\n\nbody {i}\n");
+        Labelled {
+            features: Extractor::new().extract(raw.as_bytes()).unwrap(),
+            digest: message::digest(raw.as_bytes()),
+            label,
+        }
+    }
+
+    #[test]
+    fn interleaving_keeps_each_class_in_order_and_mixes_them_in_proportion() {
+        let mut messages: Vec<_> = (0..6).map(|i| labelled(i, Label::Ham)).collect();
+        messages.extend((6..8).map(|i| labelled(i, Label::Spam)));
+        let digests: Vec<_> = messages.iter().map(|m| m.digest).collect();
+        let out = interleave(messages);
+        let order: Vec<usize> = out
+            .iter()
+            .map(|m| digests.iter().position(|d| *d == m.digest).unwrap())
+            .collect();
+        assert_eq!(order, [0, 6, 1, 2, 3, 7, 4, 5]);
+        assert!(interleave(Vec::new()).is_empty());
+    }
 }

@@ -69,6 +69,13 @@ impl<R: BufRead> MboxReader<R> {
     }
 }
 
+impl<R> MboxReader<R> {
+    /// Whether another message follows (its separator line has been read).
+    pub(super) fn has_more(&self) -> bool {
+        self.next_start.is_some()
+    }
+}
+
 impl<R: BufRead> Iterator for MboxReader<R> {
     type Item = Result<RawMessage>;
 
@@ -131,7 +138,7 @@ fn is_separator(line: &[u8], after_blank: bool) -> bool {
 /// well-formed mbox never has (writers escape `From ` in bodies), so it only
 /// rescues files whose writer forgot the blank line. Every ctime-style date
 /// carries a time; a year alone is too common in prose to count.
-fn looks_like_separator(rest: &[u8]) -> bool {
+pub(super) fn looks_like_separator(rest: &[u8]) -> bool {
     let sender_len = rest
         .iter()
         .position(|b| b.is_ascii_whitespace())
@@ -147,7 +154,7 @@ fn looks_like_separator(rest: &[u8]) -> bool {
 
 /// Whether `line` starts with `>` in front of `From `, as escaped by
 /// writers of the given convention.
-fn is_escaped(line: &[u8], escaping: MboxEscaping) -> bool {
+pub(super) fn is_escaped(line: &[u8], escaping: MboxEscaping) -> bool {
     match escaping {
         MboxEscaping::Mboxrd => line.first() == Some(&b'>') && needs_escape(line),
         MboxEscaping::Mboxo => line.starts_with(b">From "),

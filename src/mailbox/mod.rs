@@ -82,13 +82,19 @@ pub enum MailboxKind {
     Mbox,
     /// A directory tree of message files (`.eml` and the like), walked in
     /// full, dotfiles and dot-directories left out. Maildirs found inside are
-    /// read as Maildirs, and files that start with `From ` as mboxes (a
-    /// single saved message with an envelope line thus becomes one message
-    /// with id `path:0`, its `From ` line left out).
+    /// read as Maildirs, and files that start with `From ` as mboxes when
+    /// they hold several messages; a file holding one message after its
+    /// envelope line is that message (id `path`, see [`MailboxKind::File`]).
     Dir,
-    /// A single file holding one message.
+    /// A single file holding one message. A file that starts with a `From `
+    /// envelope line and holds one message (no second separator by the
+    /// [`MailboxKind::Mbox`] rules) is a message too: its id is the plain
+    /// path, so it can be moved like any message file, and its bytes are
+    /// what an mbox reader gives (envelope line left out, `>From ` escaping
+    /// undone), so its registry digest is the same however it is reached.
     File,
-    /// Standard input, holding one message.
+    /// Standard input: one message, or, if it is clearly an mbox of several
+    /// messages (see [`looks_like_several_messages`]), each of them.
     Stdin,
 }
 
@@ -181,24 +187,18 @@ impl FromStr for MboxEscaping {
 }
 
 /// How mailboxes are read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Options {
     /// Descend into Maildir subfolders: Maildir++ folders (`.Name` directories
     /// holding `cur/` or `new/`) and nested Maildirs (plain subdirectories
-    /// holding `cur/` or `new/`). Default `true`. Directory trees
-    /// ([`MailboxKind::Dir`]) are always walked in full.
+    /// holding `cur/` or `new/`). Default `false`: in Maildir++ the root is
+    /// the inbox, and `.Junk`, `.Trash` or `.Sent` are other folders, so a
+    /// Maildir means its own `cur/` and `new/` unless the caller asks for
+    /// more. Directory trees ([`MailboxKind::Dir`]) are always walked in
+    /// full (Maildirs found in them follow this setting).
     pub recursive: bool,
     /// The mbox escaping convention to undo. Default [`MboxEscaping::Mboxrd`].
     pub escaping: MboxEscaping,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            recursive: true,
-            escaping: MboxEscaping::default(),
-        }
-    }
 }
 
 /// Where a message came from.
@@ -222,6 +222,11 @@ pub enum MessageId {
     },
     /// Standard input.
     Stdin,
+    /// One of several messages in an mbox read from standard input.
+    StdinMbox {
+        /// Byte offset of the message's `From ` separator line in the input.
+        offset: u64,
+    },
 }
 
 impl MessageId {
@@ -229,7 +234,7 @@ impl MessageId {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Self::Path(path) | Self::Mbox { path, .. } => Some(path),
-            Self::Stdin => None,
+            Self::Stdin | Self::StdinMbox { .. } => None,
         }
     }
 }
@@ -240,6 +245,7 @@ impl fmt::Display for MessageId {
             Self::Path(path) => write!(f, "{}", path.display()),
             Self::Mbox { path, offset } => write!(f, "{}:{offset}", path.display()),
             Self::Stdin => f.write_str("-"),
+            Self::StdinMbox { offset } => write!(f, "-:{offset}"),
         }
     }
 }
@@ -332,8 +338,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// - `-` is [`MailboxKind::Stdin`];
 /// - a directory with a `cur/`, `new/` or `tmp/` subdirectory is a
 ///   [`MailboxKind::Maildir`], any other directory a [`MailboxKind::Dir`];
-/// - a file whose first five bytes are `From ` is a [`MailboxKind::Mbox`],
-///   any other non-empty file a [`MailboxKind::File`].
+/// - a file whose first five bytes are `From ` is a [`MailboxKind::Mbox`]
+///   if it holds more than one message, else a [`MailboxKind::File`] (one
+///   message after an envelope line; finding out reads that message); any
+///   other non-empty file is a [`MailboxKind::File`].
 ///
 /// Symlinks are followed. An empty file is an error ("not a mailbox: X (empty
 /// file)"): it could be an empty mbox or an empty message, and reading it as
@@ -367,7 +375,11 @@ pub fn detect(path: &Path) -> Result<MailboxKind> {
             reason: "empty file",
         })
     } else if prefix == *b"From " {
-        Ok(MailboxKind::Mbox)
+        drop(file);
+        Ok(match sniff(path, MboxEscaping::default())? {
+            Sniffed::Mbox(..) => MailboxKind::Mbox,
+            Sniffed::Message(_) => MailboxKind::File,
+        })
     } else {
         Ok(MailboxKind::File)
     }
@@ -379,7 +391,14 @@ pub fn detect(path: &Path) -> Result<MailboxKind> {
 /// Returns an error only if the path itself cannot be opened or detected;
 /// failures of single messages (and of subfolders) come out as `Err` items.
 pub fn open(path: &Path, opts: &Options) -> Result<Messages> {
-    open_as(path, detect(path)?, opts)
+    match detect(path)? {
+        // Read the way a file in a tree is, so that a message with an
+        // envelope line gets the same bytes and id either way.
+        MailboxKind::File | MailboxKind::Mbox => {
+            Ok(Messages::new(*opts, vec![Task::Sniff(path.to_path_buf())]))
+        }
+        kind => open_as(path, kind, opts),
+    }
 }
 
 /// Open `path` as a mailbox of the given kind and stream its messages.
@@ -391,8 +410,11 @@ pub fn open(path: &Path, opts: &Options) -> Result<Messages> {
 ///   directory.
 /// - [`MailboxKind::File`]: `path` must exist and not be a directory; the
 ///   whole file is one message.
-/// - [`MailboxKind::Stdin`]: `path` is ignored; all of stdin is one message,
-///   kept verbatim (a leading `From ` line included).
+/// - [`MailboxKind::Stdin`]: `path` is ignored; all of stdin is read. If it
+///   is clearly an mbox of several messages ([`looks_like_several_messages`])
+///   it is split by the [`MailboxKind::Mbox`] rules (ids `-:offset`);
+///   otherwise it is one message, kept verbatim (a leading `From ` line
+///   included), as a delivery agent passes one on.
 pub fn open_as(path: &Path, kind: MailboxKind, opts: &Options) -> Result<Messages> {
     let mut messages = Messages::new(*opts, Vec::new());
     match kind {
@@ -449,7 +471,10 @@ pub fn open_all(
 pub struct Messages {
     /// Work still to do; the next task is at the end.
     tasks: Vec<Task>,
-    /// The mbox being read, if any; drained before the next task.
+    /// Messages already read, handed out before anything else.
+    pending: std::collections::VecDeque<Result<RawMessage>>,
+    /// The mbox being read, if any; drained (after `pending`) before the
+    /// next task.
     mbox: Option<MboxReader<BufReader<File>>>,
     opts: Options,
     /// Canonical paths of the directories already listed under the current
@@ -481,6 +506,7 @@ impl Messages {
         tasks.reverse();
         Self {
             tasks,
+            pending: Default::default(),
             mbox: None,
             opts,
             visited: HashSet::new(),
@@ -523,8 +549,9 @@ impl Messages {
                 match open(&path, &self.opts) {
                     Ok(opened) => {
                         // Only reached once the previous mbox is drained.
-                        debug_assert!(self.mbox.is_none());
+                        debug_assert!(self.mbox.is_none() && self.pending.is_empty());
                         self.mbox = opened.mbox;
+                        self.pending = opened.pending;
                         // Both are stacks with the next task last.
                         self.tasks.extend(opened.tasks);
                         None
@@ -534,16 +561,23 @@ impl Messages {
             }
             Task::File(path) => Some(read_file(&path)),
             Task::Sniff(path) => match sniff(&path, self.opts.escaping) {
-                Ok(Sniffed::Mbox(reader)) => {
+                Ok(Sniffed::Mbox(reader, first)) => {
                     self.mbox = Some(reader);
-                    None
+                    Some(first)
                 }
                 Ok(Sniffed::Message(message)) => Some(Ok(message)),
                 Err(e) => Some(Err(e)),
             },
             Task::Maildir(dir) => self.list(&dir, MailboxKind::Maildir),
             Task::Dir(dir) => self.list(&dir, MailboxKind::Dir),
-            Task::Stdin => Some(read_stdin()),
+            Task::Stdin => match read_stdin(self.opts.escaping) {
+                Ok(mut messages) => {
+                    let first = messages.pop_front();
+                    self.pending = messages;
+                    first
+                }
+                Err(e) => Some(Err(e)),
+            },
             Task::Fail(e) => Some(Err(e)),
         }
     }
@@ -554,6 +588,9 @@ impl Iterator for Messages {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some(item);
+            }
             if let Some(reader) = &mut self.mbox {
                 match reader.next() {
                     Some(item) => return Some(item),
@@ -600,22 +637,128 @@ fn read_file(path: &Path) -> Result<RawMessage> {
     non_empty(MessageId::Path(path.to_path_buf()), bytes)
 }
 
-fn read_stdin() -> Result<RawMessage> {
+/// Reads all of stdin: one message, or each message of an mbox of several.
+fn read_stdin(escaping: MboxEscaping) -> Result<std::collections::VecDeque<Result<RawMessage>>> {
     let mut bytes = Vec::new();
     io::stdin()
         .lock()
         .read_to_end(&mut bytes)
         .map_err(|e| Error::io(MessageId::Stdin, e))?;
-    non_empty(MessageId::Stdin, bytes)
+    Ok(split_input(bytes, escaping))
+}
+
+/// `bytes` as one message (verbatim) or, when
+/// [`looks_like_several_messages`], as the messages of an mbox, with
+/// [`MessageId::StdinMbox`] ids. The messages are cut only at separators
+/// that meet that function's three signs, so a body line starting with
+/// "From " stays in its message; each message is then read as in an mbox
+/// file (separator line and the blank line before the next left out,
+/// escaping undone).
+fn split_input(
+    bytes: Vec<u8>,
+    escaping: MboxEscaping,
+) -> std::collections::VecDeque<Result<RawMessage>> {
+    let starts = separators(&bytes);
+    if starts.len() < 2 {
+        return [non_empty(MessageId::Stdin, bytes)].into();
+    }
+    let mut out = std::collections::VecDeque::with_capacity(starts.len());
+    for (i, &start) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).copied().unwrap_or(bytes.len());
+        let id = MessageId::StdinMbox {
+            offset: start as u64,
+        };
+        let chunk = &bytes[start..end];
+        let body_start = memchr::memchr(b'\n', chunk).map_or(chunk.len(), |p| p + 1);
+        let mut message = Vec::with_capacity(chunk.len() - body_start);
+        let mut last_blank = 0;
+        for line in chunk[body_start..].split_inclusive(|&b| b == b'\n') {
+            let from = usize::from(mbox::is_escaped(line, escaping));
+            message.extend_from_slice(&line[from..]);
+            last_blank = if line == b"\n" || line == b"\r\n" {
+                line.len()
+            } else {
+                0
+            };
+        }
+        message.truncate(message.len() - last_blank);
+        out.push_back(non_empty(id, message));
+    }
+    out
+}
+
+/// Byte offsets of the separator lines of `input` by the rule of
+/// [`looks_like_several_messages`] (the first line included, if it starts
+/// with `From `).
+fn separators(input: &[u8]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    if !input.starts_with(b"From ") {
+        return starts;
+    }
+    starts.push(0);
+    let first_len = memchr::memchr(b'\n', input).map_or(input.len(), |p| p + 1);
+    let mut pos = first_len;
+    let mut lines = input[first_len..]
+        .split_inclusive(|&b| b == b'\n')
+        .peekable();
+    let mut after_blank = false;
+    while let Some(line) = lines.next() {
+        if after_blank
+            && line.starts_with(b"From ")
+            && mbox::looks_like_separator(&line[5..])
+            && lines.peek().is_some_and(|next| is_header_like(next))
+        {
+            starts.push(pos);
+        }
+        after_blank = line == b"\n" || line == b"\r\n";
+        pos += line.len();
+    }
+    starts
+}
+
+/// Whether `input` (a stream said to hold one message, such as standard
+/// input) is clearly an mbox of several messages: it starts with a `From `
+/// line, and a later line is a separator by all three signs at once: it
+/// follows a blank line, has the shape `From sender … H:MM …`, and the line
+/// after it looks like a header field (`Name: value`, the name printable
+/// ASCII without spaces).
+///
+/// A delivery agent hands a program one message with its envelope line and
+/// an unescaped body, in which a paragraph may well start with "From "; the
+/// three signs together keep such a body from passing for a second message,
+/// while every mbox a mail program writes meets them.
+///
+/// ```
+/// use bayesmail::mailbox::looks_like_several_messages;
+/// let one = b"From a@b Thu Jan  1 00:00:00 1970\nSubject: x\n\nFrom here on, 10:30.\n";
+/// assert!(!looks_like_several_messages(one));
+/// let two = b"From a@b Thu Jan  1 00:00:00 1970\nSubject: x\n\nbody\n\nFrom c@d Thu Jan  1 00:00:00 1970\nSubject: y\n\nbody\n";
+/// assert!(looks_like_several_messages(two));
+/// ```
+pub fn looks_like_several_messages(input: &[u8]) -> bool {
+    separators(input).len() > 1
+}
+
+/// Whether `line` looks like the first line of a header field: a non-empty
+/// name of printable ASCII other than space and colon, then a colon.
+fn is_header_like(line: &[u8]) -> bool {
+    let name_len = line
+        .iter()
+        .position(|&b| !(b'!'..=b'~').contains(&b) || b == b':')
+        .unwrap_or(line.len());
+    name_len > 0 && line.get(name_len) == Some(&b':')
 }
 
 enum Sniffed {
-    Mbox(MboxReader<BufReader<File>>),
+    /// An mbox of more than one message: the first one, and the reader
+    /// positioned at the second.
+    Mbox(MboxReader<BufReader<File>>, Result<RawMessage>),
     Message(RawMessage),
 }
 
-/// Open a file found in a directory tree and decide by its first bytes whether
-/// it is an mbox or a single message.
+/// Open a file found in a directory tree (or named on its own) and decide
+/// whether it is an mbox or a single message: a file starting with `From `
+/// that holds one message is that message, under its plain path.
 fn sniff(path: &Path, escaping: MboxEscaping) -> Result<Sniffed> {
     let fail = |e| Error::io_path(path, e);
     let mut file = File::open(path).map_err(fail)?;
@@ -628,7 +771,31 @@ fn sniff(path: &Path, escaping: MboxEscaping) -> Result<Sniffed> {
         let mut first_line = bytes;
         io::BufRead::read_until(&mut reader, b'\n', &mut first_line).map_err(fail)?;
         debug_assert!(first_line.len() >= prefix_len);
-        return MboxReader::with_first_line(reader, path, escaping, first_line).map(Sniffed::Mbox);
+        let mut reader = MboxReader::with_first_line(reader, path, escaping, first_line)?;
+        let as_file = |e: Error| match e {
+            Error::EmptyMessage { .. } => Error::EmptyMessage {
+                id: MessageId::Path(path.to_path_buf()),
+            },
+            Error::Io { error, .. } => Error::io_path(path, error),
+            e => e,
+        };
+        let first = match reader.next() {
+            Some(first) => first,
+            None => {
+                return Err(as_file(Error::EmptyMessage {
+                    id: MessageId::Stdin,
+                }));
+            }
+        };
+        if reader.has_more() {
+            return Ok(Sniffed::Mbox(reader, first));
+        }
+        return first.map_err(as_file).map(|m| {
+            Sniffed::Message(RawMessage {
+                id: MessageId::Path(path.to_path_buf()),
+                bytes: m.bytes,
+            })
+        });
     }
     file.read_to_end(&mut bytes).map_err(fail)?;
     non_empty(MessageId::Path(path.to_path_buf()), bytes).map(Sniffed::Message)
@@ -674,6 +841,10 @@ mod tests {
         fs::create_dir_all(root.join("plain/sub")).unwrap();
         write(
             &root.join("box"),
+            &mbox_of(&[b"Subject: a\n", b"Subject: b\n"]),
+        );
+        write(
+            &root.join("one"),
             b"From x Thu Jan  1 00:00:00 1970\nSubject: a\n",
         );
         write(&root.join("msg.eml"), b"Subject: a\n\nFrom me\n");
@@ -688,6 +859,8 @@ mod tests {
         assert_eq!(kind("link"), MailboxKind::Maildir);
         assert_eq!(kind("plain"), MailboxKind::Dir);
         assert_eq!(kind("box"), MailboxKind::Mbox);
+        // Issue 18, trap 3: one message after an envelope line is a message.
+        assert_eq!(kind("one"), MailboxKind::File);
         assert_eq!(kind("msg.eml"), MailboxKind::File);
         assert_eq!(kind("short"), MailboxKind::File);
 
@@ -728,7 +901,8 @@ mod tests {
         }
         assert!("mboxcl2".parse::<MboxEscaping>().is_err());
         assert_eq!(Options::default().escaping, MboxEscaping::Mboxrd);
-        assert!(Options::default().recursive);
+        // Issue 18, trap 1: a Maildir++ root means its own cur/ and new/.
+        assert!(!Options::default().recursive);
     }
 
     #[test]
@@ -762,7 +936,11 @@ mod tests {
         write(&m.join("dovecot-uidlist"), b"3 V1 N1\n");
         write(&m.join("maildirfolder"), b"");
 
-        let all: Vec<_> = open(m, &Options::default()).unwrap().collect();
+        let recursive = Options {
+            recursive: true,
+            ..Options::default()
+        };
+        let all: Vec<_> = open(m, &recursive).unwrap().collect();
         let bytes: Vec<_> = all
             .iter()
             .map(|r| r.as_ref().unwrap().bytes.clone())
@@ -780,12 +958,8 @@ mod tests {
             ]
         );
 
-        let flat = Options {
-            recursive: false,
-            ..Options::default()
-        };
         assert_eq!(
-            summary(m, open(m, &flat).unwrap()),
+            summary(m, open(m, &Options::default()).unwrap()),
             ["cur/1:2,S", "cur/2:2,S", "new/3"]
         );
     }
@@ -830,7 +1004,10 @@ mod tests {
         write(&d.join("m/.Sub/new/2"), b"Subject: sub\n");
         write(&d.join("z.eml"), b"Subject: z\n");
 
-        let opts = Options::default();
+        let opts = Options {
+            recursive: true,
+            ..Options::default()
+        };
         assert_eq!(detect(d).unwrap(), MailboxKind::Dir);
         let all: Vec<_> = open(d, &opts).unwrap().collect();
         let second_offset = mbox
@@ -1001,6 +1178,65 @@ mod tests {
                 "m/new/3",
             ]
         );
+    }
+
+    /// Issue 18, trap 3: a file with one envelope line and one message is
+    /// read as that message, under its plain path, wherever it is found;
+    /// the envelope line is left out as an mbox reader would.
+    #[test]
+    fn one_message_after_an_envelope_line_is_a_message_not_an_mbox() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let body: &[u8] = b"Subject: one\n\nFrom the start, 10:30.\n";
+        let file = d.join("saved.eml");
+        write(&file, &mbox_of(&[body]));
+        let expect = vec![RawMessage {
+            id: MessageId::Path(file.clone()),
+            bytes: body.to_vec(),
+        }];
+        let got = |path: &Path| -> Vec<RawMessage> {
+            open(path, &Options::default())
+                .unwrap()
+                .map(|m| m.unwrap())
+                .collect()
+        };
+        assert_eq!(got(&file), expect);
+        assert_eq!(got(d), expect);
+        write(&d.join("empty-after-envelope"), b"From x\n");
+        let empty = d.join("empty-after-envelope");
+        assert_eq!(
+            open(&empty, &Options::default()).unwrap_err().to_string(),
+            format!("empty message: {}", empty.display())
+        );
+    }
+
+    #[test]
+    fn several_messages_on_one_stream_are_told_apart_from_one() {
+        let env = "From a@b.example Thu Jan  1 00:00:00 1970\n";
+        let one = format!("{env}Subject: x\n\nFrom the desk of Mr. X, 10:30 today:\nhi\n");
+        assert!(!looks_like_several_messages(one.as_bytes()));
+        let no_header = format!("{one}\n{env}and then more prose\n");
+        assert!(!looks_like_several_messages(no_header.as_bytes()));
+        let two = format!("{one}\n{env}Subject: y\n\nbody\n");
+        assert!(looks_like_several_messages(two.as_bytes()));
+        assert!(looks_like_several_messages(
+            two.replace('\n', "\r\n").as_bytes()
+        ));
+        assert!(!looks_like_several_messages(&two.as_bytes()[1..]));
+        let messages = split_input(two.clone().into_bytes(), MboxEscaping::Mboxrd);
+        let ids: Vec<String> = messages
+            .iter()
+            .map(|m| m.as_ref().unwrap().id.to_string())
+            .collect();
+        assert_eq!(ids, ["-:0".to_string(), format!("-:{}", one.len() + 1)]);
+        assert_eq!(
+            messages[0].as_ref().unwrap().bytes,
+            &one.as_bytes()[env.len()..]
+        );
+        assert_eq!(messages[1].as_ref().unwrap().bytes, b"Subject: y\n\nbody\n");
+        let single = split_input(one.clone().into_bytes(), MboxEscaping::Mboxrd);
+        assert_eq!(single[0].as_ref().unwrap().bytes, one.as_bytes());
+        assert_eq!(single[0].as_ref().unwrap().id, MessageId::Stdin);
     }
 
     #[test]

@@ -21,3 +21,4 @@ mod properties;
 mod recipes;
 mod split;
 mod train;
+mod traps;

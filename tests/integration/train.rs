@@ -217,23 +217,35 @@ fn a_message_moved_to_the_other_folder_is_relearned() {
     assert_eq!(db.counts(), [25, 23]);
 
     // Given as both spam and ham in one run: a learned message (now ham) and
-    // a new one. Both are left alone.
+    // a new one. The run refuses, names them and changes nothing (issue 18,
+    // trap 1).
     let both = db.path("both.eml");
     fs::copy(&moved, &both).unwrap();
     let new = db.path("new.eml");
     fs::write(&new, NEW_HAM).unwrap();
-    let summary = db.train(&[&spam, &both, &new], &[&ham, &new]);
-    assert_eq!(
-        summary,
-        json!({
-            "learned": 0,
-            "relearned": 0,
-            "unchanged": 47,
-            "duplicates": 0,
-            "conflicting": 2,
-            "totals": [25, 23],
-            "snapshot_written": false,
-        })
+    let args = [&spam, &both, &new].map(|p| utf8(p).to_string());
+    let out = db.run(
+        &[
+            "train",
+            "--spam",
+            &args[0],
+            &args[1],
+            &args[2],
+            "--ham",
+            utf8(&ham),
+            utf8(&new),
+        ],
+        None,
+    );
+    assert_exit(&out, 2, &["train", "both labels"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("2 messages are given as both spam and ham"),
+        "{err}"
+    );
+    assert!(
+        err.contains(utf8(&new)) && err.contains(utf8(&both)),
+        "{err}"
     );
     assert_eq!(db.counts(), [25, 23]);
     assert_eq!(

@@ -1,0 +1,441 @@
+//! Issue 18: the traps a real mailbox springs. Maildir++ folders, mbox
+//! input where one message was expected, single messages with an envelope
+//! line, one-class models and databases created by accident, Ctrl-C during
+//! `train`, and error messages.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::common::*;
+
+/// The sample corpus's messages of one class, sorted.
+fn sample(label: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(sample_dir().join(label))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "eml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A Maildir++ mailbox: the inbox holds `ham` sample ham messages, `.Junk`
+/// holds `spam` sample spam messages, `.Trash` one spam and `.Sent` one
+/// ham (neither should be learned from the README's command).
+fn maildir_plus_plus(root: &Path, ham: usize, spam: usize) {
+    let put = |dir: &Path, files: &[PathBuf]| {
+        fs::create_dir_all(dir.join("cur")).unwrap();
+        fs::create_dir_all(dir.join("new")).unwrap();
+        fs::create_dir_all(dir.join("tmp")).unwrap();
+        // Unique names, as a delivery agent makes them.
+        let folder = dir.file_name().unwrap().to_str().unwrap().replace('.', "");
+        for (i, f) in files.iter().enumerate() {
+            fs::copy(f, dir.join("cur").join(format!("{folder}{i}.host:2,S"))).unwrap();
+        }
+    };
+    let hams = sample("ham");
+    let spams = sample("spam");
+    put(root, &hams[..ham]);
+    put(&root.join(".Junk"), &spams[..spam]);
+    put(&root.join(".Trash"), &spams[spam..spam + 1]);
+    put(&root.join(".Sent"), &hams[ham..ham + 1]);
+}
+
+/// An mbox of `messages`, each with an envelope line and mboxrd escaping.
+fn mbox_of(messages: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for m in messages {
+        bayesmail::mailbox::write_mbox_message(&mut out, Some("sender@example.org"), m).unwrap();
+    }
+    out
+}
+
+fn sample_bytes(label: &str, n: usize) -> Vec<Vec<u8>> {
+    sample(label)[..n]
+        .iter()
+        .map(|p| fs::read(p).unwrap())
+        .collect()
+}
+
+/// The "scanned N messages …" summary line of `scan`.
+fn scanned(out: &std::process::Output) -> String {
+    stderr(out)
+        .lines()
+        .find(|l| l.starts_with("scanned "))
+        .unwrap_or_else(|| panic!("no summary in {}", stderr(out)))
+        .split(" in ")
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Trap 1: the README's `train --spam ~/Maildir/.Junk --ham ~/Maildir`
+/// learns the inbox as ham and `.Junk` as spam, and nothing from `.Trash`
+/// or `.Sent`.
+#[test]
+fn maildir_root_means_its_own_cur_and_new() {
+    let db = Db::new();
+    let mail = db.path("Maildir");
+    maildir_plus_plus(&mail, 6, 5);
+    let summary = db.train(&[&mail.join(".Junk")], &[&mail]);
+    assert_eq!(summary["learned"], 11, "{summary}");
+    assert_eq!(summary["totals"], serde_json::json!([6, 5]), "{summary}");
+    assert_eq!(db.counts(), [6, 5]);
+
+    // Named, a subfolder is read; --recursive reads all of them.
+    let out = db.run(
+        &["train", "--json", "--ham", utf8(&mail.join(".Sent"))],
+        None,
+    );
+    assert_exit(&out, 0, &["train", "--ham", ".Sent"]);
+    assert_eq!(db.counts(), [7, 5]);
+}
+
+/// Trap 1: the same message under both labels in one run is an error that
+/// names it, and the run changes nothing.
+#[test]
+fn a_message_given_as_both_spam_and_ham_stops_the_run_and_is_named() {
+    let db = Db::new();
+    let mail = db.path("Maildir");
+    maildir_plus_plus(&mail, 6, 5);
+    db.train(&[&mail.join(".Junk")], &[&mail]);
+    let model = fs::read(db.model()).unwrap();
+    let junk = mail.join(".Junk");
+    let out = db.run(
+        &[
+            "train",
+            "--recursive",
+            "--spam",
+            utf8(&junk),
+            "--ham",
+            utf8(&mail),
+        ],
+        None,
+    );
+    assert_exit(&out, 2, &["train", "--recursive"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{}/cur/Junk0.host:2,S", junk.display())),
+        "{err}"
+    );
+    assert!(err.contains("both spam and ham"), "{err}");
+    assert!(err.contains("nothing was learned"), "{err}");
+    assert_eq!(db.counts(), [6, 5]);
+    assert_eq!(fs::read(db.model()).unwrap(), model, "model unchanged");
+}
+
+/// Trap 1: `scan --move-spam-to ~/Maildir/.Junk ~/Maildir` counts the same
+/// with and without --dry-run, with and without --recursive: the target's
+/// own messages are not scanned again.
+#[test]
+fn scan_dry_run_counts_equal_the_real_runs() {
+    let db = Db::new();
+    db.train_sample();
+    for recursive in [false, true] {
+        let mail = db.path(&format!("Maildir-{recursive}"));
+        maildir_plus_plus(&mail, 3, 3);
+        // Spam in the inbox, to be moved to .Junk.
+        for (i, f) in sample("spam")[10..14].iter().enumerate() {
+            fs::copy(f, mail.join("new").join(format!("s{i}.host"))).unwrap();
+        }
+        let junk = mail.join(".Junk");
+        let mut args = vec!["scan", "--move-spam-to", utf8(&junk)];
+        if recursive {
+            args.push("--recursive");
+        }
+        args.push(utf8(&mail));
+        let mut dry = args.clone();
+        dry.insert(1, "--dry-run");
+        let would = db.run(&dry, None);
+        assert_exit(&would, 0, &dry);
+        let did = db.run(&args, None);
+        assert_exit(&did, 0, &args);
+        assert_eq!(scanned(&would), scanned(&did), "recursive: {recursive}");
+        let total = if recursive { 3 + 4 + 2 } else { 3 + 4 };
+        assert_eq!(scanned(&did), format!("scanned {total} messages"));
+    }
+}
+
+/// Trap 2: several messages on stdin or in a file given to `learn`,
+/// `unlearn` and `classify` are each handled.
+#[test]
+fn learn_unlearn_classify_take_each_message_of_an_mbox() {
+    let db = Db::new();
+    db.train_sample();
+    let fresh = |n: usize, word: &str| -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "From: x{i}@{word}.example\nSubject: {word} offer {i}\n\n\
+                     From the desk of {word}, 10:30: buy {word} {i} now\n"
+                )
+                .into_bytes()
+            })
+            .collect()
+    };
+    let stdin_mbox = mbox_of(&fresh(3, "alpha"));
+    let before = db.counts();
+    let out = db.ok(&["learn", "--spam", "-"], Some(&stdin_mbox));
+    assert!(out.contains("3 messages: 3 learned as spam"), "{out}");
+    assert_eq!(db.counts(), [before[0], before[1] + 3]);
+
+    let file = db.path("archive.mbox");
+    fs::write(&file, mbox_of(&fresh(4, "beta"))).unwrap();
+    db.ok(&["learn", "--spam", utf8(&file)], None);
+    assert_eq!(db.counts(), [before[0], before[1] + 7]);
+
+    let lines = json_lines(&db.ok(&["classify", "--json", "-"], Some(&stdin_mbox)));
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[1]["id"].as_str().unwrap().starts_with("-:"));
+
+    let out = db.ok(&["unlearn", "-"], Some(&stdin_mbox));
+    assert_eq!(out.matches("unlearned (was spam)").count(), 3, "{out}");
+    db.ok(&["unlearn", utf8(&file)], None);
+    assert_eq!(db.counts(), before);
+}
+
+/// Trap 2: `filter` passes an mbox of several messages through unscored
+/// (`reason=unparseable`), every byte kept; one message with an envelope
+/// line and a body paragraph starting with "From " is still one message.
+#[test]
+fn filter_passes_an_mbox_of_several_messages_through_unscored() {
+    let db = Db::new();
+    db.train_sample();
+    let several = mbox_of(&sample_bytes("spam", 3));
+    let out = db.run(&["filter"], Some(&several));
+    assert_exit(&out, 0, &["filter"]);
+    let (restored, status, _) = strip_ours(&out.stdout);
+    assert_eq!(restored, several);
+    assert!(
+        status.starts_with("Unknown, reason=unparseable"),
+        "{status}"
+    );
+    assert!(
+        stderr(&out).contains("several messages"),
+        "{}",
+        stderr(&out)
+    );
+
+    let one = b"From a@b.example Thu Jan  1 00:00:00 1970\nSubject: notes\n\n\
+                Hello,\n\nFrom Monday at 10:30 we meet upstairs.\nSee you there.\n"
+        .to_vec();
+    let out = db.run(&["filter"], Some(&one));
+    let (restored, status, _) = strip_ours(&out.stdout);
+    assert_eq!(restored, one);
+    assert_ne!(status_word(&status), "Unknown", "{status}");
+}
+
+/// Trap 3: a file with one envelope line and one message is a message: its
+/// id is its path, and `scan --move-spam-to` moves it.
+#[test]
+fn one_message_with_an_envelope_line_is_a_movable_message() {
+    let db = Db::new();
+    db.train_sample();
+    let dir = db.path("saved");
+    fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("spam.eml");
+    fs::write(&file, mbox_of(&sample_bytes("spam", 1))).unwrap();
+    let lines = db.classify(&[&file]);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["id"], utf8(&file), "{lines:?}");
+    assert_eq!(lines[0]["verdict"], "spam", "{lines:?}");
+
+    let junk = db.path("Junk");
+    let out = db.run(&["scan", "--move-spam-to", utf8(&junk), utf8(&file)], None);
+    assert_exit(&out, 0, &["scan", "--move-spam-to"]);
+    assert!(!file.exists(), "moved away: {}", stderr(&out));
+    assert_eq!(fs::read_dir(junk.join("new")).unwrap().count(), 1);
+}
+
+/// Trap 4: a bad path stops `train` before anything is written; no model
+/// is written until both classes have a message; `unlearn` and the reading
+/// commands never create a database.
+#[test]
+fn no_one_class_model_and_no_database_by_accident() {
+    let db = Db::new();
+    let typo = db.path("Maildir/.Hma");
+    let out = db.run(
+        &[
+            "train",
+            "--spam",
+            utf8(&sample_spam()),
+            "--ham",
+            utf8(&typo),
+        ],
+        None,
+    );
+    assert_exit(&out, 2, &["train", "--ham", "TYPO"]);
+    let err = stderr(&out);
+    assert!(err.contains(utf8(&typo)), "{err}");
+    assert!(err.contains("no model was written"), "{err}");
+    assert!(!db.model().exists());
+
+    let out = db.ok(&["train", "--spam", utf8(&sample_spam())], None);
+    assert!(out.contains("no model written"), "{out}");
+    assert!(out.contains("no ham"), "{out}");
+    assert!(!db.model().exists());
+    let message = fs::read(&sample("ham")[0]).unwrap();
+    let out = db.run(&["filter"], Some(&message));
+    let (_, status, _) = strip_ours(&out.stdout);
+    assert!(status.starts_with("Unknown, reason=no-model"), "{status}");
+
+    let other = Db::new();
+    let msg = utf8(&sample("ham")[0]).to_string();
+    let out = other.run(&["unlearn", &msg], None);
+    assert_exit(&out, 2, &["unlearn"]);
+    for args in [
+        vec!["classify", msg.as_str()],
+        vec!["scan", msg.as_str()],
+        vec!["explain", msg.as_str()],
+        vec!["stats"],
+        vec!["filter"],
+    ] {
+        other.run(&args, Some(&message));
+        assert!(!other.dir().exists(), "{args:?} created the database");
+    }
+}
+
+/// Trap 6: Ctrl-C during `train` says what was kept, and `stats` agrees.
+#[test]
+fn ctrl_c_during_train_says_what_was_kept_and_stats_agrees() {
+    let Some(corpus) = public_corpus() else {
+        return;
+    };
+    let db = Db::new();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args()).arg("train").arg("--spam");
+    for d in ["spam-1", "spam-2"] {
+        cmd.arg(corpus.join(d));
+    }
+    cmd.arg("--ham");
+    for d in ["easy-ham-1", "easy-ham-2", "hard-ham-1"] {
+        cmd.arg(corpus.join(d));
+    }
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the store has grown by a chunk of messages (learning has
+    // begun; an empty store is tens of kilobytes), then interrupt. Polling
+    // is bounded by a count, not asserted on.
+    let counts = bayesmail::db::DbPaths::new(db.dir()).counts();
+    let size = |p: &Path| -> u64 {
+        fs::read_dir(p)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.metadata().map_or(0, |m| m.len()))
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    for _ in 0..2400 {
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        if size(&counts) > 1 << 20 {
+            break;
+        }
+    }
+    // SAFETY: sends a signal to our own child.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("interrupted"))
+        .unwrap_or_else(|| panic!("no interrupted line: {err}"));
+    // "interrupted: N of M messages stored (H ham, S spam in the database); …"
+    let numbers: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().unwrap())
+        .collect();
+    assert!(line.contains("messages stored"), "{line}");
+    let (stored, total, ham, spam) = (numbers[0], numbers[1], numbers[2], numbers[3]);
+    assert!(stored > 0 && stored <= total, "{line}");
+    assert_eq!(ham + spam, stored, "{line}");
+    // Both classes are stored from the first chunk on, so a model is
+    // always rebuilt from what was kept.
+    assert!(line.contains("the model was"), "{line}");
+    assert_eq!(db.counts(), [ham, spam], "{line}");
+}
+
+/// Trap 6: on a terminal, `train` shows a total, a percentage and an ETA.
+#[test]
+fn train_progress_shows_total_percentage_and_eta() {
+    let Some(corpus) = public_corpus() else {
+        return;
+    };
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("script(1) not found: test skipped");
+        return;
+    }
+    let db = Db::new();
+    let mut line = format!("'{}'", env!("CARGO_BIN_EXE_bayesmail"));
+    for a in db.global_args() {
+        line += &format!(" '{a}'");
+    }
+    line += &format!(
+        " train --spam '{}' --ham '{}'",
+        corpus.join("spam-1").display(),
+        corpus.join("hard-ham-1").display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("ETA"), "{text}");
+    assert!(text.contains('%'), "{text}");
+    assert!(text.contains("/750 messages"), "{text}");
+}
+
+/// Trap 7: each cause once, real newlines, and `learn DIR` points to
+/// `train`.
+#[test]
+fn errors_are_printed_once_with_real_newlines() {
+    let db = Db::new();
+    let bad = db.path("bad.toml");
+    fs::write(&bad, "[model\n").unwrap();
+    let out = run(&["--config", utf8(&bad), "stats"], None);
+    assert_exit(&out, 2, &["stats", "bad config"]);
+    let err = stderr(&out);
+    assert!(!err.contains("\\u{a}"), "{err}");
+    assert!(err.lines().count() > 1, "{err}");
+    assert!(
+        err.lines().any(|l| l.trim_start().starts_with('|')),
+        "{err}"
+    );
+
+    let file = db.path("a-file");
+    fs::write(&file, "x").unwrap();
+    let out = run(
+        &[
+            "--db",
+            utf8(&file.join("db")),
+            "--config",
+            utf8(&db.path("config.toml")),
+            "learn",
+            "--spam",
+            utf8(&sample("spam")[0]),
+        ],
+        None,
+    );
+    assert_exit(&out, 2, &["learn", "db under a file"]);
+    let err = stderr(&out);
+    let os_error = err.find("os error").map(|i| &err[i..]).unwrap_or("");
+    assert_eq!(err.matches("os error").count(), 1, "{err} ({os_error})");
+
+    let out = db.run(&["learn", "--spam", utf8(&sample_spam())], None);
+    assert_exit(&out, 2, &["learn", "--spam", "DIR"]);
+    let err = stderr(&out);
+    assert!(err.contains("is a directory"), "{err}");
+    assert!(err.contains("bayesmail train --spam"), "{err}");
+}
