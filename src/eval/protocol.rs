@@ -197,4 +197,69 @@ mod tests {
         let pairs: Vec<(f64, bool)> = late.iter().map(|s| (s.probability, s.is_spam)).collect();
         assert!(super::super::auc(&pairs) > 0.99);
     }
+
+    /// A corpus where words carry the label only now and then (a third of
+    /// the messages have a telling word), so that ranking is imperfect and a
+    /// harmful view would show.
+    fn noisy(random_grams: bool) -> Dataset {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let items = (0..1500)
+            .map(|i| {
+                let spam = i % 3 == 0;
+                let mut tokens: Vec<String> = (0..8).map(|_| format!("w{}", next() % 60)).collect();
+                if next() % 3 == 0 {
+                    tokens.push(if spam { "offer" } else { "agenda" }.into());
+                }
+                let grams = if random_grams {
+                    (0..20).map(|_| (next() % 100) as u32).collect()
+                } else {
+                    Vec::new()
+                };
+                let mut grams: Vec<u32> = grams;
+                grams.sort_unstable();
+                grams.dedup();
+                (
+                    Features {
+                        tokens: tokens.into_iter().collect(),
+                        grams,
+                        metadata: Metadata([0.0; METADATA_LEN]),
+                    },
+                    if spam { Label::Spam } else { Label::Ham },
+                )
+            })
+            .collect::<Vec<_>>();
+        Dataset::new(items)
+    }
+
+    #[test]
+    fn a_view_of_random_features_gets_a_weight_near_zero_and_does_not_hurt() {
+        use crate::model::View;
+        let folds: Vec<usize> = (0..1500).map(|i| i % 5).collect();
+        let report = |data: &Dataset| {
+            let scored = cross_validate(data, &folds, &settings());
+            super::super::Report::new(&scored, &settings().decider.costs, 1.0)
+        };
+        let (plain, noisy) = (noisy(false), noisy(true));
+        // The stacker fitted on all of the noisy data.
+        let mut counts = Counts::new(noisy.vocabulary);
+        for ex in &noisy.examples {
+            counts.add(ex, 1);
+        }
+        let members: Vec<usize> = (0..noisy.examples.len()).collect();
+        let (_, stacker) = select_and_calibrate(&noisy, &counts, &members, &settings().training);
+        let words = stacker.weights[View::Body.index()];
+        let bytes = stacker.weights[View::Bytes.index()];
+        assert!(words > 0.3, "{stacker:?}");
+        assert!(bytes.abs() < 0.15 * words, "{stacker:?}");
+        // Under cross-validation the random view costs (almost) nothing.
+        let (without, with) = (report(&plain), report(&noisy));
+        assert!(without.auc < 0.99, "the corpus is hard enough: {without:?}");
+        assert!(with.auc > without.auc - 0.01, "{with:?} vs {without:?}");
+    }
 }
