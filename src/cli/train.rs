@@ -1,6 +1,6 @@
 //! `bayesmail train`, `learn` and `unlearn`: the write side.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -15,14 +15,14 @@ use bayesmail::sanitize::for_terminal;
 use bayesmail::{mailbox, message};
 
 use super::read::{for_each_batch, read_one};
-use super::{Context, LearnArgs, Outcome, TrainArgs, UnlearnArgs};
+use super::{Context, LearnArgs, Outcome, TrainArgs, UnlearnArgs, detail, note};
 
 /// Fewer messages of a class than this: too few to fit calibration by
 /// cross-validation; the previous calibration (or none) is kept.
 const MIN_CALIBRATION_PER_CLASS: usize = 20;
 
 fn spinner(what: &str) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
+    if !super::progress_allowed() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new_spinner();
@@ -69,6 +69,13 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         })?;
     }
     let failed = unread + unparsed;
+    detail!(
+        "read {} messages in {:.1}s ({} could not be read, {} not parsed)",
+        messages.len(),
+        start.elapsed().as_secs_f64(),
+        unread,
+        unparsed
+    );
     bar.set_message("learning");
     bar.set_position(0);
     let mut summary = trainer.learn(&messages, &mut |n| bar.set_position(n as u64))?;
@@ -83,8 +90,20 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             min_known: ctx.config.min_known(),
             refit_every: DEFAULT_REFIT_EVERY,
         };
+        let fitting = Instant::now();
         let (chosen, calibration) =
             Trainer::calibrate(&messages, &settings, MIN_CALIBRATION_PER_CLASS);
+        match &calibration {
+            Some((_, n)) => detail!(
+                "calibration fitted on {n} messages in {:.1}s; model {}",
+                fitting.elapsed().as_secs_f64(),
+                serde_json::to_string(&chosen)?
+            ),
+            None => note!(
+                "bayesmail: note: fewer than {MIN_CALIBRATION_PER_CLASS} spam or ham messages \
+                 in this run: the calibration is not refitted (the previous one, if any, is kept)"
+            ),
+        }
         bar.set_message("writing the model");
         trainer.compile(chosen, calibration)?;
         summary.snapshot_written = true;
@@ -190,14 +209,39 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         let (params, _) = ctx.params(&super::ModelArgs::default())?;
         trainer.compile(*params.get(), None)?;
     }
-    let what = if summary.relearned > 0 {
-        format!("moved to {}", msg.label)
+    let (action, what) = if summary.relearned > 0 {
+        ("moved", format!("moved to {}", msg.label))
     } else if summary.learned > 0 {
-        format!("learned as {}", msg.label)
+        ("learned", format!("learned as {}", msg.label))
     } else {
-        format!("already learned as {}", msg.label)
+        (
+            "already-learned",
+            format!("already learned as {}", msg.label),
+        )
     };
-    println!("{what}");
+    if args.json {
+        #[derive(serde::Serialize)]
+        struct Learned<'a> {
+            action: &'a str,
+            label: Label,
+            #[serde(flatten)]
+            summary: &'a bayesmail::db::TrainSummary,
+        }
+        let learned = Learned {
+            action,
+            label: msg.label,
+            summary: &summary,
+        };
+        println!("{}", serde_json::to_string(&learned)?);
+    } else {
+        println!("{what}");
+    }
+    detail!(
+        "database {}: {} ham, {} spam",
+        ctx.db.dir().display(),
+        summary.totals[0],
+        summary.totals[1]
+    );
     Ok(Outcome::AllOk)
 }
 
@@ -211,6 +255,12 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     if result.is_ok() || trainer.model_is_stale()? {
         trainer.compile(*params.get(), None)?;
     }
-    println!("unlearned (was {})", result?);
+    let label = result?;
+    if args.json {
+        let out = serde_json::json!({ "action": "unlearned", "label": label });
+        println!("{out}");
+    } else {
+        println!("unlearned (was {label})");
+    }
     Ok(Outcome::AllOk)
 }
