@@ -6,6 +6,7 @@ mod classify;
 mod eval;
 mod filter;
 mod manual;
+mod plot;
 mod read;
 mod scan;
 mod tokens;

@@ -2,7 +2,9 @@
 //! from the clap definitions, `-q`/`-v`, `--json` on `learn`, `unlearn` and
 //! `stats`, and `eval --plot`.
 
-use std::path::PathBuf;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -193,4 +195,94 @@ fn quiet_silences_notes_and_summaries_and_verbose_adds_detail() {
     // -q and -v together are a usage error.
     let both = db.run(&["-q", "-v", "stats"], None);
     assert_exit(&both, 2, &["-q", "-v"]);
+}
+
+/// Renders `svg` to PNG with `rsvg-convert`; returns (width, height,
+/// RGBA pixels).
+fn render(svg: &Path) -> (u32, u32, Vec<u8>) {
+    let png = svg.with_extension("png");
+    let out = Command::new("rsvg-convert")
+        .arg(svg)
+        .arg("-o")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0, &["rsvg-convert", utf8(svg)]);
+    let mut decoder = png::Decoder::new(std::io::BufReader::new(fs::File::open(&png).unwrap()));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::ALPHA);
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!(frame.color_type, png::ColorType::Rgba, "{}", png.display());
+    pixels.truncate(frame.buffer_size());
+    (frame.width, frame.height, pixels)
+}
+
+#[test]
+fn eval_plot_writes_a_roc_curve_and_a_reliability_diagram_that_render() {
+    let db = Db::new();
+    let dir = db.path("plots");
+    let spam = utf8(&sample_spam()).to_string();
+    let ham = utf8(&sample_ham()).to_string();
+    let args = [
+        "eval", "--spam", &spam, "--ham", &ham, "--k", "4", "--json", "--plot",
+    ];
+    let mut all = args.to_vec();
+    all.push(utf8(&dir));
+    let report = one_json(&db.ok(&all, None));
+
+    // --json: confusion counts that add up, and one entry per fold.
+    let confusion = &report["confusion"];
+    let cells: u64 = keys(confusion)
+        .iter()
+        .map(|k| confusion[k].as_u64().unwrap())
+        .sum();
+    assert_eq!(cells, 48, "{confusion}");
+    let ham_cells: u64 = ["ham_as_ham", "ham_as_unsure", "ham_as_spam"]
+        .iter()
+        .map(|k| confusion[k].as_u64().unwrap())
+        .sum();
+    assert_eq!(ham_cells, report["n_ham"].as_u64().unwrap());
+    let folds = report["folds"].as_array().unwrap();
+    assert_eq!(folds.len(), 4, "{report}");
+    let mut n = 0;
+    for (i, fold) in folds.iter().enumerate() {
+        assert_eq!(fold["fold"], i);
+        for key in ["n", "auc", "fpr_pct", "fnr_pct", "ece", "confusion"] {
+            assert!(keys(fold).contains(&key), "fold lacks {key}: {fold}");
+        }
+        n += fold["n"].as_u64().unwrap();
+    }
+    assert_eq!(n, 48);
+
+    if !crate::recipes::have("rsvg-convert") {
+        return;
+    }
+    for name in ["roc.svg", "reliability.svg"] {
+        let svg = dir.join(name);
+        let text = fs::read_to_string(&svg).unwrap();
+        assert!(text.starts_with("<svg"), "{name}");
+        let (w, h, pixels) = render(&svg);
+        assert!(
+            (400..=2000).contains(&w) && (300..=2000).contains(&h),
+            "{name}: {w}x{h}"
+        );
+        let rgba: Vec<&[u8]> = pixels.chunks(4).collect();
+        let inked = rgba
+            .iter()
+            .filter(|p| p[3] > 0 && p[..3] != [255, 255, 255])
+            .count();
+        // The data are drawn in pure blue; axes and text in black or grey.
+        let blue = rgba
+            .iter()
+            .filter(|p| p[3] > 200 && p[2] > 200 && p[0] < 60 && p[1] < 60)
+            .count();
+        let total = rgba.len();
+        assert!(
+            inked * 50 > total,
+            "{name}: only {inked} of {total} pixels drawn"
+        );
+        assert!(inked * 2 < total, "{name}: {inked} of {total} pixels drawn");
+        assert!(blue > 500, "{name}: the curve has {blue} pixels");
+    }
 }

@@ -129,7 +129,7 @@ fn spam_and_ham(db: &Db) -> (Vec<u8>, Vec<u8>) {
 
 /// True if `program` is installed; if not, panics where the corpus (and so
 /// the full CI setup) is required, and otherwise says the test is skipped.
-fn have(program: &str) -> bool {
+pub(crate) fn have(program: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .stdout(Stdio::null())
