@@ -597,3 +597,101 @@ fn sieve_recipe_creates_a_missing_junk_folder_and_delivers_with_our_fields() {
     assert_eq!(inbox.len(), 1);
     assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
 }
+
+/// Runs `tmux` on a server of this test's own (its own socket), so no
+/// other tmux session on the machine is touched.
+fn tmux(socket: &str, args: &[&str]) -> std::process::Output {
+    Command::new("tmux")
+        .args(["-L", socket])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn mutt_runs_the_spam_macro_to_the_end_without_a_key_press() {
+    if !have("mutt") || !have("tmux") {
+        return;
+    }
+    let home = Home::new();
+    let (spam, _) = spam_and_ham(&home.db);
+    // A message not learned yet, in the inbox.
+    let new = [
+        b"Subject: a new one\nFrom: x@new.example\n\n".as_ref(),
+        &spam,
+    ]
+    .concat();
+    fs::write(home.dir().join("Maildir/cur/1.test:2,S"), &new).unwrap();
+    let before = home.db.counts();
+    let rc = home.dir().join("muttrc");
+    fs::write(
+        &rc,
+        format!(
+            "set folder=~/Maildir\nset spoolfile=~/Maildir\nset mbox_type=Maildir\n\
+             set confirmappend=no\nset delete=yes\nsource {}\n",
+            utf8(&root().join("contrib/muttrc"))
+        ),
+    )
+    .unwrap();
+    let socket = format!("bayesmail-test-{}", std::process::id());
+    let mutt = format!(
+        "env -i HOME='{}' TERM=xterm PATH='{}' BAYESMAIL_DB='{}' BAYESMAIL_CONFIG='{}' \
+         mutt -n -F '{}'",
+        utf8(&home.dir()),
+        home.path_var(),
+        utf8(&home.db.dir()),
+        utf8(&home.db.path("config.toml")),
+        utf8(&rc)
+    );
+    let started = tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "mutt",
+            "-x",
+            "120",
+            "-y",
+            "30",
+            &mutt,
+        ],
+    );
+    assert!(started.status.success(), "{started:?}");
+    let screen =
+        || String::from_utf8_lossy(&tmux(&socket, &["capture-pane", "-p"]).stdout).into_owned();
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(50));
+    // Bounded polling, not a timing assertion: mutt shows the index, then
+    // the macro runs and saves.
+    for _ in 0..200 {
+        if screen().contains("a new one") {
+            break;
+        }
+        pause();
+    }
+    tmux(&socket, &["send-keys", "-t", "mutt", "S"]);
+    let junk = home.dir().join("Maildir/.Junk/cur");
+    let mut saved = Vec::new();
+    for _ in 0..200 {
+        saved = fs::read_dir(&junk)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        if !saved.is_empty() {
+            break;
+        }
+        pause();
+    }
+    // A waiting "Press any key" would show now, after the save.
+    pause();
+    let shown = screen();
+    tmux(&socket, &["kill-server"]);
+    assert_eq!(saved.len(), 1, "the message is in =.Junk\n{shown}");
+    assert!(!shown.contains("Press any key"), "{shown}");
+    let after = home.db.counts();
+    assert_eq!(
+        [after[0] - before[0], after[1] - before[1]],
+        [0, 1],
+        "{shown}"
+    );
+}
