@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use rayon::prelude::*;
 
+use bayesmail::eval::confusion::Confusion;
 use bayesmail::eval::protocol::{self, Settings};
 use bayesmail::eval::{Report, Scored};
 use bayesmail::features::{Extractor, Features};
@@ -163,10 +164,28 @@ pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
     if let Some(path) = &args.scores {
         write_scores(path, &items, &scored)?;
     }
+    if let Some(dir) = &args.plot {
+        for path in super::plot::write(dir, &scored)? {
+            super::detail!("wrote {}", path.display());
+        }
+    }
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if args.json {
-        serde_json::to_writer(&mut out, &report)?;
+        let folds = if args.online.is_some() {
+            Vec::new()
+        } else {
+            per_fold(&items, &scored, &settings)?
+        };
+        let mut json = serde_json::to_value(&report)?;
+        if let Some(obj) = json.as_object_mut() {
+            obj.insert(
+                "confusion".into(),
+                serde_json::to_value(Confusion::new(&scored))?,
+            );
+            obj.insert("folds".into(), serde_json::Value::Array(folds));
+        }
+        serde_json::to_writer(&mut out, &json)?;
         writeln!(out)?;
     } else {
         write_report(
@@ -180,6 +199,38 @@ pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
         )?;
     }
     Ok(Outcome::AllOk)
+}
+
+/// The report's figures and the confusion counts of each fold, in fold
+/// order (cross-validation only). Speed is left out: it is measured over
+/// the whole run, not per fold.
+fn per_fold(
+    items: &[Item],
+    scored: &[Scored],
+    settings: &Settings,
+) -> Result<Vec<serde_json::Value>> {
+    let mut by_fold: std::collections::BTreeMap<usize, Vec<Scored>> = Default::default();
+    for s in scored {
+        by_fold
+            .entry(items[s.index].fold)
+            .or_default()
+            .push(s.clone());
+    }
+    by_fold
+        .into_iter()
+        .map(|(fold, scored)| {
+            let mut v = serde_json::to_value(Report::new(&scored, &settings.decider.costs, 0.0))?;
+            if let Some(obj) = v.as_object_mut() {
+                obj.remove("messages_per_second");
+                obj.insert("fold".into(), fold.into());
+                obj.insert(
+                    "confusion".into(),
+                    serde_json::to_value(Confusion::new(&scored))?,
+                );
+            }
+            Ok(v)
+        })
+        .collect()
 }
 
 fn write_scores(path: &Path, items: &[Item], scored: &[Scored]) -> Result<()> {

@@ -5,6 +5,8 @@
 mod classify;
 mod eval;
 mod filter;
+mod manual;
+mod plot;
 mod read;
 mod scan;
 mod tokens;
@@ -50,6 +52,14 @@ struct Cli {
     /// Configuration file (TOML).
     #[arg(long, global = true, env = "BAYESMAIL_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Quiet: no progress, notes or summaries on stderr; errors still go
+    /// there.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Verbose: say more on stderr (what each phase did and how long it
+    /// took).
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -158,6 +168,20 @@ enum Command {
     /// or the TREC online protocol over an index (--online, lines 'spam PATH'
     /// / 'ham PATH': classify each message in order, then learn it).
     Eval(Deferred<Box<EvalArgs>>),
+    /// Print a shell completion script for bash, zsh, fish, elvish or
+    /// PowerShell on stdout.
+    ///
+    /// For example, bash: `bayesmail completions bash >
+    /// ~/.local/share/bash-completion/completions/bayesmail`; zsh: into a
+    /// directory on $fpath as `_bayesmail`; fish: `bayesmail completions fish
+    /// > ~/.config/fish/completions/bayesmail.fish`.
+    Completions(Deferred<CompletionsArgs>),
+    /// Print a man page (roff) on stdout: bayesmail(1), or with a command
+    /// name that command's page, bayesmail-COMMAND(1).
+    ///
+    /// For example: `bayesmail man > ~/.local/share/man/man1/bayesmail.1`,
+    /// or `bayesmail man train | man -l -`.
+    Man(Deferred<ManArgs>),
 }
 
 /// A subcommand's arguments, defined in clap only when that subcommand is
@@ -320,6 +344,20 @@ struct TrainArgs {
 }
 
 #[derive(Args, Debug)]
+struct CompletionsArgs {
+    /// The shell to write completions for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+struct ManArgs {
+    /// The command whose page to print (default: the main page).
+    #[arg(value_name = "COMMAND")]
+    command: Option<String>,
+}
+
+#[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("label").required(true).args(["spam", "ham"])))]
 struct LearnArgs {
     /// Learn it as spam.
@@ -331,6 +369,9 @@ struct LearnArgs {
     /// The message file, or '-' for standard input.
     #[arg(default_value = "-", value_name = "FILE")]
     file: PathBuf,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
     /// Seconds to wait for another process holding the database.
     #[arg(long, default_value_t = DEFAULT_LOCK_WAIT.as_secs(), value_name = "SECONDS")]
     wait: u64,
@@ -341,6 +382,9 @@ struct UnlearnArgs {
     /// The message file, or '-' for standard input.
     #[arg(default_value = "-", value_name = "FILE")]
     file: PathBuf,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
     /// Seconds to wait for another process holding the database.
     #[arg(long, default_value_t = DEFAULT_LOCK_WAIT.as_secs(), value_name = "SECONDS")]
     wait: u64,
@@ -458,6 +502,10 @@ struct EvalArgs {
     /// Write per-message scores (TSV) to this file.
     #[arg(long, value_name = "FILE")]
     scores: Option<PathBuf>,
+    /// Write a ROC curve (roc.svg) and a reliability diagram
+    /// (reliability.svg) into this folder (created if missing).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
     #[command(flatten)]
     model: ModelArgs,
     #[command(flatten)]
@@ -558,6 +606,54 @@ impl Context {
     }
 }
 
+/// How much a command says on stderr besides its errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Verbosity {
+    /// `-q`: errors only.
+    Quiet = 0,
+    /// Errors, notes, summaries, and progress on a terminal.
+    Normal = 1,
+    /// `-v`: also what each phase did.
+    Verbose = 2,
+}
+
+/// Set once from `-q`/`-v` before any command runs; a process runs one
+/// command, so a global spares threading it through every printer.
+static VERBOSITY: std::sync::atomic::AtomicU8 =
+    std::sync::atomic::AtomicU8::new(Verbosity::Normal as u8);
+
+fn verbosity() -> Verbosity {
+    match VERBOSITY.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => Verbosity::Quiet,
+        1 => Verbosity::Normal,
+        _ => Verbosity::Verbose,
+    }
+}
+
+/// A note on stderr, unless `-q`.
+macro_rules! note {
+    ($($arg:tt)*) => {
+        if $crate::cli::verbosity() >= $crate::cli::Verbosity::Normal {
+            eprintln!($($arg)*);
+        }
+    };
+}
+
+/// Detail on stderr, only with `-v`.
+macro_rules! detail {
+    ($($arg:tt)*) => {
+        if $crate::cli::verbosity() >= $crate::cli::Verbosity::Verbose {
+            eprintln!($($arg)*);
+        }
+    };
+}
+use {detail, note};
+
+/// Whether a progress bar may be drawn: stderr is a terminal and not `-q`.
+fn progress_allowed() -> bool {
+    verbosity() > Verbosity::Quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
 /// Runs the command line and returns the process exit code.
 pub fn main(streams: crate::ClosedStreams) -> u8 {
     let cli = match Cli::try_parse() {
@@ -579,10 +675,21 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
             None => err.exit(),
         },
     };
+    let level = if cli.quiet {
+        Verbosity::Quiet
+    } else if cli.verbose {
+        Verbosity::Verbose
+    } else {
+        Verbosity::Normal
+    };
+    VERBOSITY.store(level as u8, std::sync::atomic::Ordering::Relaxed);
     let command = match cli.command {
         // The delivery hook builds its own context: it must pass the
         // message on even when the configuration is broken.
         Command::Filter(args) => return filter::run(streams, cli.db, cli.config, &args),
+        // Generated from the definitions alone: no config, no database.
+        Command::Completions(args) => return finish(manual::completions(args.shell)),
+        Command::Man(args) => return finish(manual::man(args.command.as_deref())),
         command => command,
     };
     let outcome = Context::new(cli.db, cli.config).and_then(|ctx| match command {
@@ -592,7 +699,9 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
         Command::Unlearn(args) => train::unlearn(&ctx, &args),
         Command::Classify(args) => classify::classify(&ctx, &args),
         Command::Scan(args) => scan::scan(&ctx, &args),
-        Command::Filter(_) => unreachable!("filter returned above"),
+        Command::Filter(_) | Command::Completions(_) | Command::Man(_) => {
+            unreachable!("returned above")
+        }
         Command::Explain(args) => classify::explain(&ctx, &args),
         Command::Stats(args) => classify::stats(&ctx, &args),
         Command::Eval(args) => {
@@ -610,6 +719,11 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
             eval::run(&args, settings)
         }
     });
+    finish(outcome)
+}
+
+/// Prints an error once and maps the outcome to an exit code.
+fn finish(outcome: anyhow::Result<Outcome>) -> u8 {
     match outcome {
         Ok(Outcome::AllOk) => EXIT_OK,
         Ok(Outcome::SomeFailed) => EXIT_SOME_FAILED,
@@ -716,7 +830,7 @@ mod tests {
             );
             seen += 1;
         }
-        assert_eq!(seen, 10);
+        assert_eq!(seen, 12);
         let filter = built.find_subcommand("filter").unwrap();
         assert!(filter.get_arguments().any(|a| a.get_id() == "max_size"));
     }

@@ -2,7 +2,7 @@
 //! per message (table, JSON lines or CSV) and a summary, and optionally move
 //! or copy the spam into a Maildir.
 
-use std::io::{self, BufWriter, IsTerminal, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::time::Instant;
 
@@ -393,13 +393,13 @@ fn summary(t: &Tally, started: Instant, action: Option<&SpamAction>) {
             );
         }
     }
-    eprintln!("{s}");
+    super::note!("{s}");
 }
 
 /// A progress bar over the bytes to read, on stderr, only when stderr is a
 /// terminal.
 fn progress_bar(args: &ScanArgs) -> ProgressBar {
-    if args.no_progress || !io::stderr().is_terminal() {
+    if args.no_progress || !super::progress_allowed() {
         return ProgressBar::hidden();
     }
     let total = planned_bytes(&args.paths, &args.mailbox.options());

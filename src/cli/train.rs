@@ -1,7 +1,7 @@
 //! `bayesmail train`, `learn` and `unlearn`: the write side.
 
 use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use bayesmail::trainer::protocol::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::{mailbox, message};
 
 use super::read::{for_each_batch, planned_bytes, read_one};
-use super::{Context, LearnArgs, Outcome, TrainArgs, UnlearnArgs};
+use super::{Context, LearnArgs, Outcome, TrainArgs, UnlearnArgs, detail, note};
 
 /// Fewer messages of a class than this: too few to fit calibration by
 /// cross-validation; the previous calibration (or none) is kept.
@@ -75,7 +75,7 @@ struct Interrupted;
 /// A progress bar on stderr (hidden unless stderr is a terminal) over
 /// `total` units: position, total, percentage and time left.
 fn progress_bar(total: u64, unit: &str, what: &str) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
+    if !super::progress_allowed() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(total);
@@ -327,8 +327,21 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
                 params,
                 inner_folds: DEFAULT_INNER_FOLDS,
             };
+            let fitting = Instant::now();
             let result = Trainer::calibrate(&messages, &settings, MIN_CALIBRATION_PER_CLASS);
             shown.finish_and_clear();
+            match &result.1 {
+                Some((_, n)) => detail!(
+                    "calibration fitted on {n} messages in {:.1}s; model {}",
+                    fitting.elapsed().as_secs_f64(),
+                    serde_json::to_string(&result.0)?
+                ),
+                None => note!(
+                    "bayesmail: note: fewer than {MIN_CALIBRATION_PER_CLASS} spam or ham \
+                     messages in this run: the calibration is not refitted (the previous one, if \
+                     any, is kept)"
+                ),
+            }
             Some(result)
         };
         match calibration {
@@ -509,13 +522,36 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     let labelled: Vec<Labelled> = messages.into_iter().map(|(_, m)| m).collect();
     let summary = trainer.learn(&labelled, &mut |_| {})?;
     let no_model = rebuild(ctx, &trainer, summary.learned + summary.relearned > 0)?;
+    let action = if summary.relearned > 0 {
+        "moved"
+    } else if summary.learned > 0 {
+        "learned"
+    } else {
+        "already-learned"
+    };
+    if args.json {
+        #[derive(serde::Serialize)]
+        struct Learned<'a> {
+            action: &'a str,
+            label: Label,
+            #[serde(flatten)]
+            summary: &'a TrainSummary,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            no_model: Option<&'a str>,
+        }
+        let learned = Learned {
+            action,
+            label,
+            summary: &summary,
+            no_model: no_model.as_deref(),
+        };
+        println!("{}", serde_json::to_string(&learned)?);
+    }
     let what = if labelled.len() == 1 {
-        if summary.relearned > 0 {
-            format!("moved to {label}")
-        } else if summary.learned > 0 {
-            format!("learned as {label}")
-        } else {
-            format!("already learned as {label}")
+        match action {
+            "moved" => format!("moved to {label}"),
+            "learned" => format!("learned as {label}"),
+            _ => format!("already learned as {label}"),
         }
     } else {
         format!(
@@ -533,9 +569,16 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         )
     };
     match no_model {
+        _ if args.json => {}
         None => println!("{what}"),
         Some(why) => println!("{what}; no model written yet: {why}"),
     }
+    detail!(
+        "database {}: {} ham, {} spam",
+        ctx.db.dir().display(),
+        summary.totals[0],
+        summary.totals[1]
+    );
     Ok(if failed > 0 {
         Outcome::SomeFailed
     } else {
@@ -562,7 +605,13 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         match trainer.unlearn(&m.features, m.digest) {
             Ok(was) => {
                 changed = true;
-                lines.push(if single {
+                lines.push(if args.json {
+                    let mut line = serde_json::json!({ "action": "unlearned", "label": was });
+                    if !single {
+                        line["id"] = id.as_str().into();
+                    }
+                    line.to_string()
+                } else if single {
                     format!("unlearned (was {was})")
                 } else {
                     format!("{}: unlearned (was {was})", for_terminal(id))
@@ -586,7 +635,11 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         println!("{line}");
     }
     if let Some(why) = no_model {
-        println!("no model now: {why}");
+        if args.json {
+            println!("{}", serde_json::json!({ "no_model": why }));
+        } else {
+            println!("no model now: {why}");
+        }
     }
     Ok(if failed > 0 {
         Outcome::SomeFailed

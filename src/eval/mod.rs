@@ -2,6 +2,7 @@
 //! the protocols ([`protocol`]: k-fold cross-validation and the TREC online
 //! protocol), in memory. Library code, so tests measure with it too.
 
+pub mod confusion;
 pub mod protocol;
 
 use serde::Serialize;

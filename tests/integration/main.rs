@@ -8,6 +8,7 @@
 //! must run.
 
 mod cli;
+mod cli_finish;
 mod common;
 mod corpus;
 mod delivery;

@@ -1,8 +1,9 @@
-//! The README's mail-path recipes, run as written: each test takes the code
-//! block from README.md, so a recipe that stops working fails here.
-//! procmail and maildrop are the Debian packages (`.ci/run` installs them);
-//! their tests fail if the programs are missing where the public corpus is
-//! required (CI), and are skipped with a note elsewhere.
+//! The mail-path recipes, run as written: each test takes the recipe from
+//! its file in `contrib/`, and the README's blocks are checked to be the
+//! same text, so a recipe that stops working fails here.
+//! procmail, maildrop and sieve-test are the Debian packages (`.ci/run`
+//! installs them); their tests fail if the programs are missing where the
+//! public corpus is required (CI), and are skipped with a note elsewhere.
 
 use std::fs;
 use std::path::PathBuf;
@@ -20,6 +21,44 @@ fn readme_block(tag: &str) -> String {
         + fence.len();
     let len = readme[start..].find("```").unwrap();
     readme[start..start + len].to_string()
+}
+
+/// The text of a recipe file in `contrib/`.
+fn contrib(name: &str) -> String {
+    fs::read_to_string(root().join("contrib").join(name))
+        .unwrap_or_else(|e| panic!("contrib/{name}: {e}"))
+}
+
+#[test]
+fn readme_recipes_are_the_contrib_files() {
+    for (tag, file) in [
+        ("procmail", "procmailrc"),
+        ("maildrop", "mailfilter"),
+        ("fetchmail", "fetchmailrc"),
+        ("postfix", "postfix-master.cf"),
+        ("dovecot", "dovecot-90-sieve.conf"),
+        ("sieve", "bayesmail.sieve"),
+        ("muttrc", "muttrc"),
+    ] {
+        assert_eq!(readme_block(tag), contrib(file), "README's {tag} block");
+        let readme = fs::read_to_string(root().join("README.md")).unwrap();
+        assert!(
+            readme.contains(&format!("(contrib/{file})")),
+            "README links contrib/{file}"
+        );
+    }
+}
+
+/// `contrib/bayesmail-sieve-filter` as a user installs it: `BAYESMAIL_BIN`
+/// set to where the binary is.
+fn sieve_filter_program() -> String {
+    let script = contrib("bayesmail-sieve-filter");
+    let default = "BAYESMAIL_BIN=/usr/local/bin/bayesmail\n";
+    assert!(script.contains(default), "{script}");
+    script.replace(
+        default,
+        &format!("BAYESMAIL_BIN='{}'\n", env!("CARGO_BIN_EXE_bayesmail")),
+    )
 }
 
 /// A user's home with the `bayesmail` binary in `~/bin`, a Maildir with a
@@ -95,7 +134,7 @@ impl Home {
             utf8(&self.db.dir()),
             utf8(&self.db.path("config.toml"))
         );
-        fs::write(&rc, preamble + &readme_block("maildrop")).unwrap();
+        fs::write(&rc, preamble + &contrib("mailfilter")).unwrap();
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(&rc, fs::Permissions::from_mode(0o600)).unwrap();
         rc
@@ -129,7 +168,7 @@ fn spam_and_ham(db: &Db) -> (Vec<u8>, Vec<u8>) {
 
 /// True if `program` is installed; if not, panics where the corpus (and so
 /// the full CI setup) is required, and otherwise says the test is skipped.
-fn have(program: &str) -> bool {
+pub(crate) fn have(program: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .stdout(Stdio::null())
@@ -166,7 +205,7 @@ fn procmail_recipe_files_spam_into_junk() {
     }
     let home = Home::new();
     let rc = home.dir().join(".procmailrc");
-    fs::write(&rc, readme_block("procmail")).unwrap();
+    fs::write(&rc, contrib("procmailrc")).unwrap();
     let (spam, ham) = spam_and_ham(&home.db);
     for message in [&spam, &ham] {
         let out = run_with_stdin(home.procmail(&rc), message);
@@ -205,7 +244,7 @@ fn postfix_filter_script_reinjects_the_filtered_message() {
     let home = Home::new();
     let script = root().join("contrib/bayesmail-postfix-filter");
     assert!(
-        readme_block("postfix")
+        contrib("postfix-master.cf")
             .contains("argv=/usr/local/bin/bayesmail-postfix-filter -f ${sender} -- ${recipient}")
     );
     // A stand-in sendmail that records its arguments and the message.
@@ -260,29 +299,92 @@ fn postfix_filter_script_reinjects_the_filtered_message() {
 #[test]
 fn sieve_filter_program_returns_the_message_with_our_headers() {
     let home = Home::new();
-    let sieve = readme_block("sieve");
+    let sieve = contrib("bayesmail.sieve");
     assert!(sieve.contains("filter \"bayesmail\";") && sieve.contains("\"X-Spam-Flag\" \"YES\""));
+    // Installed as the README says, and run as Dovecot runs it: HOME and
+    // USER, no PATH, the database the user's default under HOME.
+    let program = home.dir().join("bin/sieve-filter-bayesmail");
+    fs::write(&program, sieve_filter_program()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
+    link_default_db(&home.dir(), &home.db);
     let (spam, ham) = spam_and_ham(&home.db);
     for (message, flagged) in [(&spam, true), (&ham, false)] {
-        let cmd = home.command(utf8(&root().join("contrib/bayesmail-sieve-filter")));
+        let mut cmd = Command::new(&program);
+        cmd.env_clear().env("HOME", home.dir()).env("USER", "pat");
         let out = run_with_stdin(cmd, message);
         assert_exit(&out, 0, &["bayesmail-sieve-filter"]);
         assert_eq!(has_line(&out.stdout, "X-Spam-Flag: YES"), flagged);
+        assert!(status_line(&out.stdout).contains("probability="));
         assert!(out.stdout.len() > message.len());
     }
+}
+
+/// Makes `db` the default database of a user whose home is `home`
+/// (`~/.local/share/bayesmail`).
+fn link_default_db(home: &std::path::Path, db: &Db) {
+    let share = home.join(".local/share");
+    fs::create_dir_all(&share).unwrap();
+    std::os::unix::fs::symlink(db.dir(), share.join("bayesmail")).unwrap();
+}
+
+/// The macros of contrib/muttrc: (key, macro text), comments skipped.
+fn mutt_macros() -> Vec<(String, String)> {
+    contrib("muttrc")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let rest = l.strip_prefix("macro index,pager ").expect(l);
+            let (key, rest) = rest.split_once(' ').unwrap();
+            let body = rest.strip_prefix('"').unwrap();
+            let end = body.find('"').unwrap();
+            (key.to_string(), body[..end].to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn mutt_macros_save_to_the_maildirplusplus_junk_and_do_not_wait_for_a_key() {
+    let macros = mutt_macros();
+    let keys: Vec<&str> = macros.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["S", "H"]);
+    for (key, text) in &macros {
+        // wait_key off before the pipe, back on after it.
+        let off = text.find("<enter-command>set wait_key=no<enter>");
+        let pipe = text.find("<pipe-message>");
+        let on = text.find("<enter-command>set wait_key=yes<enter>");
+        assert!(
+            matches!((off, pipe, on), (Some(a), Some(b), Some(c)) if a < b && b < c),
+            "{key}: {text}"
+        );
+    }
+    // S saves where procmail and maildrop deliver spam: ~/Maildir/.Junk,
+    // which is =.Junk when folder=~/Maildir.
+    let spam = &macros[0].1;
+    let saves: Vec<&str> = spam
+        .match_indices("<save-message>")
+        .map(|(i, m)| {
+            let rest = &spam[i + m.len()..];
+            &rest[..rest.find("<enter>").unwrap()]
+        })
+        .collect();
+    assert_eq!(saves, ["=.Junk"]);
+    assert!(contrib("procmailrc").contains("$HOME/Maildir/.Junk/"));
+    assert!(contrib("mailfilter").contains("$HOME/Maildir/.Junk/"));
+    assert!(!macros[1].1.contains("<save-message>"));
 }
 
 #[test]
 fn mutt_macros_learn_the_piped_message() {
     let home = Home::new();
-    let muttrc = readme_block("muttrc");
+    let macros = mutt_macros();
     let (spam, _) = spam_and_ham(&home.db);
     let before = home.db.counts();
     // Each macro pipes the message to the command between <pipe-message>
     // and <enter>, through the shell, as mutt does.
-    let commands: Vec<&str> = muttrc
-        .lines()
-        .map(|l| {
+    let commands: Vec<&str> = macros
+        .iter()
+        .map(|(_, l)| {
             let start = l.find("<pipe-message>").unwrap() + "<pipe-message>".len();
             let len = l[start..].find("<enter>").unwrap();
             &l[start..start + len]
@@ -334,7 +436,7 @@ fn forged_flag_after_malformed_lines_does_not_junk_ham() {
     let forged = forged_after_malformed(&ham);
     if have("procmail") {
         let rc = home.dir().join(".procmailrc");
-        fs::write(&rc, readme_block("procmail")).unwrap();
+        fs::write(&rc, contrib("procmailrc")).unwrap();
         for message in &forged {
             let out = run_with_stdin(home.procmail(&rc), message);
             assert!(matches!(out.status.code(), Some(0 | 73)), "{out:?}");
@@ -354,10 +456,13 @@ fn forged_flag_after_malformed_lines_does_not_junk_ham() {
     }
 }
 
-/// Pigeonhole's `sieve-test` running the README's Sieve script, with
-/// `bayesmail filter` as its `vnd.dovecot.filter` program. sieve-test
-/// refuses to run as root, so it runs as `nobody` (`mail_uid`), and what it
-/// reads is made readable to it.
+/// Pigeonhole's `sieve-test` running contrib/bayesmail.sieve, with
+/// contrib/bayesmail-sieve-filter installed as its `vnd.dovecot.filter`
+/// program `bayesmail`. Dovecot runs that program with HOME, USER and the
+/// envelope but no PATH, so this is the environment the recipe must work
+/// in. sieve-test refuses to run as root, so it runs as `nobody`
+/// (`mail_uid`), and what it reads is made readable to it; the user's home
+/// is the test folder, whose default database is the trained one.
 struct SieveTest {
     dir: tempfile::TempDir,
 }
@@ -373,7 +478,7 @@ impl SieveTest {
         open(d);
         fs::create_dir(d.join("bin")).unwrap();
         open(&d.join("bin"));
-        // The database and config must be readable by nobody too.
+        // The database must be readable by nobody too.
         for p in [home.db.path(""), home.db.dir()] {
             open(&p);
         }
@@ -383,23 +488,20 @@ impl SieveTest {
                 fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
             }
         }
-        fs::set_permissions(
-            home.db.path("config.toml"),
-            fs::Permissions::from_mode(0o644),
-        )
-        .unwrap();
+        link_default_db(d, &home.db);
+        open(&d.join(".local"));
+        open(&d.join(".local/share"));
         let program = d.join("bin/bayesmail");
-        fs::write(
-            &program,
-            format!(
-                "#!/bin/sh\nBAYESMAIL_DB='{}' BAYESMAIL_CONFIG='{}' exec '{}' filter\n",
-                utf8(&home.db.dir()),
-                utf8(&home.db.path("config.toml")),
-                env!("CARGO_BIN_EXE_bayesmail")
-            ),
-        )
-        .unwrap();
+        fs::write(&program, sieve_filter_program()).unwrap();
         open(&program);
+        // The mail store, written by the mail user when a script runs
+        // with -e (as in delivery); no Junk folder yet.
+        for sub in ["cur", "new", "tmp"] {
+            fs::create_dir_all(d.join("Maildir").join(sub)).unwrap();
+        }
+        for p in ["Maildir", "Maildir/cur", "Maildir/new", "Maildir/tmp"] {
+            std::os::unix::fs::chown(d.join(p), Some(65534), Some(65534)).unwrap();
+        }
         fs::write(
             d.join("dovecot.conf"),
             format!(
@@ -411,27 +513,30 @@ impl SieveTest {
             ),
         )
         .unwrap();
-        fs::write(d.join("script.sieve"), readme_block("sieve")).unwrap();
+        fs::write(d.join("script.sieve"), contrib("bayesmail.sieve")).unwrap();
         SieveTest { dir }
     }
 
-    /// The folder the script files `message` into: "Junk" or "INBOX".
-    fn folder(&self, message: &[u8]) -> &'static str {
+    /// Runs sieve-test on `message` (with `-e`: executing the actions on
+    /// the Maildir); returns what it printed.
+    fn run(&self, message: &[u8], execute: bool) -> String {
         use std::os::unix::fs::PermissionsExt;
         let d = self.dir.path();
         let file = d.join("message.eml");
         fs::write(&file, message).unwrap();
         fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
-        let out = Command::new("sieve-test")
-            .env("HOME", d)
-            .arg("-c")
-            .arg(d.join("dovecot.conf"))
-            .arg(d.join("script.sieve"))
-            .arg(&file)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
+        let mut cmd = Command::new("sieve-test");
+        cmd.env("HOME", d).arg("-c").arg(d.join("dovecot.conf"));
+        if execute {
+            cmd.arg("-e");
+        }
+        let out = cmd.arg(d.join("script.sieve")).arg(&file).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+
+    /// The folder the script files `message` into: "Junk" or "INBOX".
+    fn folder(&self, message: &[u8]) -> &'static str {
+        let text = self.run(message, false);
         assert!(text.contains("final result: success"), "{text}");
         if text.contains("store message in folder: Junk") {
             "Junk"
@@ -439,6 +544,19 @@ impl SieveTest {
             assert!(text.contains("store message in folder: INBOX"), "{text}");
             "INBOX"
         }
+    }
+
+    /// Delivers `message` as Dovecot's LDA would; returns the messages now
+    /// in the Maildir++ folder ("" for INBOX, ".Junk").
+    fn deliver(&self, message: &[u8], folder: &str) -> Vec<Vec<u8>> {
+        let text = self.run(message, true);
+        assert!(text.contains("final result: success"), "{text}");
+        let new = self.dir.path().join("Maildir").join(folder).join("new");
+        let mut out = Vec::new();
+        for e in fs::read_dir(&new).unwrap_or_else(|e| panic!("{}: {e}\n{text}", new.display())) {
+            out.push(fs::read(e.unwrap().path()).unwrap());
+        }
+        out
     }
 }
 
@@ -460,4 +578,120 @@ fn sieve_recipe_files_spam_into_junk_however_long_the_header_block() {
     for forged in forged_after_malformed(&ham) {
         assert_eq!(sieve.folder(&forged), "INBOX");
     }
+}
+
+#[test]
+fn sieve_recipe_creates_a_missing_junk_folder_and_delivers_with_our_fields() {
+    if !have("sieve-test") {
+        return;
+    }
+    let home = Home::new();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let sieve = SieveTest::new(&home);
+    assert!(!sieve.dir.path().join("Maildir/.Junk").exists());
+    let junk = sieve.deliver(&spam, ".Junk");
+    assert_eq!(junk.len(), 1);
+    assert!(has_line(&junk[0], "X-Spam-Flag: YES"));
+    assert!(status_line(&junk[0]).starts_with("X-Spam-Status: Yes, probability="));
+    let inbox = sieve.deliver(&ham, "");
+    assert_eq!(inbox.len(), 1);
+    assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
+}
+
+/// Runs `tmux` on a server of this test's own (its own socket), so no
+/// other tmux session on the machine is touched.
+fn tmux(socket: &str, args: &[&str]) -> std::process::Output {
+    Command::new("tmux")
+        .args(["-L", socket])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn mutt_runs_the_spam_macro_to_the_end_without_a_key_press() {
+    if !have("mutt") || !have("tmux") {
+        return;
+    }
+    let home = Home::new();
+    let (spam, _) = spam_and_ham(&home.db);
+    // A message not learned yet, in the inbox.
+    let new = [
+        b"Subject: a new one\nFrom: x@new.example\n\n".as_ref(),
+        &spam,
+    ]
+    .concat();
+    fs::write(home.dir().join("Maildir/cur/1.test:2,S"), &new).unwrap();
+    let before = home.db.counts();
+    let rc = home.dir().join("muttrc");
+    fs::write(
+        &rc,
+        format!(
+            "set folder=~/Maildir\nset spoolfile=~/Maildir\nset mbox_type=Maildir\n\
+             set confirmappend=no\nset delete=yes\nsource {}\n",
+            utf8(&root().join("contrib/muttrc"))
+        ),
+    )
+    .unwrap();
+    let socket = format!("bayesmail-test-{}", std::process::id());
+    let mutt = format!(
+        "env -i HOME='{}' TERM=xterm PATH='{}' BAYESMAIL_DB='{}' BAYESMAIL_CONFIG='{}' \
+         mutt -n -F '{}'",
+        utf8(&home.dir()),
+        home.path_var(),
+        utf8(&home.db.dir()),
+        utf8(&home.db.path("config.toml")),
+        utf8(&rc)
+    );
+    let started = tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "mutt",
+            "-x",
+            "120",
+            "-y",
+            "30",
+            &mutt,
+        ],
+    );
+    assert!(started.status.success(), "{started:?}");
+    let screen =
+        || String::from_utf8_lossy(&tmux(&socket, &["capture-pane", "-p"]).stdout).into_owned();
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(50));
+    // Bounded polling, not a timing assertion: mutt shows the index, then
+    // the macro runs and saves.
+    for _ in 0..200 {
+        if screen().contains("a new one") {
+            break;
+        }
+        pause();
+    }
+    tmux(&socket, &["send-keys", "-t", "mutt", "S"]);
+    let junk = home.dir().join("Maildir/.Junk/cur");
+    let mut saved = Vec::new();
+    for _ in 0..200 {
+        saved = fs::read_dir(&junk)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        if !saved.is_empty() {
+            break;
+        }
+        pause();
+    }
+    // A waiting "Press any key" would show now, after the save.
+    pause();
+    let shown = screen();
+    tmux(&socket, &["kill-server"]);
+    assert_eq!(saved.len(), 1, "the message is in =.Junk\n{shown}");
+    assert!(!shown.contains("Press any key"), "{shown}");
+    let after = home.db.counts();
+    assert_eq!(
+        [after[0] - before[0], after[1] - before[1]],
+        [0, 1],
+        "{shown}"
+    );
 }

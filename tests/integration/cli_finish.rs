@@ -1,0 +1,288 @@
+//! The finished command line: shell completions and man pages generated
+//! from the clap definitions, `-q`/`-v`, `--json` on `learn`, `unlearn` and
+//! `stats`, and `eval --plot`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::{Db, assert_exit, run, sample_files, sample_ham, sample_spam, stderr, utf8};
+
+/// Every subcommand a user can type.
+const SUBCOMMANDS: [&str; 12] = [
+    "tokens",
+    "train",
+    "learn",
+    "unlearn",
+    "classify",
+    "scan",
+    "filter",
+    "explain",
+    "stats",
+    "eval",
+    "completions",
+    "man",
+];
+
+fn stdout_of(args: &[&str]) -> String {
+    let out = run(args, None);
+    assert_exit(&out, 0, args);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn completions_for_bash_zsh_and_fish_offer_every_subcommand() {
+    for shell in ["bash", "zsh", "fish"] {
+        let script = stdout_of(&["completions", shell]);
+        assert!(script.len() > 1000, "{shell}: {} bytes", script.len());
+        for sub in SUBCOMMANDS {
+            assert!(script.contains(sub), "{shell} completions lack {sub}");
+        }
+        // Options of the deferred subcommands are there too.
+        assert!(script.contains("move-spam-to"), "{shell}");
+        assert!(script.contains("verdict-exit"), "{shell}");
+    }
+    let out = run(&["completions", "tcsh"], None);
+    assert_exit(&out, 2, &["completions", "tcsh"]);
+}
+
+/// roff escapes a '-' as '\-'.
+fn roff(s: &str) -> String {
+    s.replace('-', "\\-")
+}
+
+#[test]
+fn man_page_names_every_subcommand_and_each_has_its_own_page() {
+    let page = stdout_of(&["man"]);
+    assert!(page.contains(".TH bayesmail 1"), "{page}");
+    for sub in SUBCOMMANDS {
+        assert!(
+            page.contains(&format!("bayesmail\\-{sub}(1)")),
+            "main page lacks {sub}"
+        );
+        let own = stdout_of(&["man", sub]);
+        assert!(own.contains(&format!(".TH bayesmail-{sub} 1")), "{sub}");
+        assert!(own.contains(&format!("bayesmail\\-{sub} \\- ")), "{sub}");
+    }
+    let train = stdout_of(&["man", "train"]);
+    for option in ["--spam", "--ham", "--json", "--quiet", "--verbose"] {
+        assert!(train.contains(&roff(option)), "man train lacks {option}");
+    }
+    let out = run(&["man", "nosuch"], None);
+    assert_exit(&out, 2, &["man", "nosuch"]);
+    assert!(stderr(&out).contains("no command named 'nosuch'"));
+}
+
+fn one_json(text: &str) -> Value {
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
+}
+
+#[test]
+fn learn_unlearn_and_stats_print_json() {
+    let db = Db::new();
+    db.train_sample();
+    let message = b"Subject: lunch on friday\nFrom: sam@example.org\n\nShall we meet at noon?\n";
+    let learned = one_json(&db.ok(&["learn", "--ham", "--json", "-"], Some(message)));
+    assert_eq!(learned["action"], "learned", "{learned}");
+    assert_eq!(learned["label"], "ham");
+    assert_eq!(learned["learned"], 1);
+    assert_eq!(learned["totals"], serde_json::json!([25, 24]), "{learned}");
+    let moved = one_json(&db.ok(&["learn", "--spam", "--json", "-"], Some(message)));
+    assert_eq!(
+        (&moved["action"], &moved["label"], &moved["relearned"]),
+        (&"moved".into(), &"spam".into(), &1.into())
+    );
+    let again = one_json(&db.ok(&["learn", "--spam", "--json", "-"], Some(message)));
+    assert_eq!(again["action"], "already-learned");
+    let unlearned = one_json(&db.ok(&["unlearn", "--json", "-"], Some(message)));
+    assert_eq!(
+        unlearned,
+        serde_json::json!({"action": "unlearned", "label": "spam"})
+    );
+    let stats = one_json(&db.ok(&["stats", "--json"], None));
+    for key in [
+        "database",
+        "ham_messages",
+        "spam_messages",
+        "vocabulary",
+        "params",
+        "bayesmail_version",
+    ] {
+        assert!(keys(&stats).contains(&key), "stats lacks {key}: {stats}");
+    }
+    assert_eq!(
+        (&stats["ham_messages"], &stats["spam_messages"]),
+        (&24.into(), &24.into())
+    );
+}
+
+/// The first `n` sample messages of each class.
+fn few(n: usize) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let files = sample_files();
+    let of = |dir: PathBuf| -> Vec<PathBuf> {
+        files
+            .iter()
+            .filter(|f| f.starts_with(&dir))
+            .take(n)
+            .cloned()
+            .collect()
+    };
+    (of(sample_spam()), of(sample_ham()))
+}
+
+fn train_args<'a>(spam: &'a [PathBuf], ham: &'a [PathBuf], flag: Option<&'a str>) -> Vec<&'a str> {
+    let mut args: Vec<&str> = flag.into_iter().collect();
+    args.push("train");
+    args.push("--spam");
+    args.extend(spam.iter().map(|p| utf8(p)));
+    args.push("--ham");
+    args.extend(ham.iter().map(|p| utf8(p)));
+    args
+}
+
+#[test]
+fn quiet_silences_notes_and_summaries_and_verbose_adds_detail() {
+    let (spam, ham) = few(5);
+    // Too few messages to fit the calibration: a note says so.
+    let db = Db::new();
+    let normal = db.run(&train_args(&spam, &ham, None), None);
+    assert_exit(&normal, 0, &["train"]);
+    assert!(
+        stderr(&normal).contains("calibration is not refitted"),
+        "{}",
+        stderr(&normal)
+    );
+    let db = Db::new();
+    let quiet = db.run(&train_args(&spam, &ham, Some("-q")), None);
+    assert_exit(&quiet, 0, &["train", "-q"]);
+    assert_eq!(stderr(&quiet), "");
+    // The report on stdout is not a note: -q keeps it.
+    assert!(String::from_utf8_lossy(&quiet.stdout).starts_with("read 10 messages"));
+    let db = Db::new();
+    let verbose = db.run(&train_args(&spam, &ham, Some("--verbose")), None);
+    assert_exit(&verbose, 0, &["train", "-v"]);
+    assert!(
+        stderr(&verbose).contains("read 10 messages"),
+        "{}",
+        stderr(&verbose)
+    );
+
+    // scan's summary on stderr is a note too; the results on stdout stay.
+    let dir = utf8(&sample_spam()).to_string();
+    let scan = db.run(&["scan", &dir], None);
+    assert!(
+        stderr(&scan).starts_with("scanned 24 messages"),
+        "{}",
+        stderr(&scan)
+    );
+    let quiet_scan = db.run(&["-q", "scan", &dir], None);
+    assert_eq!(stderr(&quiet_scan), "");
+    assert_eq!(quiet_scan.stdout.len(), scan.stdout.len());
+    assert_eq!(quiet_scan.status.code(), scan.status.code());
+    // An error still reaches stderr under -q.
+    let missing = db.run(&["-q", "classify", "/nonexistent/mail"], None);
+    assert!(!stderr(&missing).is_empty());
+    // -q and -v together are a usage error.
+    let both = db.run(&["-q", "-v", "stats"], None);
+    assert_exit(&both, 2, &["-q", "-v"]);
+}
+
+/// Renders `svg` to PNG with `rsvg-convert`; returns (width, height,
+/// RGBA pixels).
+fn render(svg: &Path) -> (u32, u32, Vec<u8>) {
+    let png = svg.with_extension("png");
+    let out = Command::new("rsvg-convert")
+        .arg(svg)
+        .arg("-o")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0, &["rsvg-convert", utf8(svg)]);
+    let mut decoder = png::Decoder::new(std::io::BufReader::new(fs::File::open(&png).unwrap()));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::ALPHA);
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!(frame.color_type, png::ColorType::Rgba, "{}", png.display());
+    pixels.truncate(frame.buffer_size());
+    (frame.width, frame.height, pixels)
+}
+
+#[test]
+fn eval_plot_writes_a_roc_curve_and_a_reliability_diagram_that_render() {
+    let db = Db::new();
+    let dir = db.path("plots");
+    let spam = utf8(&sample_spam()).to_string();
+    let ham = utf8(&sample_ham()).to_string();
+    let args = [
+        "eval", "--spam", &spam, "--ham", &ham, "--k", "4", "--json", "--plot",
+    ];
+    let mut all = args.to_vec();
+    all.push(utf8(&dir));
+    let report = one_json(&db.ok(&all, None));
+
+    // --json: confusion counts that add up, and one entry per fold.
+    let confusion = &report["confusion"];
+    let cells: u64 = keys(confusion)
+        .iter()
+        .map(|k| confusion[k].as_u64().unwrap())
+        .sum();
+    assert_eq!(cells, 48, "{confusion}");
+    let ham_cells: u64 = ["ham_as_ham", "ham_as_unsure", "ham_as_spam"]
+        .iter()
+        .map(|k| confusion[k].as_u64().unwrap())
+        .sum();
+    assert_eq!(ham_cells, report["n_ham"].as_u64().unwrap());
+    let folds = report["folds"].as_array().unwrap();
+    assert_eq!(folds.len(), 4, "{report}");
+    let mut n = 0;
+    for (i, fold) in folds.iter().enumerate() {
+        assert_eq!(fold["fold"], i);
+        for key in ["n", "auc", "fpr_pct", "fnr_pct", "ece", "confusion"] {
+            assert!(keys(fold).contains(&key), "fold lacks {key}: {fold}");
+        }
+        n += fold["n"].as_u64().unwrap();
+    }
+    assert_eq!(n, 48);
+
+    if !crate::recipes::have("rsvg-convert") {
+        return;
+    }
+    for name in ["roc.svg", "reliability.svg"] {
+        let svg = dir.join(name);
+        let text = fs::read_to_string(&svg).unwrap();
+        assert!(text.starts_with("<svg"), "{name}");
+        let (w, h, pixels) = render(&svg);
+        assert!(
+            (400..=2000).contains(&w) && (300..=2000).contains(&h),
+            "{name}: {w}x{h}"
+        );
+        let rgba: Vec<&[u8]> = pixels.chunks(4).collect();
+        let inked = rgba
+            .iter()
+            .filter(|p| p[3] > 0 && p[..3] != [255, 255, 255])
+            .count();
+        // The data are drawn in pure blue; axes and text in black or grey.
+        let blue = rgba
+            .iter()
+            .filter(|p| p[3] > 200 && p[2] > 200 && p[0] < 60 && p[1] < 60)
+            .count();
+        let total = rgba.len();
+        assert!(
+            inked * 50 > total,
+            "{name}: only {inked} of {total} pixels drawn"
+        );
+        assert!(inked * 2 < total, "{name}: {inked} of {total} pixels drawn");
+        assert!(blue > 500, "{name}: the curve has {blue} pixels");
+    }
+}
