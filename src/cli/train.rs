@@ -285,6 +285,10 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     bar.finish_and_clear();
     let failed = unread + unparsed;
     let read_count = read.len();
+    detail!(
+        "read {read_count} messages in {:.1}s ({unread} could not be read, {unparsed} not parsed)",
+        start.elapsed().as_secs_f64()
+    );
     let mut duplicates = 0;
     let read = one_label_each(read, &mut duplicates)?;
     let messages = interleave(read.into_iter().map(|r| r.message).collect());
