@@ -16,7 +16,7 @@ pub struct Scored {
     pub index: usize,
     /// True label.
     pub is_spam: bool,
-    /// The model's uncalibrated log-odds.
+    /// The calibrated log-odds: `probability` is σ(`log_odds`).
     pub log_odds: f64,
     /// Calibrated P(spam).
     pub probability: f64,
@@ -63,6 +63,9 @@ pub struct Report {
 impl Report {
     /// Computes every figure from scored messages.
     pub fn new(scored: &[Scored], costs: &Costs, seconds: f64) -> Report {
+        // Ranked by the calibrated log-odds, which orders messages as the
+        // probability does but never rounds to 0 or 1.
+        let ranks: Vec<(f64, bool)> = scored.iter().map(|s| (s.log_odds, s.is_spam)).collect();
         let pairs: Vec<(f64, bool)> = scored.iter().map(|s| (s.probability, s.is_spam)).collect();
         let n_spam = scored.iter().filter(|s| s.is_spam).count();
         let n_ham = scored.len() - n_spam;
@@ -77,7 +80,7 @@ impl Report {
                 100.0 * a as f64 / b as f64
             }
         };
-        let auc = auc(&pairs);
+        let auc = auc(&ranks);
         let (ham_cutoff, spam_cutoff) = costs.cutoffs();
         Report {
             n: scored.len(),
@@ -89,7 +92,7 @@ impl Report {
             fpr_pct: pct(fp, n_ham),
             fnr_pct: pct(fn_, n_spam),
             unsure_pct: pct(unsure, scored.len()),
-            fnr_at_fpr_0_1_pct: 100.0 * fnr_at_fpr(&pairs, 0.001),
+            fnr_at_fpr_0_1_pct: 100.0 * fnr_at_fpr(&ranks, 0.001),
             ece: ece(&pairs, 10),
             expected_cost: if scored.is_empty() {
                 0.0
