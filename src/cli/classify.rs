@@ -161,6 +161,9 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
         tokenizer_version: u32,
         params: bayesmail::model::Params,
         calibrated_on: usize,
+        /// The stacker's weight of each view and of the metadata: how much
+        /// each counts for this user's mail.
+        weights: std::collections::BTreeMap<&'static str, f64>,
     }
     let classifier = ctx.classifier()?;
     let h = classifier.header();
@@ -177,6 +180,11 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
         tokenizer_version: bayesmail::tokenize::TOKENIZER_VERSION,
         params: h.params,
         calibrated_on: h.calibrated_on,
+        weights: bayesmail::model::View::ALL
+            .iter()
+            .map(|v| (v.name(), h.calibrator.weights[v.index()]))
+            .chain([("metadata", h.calibrator.weights[bayesmail::model::VIEWS])])
+            .collect(),
     };
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -208,6 +216,12 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
             serde_json::to_string(&s.params)?
         )?;
         writeln!(out, "calibrated on       {} messages", s.calibrated_on)?;
+        let weights: Vec<String> = s
+            .weights
+            .iter()
+            .map(|(view, w)| format!("{view} {w:.3}"))
+            .collect();
+        writeln!(out, "view weights        {}", weights.join(", "))?;
     }
     Ok(Outcome::AllOk)
 }

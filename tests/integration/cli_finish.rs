@@ -124,6 +124,16 @@ fn learn_unlearn_and_stats_print_json() {
         (&stats["ham_messages"], &stats["spam_messages"]),
         (&24.into(), &24.into())
     );
+    // How much each view counts, as the stacker learned it.
+    let weights = stats["weights"].as_object().expect("weights");
+    let mut views: Vec<&str> = weights.keys().map(String::as_str).collect();
+    views.sort_unstable();
+    assert_eq!(views, ["body", "bytes", "header", "metadata"]);
+    assert!(
+        weights
+            .values()
+            .all(|w| w.as_f64().is_some_and(f64::is_finite))
+    );
 }
 
 /// The first `n` sample messages of each class.
