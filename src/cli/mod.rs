@@ -506,6 +506,11 @@ struct EvalArgs {
     /// (reliability.svg) into this folder (created if missing).
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+    /// Judge with only these views (comma-separated: header, body, bytes,
+    /// metadata), to measure each apart; the stacker gives the others no
+    /// weight. Default: all.
+    #[arg(long, value_name = "LIST")]
+    views: Option<String>,
     #[command(flatten)]
     model: ModelArgs,
     #[command(flatten)]
@@ -712,6 +717,10 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
                     select_strength: !pinned,
                     params,
                     inner_folds: DEFAULT_INNER_FOLDS,
+                    inputs: match &args.views {
+                        Some(list) => training::Inputs::parse(list).map_err(anyhow::Error::msg)?,
+                        None => training::Inputs::default(),
+                    },
                 },
                 decider,
                 refit_every: DEFAULT_REFIT_EVERY,

@@ -330,6 +330,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
                 select_strength: !pinned,
                 params,
                 inner_folds: DEFAULT_INNER_FOLDS,
+                inputs: Default::default(),
             };
             let fitting = Instant::now();
             let result = Trainer::calibrate(&messages, &settings, MIN_CALIBRATION_PER_CLASS);

@@ -109,7 +109,11 @@ pub fn online(data: &Dataset, settings: &Settings) -> Result<Vec<Scored>, String
     for (i, ex) in data.examples.iter().enumerate() {
         let model = counts.model(params, data);
         let s = scored(i, data, &counts, &model, &stacker, settings);
-        history.push((counts.stacker_inputs(&model, ex, data), s.is_spam));
+        let inputs = settings.training.inputs;
+        history.push((
+            inputs.apply(counts.stacker_inputs(&model, ex, data)),
+            s.is_spam,
+        ));
         out.push(s);
         counts.add(ex, 1);
         if (i + 1) % refit == 0 {
@@ -164,6 +168,7 @@ mod tests {
                 select_strength: true,
                 params: ValidParams::default(),
                 inner_folds: 5,
+                inputs: Default::default(),
             },
             decider: Decider {
                 costs: Costs::default(),
@@ -261,5 +266,23 @@ mod tests {
         let (without, with) = (report(&plain), report(&noisy));
         assert!(without.auc < 0.99, "the corpus is hard enough: {without:?}");
         assert!(with.auc > without.auc - 0.01, "{with:?} vs {without:?}");
+    }
+
+    #[test]
+    fn a_view_left_out_gets_no_weight() {
+        use crate::model::View;
+        use crate::trainer::protocol::Inputs;
+        let data = noisy(true);
+        let mut counts = Counts::new(data.vocabulary);
+        for ex in &data.examples {
+            counts.add(ex, 1);
+        }
+        let members: Vec<usize> = (0..data.examples.len()).collect();
+        let mut training = settings().training;
+        training.inputs = Inputs::parse("body,metadata").unwrap();
+        let (_, stacker) = select_and_calibrate(&data, &counts, &members, &training);
+        assert_eq!(stacker.weights[View::Bytes.index()], 0.0, "{stacker:?}");
+        assert_eq!(stacker.weights[View::Header.index()], 0.0, "{stacker:?}");
+        assert!(stacker.weights[View::Body.index()] > 0.3, "{stacker:?}");
     }
 }

@@ -96,6 +96,70 @@ pub struct Settings {
     pub params: ValidParams,
     /// Inner folds for fitting the stacker.
     pub inner_folds: usize,
+    /// The stacker inputs in use (all, unless measuring views apart).
+    pub inputs: Inputs,
+}
+
+/// Which of the stacker's inputs (the views, then the metadata) are used.
+/// An input left out is fitted as zero, so its weight is zero and it does
+/// not count, as if the view were not there: a way to measure views apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inputs(pub [bool; INPUTS]);
+
+impl Default for Inputs {
+    fn default() -> Self {
+        Inputs([true; INPUTS])
+    }
+}
+
+impl Inputs {
+    /// The names of the inputs: the views', then `metadata`.
+    pub fn names() -> [&'static str; INPUTS] {
+        let mut names = ["metadata"; INPUTS];
+        for v in View::ALL {
+            names[v.index()] = v.name();
+        }
+        names
+    }
+
+    /// Parses a comma-separated list of input names.
+    ///
+    /// ```
+    /// use bayesmail::trainer::protocol::Inputs;
+    /// let i = Inputs::parse("header,metadata").unwrap();
+    /// assert_eq!(i.0, [true, false, false, true]);
+    /// assert!(Inputs::parse("header,nope").is_err());
+    /// ```
+    pub fn parse(list: &str) -> Result<Inputs, String> {
+        let mut on = [false; INPUTS];
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let i = Self::names()
+                .iter()
+                .position(|n| *n == name)
+                .ok_or_else(|| {
+                    format!(
+                        "unknown view {name:?} (known: {})",
+                        Self::names().join(", ")
+                    )
+                })?;
+            on[i] = true;
+        }
+        if on.iter().any(|&b| b) {
+            Ok(Inputs(on))
+        } else {
+            Err("no view given".into())
+        }
+    }
+
+    /// `x` with the inputs not in use set to zero.
+    pub fn apply(&self, mut x: [f64; INPUTS]) -> [f64; INPUTS] {
+        for (v, on) in x.iter_mut().zip(self.0) {
+            if !on {
+                *v = 0.0;
+            }
+        }
+        x
+    }
 }
 
 /// Integer statistics over interned tokens.
@@ -183,6 +247,7 @@ fn inner_scores(
     members: &[usize],
     params: ValidParams,
     k: usize,
+    inputs: Inputs,
 ) -> Vec<([f64; INPUTS], bool)> {
     let k = k.max(2);
     (0..k)
@@ -205,7 +270,7 @@ fn inner_scores(
                 .map(|i| {
                     let ex = &data.examples[i];
                     (
-                        counts.stacker_inputs(&model, ex, data),
+                        inputs.apply(counts.stacker_inputs(&model, ex, data)),
                         ex.label == Label::Spam,
                     )
                 })
@@ -255,7 +320,14 @@ pub fn select_and_calibrate(
     candidates
         .into_iter()
         .map(|params| {
-            let samples = inner_scores(data, base, members, params, settings.inner_folds);
+            let samples = inner_scores(
+                data,
+                base,
+                members,
+                params,
+                settings.inner_folds,
+                settings.inputs,
+            );
             let calibrator = Calibrator::fit(&samples);
             (log_loss(&calibrator, &samples), params, calibrator)
         })
