@@ -291,7 +291,7 @@ fn checksum_of(version: u32, bytes: &[u8]) -> u64 {
 /// keeps its file. Where live processes cannot be told (no `/proc`), removes
 /// nothing. Best effort: a file that cannot be removed is left for the next
 /// write.
-fn remove_stale_temps(dir: &Path, name: &str) {
+pub(crate) fn remove_stale_temps(dir: &Path, name: &str) {
     let proc = Path::new("/proc");
     if !proc.join("self").exists() {
         return;

@@ -122,6 +122,13 @@ impl Trainer {
             // new, so making them private overrides no one's choice.
             privatize(&counts);
         }
+        // `learn` may never write the model file again before `train`:
+        // every writer sweeps what killed writers left.
+        for file in [paths.snapshot(), paths.journal()] {
+            if let Some(name) = file.file_name() {
+                store::snapshot::remove_stale_temps(paths.dir(), &name.to_string_lossy());
+            }
+        }
         let header = Snapshot::open(&paths.snapshot())
             .ok()
             .and_then(|s| s.header().ok());
