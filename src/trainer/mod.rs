@@ -87,6 +87,9 @@ pub struct Trainer {
     /// The snapshot's header (`None`: no snapshot, or one that does not
     /// read), read once: only this writer replaces the snapshot.
     header: Option<ModelHeader>,
+    /// The journal as this writer last read or wrote it (only the writer
+    /// changes it).
+    journal: Option<Journal>,
 }
 
 impl Trainer {
@@ -138,6 +141,7 @@ impl Trainer {
             store,
             applied: Some(Delta::default()),
             header,
+            journal: Journal::read(&paths.journal())?,
         };
         trainer.check_history()?;
         Ok(trainer)
@@ -200,7 +204,7 @@ impl Trainer {
         let Some(base) = self.header.as_ref().and_then(|h| h.store.clone()) else {
             return Ok(None);
         };
-        Ok(Some(match Journal::read(&self.paths.journal())? {
+        Ok(Some(match &self.journal {
             Some(j) if j.base == base => j.end(),
             _ => base,
         }))
@@ -316,7 +320,7 @@ impl Trainer {
     /// Appends this writer's change to the journal if it may: see
     /// [`Trainer::publish`].
     fn can_journal(
-        &self,
+        &mut self,
         model: Option<&StoreIdentity>,
         now: &StoreIdentity,
         limit: u64,
@@ -338,21 +342,25 @@ impl Trainer {
         else {
             return Ok(false);
         };
-        let bytes = entry.encode().len() as u64;
+        let encoded = entry.encode().len() as u64;
         let path = self.paths.journal();
-        match Journal::read(&path)? {
+        match &mut self.journal {
             Some(j) if &j.base == base => {
-                if !j.is_clean() || j.file_len + bytes > limit {
+                if !j.is_clean() || j.file_len + encoded > limit {
                     return Ok(false);
                 }
                 store::journal::append(&path, &entry)?;
+                j.file_len += encoded;
+                j.valid_len += encoded;
+                j.entries.push(entry);
             }
             // None yet, or one left for an older snapshot.
             _ => {
-                if bytes > limit {
+                if encoded > limit {
                     return Ok(false);
                 }
                 store::journal::start(&path, base, &entry)?;
+                self.journal = Journal::read(&path)?;
             }
         }
         Ok(true)
@@ -440,6 +448,7 @@ impl Trainer {
         };
         store::write_store_snapshot(&self.paths.snapshot(), &header, &self.store)?;
         store::journal::remove(&self.paths.journal())?;
+        self.journal = None;
         self.opened = header.store.clone().unwrap_or_else(|| self.opened.clone());
         self.applied = Some(Delta::default());
         self.header = Some(header);
