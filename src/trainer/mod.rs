@@ -120,9 +120,11 @@ impl Trainer {
             create(&counts)?;
         }
         let store = SledStore::open(&counts, wait)?;
-        if new_store {
-            // sled created these files under the umask; they are ours and
-            // new, so making them private overrides no one's choice.
+        if new_store || is_private(&counts) {
+            // sled creates its files under the umask, at creation and at
+            // each open (a new snapshot of its own): made private here
+            // unless the user opened up the store's directory, whose
+            // choice stands.
             privatize(&counts);
         }
         // `learn` may never write the model file again before `train`:
@@ -469,8 +471,24 @@ fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     builder.create(dir)
 }
 
-/// Makes what is in the new directory `dir` private: files 0600,
+/// Whether only the owner may enter `dir` (always true where there are no
+/// Unix permissions).
+fn is_private(dir: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o077 == 0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        true
+    }
+}
+
+/// Makes what is in the directory `dir` private: files 0600,
 /// directories 0700. Best effort: the directory itself is already private.
+/// Called only on the count store's directory, whose files are sled's.
 fn privatize(dir: &std::path::Path) {
     #[cfg(unix)]
     {

@@ -395,6 +395,13 @@ fn the_database_is_private_unless_the_user_loosens_it() {
     let (message, _) = extra_messages(tmp.path(), 1).remove(0);
     db.ok(&["learn", "--spam", utf8(&message)], None);
     assert_eq!(mode(&paths.journal()), 0o600);
+    // Files sled made at this open (its own snapshot) too.
+    for entry in fs::read_dir(paths.counts()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            assert_eq!(mode(&entry.path()), 0o600, "{}", entry.path().display());
+        }
+    }
     let out = db.run(&["stats"], None);
     assert_exit(&out, 0, &["stats"]);
     assert!(!stderr(&out).contains("readable"), "{}", stderr(&out));
