@@ -8,6 +8,12 @@
 //!   so that machine noise and warm caches favour none;
 //! - `scan` throughput over the whole corpus (`bayesmail scan`, parallel,
 //!   against `bogofilter -b`, its batch mode), ROUNDS alternating rounds;
+//! - teaching one message, as a "Junk" button does: `bayesmail learn
+//!   --spam` then `bayesmail unlearn` against `bogofilter -s` then
+//!   `bogofilter -S`, two processes each, over LEARN messages that neither
+//!   tool has seen (corpus messages with a header of their own), the tools
+//!   alternating; the median includes the journal folds `learn` makes now
+//!   and then;
 //! - the peak resident memory (`wait4`'s `ru_maxrss`) and minor page
 //!   faults of every process.
 //!
@@ -15,7 +21,7 @@
 //!
 //! ```sh
 //! BAYESMAIL_CORPUS=../shared/corpora/spamassassin cargo bench --bench peers
-//! BAYESMAIL_PEERS_MESSAGES=500 BAYESMAIL_PEERS_ROUNDS=5 cargo bench --bench peers
+//! BAYESMAIL_PEERS_MESSAGES=500 BAYESMAIL_PEERS_ROUNDS=5 BAYESMAIL_PEERS_LEARN=100 cargo bench --bench peers
 //! ```
 //!
 //! `BAYESMAIL_PEERS_ALSO` (paths separated by `:`) names other bayesmail
@@ -53,6 +59,7 @@ fn main() {
     }
     let n_messages = env_number("BAYESMAIL_PEERS_MESSAGES", 500);
     let rounds = env_number("BAYESMAIL_PEERS_ROUNDS", 5);
+    let n_learn = env_number("BAYESMAIL_PEERS_LEARN", 100);
     let bm = PathBuf::from(env!("CARGO_BIN_EXE_bayesmail"));
     let also: Vec<PathBuf> = std::env::var_os("BAYESMAIL_PEERS_ALSO")
         .map(|v| std::env::split_paths(&v).collect())
@@ -155,6 +162,42 @@ fn main() {
         bogo_scans.push(bogo_scan());
     }
 
+    // learn + unlearn of one unseen message, both tools, alternating.
+    let unseen = work.path().join("unseen");
+    std::fs::create_dir(&unseen).expect("unseen directory");
+    let learn_pair_bm = |f: &Path| {
+        let mut learn = Command::new(&bm);
+        learn.arg("--db").arg(&bm_db).args(["learn", "--spam", "-"]);
+        let mut unlearn = Command::new(&bm);
+        unlearn.arg("--db").arg(&bm_db).args(["unlearn", "-"]);
+        run(&mut learn, f).wall + run(&mut unlearn, f).wall
+    };
+    let learn_pair_bogo = |f: &Path| {
+        let mut learn = Command::new("bogofilter");
+        learn.arg("-d").arg(&bogo_db).arg("-s");
+        let mut unlearn = Command::new("bogofilter");
+        unlearn.arg("-d").arg(&bogo_db).arg("-S");
+        run(&mut learn, f).wall + run(&mut unlearn, f).wall
+    };
+    let (mut bm_learns, mut bogo_learns) = (Vec::new(), Vec::new());
+    for (i, f) in files.iter().step_by(step).take(n_learn).enumerate() {
+        let mut bytes = format!("X-Peers-Unseen: {i}\n").into_bytes();
+        bytes.extend(std::fs::read(f).expect("corpus message"));
+        let path = unseen.join(format!("{i}.eml"));
+        std::fs::write(&path, bytes).expect("unseen message");
+        if i % 2 == 0 {
+            bm_learns.push(learn_pair_bm(&path).as_secs_f64());
+            bogo_learns.push(learn_pair_bogo(&path).as_secs_f64());
+        } else {
+            bogo_learns.push(learn_pair_bogo(&path).as_secs_f64());
+            bm_learns.push(learn_pair_bm(&path).as_secs_f64());
+        }
+    }
+    let count = bm_learns.len();
+    let mean = |xs: &[f64]| 1e3 * xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+    let (bm_learn_mean, bogo_learn_mean) = (mean(&bm_learns), mean(&bogo_learns));
+    let (bm_learn_ms, bogo_learn_ms) = (1e3 * median(bm_learns), 1e3 * median(bogo_learns));
+
     let n = files.len() as f64;
     let rate = |runs: &[Run]| n / median(runs.iter().map(|r| r.wall.as_secs_f64()).collect());
     let ms = |runs: &[Run]| 1e3 * median(runs.iter().map(|r| r.wall.as_secs_f64()).collect());
@@ -197,6 +240,17 @@ fn main() {
         peak(&bogo_scans)
     );
     println!("  ratio bayesmail/bogofilter  {:.2}", bm_rate / bogo_rate);
+    println!("learn + unlearn of one unseen message, two processes, {count} messages:");
+    println!(
+        "  bayesmail learn --spam + unlearn   median {bm_learn_ms:.1} ms   mean {bm_learn_mean:.1} ms"
+    );
+    println!(
+        "  bogofilter -s + -S                 median {bogo_learn_ms:.1} ms   mean {bogo_learn_mean:.1} ms"
+    );
+    println!(
+        "  ratio bayesmail/bogofilter  {:.2}",
+        bm_learn_ms / bogo_learn_ms
+    );
 }
 
 /// Wall time, peak resident memory and minor page faults of one finished

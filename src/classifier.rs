@@ -7,9 +7,14 @@
 //! calls [`judge`] with counts held in memory, so what it reports is what
 //! users get.
 //!
-//! [`Classifier`] reads only the snapshot, so classification never waits for
-//! or blocks a training run; opening it costs one read of the file and a
-//! check of its checksum, so a damaged model is refused.
+//! [`Classifier`] reads only the snapshot and its journal (the changes
+//! `learn` and `unlearn` made since the snapshot was compiled), never the
+//! count store, so classification never waits for or blocks a training run;
+//! opening it costs one read of each file and a check of the snapshot's
+//! checksum, so a damaged model is refused.
+
+use std::collections::HashMap;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +24,7 @@ use crate::features::{Features, METADATA_LEN, METADATA_NAMES};
 use crate::model::{
     BYTES_PREFIX, Combine, Evidence, Model, Params, TokenCounts, Totals, VIEWS, View,
 };
-use crate::store::{Snapshot, StoreIdentity};
+use crate::store::{self, Journal, Snapshot, StoreIdentity};
 
 /// What the snapshot carries besides token counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -150,43 +155,113 @@ pub struct Explanation {
     pub metadata: Vec<(String, f64, f64)>,
 }
 
-/// The read side: the snapshot, read into memory and checked, and the model
-/// built from its header. `Send + Sync`, so one can serve many threads.
+/// The read side: the snapshot, read into memory and checked, the journal
+/// of changes since it was compiled applied on top, and the model built
+/// from the result. `Send + Sync`, so one can serve many threads.
 pub struct Classifier {
     snapshot: Snapshot,
+    /// Counts of the tokens the journal changed (zero: gone).
+    overlay: HashMap<String, TokenCounts>,
+    vocabulary: usize,
     header: ModelHeader,
     model: Model,
 }
 
+/// How many times [`Classifier::open`] reads snapshot and journal again when
+/// a writer replaced the snapshot in between. A writer replaces it at most
+/// once per run, so a second read all but always agrees; after the last
+/// try the snapshot read is used with what journal matches it, which is a
+/// consistent (if slightly older) model, so a reader never waits.
+const OPEN_TRIES: usize = 3;
+
+/// The file behind `path`, to tell whether it was replaced.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let modified = std::fs::metadata(path).ok()?.modified().ok()?;
+        let d = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some((d.as_secs(), u64::from(d.subsec_nanos())))
+    }
+}
+
 impl Classifier {
-    /// Opens the snapshot of the database at `paths`.
+    /// Opens the snapshot of the database at `paths` and applies its
+    /// journal, if the journal was written for this snapshot.
     pub fn open(paths: &DbPaths) -> Result<Classifier> {
         let path = paths.snapshot();
         if !path.exists() {
             return Err(Error::NoModel(paths.dir().to_path_buf()));
         }
-        let snapshot = Snapshot::open(&path)?;
-        let header: ModelHeader = snapshot.header()?;
+        let mut tries = 0;
+        let (snapshot, journal) = loop {
+            tries += 1;
+            let before = file_id(&path);
+            let snapshot = Snapshot::open(&path)?;
+            let journal = Journal::read(&paths.journal())?;
+            if tries == OPEN_TRIES || file_id(&path) == before {
+                break (snapshot, journal);
+            }
+        };
+        let mut header: ModelHeader = snapshot.header()?;
         let params = header.params.check().map_err(|reason| Error::BadModel {
             path: path.clone(),
             reason,
         })?;
+        let mut overlay = HashMap::new();
+        let mut vocabulary = snapshot.len();
+        let journal = journal.filter(|j| header.store.as_ref() == Some(&j.base));
+        if let Some(journal) = journal.filter(|j| !j.entries.is_empty()) {
+            let bad = |e: store::Error| Error::BadModel {
+                path: paths.journal(),
+                reason: format!("it does not apply to the model: {e}"),
+            };
+            let delta = journal.delta();
+            header.totals = store::apply_totals(&header.totals, &delta).map_err(bad)?;
+            for (token, d) in delta.tokens {
+                let old = snapshot.lookup(&token);
+                let new = store::apply_token(&token, old.unwrap_or_default(), d).map_err(bad)?;
+                match (old.is_some(), new.is_zero()) {
+                    (false, false) => vocabulary += 1,
+                    (true, true) => vocabulary -= 1,
+                    _ => {}
+                }
+                overlay.insert(token, new);
+            }
+            header.store = Some(journal.end());
+        }
         let model = Model::new(params, &header.totals, header.absent_constant);
         Ok(Classifier {
             snapshot,
+            overlay,
+            vocabulary,
             header,
             model,
         })
     }
 
-    /// The snapshot header.
+    /// The model header: the snapshot's, with the totals and the store
+    /// generation the journal brings it to.
     pub fn header(&self) -> &ModelHeader {
         &self.header
     }
 
     /// Distinct tokens in the model.
     pub fn vocabulary(&self) -> usize {
-        self.snapshot.len()
+        self.vocabulary
+    }
+
+    /// The counts of a feature, if it is in the vocabulary.
+    pub fn lookup(&self, token: &str) -> Option<TokenCounts> {
+        match self.overlay.get(token) {
+            Some(c) if c.is_zero() => None,
+            Some(&c) => Some(c),
+            None => self.snapshot.lookup(token),
+        }
     }
 
     /// The counts of the message's features that are in the vocabulary,
@@ -194,7 +269,7 @@ impl Classifier {
     fn known(&self, features: &Features) -> Vec<(View, TokenCounts)> {
         let mut known = Vec::with_capacity(features.tokens.len() + features.grams.len());
         features.for_each_feature(|t| {
-            if let Some(c) = self.snapshot.lookup(t) {
+            if let Some(c) = self.lookup(t) {
                 known.push((View::of(t), c));
             }
         });
@@ -257,7 +332,7 @@ impl Classifier {
         });
         let mut unknown_tokens = 0;
         let mut tokens = Vec::new();
-        features.for_each_feature(|t| match self.snapshot.lookup(t) {
+        features.for_each_feature(|t| match self.lookup(t) {
             Some(c) => {
                 let llr = self.model.token_llr(c);
                 let view = View::of(t);

@@ -4,9 +4,17 @@
 //!
 //! ```text
 //! DB/counts.sled/   the counts: source of truth, one writer (train, learn, unlearn)
-//! DB/model.bin      the compiled model: immutable, replaced atomically after
-//!                   every change, read whole by any number of readers
+//! DB/model.bin      the compiled model: immutable, replaced atomically by
+//!                   `train` and when the journal grows past its bound, read
+//!                   whole by any number of readers
+//! DB/model.journal  the count changes since model.bin was compiled, one
+//!                   checksummed entry per learn/unlearn, applied by readers
+//!                   on open (see [`crate::store::journal`])
 //! ```
+//!
+//! The directory is created private (0700) and the files bayesmail writes
+//! are created private (0600): the counts name every correspondent. Existing
+//! permissions are left alone, so a user who loosened them keeps theirs.
 
 use std::path::{Path, PathBuf};
 
@@ -96,5 +104,10 @@ impl DbPaths {
     /// The compiled model snapshot.
     pub fn snapshot(&self) -> PathBuf {
         self.dir.join("model.bin")
+    }
+
+    /// The journal of changes since the snapshot was compiled.
+    pub fn journal(&self) -> PathBuf {
+        self.dir.join("model.journal")
     }
 }

@@ -146,6 +146,29 @@ fn dir_size(path: &std::path::Path) -> u64 {
     }
 }
 
+/// Warns on stderr when others may read the database directory: the
+/// counts hold every correspondent's address as a token. Only a warning:
+/// loosening it is the user's choice to make.
+fn warn_if_not_private(dir: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::metadata(dir) else {
+            return;
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o044 != 0 {
+            eprintln!(
+                "bayesmail: warning: the database directory {} is readable by other users \
+                 (mode {mode:03o}), and its counts name every correspondent; \
+                 `chmod 700 {}` makes it private",
+                for_terminal(&dir.display().to_string()),
+                for_terminal(&dir.display().to_string()),
+            );
+        }
+    }
+}
+
 pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
     #[derive(Serialize)]
     struct Stats {
@@ -166,6 +189,7 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
         weights: std::collections::BTreeMap<&'static str, f64>,
     }
     let classifier = ctx.classifier()?;
+    warn_if_not_private(ctx.db.dir());
     let h = classifier.header();
     let s = Stats {
         database: ctx.db.dir().display().to_string(),

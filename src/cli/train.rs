@@ -13,6 +13,7 @@ use bayesmail::db::{CHUNK_MESSAGES, Labelled, TrainSummary, Trainer};
 use bayesmail::features::Extractor;
 use bayesmail::model::{Digest, Label};
 use bayesmail::sanitize::for_terminal;
+use bayesmail::store::DEFAULT_JOURNAL_LIMIT;
 use bayesmail::trainer::protocol::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::{mailbox, message};
 
@@ -316,7 +317,11 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     bar.finish_and_clear();
     let interrupted_learning = stored < messages.len();
     let missing = missing_class(summary.totals);
-    let changed = summary.learned + summary.relearned > 0 || trainer.model_is_stale()?;
+    // A journal left by `learn` is folded too: `train` always leaves one
+    // snapshot holding everything.
+    let changed = summary.learned + summary.relearned > 0
+        || trainer.model_is_stale()?
+        || ctx.db.journal().exists();
     if changed && missing.is_none() {
         let calibration = if interrupted_learning {
             // Stopped by Ctrl-C: the model is rebuilt from what was stored,
@@ -490,30 +495,41 @@ fn read_messages(path: &Path, command: &str) -> Result<(Vec<(String, Labelled)>,
     Ok((messages, failed))
 }
 
-/// Rebuilds the model after `learn` or `unlearn` changed the counts, if
+/// The journal bound of `learn` and `unlearn`: [`DEFAULT_JOURNAL_LIMIT`],
+/// or `BAYESMAIL_JOURNAL_LIMIT` bytes (a knob for tests that must make
+/// folds happen often, and for measuring).
+fn journal_limit() -> u64 {
+    std::env::var("BAYESMAIL_JOURNAL_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_JOURNAL_LIMIT)
+}
+
+/// Brings the model up to date after `learn` or `unlearn` changed the
+/// counts (through the journal where it can: see [`Trainer::publish`]), if
 /// both classes have messages; otherwise removes a model that no longer
 /// has both (a classifier with one class would call everything unsure) and
-/// says why there is none.
-fn rebuild(ctx: &Context, trainer: &Trainer, changed: bool) -> Result<Option<String>> {
+/// says why there is none. Also repairs a model an earlier run left behind
+/// the counts (killed between storing and publishing), so the model never
+/// lags them.
+fn rebuild(ctx: &Context, trainer: &mut Trainer) -> Result<Option<String>> {
     let totals = bayesmail::store::Store::totals(trainer.store())?.messages;
     if let Some(why) = missing_class(totals) {
-        match std::fs::remove_file(ctx.db.snapshot()) {
-            Ok(()) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => {
-                return Err(err).with_context(|| {
-                    format!("removing the model {}", ctx.db.snapshot().display())
-                });
+        for path in [ctx.db.snapshot(), ctx.db.journal()] {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => {
+                    return Err(err)
+                        .with_context(|| format!("removing the model {}", path.display()));
+                }
             }
         }
         return Ok(Some(why));
     }
-    // Compile after a change, and also when an earlier run was killed
-    // between storing and compiling, so the model never lags the counts.
-    if changed || trainer.model_is_stale()? {
-        let (params, _) = ctx.params(&super::ModelArgs::default())?;
-        trainer.compile(*params.get(), None)?;
-    }
+    let (params, _) = ctx.params(&super::ModelArgs::default())?;
+    let published = trainer.publish(*params.get(), journal_limit())?;
+    detail!("model: {published:?}");
     Ok(None)
 }
 
@@ -526,7 +542,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
     let labelled: Vec<Labelled> = messages.into_iter().map(|(_, m)| m).collect();
     let summary = trainer.learn(&labelled, &mut |_| {})?;
-    let no_model = rebuild(ctx, &trainer, summary.learned + summary.relearned > 0)?;
+    let no_model = rebuild(ctx, &mut trainer)?;
     let action = if summary.relearned > 0 {
         "moved"
     } else if summary.learned > 0 {
@@ -603,13 +619,11 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     let (messages, mut failed) = read_messages(&args.file, "unlearn")?;
     let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
     let single = messages.len() == 1 && failed == 0;
-    let mut changed = false;
     let mut lines = Vec::new();
     let mut first_error = None;
     for (id, m) in &messages {
         match trainer.unlearn(&m.features, m.digest) {
             Ok(was) => {
-                changed = true;
                 lines.push(if args.json {
                     let mut line = serde_json::json!({ "action": "unlearned", "label": was });
                     if !single {
@@ -632,7 +646,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
             }
         }
     }
-    let no_model = rebuild(ctx, &trainer, changed)?;
+    let no_model = rebuild(ctx, &mut trainer)?;
     if let Some(err) = first_error {
         return Err(err.into());
     }

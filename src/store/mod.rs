@@ -21,6 +21,7 @@
 //! This module knows nothing of messages, tokenization or scoring: it stores
 //! integers exactly and checks that they never go negative or overflow.
 
+pub mod journal;
 pub mod sled;
 pub mod snapshot;
 
@@ -33,6 +34,7 @@ use crate::features::METADATA_LEN;
 use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
 
 pub use self::sled::{SledStore, StoreIdentity};
+pub use journal::{DEFAULT_JOURNAL_LIMIT, Journal};
 pub use snapshot::{Snapshot, write_snapshot, write_store_snapshot};
 
 /// Version of the on-disk formats of this module (the sled layout and the

@@ -204,7 +204,10 @@ fn key<K: AsRef<str>>(t: &(K, TokenCounts)) -> &[u8] {
 /// Distinguishes temporary files of concurrent writers in one process.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes `bytes` to `path` atomically (see the [module docs](self)). A new
+/// file is private to its owner (mode 0600); one that replaces a file takes
+/// that file's permissions, so a user who loosened them keeps theirs.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| Error::Invalid(format!("{} is not a file name", path.display())))?;
@@ -225,11 +228,18 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         move |source| Error::Io { path, source }
     };
     let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(io(&tmp))?;
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let mut file = options.open(&tmp).map_err(io(&tmp))?;
+        if let Ok(existing) = fs::metadata(path) {
+            file.set_permissions(existing.permissions())
+                .map_err(io(&tmp))?;
+        }
         file.write_all(bytes).map_err(io(&tmp))?;
         file.sync_all().map_err(io(&tmp))?;
         drop(file);
@@ -281,7 +291,7 @@ fn checksum_of(version: u32, bytes: &[u8]) -> u64 {
 /// keeps its file. Where live processes cannot be told (no `/proc`), removes
 /// nothing. Best effort: a file that cannot be removed is left for the next
 /// write.
-fn remove_stale_temps(dir: &Path, name: &str) {
+pub(crate) fn remove_stale_temps(dir: &Path, name: &str) {
     let proc = Path::new("/proc");
     if !proc.join("self").exists() {
         return;
@@ -318,7 +328,7 @@ fn remove_stale_temps(dir: &Path, name: &str) {
 /// step is a bijection, so any change confined to one word is always
 /// detected. Four independent lanes keep the multiplier busy where one chain
 /// waits on each multiplication: every `filter` run checks the whole file.
-fn checksum(bytes: &[u8]) -> u64 {
+pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     const LANES: usize = 4;
     let mut lanes: [u64; LANES] = std::array::from_fn(|i| CHECKSUM_SEED.wrapping_add(i as u64));
     let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));

@@ -2,7 +2,9 @@
 //! truth, one writer at a time), turns labelled messages into deltas
 //! (skipping what the registry says is already learned with the same label,
 //! relearning what moved), applies them in atomic chunks, fits the stacker
-//! by the training [`protocol`], and writes a new snapshot.
+//! by the training [`protocol`], and writes a new snapshot
+//! ([`Trainer::compile`]) or, for a small change, appends it to the journal
+//! beside the snapshot ([`Trainer::publish`]).
 
 pub mod protocol;
 
@@ -16,7 +18,7 @@ use crate::db::{DbPaths, Error, Result};
 use crate::decision::Calibrator;
 use crate::features::Features;
 use crate::model::{Combine, Delta, Digest, Label, Params, TokenCounts, VIEWS, View, bernoulli};
-use crate::store::{self, SledStore, Snapshot, Store};
+use crate::store::{self, Journal, SledStore, Snapshot, Store, StoreIdentity};
 use protocol::{Counts, Dataset, Settings};
 
 /// How long a writer waits for another writer's lock before giving up.
@@ -57,10 +59,37 @@ pub struct TrainSummary {
     pub snapshot_written: bool,
 }
 
+/// How [`Trainer::publish`] made the model reflect the counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// Nothing to do: snapshot and journal already reflect the counts.
+    Unchanged,
+    /// The change was appended to the journal.
+    Journaled,
+    /// A new snapshot was compiled (and the journal removed).
+    Folded,
+}
+
+/// Token changes past which a session stops keeping its delta for the
+/// journal: such a change would pass any sensible journal bound, so the
+/// session folds, and holding it would only cost memory.
+const MAX_SESSION_TOKENS: usize = 200_000;
+
 /// The write side: holds the sled store's lock for as long as it lives.
 pub struct Trainer {
     paths: DbPaths,
     store: SledStore,
+    /// The store's identity when this writer opened it.
+    opened: StoreIdentity,
+    /// Everything this writer applied to the store, while it stays small
+    /// enough for the journal; `None` once it is not.
+    applied: Option<Delta>,
+    /// The snapshot's header (`None`: no snapshot, or one that does not
+    /// read), read once: only this writer replaces the snapshot.
+    header: Option<ModelHeader>,
+    /// The journal as this writer last read or wrote it (only the writer
+    /// changes it).
+    journal: Option<Journal>,
 }
 
 impl Trainer {
@@ -74,18 +103,63 @@ impl Trainer {
     /// before stores had an identity, a store holding fewer messages than
     /// the model counts as one that lost its history. A model that cannot
     /// be read says nothing and is rebuilt by the next write.
+    ///
+    /// A directory it creates is private to the user (0700), the count
+    /// store's files too; existing ones keep their permissions.
     pub fn open(paths: &DbPaths, wait: Duration) -> Result<Trainer> {
-        std::fs::create_dir_all(paths.dir()).map_err(|source| Error::Create {
-            path: paths.dir().to_path_buf(),
-            source,
-        })?;
-        let store = SledStore::open(&paths.counts(), wait)?;
+        let create = |path: &std::path::Path| {
+            private_dir(path).map_err(|source| Error::Create {
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        create(paths.dir())?;
+        let counts = paths.counts();
+        let new_store = !counts.exists();
+        if new_store {
+            create(&counts)?;
+        }
+        let store = SledStore::open(&counts, wait)?;
+        if new_store || is_private(&counts) {
+            // sled creates its files under the umask, at creation and at
+            // each open (a new snapshot of its own): made private here
+            // unless the user opened up the store's directory, whose
+            // choice stands.
+            privatize(&counts);
+        }
+        // `learn` may never write the model file again before `train`:
+        // every writer sweeps what killed writers left.
+        for file in [paths.snapshot(), paths.journal()] {
+            if let Some(name) = file.file_name() {
+                store::snapshot::remove_stale_temps(paths.dir(), &name.to_string_lossy());
+            }
+        }
+        let header = Snapshot::open(&paths.snapshot())
+            .ok()
+            .and_then(|s| s.header().ok());
         let trainer = Trainer {
             paths: paths.clone(),
+            opened: store.identity()?,
             store,
+            applied: Some(Delta::default()),
+            header,
+            journal: Journal::read(&paths.journal())?,
         };
         trainer.check_history()?;
         Ok(trainer)
+    }
+
+    /// Keeps `delta` (just applied to the store) for the journal.
+    fn record(&mut self, delta: &Delta) {
+        if let Some(applied) = &mut self.applied {
+            applied.merge(Delta {
+                registry: Vec::new(),
+                ..delta.clone()
+            });
+            if applied.tokens.len() > MAX_SESSION_TOKENS {
+                self.applied = None;
+            }
+        }
     }
 
     /// See [`Trainer::open`].
@@ -94,7 +168,8 @@ impl Trainer {
             return Ok(());
         };
         let now = self.store.identity()?;
-        let reason = match &model.store {
+        // Where the journal took the model, not only where the snapshot was.
+        let reason = match &self.model_identity()? {
             Some(built) if built.id != now.id => Some(
                 "is not the one the model was built from (it was deleted or replaced)".to_string(),
             ),
@@ -122,9 +197,19 @@ impl Trainer {
 
     /// The header of the current snapshot, if there is one that reads.
     fn current_header(&self) -> Option<ModelHeader> {
-        Snapshot::open(&self.paths.snapshot())
-            .ok()
-            .and_then(|s| s.header().ok())
+        self.header.clone()
+    }
+
+    /// The store identity that snapshot and journal together reflect:
+    /// `None` if there is no readable snapshot or it records no store.
+    fn model_identity(&self) -> Result<Option<StoreIdentity>> {
+        let Some(base) = self.header.as_ref().and_then(|h| h.store.clone()) else {
+            return Ok(None);
+        };
+        Ok(Some(match &self.journal {
+            Some(j) if j.base == base => j.end(),
+            _ => base,
+        }))
     }
 
     /// The count store.
@@ -180,13 +265,16 @@ impl Trainer {
             delta.registry.push((m.digest, Some(m.label)));
             in_chunk += 1;
             if in_chunk == CHUNK_MESSAGES {
-                self.store.apply(&std::mem::take(&mut delta))?;
+                let chunk = std::mem::take(&mut delta);
+                self.store.apply(&chunk)?;
+                self.record(&chunk);
                 in_chunk = 0;
                 progress(i + 1);
             }
         }
         if in_chunk > 0 {
             self.store.apply(&delta)?;
+            self.record(&delta);
         }
         progress(messages.len());
         self.store.flush()?;
@@ -195,13 +283,89 @@ impl Trainer {
     }
 
     /// True if the model snapshot is missing, unreadable (damaged, of an
-    /// older format) or was compiled from other counts than the store holds
-    /// now (e.g. a run was killed after storing its counts but before
-    /// writing the snapshot): the next write must compile even if it learns
-    /// nothing new.
+    /// older format) or, with its journal, reflects other counts than the
+    /// store holds now (e.g. a run was killed after storing its counts but
+    /// before writing the snapshot or the journal): the next write must
+    /// bring it up to date even if it learns nothing new.
     pub fn model_is_stale(&self) -> Result<bool> {
-        let totals = self.store.totals()?;
-        Ok(self.current_header().is_none_or(|h| h.totals != totals))
+        match self.model_identity()? {
+            Some(model) => Ok(model != self.store.identity()?),
+            // A model from before stores had an identity: compare counts.
+            None => {
+                let totals = self.store.totals()?;
+                Ok(self.header.as_ref().is_none_or(|h| h.totals != totals))
+            }
+        }
+    }
+
+    /// Makes the model reflect the counts after `learn` or `unlearn`,
+    /// keeping its parameters and calibration: appends what this writer
+    /// changed to the journal, which costs in proportion to the change, or
+    /// compiles a new snapshot when the journal cannot take it: no snapshot
+    /// to apply it to, a model that was already behind the store, a journal
+    /// that would pass `limit` bytes, or the textbook combination (whose
+    /// per-view constants sum over the whole vocabulary). `params` are those
+    /// of a first snapshot.
+    pub fn publish(&mut self, params: Params, limit: u64) -> Result<Published> {
+        let now = self.store.identity()?;
+        let model = self.model_identity()?;
+        if model.as_ref() == Some(&now) {
+            return Ok(Published::Unchanged);
+        }
+        if self.can_journal(model.as_ref(), &now, limit)? {
+            return Ok(Published::Journaled);
+        }
+        self.compile(params, None)?;
+        Ok(Published::Folded)
+    }
+
+    /// Appends this writer's change to the journal if it may: see
+    /// [`Trainer::publish`].
+    fn can_journal(
+        &mut self,
+        model: Option<&StoreIdentity>,
+        now: &StoreIdentity,
+        limit: u64,
+    ) -> Result<bool> {
+        let (Some(header), Some(model), Some(applied)) = (&self.header, model, &self.applied)
+        else {
+            return Ok(false);
+        };
+        // The change must take the model exactly from where it stood when
+        // this writer opened the store to where the store is now.
+        if header.params.combine == Combine::Textbook || *model != self.opened {
+            return Ok(false);
+        }
+        let Some(base) = &header.store else {
+            return Ok(false);
+        };
+        let Some(entry) =
+            store::journal::Entry::from_delta(model.generation, now.generation, applied)
+        else {
+            return Ok(false);
+        };
+        let encoded = entry.encode().len() as u64;
+        let path = self.paths.journal();
+        match &mut self.journal {
+            Some(j) if &j.base == base => {
+                if !j.is_clean() || j.file_len + encoded > limit {
+                    return Ok(false);
+                }
+                store::journal::append(&path, &entry)?;
+                j.file_len += encoded;
+                j.valid_len += encoded;
+                j.entries.push(entry);
+            }
+            // None yet, or one left for an older snapshot.
+            _ => {
+                if encoded > limit {
+                    return Ok(false);
+                }
+                store::journal::start(&path, base, &entry)?;
+                self.journal = Journal::read(&path)?;
+            }
+        }
+        Ok(true)
     }
 
     /// Unlearns one message; [`Error::NotLearned`] if the registry does not
@@ -212,6 +376,7 @@ impl Trainer {
         delta.add_message(features, label, -1);
         delta.registry.push((digest, None));
         self.store.apply(&delta)?;
+        self.record(&delta);
         self.store.flush()?;
         Ok(label)
     }
@@ -245,7 +410,15 @@ impl Trainer {
     /// Writes a new snapshot from the store: the given parameters and
     /// calibration, or those of the current snapshot when `calibration` is
     /// `None` (defaults if there is none yet).
-    pub fn compile(&self, params: Params, calibration: Option<(Calibrator, usize)>) -> Result<()> {
+    /// The journal is folded in (the snapshot is compiled from the store,
+    /// which holds every change) and removed after the new snapshot is in
+    /// place: a writer killed in between leaves a journal for an older
+    /// snapshot, which applies to nothing.
+    pub fn compile(
+        &mut self,
+        params: Params,
+        calibration: Option<(Calibrator, usize)>,
+    ) -> Result<()> {
         let previous = self.current_header();
         let (params, calibrator, calibrated_on) = match (calibration, &previous) {
             (Some((c, n)), _) => (params, c, n),
@@ -276,7 +449,67 @@ impl Trainer {
             store: Some(self.store.identity()?),
         };
         store::write_store_snapshot(&self.paths.snapshot(), &header, &self.store)?;
+        store::journal::remove(&self.paths.journal())?;
+        self.journal = None;
+        self.opened = header.store.clone().unwrap_or_else(|| self.opened.clone());
+        self.applied = Some(Delta::default());
+        self.header = Some(header);
         Ok(())
+    }
+}
+
+/// Creates `dir` and its missing parents private to the user (0700 on
+/// Unix); an existing directory is left as it is.
+fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
+}
+
+/// Whether only the owner may enter `dir` (always true where there are no
+/// Unix permissions).
+fn is_private(dir: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o077 == 0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        true
+    }
+}
+
+/// Makes what is in the directory `dir` private: files 0600,
+/// directories 0700. Best effort: the directory itself is already private.
+/// Called only on the count store's directory, whose files are sled's.
+fn privatize(dir: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let mode = if kind.is_dir() {
+                privatize(&entry.path());
+                0o700
+            } else if kind.is_file() {
+                0o600
+            } else {
+                continue;
+            };
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode));
+        }
     }
 }
 

@@ -17,6 +17,7 @@ mod hostile;
 mod hostile_message;
 mod hostile_scan;
 mod hostile_store;
+mod journal;
 mod learning;
 mod properties;
 mod recipes;

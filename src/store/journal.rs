@@ -1,0 +1,474 @@
+//! The model journal: the count changes made since the snapshot was
+//! compiled, appended one entry per `learn` or `unlearn`, so that teaching
+//! one message costs in proportion to the message, not to the vocabulary
+//! (recompiling the snapshot reads every token).
+//!
+//! Readers apply it on top of the snapshot it names. The writer (who holds
+//! the count store's lock, so there is one at a time) appends to it and,
+//! past a size bound, folds everything into a new snapshot and removes it.
+//!
+//! # Which snapshot it applies to
+//! The journal's header names the [`StoreIdentity`] the snapshot was compiled
+//! at; each entry carries the store generation before and after its change.
+//! Entries are applied while they chain (the first starts at the header's
+//! generation, each next one where the previous ended) and their checksums
+//! match; the first one that does not (a tail torn by a writer killed while
+//! appending) ends the journal. A journal whose header names another
+//! snapshot (one left behind by a writer killed between writing a new
+//! snapshot and removing the journal) applies to nothing and is ignored.
+//!
+//! The count store is always changed before the journal, so a writer killed
+//! in between leaves a store ahead of snapshot + journal: the next writer
+//! sees it (its generation is past the journal's end) and folds.
+//!
+//! # Layout
+//! All integers little-endian.
+//!
+//! | bytes | content |
+//! |---|---|
+//! | 8 | magic `BAYESJNL` |
+//! | 4 | `u32` journal format version ([`JOURNAL_VERSION`]) |
+//! | 4 | `u32` length `k` of the store id |
+//! | `k` | the store id (UTF-8) |
+//! | 8 | `u64` store generation of the snapshot |
+//! | 8 | `u64` checksum of the bytes above |
+//!
+//! then entries, each:
+//!
+//! | bytes | content |
+//! |---|---|
+//! | 4 | `u32` length `p` of the payload |
+//! | `p` | payload |
+//! | 8 | `u64` checksum of the length and the payload |
+//!
+//! The payload: `u64` generation before, `u64` generation after, 2 × `i64`
+//! message-count changes (ham, spam), for ham then spam and each metadata
+//! feature `n` `i64`, `sum` `i128`, `sum_sq` `i128`; `u32` number of tokens,
+//! then per token `u16` length, the token (UTF-8), `i32` ham and `i32` spam
+//! change.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use super::snapshot::{checksum, write_atomically};
+use super::{Error, Result, StoreIdentity};
+use crate::features::METADATA_LEN;
+use crate::model::{Delta, GaussStats};
+
+/// Version of the journal layout.
+pub const JOURNAL_VERSION: u32 = 1;
+
+/// First bytes of every journal file.
+pub const JOURNAL_MAGIC: &[u8; 8] = b"BAYESJNL";
+
+/// The size past which a writer folds the journal into a new snapshot
+/// instead of appending: readers parse the whole journal on every open, so
+/// this bounds what a `filter` pays for recent learning.
+pub const DEFAULT_JOURNAL_LIMIT: u64 = 1 << 20;
+
+/// One change: what one writer's session did to the counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Entry {
+    /// Store generation before the change.
+    pub from: u64,
+    /// Store generation after the change.
+    pub to: u64,
+    /// Change of message counts per class.
+    pub messages: [i64; 2],
+    /// Change of metadata statistics per class and feature.
+    pub gauss: [[GaussStats; METADATA_LEN]; 2],
+    /// Change of token counts, `[ham, spam]`, in byte order of the token.
+    pub tokens: Vec<(String, [i32; 2])>,
+}
+
+impl Entry {
+    /// The entry for `delta` (its registry part is left out: readers do not
+    /// need it), or `None` if a change does not fit the journal (a token
+    /// longer than 64 KiB, a count change beyond `i32`): then fold.
+    pub fn from_delta(from: u64, to: u64, delta: &Delta) -> Option<Entry> {
+        let mut tokens = Vec::with_capacity(delta.tokens.len());
+        for (token, d) in &delta.tokens {
+            if *d == [0, 0] {
+                continue;
+            }
+            u16::try_from(token.len()).ok()?;
+            let d = [i32::try_from(d[0]).ok()?, i32::try_from(d[1]).ok()?];
+            tokens.push((token.clone(), d));
+        }
+        tokens.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Some(Entry {
+            from,
+            to,
+            messages: delta.messages,
+            gauss: delta.gauss,
+            tokens,
+        })
+    }
+
+    /// The entry as a [`Delta`] without registry changes.
+    pub fn to_delta(&self) -> Delta {
+        Delta {
+            messages: self.messages,
+            tokens: self
+                .tokens
+                .iter()
+                .map(|(t, d)| (t.clone(), [i64::from(d[0]), i64::from(d[1])]))
+                .collect(),
+            gauss: self.gauss,
+            registry: Vec::new(),
+        }
+    }
+
+    /// The entry framed for the file: length, payload, checksum.
+    pub fn encode(&self) -> Vec<u8> {
+        let size: usize = self.tokens.iter().map(|(t, _)| 2 + t.len() + 8).sum();
+        let mut p = Vec::with_capacity(4 + 16 + 16 + 2 * METADATA_LEN * 40 + 4 + size + 8);
+        p.extend_from_slice(&[0; 4]);
+        p.extend_from_slice(&self.from.to_le_bytes());
+        p.extend_from_slice(&self.to.to_le_bytes());
+        for m in self.messages {
+            p.extend_from_slice(&m.to_le_bytes());
+        }
+        for class in &self.gauss {
+            for g in class {
+                p.extend_from_slice(&g.n.to_le_bytes());
+                p.extend_from_slice(&g.sum.to_le_bytes());
+                p.extend_from_slice(&g.sum_sq.to_le_bytes());
+            }
+        }
+        p.extend_from_slice(&(self.tokens.len() as u32).to_le_bytes());
+        for (token, d) in &self.tokens {
+            // Lengths were checked by `from_delta`.
+            p.extend_from_slice(&(token.len() as u16).to_le_bytes());
+            p.extend_from_slice(token.as_bytes());
+            p.extend_from_slice(&d[0].to_le_bytes());
+            p.extend_from_slice(&d[1].to_le_bytes());
+        }
+        let len = (p.len() - 4) as u32;
+        p[..4].copy_from_slice(&len.to_le_bytes());
+        let sum = checksum(&p);
+        p.extend_from_slice(&sum.to_le_bytes());
+        p
+    }
+
+    /// Decodes one payload; `None` if it does not parse exactly.
+    fn decode(p: &[u8]) -> Option<Entry> {
+        let mut r = Cursor(p);
+        let from = r.u64()?;
+        let to = r.u64()?;
+        let messages = [r.i64()?, r.i64()?];
+        let mut gauss = [[GaussStats::default(); METADATA_LEN]; 2];
+        for class in &mut gauss {
+            for g in class.iter_mut() {
+                *g = GaussStats {
+                    n: r.i64()?,
+                    sum: i128::from_le_bytes(r.take()?),
+                    sum_sq: i128::from_le_bytes(r.take()?),
+                };
+            }
+        }
+        let n = u32::from_le_bytes(r.take()?) as usize;
+        // Each token takes at least 10 bytes: a bad count cannot make us
+        // reserve more than the payload could hold.
+        let mut tokens = Vec::with_capacity(n.min(p.len() / 10));
+        for _ in 0..n {
+            let len = usize::from(u16::from_le_bytes(r.take()?));
+            let token = std::str::from_utf8(r.bytes(len)?).ok()?.to_owned();
+            let d = [i32::from_le_bytes(r.take()?), i32::from_le_bytes(r.take()?)];
+            tokens.push((token, d));
+        }
+        if !r.0.is_empty() {
+            return None;
+        }
+        Some(Entry {
+            from,
+            to,
+            messages,
+            gauss,
+            tokens,
+        })
+    }
+}
+
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.bytes(N)?.try_into().ok()
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take()?))
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take()?))
+    }
+}
+
+/// A journal as read: the snapshot it applies to and its valid entries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Journal {
+    /// The snapshot's store identity.
+    pub base: StoreIdentity,
+    /// The entries that chain from `base`, checksums matching.
+    pub entries: Vec<Entry>,
+    /// Bytes of the file up to the end of the last valid entry.
+    pub valid_len: u64,
+    /// Bytes of the whole file.
+    pub file_len: u64,
+}
+
+impl Journal {
+    /// Reads the journal at `path`: `Ok(None)` if there is none, or if its
+    /// header is not one this version writes (nothing then applies; the
+    /// next writer folds it away).
+    pub fn read(path: &Path) -> Result<Option<Journal>> {
+        let mut file = match OpenOptions::new().read(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(Error::Io {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        };
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Ok(None);
+        }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Journal::parse(&bytes))
+    }
+
+    /// Parses journal bytes; see [`Journal::read`].
+    pub fn parse(bytes: &[u8]) -> Option<Journal> {
+        let mut r = Cursor(bytes);
+        if r.bytes(8)? != JOURNAL_MAGIC || u32::from_le_bytes(r.take()?) != JOURNAL_VERSION {
+            return None;
+        }
+        let k = u32::from_le_bytes(r.take()?) as usize;
+        let id = std::str::from_utf8(r.bytes(k)?).ok()?.to_owned();
+        let generation = r.u64()?;
+        let header_len = bytes.len() - r.0.len();
+        if r.u64()? != checksum(&bytes[..header_len]) {
+            return None;
+        }
+        let mut at = header_len + 8;
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut end = generation;
+        while let Some(len) = bytes.get(at..at + 4) {
+            let len = u32::from_le_bytes(len.try_into().ok()?) as usize;
+            let Some(framed) = bytes.get(at..at + 4 + len) else {
+                break;
+            };
+            let Some(sum) = bytes.get(at + 4 + len..at + 4 + len + 8) else {
+                break;
+            };
+            if u64::from_le_bytes(sum.try_into().ok()?) != checksum(framed) {
+                break;
+            }
+            match Entry::decode(&framed[4..]) {
+                Some(e) if e.from == end && e.to > e.from => {
+                    end = e.to;
+                    entries.push(e);
+                }
+                _ => break,
+            }
+            at += 4 + len + 8;
+        }
+        Some(Journal {
+            base: StoreIdentity { id, generation },
+            entries,
+            valid_len: at as u64,
+            file_len: bytes.len() as u64,
+        })
+    }
+
+    /// The store identity snapshot + journal stand for.
+    pub fn end(&self) -> StoreIdentity {
+        StoreIdentity {
+            id: self.base.id.clone(),
+            generation: self.entries.last().map_or(self.base.generation, |e| e.to),
+        }
+    }
+
+    /// Whether every byte of the file belongs to a valid entry (no torn
+    /// tail that an append would have to follow).
+    pub fn is_clean(&self) -> bool {
+        self.valid_len == self.file_len
+    }
+
+    /// The sum of all entries, as a [`Delta`] without registry changes.
+    pub fn delta(&self) -> Delta {
+        let mut delta = Delta::default();
+        for e in &self.entries {
+            delta.merge(e.to_delta());
+        }
+        delta
+    }
+}
+
+/// The header bytes of a journal for the snapshot at `base`.
+fn header(base: &StoreIdentity) -> Vec<u8> {
+    let mut h = Vec::with_capacity(8 + 4 + 4 + base.id.len() + 16);
+    h.extend_from_slice(JOURNAL_MAGIC);
+    h.extend_from_slice(&JOURNAL_VERSION.to_le_bytes());
+    h.extend_from_slice(&(base.id.len() as u32).to_le_bytes());
+    h.extend_from_slice(base.id.as_bytes());
+    h.extend_from_slice(&base.generation.to_le_bytes());
+    let sum = checksum(&h);
+    h.extend_from_slice(&sum.to_le_bytes());
+    h
+}
+
+/// Starts a journal at `path` for the snapshot at `base`, holding `entry`:
+/// written whole and renamed into place, so a reader sees the old journal
+/// or the new one.
+pub fn start(path: &Path, base: &StoreIdentity, entry: &Entry) -> Result<()> {
+    let mut bytes = header(base);
+    bytes.extend_from_slice(&entry.encode());
+    write_atomically(path, &bytes)
+}
+
+/// Appends `entry` to the journal at `path` in one write, then syncs it. A
+/// reader that reads while the write is under way sees a torn last entry
+/// and ignores it.
+pub fn append(path: &Path, entry: &Entry) -> Result<()> {
+    let io = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = OpenOptions::new().append(true).open(path).map_err(io)?;
+    file.write_all(&entry.encode()).map_err(io)?;
+    file.sync_data().map_err(io)
+}
+
+/// Removes the journal at `path`, if there is one.
+pub fn remove(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::Io {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> StoreIdentity {
+        StoreIdentity {
+            id: "00112233445566778899aabbccddeeff".into(),
+            generation: 7,
+        }
+    }
+
+    fn entry(from: u64, to: u64, token: &str, d: i64) -> Entry {
+        let mut delta = Delta {
+            messages: [0, d],
+            ..Delta::default()
+        };
+        delta.tokens.insert(token.into(), [0, d]);
+        delta.tokens.insert("zero".into(), [0, 0]);
+        delta.gauss[1][0] = GaussStats {
+            n: d,
+            sum: 3 * i128::from(d),
+            sum_sq: 9 * i128::from(d),
+        };
+        Entry::from_delta(from, to, &delta).unwrap()
+    }
+
+    #[test]
+    fn entries_round_trip_and_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.journal");
+        assert_eq!(Journal::read(&path).unwrap(), None);
+        start(&path, &base(), &entry(7, 8, "a", 1)).unwrap();
+        append(&path, &entry(8, 10, "b", 2)).unwrap();
+        let j = Journal::read(&path).unwrap().unwrap();
+        assert_eq!(j.base, base());
+        assert_eq!(j.entries, [entry(7, 8, "a", 1), entry(8, 10, "b", 2)]);
+        assert_eq!(j.entries[0].tokens.len(), 1, "zero changes are left out");
+        assert!(j.is_clean());
+        assert_eq!(j.end().generation, 10);
+        let d = j.delta();
+        assert_eq!(d.messages, [0, 3]);
+        assert_eq!(d.gauss[1][0].sum, 9);
+        assert_eq!(d.tokens["b"], [0, 2]);
+    }
+
+    #[test]
+    fn a_torn_or_damaged_tail_ends_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.journal");
+        start(&path, &base(), &entry(7, 8, "a", 1)).unwrap();
+        append(&path, &entry(8, 9, "b", 1)).unwrap();
+        let whole = fs::read(&path).unwrap();
+        let first_end =
+            Journal::parse(&whole).unwrap().valid_len as usize - entry(8, 9, "b", 1).encode().len();
+        // Every cut inside the second entry keeps exactly the first.
+        for cut in first_end..whole.len() {
+            let j = Journal::parse(&whole[..cut]).unwrap();
+            assert_eq!(j.entries.len(), 1, "cut at {cut}");
+            assert_eq!(j.valid_len as usize, first_end);
+            assert!(!j.is_clean() || cut == first_end);
+        }
+        // A flipped byte in the second entry drops it, never the first.
+        for at in first_end..whole.len() {
+            let mut bad = whole.clone();
+            bad[at] ^= 0x40;
+            let j = Journal::parse(&bad).unwrap();
+            assert_eq!(j.entries.len(), 1, "flip at {at}");
+        }
+        // A damaged header: nothing applies.
+        let mut bad = whole.clone();
+        bad[20] ^= 1;
+        assert_eq!(Journal::parse(&bad), None);
+    }
+
+    #[test]
+    fn entries_that_do_not_chain_are_not_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.journal");
+        start(&path, &base(), &entry(7, 8, "a", 1)).unwrap();
+        // Skips generation 8..9: it and anything after it are dropped.
+        append(&path, &entry(9, 10, "b", 1)).unwrap();
+        append(&path, &entry(10, 11, "c", 1)).unwrap();
+        let j = Journal::read(&path).unwrap().unwrap();
+        assert_eq!(j.entries.len(), 1);
+        assert!(!j.is_clean());
+        // An entry that does not start at the header's generation: none.
+        start(&path, &base(), &entry(6, 8, "a", 1)).unwrap();
+        assert!(Journal::read(&path).unwrap().unwrap().entries.is_empty());
+    }
+
+    #[test]
+    fn changes_that_do_not_fit_are_refused() {
+        let mut delta = Delta::default();
+        delta
+            .tokens
+            .insert("a".into(), [i64::from(i32::MAX) + 1, 0]);
+        assert_eq!(Entry::from_delta(0, 1, &delta), None);
+        let mut delta = Delta::default();
+        delta.tokens.insert("x".repeat(70_000), [1, 0]);
+        assert_eq!(Entry::from_delta(0, 1, &delta), None);
+    }
+}

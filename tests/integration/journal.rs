@@ -1,0 +1,422 @@
+//! The model journal and the private database: `learn` and `unlearn` append
+//! to the journal instead of recompiling the model, readers apply it, a
+//! burst of concurrent `learn`s counts as one `train`, writers killed at
+//! any moment (learning, folding, training) leave a database that opens,
+//! classifies and agrees with its registry, and the database is private.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bayesmail::db::{Classifier, DbPaths};
+use bayesmail::message::digest;
+use bayesmail::model::Label;
+use bayesmail::store::{SledStore, Store};
+
+use crate::common::*;
+
+/// Generous: these tests wait on each other's locks on a busy machine.
+const WAIT: &str = "600";
+
+/// `n` messages that are in neither the sample corpus nor each other: a
+/// sample message with a header and a body line of its own, keeping its
+/// label. Written to `DIR/ham` and `DIR/spam`; returned with their labels.
+fn extra_messages(dir: &Path, n: usize) -> Vec<(PathBuf, Label)> {
+    let files = sample_files();
+    let mut out = Vec::new();
+    for label in ["ham", "spam"] {
+        fs::create_dir_all(dir.join(label)).unwrap();
+    }
+    for i in 0..n {
+        let source = &files[i % files.len()];
+        let label = if source.parent().unwrap().ends_with("spam") {
+            Label::Spam
+        } else {
+            Label::Ham
+        };
+        let mut bytes = format!("X-Extra: {i}\n").into_bytes();
+        bytes.extend(fs::read(source).unwrap());
+        bytes.extend(format!("\nextra line {i} zq{i}x\n").as_bytes());
+        let path = dir
+            .join(label.to_string())
+            .join(format!("extra-{i:03}.eml"));
+        fs::write(&path, bytes).unwrap();
+        out.push((path, label));
+    }
+    out
+}
+
+fn flag(label: Label) -> &'static str {
+    match label {
+        Label::Ham => "--ham",
+        Label::Spam => "--spam",
+    }
+}
+
+fn command(db: &Db, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Asserts that the model readers see (snapshot + journal) holds exactly
+/// the counts of the store: totals, every token, the vocabulary size.
+fn assert_model_matches_store(db: &Db) {
+    let paths = DbPaths::new(db.dir());
+    let classifier = Classifier::open(&paths).expect("the model opens");
+    let store = SledStore::open(&paths.counts(), Duration::from_secs(60)).unwrap();
+    assert_eq!(classifier.header().totals, store.totals().unwrap());
+    let mut tokens = 0;
+    store
+        .for_each_token(&mut |t, c| {
+            tokens += 1;
+            assert_eq!(classifier.lookup(t), Some(c), "token {t:?}");
+        })
+        .unwrap();
+    assert_eq!(classifier.vocabulary(), tokens);
+    assert_eq!(
+        classifier.header().store.as_ref(),
+        Some(&store.identity().unwrap())
+    );
+}
+
+/// Asserts that the store's message counts per class are those its
+/// registry records for `messages` (every message ever given to it).
+fn assert_store_matches_registry(db: &Db, messages: &[PathBuf]) {
+    let paths = DbPaths::new(db.dir());
+    let store = SledStore::open(&paths.counts(), Duration::from_secs(60)).unwrap();
+    let mut by_label = [0u64; 2];
+    for m in messages {
+        if let Some(label) = store.label_of(&digest(&fs::read(m).unwrap())).unwrap() {
+            by_label[label.index()] += 1;
+        }
+    }
+    assert_eq!(store.totals().unwrap().messages, by_label);
+    assert_eq!(store.registry_len().unwrap(), by_label.iter().sum::<u64>());
+}
+
+#[test]
+fn learn_and_unlearn_append_to_the_journal_and_leave_the_model_file_alone() {
+    let db = Db::new();
+    db.train_sample();
+    let tmp = tempfile::tempdir().unwrap();
+    let (message, _) = extra_messages(tmp.path(), 1).remove(0);
+    let message = utf8(&message);
+    let model = fs::read(db.model()).unwrap();
+    let journal = DbPaths::new(db.dir()).journal();
+    let before = db.counts();
+
+    db.ok(&["learn", "--spam", message], None);
+    assert_eq!(db.counts(), [before[0], before[1] + 1]);
+    // The change went to the journal, a record the size of the message's
+    // features, not to a recompiled model.
+    assert!(
+        fs::read(db.model()).unwrap() == model,
+        "model.bin rewritten"
+    );
+    let one = fs::metadata(&journal).expect("a journal").len();
+    let features = features(&fs::read(message).unwrap());
+    let per_feature = 64 * (features.tokens.len() + features.grams.len()) as u64;
+    assert!(one < 1024 + per_feature, "journal of {one} bytes");
+    assert_model_matches_store(&db);
+
+    db.ok(&["unlearn", message], None);
+    assert_eq!(db.counts(), before);
+    assert!(
+        fs::read(db.model()).unwrap() == model,
+        "model.bin rewritten"
+    );
+    assert_model_matches_store(&db);
+
+    // `train` folds the journal into a new model.
+    db.train(&[&sample_spam()], &[&sample_ham()]);
+    assert!(!journal.exists(), "train left the journal");
+    assert_model_matches_store(&db);
+}
+
+#[test]
+fn a_journal_past_its_bound_is_folded_into_the_model() {
+    let db = Db::new();
+    db.train_sample();
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = extra_messages(tmp.path(), 6);
+    let journal = DbPaths::new(db.dir()).journal();
+    let mut sizes = Vec::new();
+    for (path, label) in &extra {
+        let out = command(&db, &["learn", flag(*label), utf8(path)])
+            .env("BAYESMAIL_JOURNAL_LIMIT", "20000")
+            .output()
+            .unwrap();
+        assert_exit(&out, 0, &["learn"]);
+        sizes.push(fs::metadata(&journal).map_or(0, |m| m.len()));
+        assert!(sizes.last().unwrap() <= &20_000, "{sizes:?}");
+        assert_model_matches_store(&db);
+    }
+    // It grew, then folded (and started again).
+    assert!(sizes.windows(2).any(|w| w[1] < w[0]), "{sizes:?}");
+}
+
+#[test]
+fn a_burst_of_learns_all_succeed_and_count_as_one_train() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = extra_messages(tmp.path(), 50);
+    let burst = Db::new();
+    burst.train_sample();
+    let start = Instant::now();
+    let children: Vec<_> = extra
+        .iter()
+        .map(|(path, label)| {
+            command(&burst, &["learn", "--wait", WAIT, flag(*label), utf8(path)])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_exit(&out, 0, &["learn in a burst"]);
+    }
+    eprintln!("50 learns in {:.1}s", start.elapsed().as_secs_f64());
+    assert!(DbPaths::new(burst.dir()).journal().exists());
+
+    let once = Db::new();
+    once.train(
+        &[&sample_spam(), &tmp.path().join("spam")],
+        &[&sample_ham(), &tmp.path().join("ham")],
+    );
+    assert_eq!(burst.counts(), once.counts());
+    let a = Classifier::open(&DbPaths::new(burst.dir())).unwrap();
+    let b = Classifier::open(&DbPaths::new(once.dir())).unwrap();
+    assert_eq!(a.header().totals, b.header().totals);
+    assert_eq!(a.vocabulary(), b.vocabulary());
+    let store = SledStore::open(&DbPaths::new(once.dir()).counts(), Duration::ZERO).unwrap();
+    store
+        .for_each_token(&mut |t, c| assert_eq!(a.lookup(t), Some(c), "token {t:?}"))
+        .unwrap();
+    drop(store);
+    assert_model_matches_store(&burst);
+}
+
+/// A small deterministic generator (xorshift), so a failure repeats.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A fraction in [0, 1).
+    fn fraction(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Starts `cmd`, kills it (SIGKILL) after `after` unless it ended first;
+/// returns whether it was killed.
+fn kill_after(mut cmd: Command, after: Duration) -> bool {
+    let mut child = cmd.spawn().unwrap();
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        if start.elapsed() >= after {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+/// How long `cmd` takes, run to the end.
+fn duration_of(mut cmd: Command) -> Duration {
+    let start = Instant::now();
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    start.elapsed()
+}
+
+/// After a writer was killed: the model opens and classifies, the store
+/// agrees with its registry, and the next writer (here a `learn` that
+/// changes nothing) brings the model level with the store.
+fn assert_survived(db: &Db, all: &[PathBuf], known: &Path) {
+    let out = db.run(&["classify", "--json", utf8(&sample_spam())], None);
+    assert_exit(&out, 0, &["classify after a kill"]);
+    assert_eq!(
+        json_lines(&String::from_utf8(out.stdout).unwrap()).len(),
+        24
+    );
+    assert_store_matches_registry(db, all);
+    db.ok(&["learn", "--wait", WAIT, "--spam", utf8(known)], None);
+    assert_model_matches_store(db);
+}
+
+/// Kills `make(i)` at a random moment of its run, `rounds` times.
+fn kill_at_random_moments(
+    seed: u64,
+    rounds: usize,
+    db: &Db,
+    all: &[PathBuf],
+    make: &mut dyn FnMut(usize) -> Command,
+) -> usize {
+    let known = sample_spam().join(
+        fs::read_dir(sample_spam())
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .file_name(),
+    );
+    let mut rng = Rng(seed);
+    // Killed somewhere in the span of an undisturbed run, measured on the
+    // first round.
+    let span = duration_of(make(0));
+    assert_survived(db, all, &known);
+    let mut killed = 0;
+    for i in 1..=rounds {
+        let after = span.mul_f64(1.2 * rng.fraction());
+        killed += usize::from(kill_after(make(i), after));
+        assert_survived(db, all, &known);
+    }
+    eprintln!("killed {killed} of {rounds} runs");
+    killed
+}
+
+/// Every message a kill test may have given to the database.
+fn all_messages(extra: &[(PathBuf, Label)]) -> Vec<PathBuf> {
+    let mut all = sample_files();
+    all.extend(extra.iter().map(|(p, _)| p.clone()));
+    all
+}
+
+#[test]
+fn learn_and_unlearn_killed_at_random_moments_leave_a_consistent_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = extra_messages(tmp.path(), 12);
+    let all = all_messages(&extra);
+    let db = Db::new();
+    db.train_sample();
+    let mut rng = Rng(0x5eed_0001);
+    let killed = kill_at_random_moments(0x5eed_0002, 12, &db, &all, &mut |i| {
+        let (path, label) = &extra[i % extra.len()];
+        let args = if i > 0 && rng.next().is_multiple_of(3) {
+            vec!["unlearn", "--wait", WAIT, utf8(path)]
+        } else {
+            vec!["learn", "--wait", WAIT, flag(*label), utf8(path)]
+        };
+        command(&db, &args)
+    });
+    assert!(killed > 0, "no run was killed");
+}
+
+#[test]
+fn learns_killed_while_folding_leave_a_consistent_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = extra_messages(tmp.path(), 10);
+    let all = all_messages(&extra);
+    let db = Db::new();
+    db.train_sample();
+    let killed = kill_at_random_moments(0x5eed_0003, 10, &db, &all, &mut |i| {
+        let (path, label) = &extra[i % extra.len()];
+        // A bound every change passes: each `learn` folds.
+        let mut cmd = command(&db, &["learn", "--wait", WAIT, flag(*label), utf8(path)]);
+        cmd.env("BAYESMAIL_JOURNAL_LIMIT", "1");
+        cmd
+    });
+    assert!(killed > 0, "no run was killed");
+}
+
+#[test]
+fn train_killed_at_random_moments_leaves_a_consistent_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = extra_messages(tmp.path(), 12);
+    let all = all_messages(&extra);
+    let db = Db::new();
+    db.train_sample();
+    // Journal entries for `train` to fold, then training runs killed.
+    for (path, label) in &extra[..3] {
+        db.ok(&["learn", flag(*label), utf8(path)], None);
+    }
+    let (spam, ham) = (tmp.path().join("spam"), tmp.path().join("ham"));
+    let killed = kill_at_random_moments(0x5eed_0004, 8, &db, &all, &mut |i| {
+        // Alternately the extra messages and the sample, so that each run
+        // changes something.
+        let (s, h) = if i % 2 == 0 {
+            (spam.clone(), ham.clone())
+        } else {
+            (sample_ham(), sample_spam())
+        };
+        command(
+            &db,
+            &[
+                "train",
+                "--wait",
+                WAIT,
+                "--spam",
+                utf8(&s),
+                "--ham",
+                utf8(&h),
+            ],
+        )
+    });
+    assert!(killed > 0, "no run was killed");
+}
+
+#[cfg(unix)]
+#[test]
+fn the_database_is_private_unless_the_user_loosens_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let db = Db::new();
+    db.train_sample();
+    let paths = DbPaths::new(db.dir());
+    assert_eq!(mode(&db.dir()), 0o700);
+    assert_eq!(mode(&paths.counts()), 0o700);
+    assert_eq!(mode(&paths.snapshot()), 0o600);
+    for entry in fs::read_dir(paths.counts()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            assert_eq!(mode(&entry.path()), 0o600, "{}", entry.path().display());
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (message, _) = extra_messages(tmp.path(), 1).remove(0);
+    db.ok(&["learn", "--spam", utf8(&message)], None);
+    assert_eq!(mode(&paths.journal()), 0o600);
+    // Files sled made at this open (its own snapshot) too.
+    for entry in fs::read_dir(paths.counts()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            assert_eq!(mode(&entry.path()), 0o600, "{}", entry.path().display());
+        }
+    }
+    let out = db.run(&["stats"], None);
+    assert_exit(&out, 0, &["stats"]);
+    assert!(!stderr(&out).contains("readable"), "{}", stderr(&out));
+
+    // Loosened by the user: kept through a rewrite, and `stats` warns.
+    let loose = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+    loose(&db.dir(), 0o755);
+    loose(&paths.snapshot(), 0o644);
+    db.ok(&["unlearn", utf8(&message)], None);
+    db.train(&[&sample_spam()], &[&sample_ham()]);
+    assert_eq!(mode(&db.dir()), 0o755);
+    assert_eq!(mode(&paths.snapshot()), 0o644);
+    let out = db.run(&["stats"], None);
+    assert_exit(&out, 0, &["stats"]);
+    let err = stderr(&out);
+    assert!(err.contains("readable by other users"), "{err}");
+    assert!(err.contains("chmod 700"), "{err}");
+}
