@@ -151,7 +151,9 @@ pub struct Explanation {
     pub tokens: Vec<TokenWeight>,
     /// Tokens never seen in training (they contribute nothing).
     pub unknown_tokens: usize,
-    /// Metadata features with value and log-likelihood ratio, strongest first.
+    /// Metadata features with their value and their share of the metadata
+    /// evidence (clipped, weighted; the shares add up to that evidence),
+    /// strongest first.
     pub metadata: Vec<(String, f64, f64)>,
 }
 
@@ -352,12 +354,12 @@ impl Classifier {
             None => unknown_tokens += 1,
         });
         tokens.sort_by(|a, b| b.llr.abs().total_cmp(&a.llr.abs()));
-        let llrs = self.model.gaussian().llrs(&features.metadata.0);
+        let shares = self.model.metadata_shares(&features.metadata.0);
         let mut metadata: Vec<(String, f64, f64)> = METADATA_NAMES
             .iter()
             .zip(features.metadata.0)
-            .zip(llrs)
-            .map(|((name, value), llr)| (name.to_string(), value, llr))
+            .zip(shares)
+            .map(|((name, value), share)| (name.to_string(), value, share))
             .collect();
         metadata.sort_by(|a, b| b.2.abs().total_cmp(&a.2.abs()));
         Explanation {

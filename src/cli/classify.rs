@@ -129,9 +129,12 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
             if t.used { "" } else { "  (too weak, not used)" }
         )?;
     }
-    writeln!(out, "\nmetadata                               value    LLR")?;
-    for (name, value, llr) in &why.metadata {
-        writeln!(out, "  {name:<34} {value:>9.4} {llr:>+7.3}")?;
+    writeln!(
+        out,
+        "\nmetadata (shares of its evidence)      value    share"
+    )?;
+    for (name, value, share) in &why.metadata {
+        writeln!(out, "  {name:<34} {value:>9.4} {share:>+8.4}")?;
     }
     Ok(Outcome::AllOk)
 }

@@ -284,6 +284,21 @@ impl Model {
         self.params.prior().token_llr(counts, self.n).0
     }
 
+    /// Each metadata feature's share of the metadata evidence: its
+    /// log-likelihood ratio clipped to ± `meta_clip`, times `meta_weight`,
+    /// over the number of features. They add up to [`Evidence::meta`]; all
+    /// zero until both classes have been learned.
+    pub fn metadata_shares(&self, metadata: &[f64; METADATA_LEN]) -> [f64; METADATA_LEN] {
+        let mut shares = [0.0; METADATA_LEN];
+        if self.n[0] > 0 && self.n[1] > 0 {
+            let p = self.params.get();
+            for (share, llr) in shares.iter_mut().zip(self.gauss.llrs(metadata)) {
+                *share = p.meta_weight * llr.clamp(-p.meta_clip, p.meta_clip) / METADATA_LEN as f64;
+            }
+        }
+        shares
+    }
+
     /// Scores a message from the counts of its features that are in the
     /// vocabulary, each with its view, and its metadata.
     pub fn evidence(
@@ -302,21 +317,13 @@ impl Model {
             *ev = bernoulli::text_evidence(prior, p.combine, self.n, constant, counts);
         }
         let have_both = self.n[0] > 0 && self.n[1] > 0;
-        let (meta, meta_fit) = if have_both {
-            let clip = p.meta_clip;
-            let llr: f64 = self
-                .gauss
-                .llrs(metadata)
-                .iter()
-                .map(|v| v.clamp(-clip, clip))
-                .sum();
-            let fit = self
-                .gauss
+        let meta = self.metadata_shares(metadata).iter().sum();
+        let meta_fit = if have_both {
+            self.gauss
                 .log_likelihood(0, metadata)
-                .max(self.gauss.log_likelihood(1, metadata));
-            (p.meta_weight * llr / METADATA_LEN as f64, fit)
+                .max(self.gauss.log_likelihood(1, metadata))
         } else {
-            (0.0, 0.0)
+            0.0
         };
         let class_prior = |k: u64| (k as f64 + 1.0).ln();
         Evidence {

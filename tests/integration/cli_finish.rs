@@ -296,3 +296,60 @@ fn eval_plot_writes_a_roc_curve_and_a_reliability_diagram_that_render() {
         assert!(blue > 500, "{name}: the curve has {blue} pixels");
     }
 }
+
+/// `explain`'s parts add up to the log-odds it prints, the metadata shares
+/// to the metadata evidence, and every command's log-odds is the log-odds
+/// of the probability it prints.
+#[test]
+fn explain_adds_up_and_log_odds_match_the_probability() {
+    let db = Db::new();
+    db.train_sample();
+    for file in sample_files() {
+        let file = utf8(&file);
+        let why = one_json(&db.ok(&["explain", "--json", file], None));
+        let num = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("a number: {v}"));
+        let views = why["views"].as_array().expect("views");
+        assert_eq!(views.len(), 4, "{why}");
+        let sum: f64 =
+            views.iter().map(|v| num(&v["contribution"])).sum::<f64>() + num(&why["bias"]);
+        assert!(
+            (sum - num(&why["logit"])).abs() < 1e-9,
+            "{file}: {sum} vs {why}"
+        );
+        assert!(
+            (num(&why["logit"]) - num(&why["log_odds"])).abs() < 1e-9,
+            "{why}"
+        );
+        for v in views {
+            let product = num(&v["evidence"]) * num(&v["weight"]);
+            assert!((product - num(&v["contribution"])).abs() < 1e-9, "{v}");
+        }
+        let meta = views
+            .iter()
+            .find(|v| v["view"].is_null())
+            .expect("metadata part");
+        let shares: f64 = why["metadata"]
+            .as_array()
+            .expect("metadata")
+            .iter()
+            .map(|m| num(&m[2]))
+            .sum();
+        assert!(
+            (shares - num(&meta["evidence"])).abs() < 1e-9,
+            "{file}: {shares} vs {meta}"
+        );
+        let p = num(&why["probability"]);
+        let logit = num(&why["log_odds"]);
+        let back = 1.0 / (1.0 + (-logit).exp());
+        assert!(
+            (back - p).abs() < 1e-12,
+            "{file}: σ({logit}) = {back}, printed {p}"
+        );
+        let classified = one_json(&db.ok(&["classify", "--json", file], None));
+        assert_eq!(classified["log_odds"], why["log_odds"], "{classified}");
+        assert_eq!(
+            classified["probability"], why["probability"],
+            "{classified}"
+        );
+    }
+}
