@@ -53,9 +53,7 @@ enum Reason {
     ModelUnreadable,
     /// The message is larger than the size cap.
     TooLarge,
-    /// The message cannot be parsed at all (e.g. it is empty), or the input
-    /// is clearly an mbox of several messages
-    /// ([`bayesmail::mailbox::looks_like_several_messages`]).
+    /// The message cannot be parsed at all (e.g. it is empty).
     Unparseable,
     /// A bug: scoring panicked.
     Internal,
@@ -463,14 +461,21 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
     };
     // An mbox of several messages (mutt's pipe-message on tagged messages
     // without pipe_split, a script feeding a whole folder) is not one
-    // message: scoring it as one would put one verdict on all of them.
-    if bayesmail::mailbox::looks_like_several_messages(raw) {
-        warn(
-            "the input holds several messages (an mbox): filter takes one message; \
-             passed through unscored (split it, or use `bayesmail classify -`)",
-        );
-        return Status::Unknown(Reason::Unparseable);
-    }
+    // message. The verdict is the first message's: the end of the input is
+    // the sender's to write (delivery agents pass body lines starting with
+    // "From " unescaped), so passing such input unscored would let any spam
+    // skip the filter by adding a separator and a header line to its body.
+    let raw = match bayesmail::mailbox::first_of_several(raw) {
+        Some(first) => {
+            warn(
+                "the input holds several messages (an mbox): filter takes one message, \
+                 so only the first was judged; all pass through unchanged (to judge each, \
+                 use `bayesmail classify -`)",
+            );
+            first
+        }
+        None => raw,
+    };
     let features = match Extractor::new().extract(raw) {
         Ok(features) => features,
         Err(err) => {

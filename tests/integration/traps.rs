@@ -199,7 +199,7 @@ fn learn_unlearn_classify_take_each_message_of_an_mbox() {
 /// (`reason=unparseable`), every byte kept; one message with an envelope
 /// line and a body paragraph starting with "From " is still one message.
 #[test]
-fn filter_passes_an_mbox_of_several_messages_through_unscored() {
+fn filter_passes_an_mbox_of_several_messages_through_with_the_first_ones_verdict() {
     let db = Db::new();
     db.train_sample();
     let several = mbox_of(&sample_bytes("spam", 3));
@@ -207,15 +207,24 @@ fn filter_passes_an_mbox_of_several_messages_through_unscored() {
     assert_exit(&out, 0, &["filter"]);
     let (restored, status, _) = strip_ours(&out.stdout);
     assert_eq!(restored, several);
+    assert_eq!(status_word(&status), "Yes", "{status}");
     assert!(
-        status.starts_with("Unknown, reason=unparseable"),
-        "{status}"
-    );
-    assert!(
-        stderr(&out).contains("several messages"),
+        stderr(&out).contains("only the first was judged"),
         "{}",
         stderr(&out)
     );
+    // A spammer cannot skip the filter by making its message look like an
+    // mbox: a separator and a header line at the end of the body change
+    // nothing.
+    let spam = mbox_of(&sample_bytes("spam", 1));
+    let alone = db.run(&["filter"], Some(&spam));
+    let (_, alone, _) = strip_ours(&alone.stdout);
+    let dodge = [&spam[..], b"\nFrom x@y Mon Jan  1 10:00:00 2024\nX: y\n"].concat();
+    let out = db.run(&["filter"], Some(&dodge));
+    let (restored, status, _) = strip_ours(&out.stdout);
+    assert_eq!(restored, dodge);
+    assert_eq!(status, alone, "judged as the message alone");
+    assert_eq!(status_word(&status), "Yes", "{status}");
 
     let one = b"From a@b.example Thu Jan  1 00:00:00 1970\nSubject: notes\n\n\
                 Hello,\n\nFrom Monday at 10:30 we meet upstairs.\nSee you there.\n"
