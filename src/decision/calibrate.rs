@@ -7,8 +7,13 @@
 //! [`crate::model::View`]) and the metadata evidence, so the fit is also how
 //! much each view counts for this user's mail: a logistic stacker, Platt
 //! scaling generalised to [`INPUTS`] inputs. A view that carries nothing gets
-//! a weight near zero. Targets are Platt's smoothed labels, (N+ + 1)/(N+ + 2)
-//! and 1/(N− + 2), which keeps the map finite on separable data.
+//! a weight near zero. No weight is negative: every input is a
+//! log-likelihood ratio, and evidence for ham must never count for spam
+//! (with little data and views that overlap, an unconstrained fit can give
+//! one view a negative weight); an input whose weight would be negative is
+//! left out of the fit. Targets are Platt's smoothed labels,
+//! (N+ + 1)/(N+ + 2) and 1/(N− + 2), which keeps the map finite on
+//! separable data.
 
 use serde::{Deserialize, Serialize};
 
@@ -50,16 +55,36 @@ impl Calibrator {
     }
 
     /// Fits the map by Newton's method on the log-loss (with a tiny ridge
-    /// for stability). `samples` are (inputs, is_spam). With fewer than two
-    /// samples of either class, returns the default map.
-    // Index loops mirror the gradient and Hessian formulas.
-    #[allow(clippy::needless_range_loop)]
+    /// for stability), with no negative weight: while the fit gives some
+    /// input a negative weight, the most negative is left out (weight 0)
+    /// and the rest fitted again. `samples` are (inputs, is_spam). With
+    /// fewer than two samples of either class, returns the default map.
     pub fn fit(samples: &[([f64; INPUTS], bool)]) -> Calibrator {
         let pos = samples.iter().filter(|s| s.1).count();
         let neg = samples.len() - pos;
         if pos < 2 || neg < 2 {
             return Calibrator::default();
         }
+        let mut used = [true; INPUTS];
+        let mut kept: Vec<([f64; INPUTS], bool)> = samples.to_vec();
+        loop {
+            let c = Self::fit_unconstrained(&kept, pos, neg);
+            let worst = (0..INPUTS)
+                .filter(|&i| used[i] && c.weights[i] < 0.0)
+                .min_by(|&a, &b| c.weights[a].total_cmp(&c.weights[b]));
+            let Some(i) = worst else { return c };
+            used[i] = false;
+            for (x, _) in &mut kept {
+                x[i] = 0.0;
+            }
+        }
+    }
+
+    /// The logistic fit itself; an input that is zero in every sample gets
+    /// weight 0 (the ridge).
+    // Index loops mirror the gradient and Hessian formulas.
+    #[allow(clippy::needless_range_loop)]
+    fn fit_unconstrained(samples: &[([f64; INPUTS], bool)], pos: usize, neg: usize) -> Calibrator {
         let t_pos = (pos as f64 + 1.0) / (pos as f64 + 2.0);
         let t_neg = 1.0 / (neg as f64 + 2.0);
         const K: usize = INPUTS + 1;
@@ -150,13 +175,13 @@ mod tests {
 
     #[test]
     fn recovers_a_known_logistic_map() {
-        // Deterministic samples from p = σ(2·x0 − 0.5·x1 + 1), expanded into
+        // Deterministic samples from p = σ(2·x0 + 0.5·x1 + 1), expanded into
         // fractional counts by repetition.
         let mut samples = Vec::new();
         for i in -20..=20 {
             for j in -4..=4 {
                 let x = x2(i as f64 / 5.0, j as f64);
-                let p = sigmoid(2.0 * x[0] - 0.5 * x[1] + 1.0);
+                let p = sigmoid(2.0 * x[0] + 0.5 * x[1] + 1.0);
                 let spam = (p * 100.0).round() as usize;
                 samples.extend(std::iter::repeat_n((x, true), spam));
                 samples.extend(std::iter::repeat_n((x, false), 100 - spam));
@@ -164,8 +189,30 @@ mod tests {
         }
         let c = Calibrator::fit(&samples);
         assert!((c.weights[0] - 2.0).abs() < 0.05, "{c:?}");
-        assert!((c.weights[1] + 0.5).abs() < 0.05, "{c:?}");
+        assert!((c.weights[1] - 0.5).abs() < 0.05, "{c:?}");
         assert!((c.bias - 1.0).abs() < 0.05, "{c:?}");
+    }
+
+    #[test]
+    fn no_weight_is_negative() {
+        // p = σ(2·x0 − x1): x1 counts against spam, though (like a view
+        // that overlaps another) it rises with x0. The fit leaves it out
+        // rather than let evidence for spam count for ham.
+        let mut samples = Vec::new();
+        for i in -20..=20 {
+            for j in -4..=4 {
+                let a = i as f64 / 5.0;
+                let x = x2(a, a + j as f64 / 4.0);
+                let p = sigmoid(2.0 * x[0] - x[1]);
+                let spam = (p * 100.0).round() as usize;
+                samples.extend(std::iter::repeat_n((x, true), spam));
+                samples.extend(std::iter::repeat_n((x, false), 100 - spam));
+            }
+        }
+        let c = Calibrator::fit(&samples);
+        assert_eq!(c.weights[1], 0.0, "{c:?}");
+        assert!(c.weights[0] > 0.5, "{c:?}");
+        assert!(c.weights.iter().all(|&w| w >= 0.0), "{c:?}");
     }
 
     #[test]
