@@ -364,8 +364,9 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         let model = match (&missing, summary.snapshot_written) {
             (Some(why), _) => format!("no model was written: {why}"),
             (None, true) if interrupted_learning => {
-                "the model was rebuilt from them (calibration kept from before); run the same \
-                 train again to learn the rest and calibrate"
+                "the model was rebuilt from them, with the calibration of the model before \
+                 (none, if there was no model: the views' evidence is then added up \
+                 unweighted); run the same train again to learn the rest and calibrate"
                     .to_string()
             }
             (None, true) => "the model was written".to_string(),
