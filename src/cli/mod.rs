@@ -737,6 +737,9 @@ fn finish(outcome: anyhow::Result<Outcome>) -> u8 {
         Ok(Outcome::AllOk) => EXIT_OK,
         Ok(Outcome::SomeFailed) => EXIT_SOME_FAILED,
         Ok(Outcome::Exit(code)) => code,
+        // The reader of stdout went away (`bayesmail man | head`): the
+        // output ends there, as with any Unix tool; nothing failed.
+        Err(err) if is_broken_pipe(&err) => EXIT_OK,
         Err(err) => {
             eprintln!("bayesmail: {}", render_error(&err));
             EXIT_FATAL

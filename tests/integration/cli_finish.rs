@@ -353,3 +353,29 @@ fn explain_adds_up_and_log_odds_match_the_probability() {
         );
     }
 }
+
+/// A reader of stdout that went away ends the output quietly, as with any
+/// Unix tool (`bayesmail stats | head -3`).
+#[test]
+fn a_closed_stdout_pipe_ends_the_output_quietly() {
+    let db = Db::new();
+    db.train_sample();
+    for args in [&["stats"][..], &["stats", "--json"], &["man"]] {
+        // A pipe whose reader is gone before the command writes anything.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args()).args(args);
+        let out = cmd
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(
+            !stderr(&out).contains("Broken pipe"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+}
