@@ -21,6 +21,7 @@ mod journal;
 mod learning;
 mod properties;
 mod recipes;
+mod scale;
 mod split;
 mod train;
 mod traps;
