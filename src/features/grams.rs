@@ -70,6 +70,27 @@ pub fn key(bucket: u32) -> String {
     Key::default().of(bucket).to_owned()
 }
 
+/// The bucket a feature name stands for, if it is exactly what [`key`]
+/// spells for a bucket below 2^[`BUCKET_BITS`]: the inverse of [`key`].
+/// The snapshot keeps the counts of such names in a table indexed by
+/// bucket; any other name stays a name.
+///
+/// ```
+/// use bayesmail::features::grams::{key, parse};
+/// assert_eq!(parse(&key(0x3_a0f1)), Some(0x3_a0f1));
+/// assert_eq!(parse("\u{1}3A0F1"), None);
+/// assert_eq!(parse("free"), None);
+/// ```
+pub fn parse(name: &str) -> Option<u32> {
+    let hex = name.strip_prefix(BYTES_PREFIX)?;
+    if hex.len() != 5 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    u32::from_str_radix(hex, 16)
+        .ok()
+        .filter(|&b| b < 1 << BUCKET_BITS)
+}
+
 /// A buffer that spells bucket names without allocating, as [`key`] does.
 #[derive(Debug, Default)]
 pub struct Key([u8; 6]);
@@ -133,5 +154,20 @@ mod tests {
         assert_ne!(key(1), key(16));
         assert_eq!(key(0x3_a0f1), "\u{1}3a0f1");
         assert_eq!(key(0x1f), "\u{1}0001f");
+        for b in [0, 1, 0x1f, 0x3_a0f1, (1 << BUCKET_BITS) - 1] {
+            assert_eq!(parse(&key(b)), Some(b));
+        }
+        for name in [
+            "",
+            "\u{1}",
+            "\u{1}0001",
+            "\u{1}000001",
+            "\u{1}4_000",
+            "\u{1}fffff",
+            "\u{1}0001F",
+            "+0001f",
+        ] {
+            assert_eq!(parse(name), None, "{name:?}");
+        }
     }
 }
