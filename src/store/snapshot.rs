@@ -41,15 +41,15 @@
 //! | 8 n | counts of token `i`: `u32` ham, `u32` spam (never both zero) |
 //! | `off[n]` | key blob: the tokens (UTF-8), sorted by bytes, no duplicates, concatenated |
 //! | 8 | `u64` slot count `m` = max(⌈4n / 3⌉, 1) |
-//! | 4 m | `u32` hash slots: 0 empty, else token index + 1; token `t` is at the first slot from `⌊hash(t) · m / 2^64⌋` on (linear probing, slot `m - 1` followed by slot 0), see [`token_hash`] |
+//! | 4 m | `u32` hash slots: 0 empty, else token index + 1 in the low `k` bits, `k` the bits of `n` (`⌈log2(n + 1)⌉`), and the low `32 - k` bits of `hash(t)` above them (a tag: most slots of other tokens are passed over without reading their key); token `t` is at the first slot from `⌊hash(t) · m / 2^64⌋` on (linear probing, slot `m - 1` followed by slot 0), see [`token_hash`] |
 //! | 8 | `u64` `g`: buckets of the byte view with non-zero counts |
 //! | 8 | `u64` `b`: buckets in the table below: the highest such bucket + 1 (0 if none), at most 2^[`BUCKET_BITS`] |
 //! | 8 b | counts of bucket `i` (the feature [`grams::key`]`(i)`): `u32` ham, `u32` spam; both zero for a bucket never seen |
 //! | 8 | `u64` checksum of all the bytes before it (four lanes of 8-byte words, folded; see `checksum` in the source) |
 //!
 //! Versions 2 and 3 have no bucket table (the buckets are keyed tokens like
-//! the others) and `m` is the smallest power of two ≥ max(2n, 1), with
-//! token `t`'s first slot `hash(t) mod m`.
+//! the others), `m` is the smallest power of two ≥ max(2n, 1), token `t`'s
+//! first slot is `hash(t) mod m` and slots hold no tag.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -119,6 +119,21 @@ fn slot_count(version: u32, n: usize) -> usize {
     } else {
         n.saturating_mul(2).max(1).next_power_of_two()
     }
+}
+
+/// How a slot holds a token's index in a file of format `version` for `n`
+/// tokens: the index + 1 in the low bits (those `n` needs), the token
+/// hash's low bits above them, from version 4 on. Returns the mask of the
+/// index bits and the tag of `hash` (shifted into place).
+fn slot_tag(version: u32, n: usize, hash: u64) -> (u32, u32) {
+    if version < DENSE_GRAMS {
+        return (u32::MAX, 0);
+    }
+    // n < 2^32 (the key blob has a byte per token and fits u32).
+    let bits = u64::BITS - (n as u64).leading_zeros();
+    let mask = (1u64 << bits) - 1;
+    // (mask as u32): a mask of 32 bits or fewer; the tag lies above it.
+    (mask as u32, ((hash << bits) & !mask & 0xffff_ffff) as u32)
 }
 
 /// The first slot of a token of hash `hash` in a table of `m` slots and
@@ -237,12 +252,13 @@ fn encode<K: AsRef<str>>(header: &[u8], tokens: &[(K, TokenCounts)]) -> Result<V
     }
     let mut slots = vec![0u32; m];
     for (i, (k, _)) in words.iter().enumerate() {
-        let mut slot = home_slot(SNAPSHOT_VERSION, token_hash(k.as_bytes()), m);
+        let hash = token_hash(k.as_bytes());
+        let mut slot = home_slot(SNAPSHOT_VERSION, hash, m);
         while slots[slot] != 0 {
             slot = if slot + 1 == m { 0 } else { slot + 1 };
         }
         // n < 2^32 - 1: the key blob alone has a byte per token and fits u32.
-        slots[slot] = i as u32 + 1;
+        slots[slot] = slot_tag(SNAPSHOT_VERSION, n, hash).1 | (i as u32 + 1);
     }
     out.extend_from_slice(&(m as u64).to_le_bytes());
     for v in slots {
@@ -648,14 +664,17 @@ impl Snapshot {
     /// The index of `wanted` through the hash table. Probes at most every
     /// slot once, so a damaged table cannot loop.
     fn index_of(&self, wanted: &[u8]) -> Option<usize> {
-        let mut slot = home_slot(self.version, token_hash(wanted), self.m);
+        let hash = token_hash(wanted);
+        let (mask, tag) = slot_tag(self.version, self.n, hash);
+        let mut slot = home_slot(self.version, hash, self.m);
         for _ in 0..self.m {
-            let v = read_u32(&self.bytes, self.slots + 4 * slot)? as usize;
+            let v = read_u32(&self.bytes, self.slots + 4 * slot)?;
             if v == 0 {
                 return None;
             }
-            if v <= self.n && self.key(v - 1)? == wanted {
-                return Some(v - 1);
+            let i = (v & mask) as usize;
+            if v & !mask == tag && (1..=self.n).contains(&i) && self.key(i - 1)? == wanted {
+                return Some(i - 1);
             }
             slot = if slot + 1 >= self.m { 0 } else { slot + 1 };
         }
@@ -1319,11 +1338,12 @@ mod tests {
         let m = slot_count(SNAPSHOT_VERSION, n);
         let mut slots = vec![0u32; m];
         for (i, (k, _)) in sorted_sample().iter().enumerate() {
-            let mut slot = home_slot(SNAPSHOT_VERSION, token_hash(k.as_bytes()), m);
+            let hash = token_hash(k.as_bytes());
+            let mut slot = home_slot(SNAPSHOT_VERSION, hash, m);
             while slots[slot] != 0 {
                 slot = (slot + 1) % m;
             }
-            slots[slot] = i as u32 + 1;
+            slots[slot] = slot_tag(SNAPSHOT_VERSION, n, hash).1 | (i as u32 + 1);
         }
         keyed.truncate(slots_at - 8);
         keyed.extend_from_slice(&(m as u64).to_le_bytes());
@@ -1349,7 +1369,8 @@ mod tests {
             .step_by(5)
             .chain([(1 << BUCKET_BITS) - 1])
             .map(|b| (grams::key(b), TokenCounts { ham: b, spam: 1 }))
-            .chain([("word".to_owned(), TokenCounts { ham: 1, spam: 0 })])
+            .chain((0..3000).map(|i| (format!("word{i}"), TokenCounts { ham: i, spam: 0 })))
+            .filter(|(_, c)| !c.is_zero())
             .collect();
         write_snapshot(&path, &(), all.clone()).unwrap();
         let snap = Snapshot::open(&path).unwrap();
@@ -1361,11 +1382,17 @@ mod tests {
                 assert_eq!(snap.gram(b), Some(*counts));
             }
         }
+        for i in 0..3000 {
+            assert_eq!(snap.lookup(&format!("word{i}x")), None);
+        }
+        assert_eq!(snap.lookup("word0"), None);
         assert_eq!(snap.gram(1), None);
-        assert_eq!(snap.grams().count(), all.len() - 1);
-        // Eight bytes a bucket, no more.
+        assert_eq!(snap.grams().count(), all.len() - 2999);
+        // Eight bytes a bucket, no more; a word: its key (at most 8 bytes),
+        // its offset, its counts and 4/3 of a slot.
+        let words = 2999 * (8 + 4 + 8 + 6) + 200;
         let len = fs::metadata(&path).unwrap().len();
-        assert!(len < 8 * (1 << BUCKET_BITS) + 200, "{len}");
+        assert!(len < 8 * (1 << BUCKET_BITS) + words, "{len}");
     }
 
     /// Someone truncates and rewrites the file in place (`cp other
