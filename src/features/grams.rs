@@ -54,9 +54,42 @@ pub fn buckets(raw: &[u8]) -> Vec<u32> {
         .windows(4)
         .map(|w| bucket(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
         .collect();
-    out.sort_unstable();
+    sort(&mut out);
     out.dedup();
     out
+}
+
+/// Digits of [`sort`]: two passes cover a bucket number.
+const DIGIT_BITS: u32 = BUCKET_BITS.div_ceil(2);
+
+/// Sorts bucket numbers (< 2^[`BUCKET_BITS`]): a radix sort in two passes
+/// of [`DIGIT_BITS`] bits, where a comparison sort of a message's couple of
+/// thousand buckets was a tenth of the time `scan` took; the result is the
+/// same.
+fn sort(v: &mut Vec<u32>) {
+    if v.len() < 64 {
+        v.sort_unstable();
+        return;
+    }
+    let mask = (1u32 << DIGIT_BITS) - 1;
+    let mut other = vec![0u32; v.len()];
+    for pass in 0..2 {
+        let shift = pass * DIGIT_BITS;
+        let mut at = [0usize; 1 << DIGIT_BITS];
+        for &x in v.iter() {
+            at[((x >> shift) & mask) as usize] += 1;
+        }
+        let mut sum = 0;
+        for slot in at.iter_mut() {
+            (*slot, sum) = (sum, sum + *slot);
+        }
+        for &x in v.iter() {
+            let digit = ((x >> shift) & mask) as usize;
+            other[at[digit]] = x;
+            at[digit] += 1;
+        }
+        std::mem::swap(v, &mut other);
+    }
 }
 
 /// Fibonacci hashing: the top bits of the 4-gram times 2^32/φ. Stable
@@ -145,6 +178,26 @@ mod tests {
         assert!(seen.iter().all(|b| hidden.binary_search(b).is_ok()));
         // The envelope line and the split are the message layer's.
         assert_eq!(buckets(b"A: 1\nnot a field\nB: 2\n"), buckets(b"A: 1\n"));
+    }
+
+    #[test]
+    fn the_radix_sort_sorts() {
+        let mut x: u32 = 12345;
+        for len in [0, 1, 63, 64, 65, 2000] {
+            let mut v: Vec<u32> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x >> (32 - BUCKET_BITS)
+                })
+                .chain([0, (1 << BUCKET_BITS) - 1])
+                .collect();
+            let mut expected = v.clone();
+            expected.sort_unstable();
+            sort(&mut v);
+            assert_eq!(v, expected, "{len}");
+        }
     }
 
     #[test]
