@@ -13,7 +13,8 @@
 //! done to the file afterwards can reach a reader) and refuses it unless it
 //! is a regular file of exactly the right length whose checksum matches, so
 //! a damaged model is an error, never a quiet shift in verdicts.
-//! [`Snapshot::verify`] checks the rest (order, UTF-8, the hash table).
+//! [`Snapshot::verify`] checks the rest (order, UTF-8, the hash table, the
+//! bucket table).
 //! Word tokens are looked up through an open-addressing hash table (one or
 //! two probes, a few cache lines per token, where a binary search over a
 //! large vocabulary takes a score of dependent cache misses). The byte
