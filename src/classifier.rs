@@ -20,10 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::db::{DbPaths, Error, Result};
 use crate::decision::{Calibrator, Decider, Verdict};
-use crate::features::{Features, METADATA_LEN, METADATA_NAMES};
-use crate::model::{
-    BYTES_PREFIX, Combine, Evidence, Model, Params, TokenCounts, Totals, VIEWS, View,
-};
+use crate::features::{Features, METADATA_LEN, METADATA_NAMES, grams};
+use crate::model::{Combine, Evidence, Model, Params, TokenCounts, Totals, VIEWS, View};
 use crate::store::{self, Journal, Snapshot, StoreIdentity};
 
 /// What the snapshot carries besides token counts.
@@ -162,8 +160,10 @@ pub struct Explanation {
 /// from the result. `Send + Sync`, so one can serve many threads.
 pub struct Classifier {
     snapshot: Snapshot,
-    /// Counts of the tokens the journal changed (zero: gone).
+    /// Counts of the word tokens the journal changed (zero: gone).
     overlay: HashMap<String, TokenCounts>,
+    /// Counts of the byte view's buckets the journal changed (zero: gone).
+    gram_overlay: GramOverlay,
     vocabulary: usize,
     header: ModelHeader,
     model: Model,
@@ -215,6 +215,7 @@ impl Classifier {
             reason,
         })?;
         let mut overlay = HashMap::new();
+        let mut gram_overlay = GramOverlay::default();
         let mut vocabulary = snapshot.len();
         let journal = journal.filter(|j| header.store.as_ref() == Some(&j.base));
         if let Some(journal) = journal.filter(|j| !j.entries.is_empty()) {
@@ -225,14 +226,23 @@ impl Classifier {
             let delta = journal.delta();
             header.totals = store::apply_totals(&header.totals, &delta).map_err(bad)?;
             for (token, d) in delta.tokens {
-                let old = snapshot.lookup(&token);
+                let bucket = grams::parse(&token);
+                let old = match bucket {
+                    Some(b) => snapshot.gram(b),
+                    None => snapshot.lookup(&token),
+                };
                 let new = store::apply_token(&token, old.unwrap_or_default(), d).map_err(bad)?;
                 match (old.is_some(), new.is_zero()) {
                     (false, false) => vocabulary += 1,
                     (true, true) => vocabulary -= 1,
                     _ => {}
                 }
-                overlay.insert(token, new);
+                match bucket {
+                    Some(b) => gram_overlay.insert(b, new),
+                    None => {
+                        overlay.insert(token, new);
+                    }
+                }
             }
             header.store = Some(journal.end());
         }
@@ -240,6 +250,7 @@ impl Classifier {
         Ok(Classifier {
             snapshot,
             overlay,
+            gram_overlay,
             vocabulary,
             header,
             model,
@@ -259,6 +270,17 @@ impl Classifier {
 
     /// The counts of a feature, if it is in the vocabulary.
     pub fn lookup(&self, token: &str) -> Option<TokenCounts> {
+        if let Some(bucket) = grams::parse(token) {
+            return self.gram(bucket);
+        }
+        self.word(token)
+    }
+
+    /// The counts of a word token, if it is in the vocabulary.
+    fn word(&self, token: &str) -> Option<TokenCounts> {
+        if self.overlay.is_empty() {
+            return self.snapshot.lookup(token);
+        }
         match self.overlay.get(token) {
             Some(c) if c.is_zero() => None,
             Some(&c) => Some(c),
@@ -266,15 +288,30 @@ impl Classifier {
         }
     }
 
+    /// The counts of the byte view's `bucket`, if it was seen: by number,
+    /// with no name to spell.
+    pub fn gram(&self, bucket: u32) -> Option<TokenCounts> {
+        match self.gram_overlay.get(bucket) {
+            Some(c) if c.is_zero() => None,
+            Some(c) => Some(c),
+            None => self.snapshot.gram(bucket),
+        }
+    }
+
     /// The counts of the message's features that are in the vocabulary,
     /// each with its view.
     fn known(&self, features: &Features) -> Vec<(View, TokenCounts)> {
         let mut known = Vec::with_capacity(features.tokens.len() + features.grams.len());
-        features.for_each_feature(|t| {
-            if let Some(c) = self.lookup(t) {
+        for t in features.tokens.iter() {
+            if let Some(c) = self.word(t) {
                 known.push((View::of(t), c));
             }
-        });
+        }
+        for &b in &features.grams {
+            if let Some(c) = self.gram(b) {
+                known.push((View::Bytes, c));
+            }
+        }
         known
     }
 
@@ -334,14 +371,9 @@ impl Classifier {
         });
         let mut unknown_tokens = 0;
         let mut tokens = Vec::new();
-        features.for_each_feature(|t| match self.lookup(t) {
+        let mut weigh = |token: String, view: View, counts: Option<TokenCounts>| match counts {
             Some(c) => {
                 let llr = self.model.token_llr(c);
-                let view = View::of(t);
-                let token = match view {
-                    View::Bytes => format!("bytes:{}", t.trim_start_matches(BYTES_PREFIX)),
-                    _ => t.to_owned(),
-                };
                 tokens.push(TokenWeight {
                     token,
                     view,
@@ -352,7 +384,13 @@ impl Classifier {
                 });
             }
             None => unknown_tokens += 1,
-        });
+        };
+        for t in features.tokens.iter() {
+            weigh(t.to_owned(), View::of(t), self.word(t));
+        }
+        for &b in &features.grams {
+            weigh(format!("bytes:{b:05x}"), View::Bytes, self.gram(b));
+        }
         tokens.sort_by(|a, b| b.llr.abs().total_cmp(&a.llr.abs()));
         let shares = self.model.metadata_shares(&features.metadata.0);
         let mut metadata: Vec<(String, f64, f64)> = METADATA_NAMES
@@ -370,5 +408,34 @@ impl Classifier {
             unknown_tokens,
             metadata,
         }
+    }
+}
+
+/// The counts of the byte view's buckets that the journal changed. Every
+/// gram of every message is looked up here first, so a bit per bucket says
+/// which are changed, and only those go to the map.
+#[derive(Debug, Default)]
+struct GramOverlay {
+    /// Bit `b` set: bucket `b` is in `counts` (empty while none is).
+    changed: Vec<u64>,
+    counts: HashMap<u32, TokenCounts>,
+}
+
+impl GramOverlay {
+    fn insert(&mut self, bucket: u32, counts: TokenCounts) {
+        let (word, bit) = (bucket as usize / 64, bucket % 64);
+        if self.changed.len() <= word {
+            self.changed.resize(word + 1, 0);
+        }
+        self.changed[word] |= 1 << bit;
+        self.counts.insert(bucket, counts);
+    }
+
+    fn get(&self, bucket: u32) -> Option<TokenCounts> {
+        let word = self.changed.get(bucket as usize / 64)?;
+        if word & (1 << (bucket % 64)) == 0 {
+            return None;
+        }
+        self.counts.get(&bucket).copied()
     }
 }

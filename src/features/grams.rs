@@ -54,9 +54,42 @@ pub fn buckets(raw: &[u8]) -> Vec<u32> {
         .windows(4)
         .map(|w| bucket(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
         .collect();
-    out.sort_unstable();
+    sort(&mut out);
     out.dedup();
     out
+}
+
+/// Digits of [`sort`]: two passes cover a bucket number.
+const DIGIT_BITS: u32 = BUCKET_BITS.div_ceil(2);
+
+/// Sorts bucket numbers (< 2^[`BUCKET_BITS`]): a radix sort in two passes
+/// of [`DIGIT_BITS`] bits, where a comparison sort of a message's couple of
+/// thousand buckets was a tenth of the time `scan` took; the result is the
+/// same.
+fn sort(v: &mut Vec<u32>) {
+    if v.len() < 64 {
+        v.sort_unstable();
+        return;
+    }
+    let mask = (1u32 << DIGIT_BITS) - 1;
+    let mut other = vec![0u32; v.len()];
+    for pass in 0..2 {
+        let shift = pass * DIGIT_BITS;
+        let mut at = [0usize; 1 << DIGIT_BITS];
+        for &x in v.iter() {
+            at[((x >> shift) & mask) as usize] += 1;
+        }
+        let mut sum = 0;
+        for slot in at.iter_mut() {
+            (*slot, sum) = (sum, sum + *slot);
+        }
+        for &x in v.iter() {
+            let digit = ((x >> shift) & mask) as usize;
+            other[at[digit]] = x;
+            at[digit] += 1;
+        }
+        std::mem::swap(v, &mut other);
+    }
 }
 
 /// Fibonacci hashing: the top bits of the 4-gram times 2^32/φ. Stable
@@ -68,6 +101,27 @@ fn bucket(gram: u32) -> u32 {
 /// The feature name of a bucket: [`BYTES_PREFIX`] and the bucket in hex.
 pub fn key(bucket: u32) -> String {
     Key::default().of(bucket).to_owned()
+}
+
+/// The bucket a feature name stands for, if it is exactly what [`key`]
+/// spells for a bucket below 2^[`BUCKET_BITS`]: the inverse of [`key`].
+/// The snapshot keeps the counts of such names in a table indexed by
+/// bucket; any other name stays a name.
+///
+/// ```
+/// use bayesmail::features::grams::{key, parse};
+/// assert_eq!(parse(&key(0x3_a0f1)), Some(0x3_a0f1));
+/// assert_eq!(parse("\u{1}3A0F1"), None);
+/// assert_eq!(parse("free"), None);
+/// ```
+pub fn parse(name: &str) -> Option<u32> {
+    let hex = name.strip_prefix(BYTES_PREFIX)?;
+    if hex.len() != 5 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    u32::from_str_radix(hex, 16)
+        .ok()
+        .filter(|&b| b < 1 << BUCKET_BITS)
 }
 
 /// A buffer that spells bucket names without allocating, as [`key`] does.
@@ -127,11 +181,46 @@ mod tests {
     }
 
     #[test]
+    fn the_radix_sort_sorts() {
+        let mut x: u32 = 12345;
+        for len in [0, 1, 63, 64, 65, 2000] {
+            let mut v: Vec<u32> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x >> (32 - BUCKET_BITS)
+                })
+                .chain([0, (1 << BUCKET_BITS) - 1])
+                .collect();
+            let mut expected = v.clone();
+            expected.sort_unstable();
+            sort(&mut v);
+            assert_eq!(v, expected, "{len}");
+        }
+    }
+
+    #[test]
     fn keys_name_the_bytes_view() {
         let k = key((1 << BUCKET_BITS) - 1);
         assert_eq!(View::of(&k), View::Bytes);
         assert_ne!(key(1), key(16));
         assert_eq!(key(0x3_a0f1), "\u{1}3a0f1");
         assert_eq!(key(0x1f), "\u{1}0001f");
+        for b in [0, 1, 0x1f, 0x3_a0f1, (1 << BUCKET_BITS) - 1] {
+            assert_eq!(parse(&key(b)), Some(b));
+        }
+        for name in [
+            "",
+            "\u{1}",
+            "\u{1}0001",
+            "\u{1}000001",
+            "\u{1}4_000",
+            "\u{1}fffff",
+            "\u{1}0001F",
+            "+0001f",
+        ] {
+            assert_eq!(parse(name), None, "{name:?}");
+        }
     }
 }

@@ -13,16 +13,22 @@
 //! done to the file afterwards can reach a reader) and refuses it unless it
 //! is a regular file of exactly the right length whose checksum matches, so
 //! a damaged model is an error, never a quiet shift in verdicts.
-//! [`Snapshot::verify`] checks the rest (order, UTF-8, the hash table).
-//! Lookups go through an open-addressing hash table (one or two probes, a
-//! few cache lines per token, where a binary search over a large vocabulary
-//! takes a score of dependent cache misses). They bounds-check every access
-//! and probe at most the whole table, so even a file that passes `open` but
-//! not `verify` gives wrong answers at worst, never a panic or a hang.
+//! [`Snapshot::verify`] checks the rest (order, UTF-8, the hash table, the
+//! bucket table).
+//! Word tokens are looked up through an open-addressing hash table (one or
+//! two probes, a few cache lines per token, where a binary search over a
+//! large vocabulary takes a score of dependent cache misses). The byte
+//! view's hashed n-grams ([`crate::features::grams`]) are a bounded set of
+//! bucket numbers, most of them in use, so their counts are a dense table
+//! indexed by bucket ([`Snapshot::gram`]): no key, no slot, one read per
+//! lookup, and 8 bytes per bucket where a keyed entry took about 26.
+//! Lookups bounds-check every access and probe at most the whole table, so
+//! even a file that passes `open` but not `verify` gives wrong answers at
+//! worst, never a panic or a hang.
 //!
 //! # Layout
-//! All integers little-endian. `n` is the number of tokens, `h` the header
-//! length.
+//! All integers little-endian. `n` is the number of word tokens (every
+//! token but the byte view's buckets), `h` the header length.
 //!
 //! | bytes | content |
 //! |---|---|
@@ -35,9 +41,16 @@
 //! | 4 (n + 1) | `u32` offsets into the key blob: token `i` is `keys[off[i]..off[i+1]]`; `off[0] = 0`, `off[n]` = blob length |
 //! | 8 n | counts of token `i`: `u32` ham, `u32` spam (never both zero) |
 //! | `off[n]` | key blob: the tokens (UTF-8), sorted by bytes, no duplicates, concatenated |
-//! | 8 | `u64` slot count `m`: the smallest power of two ≥ max(2n, 1) |
-//! | 4 m | `u32` hash slots: 0 empty, else token index + 1; token `t` is at the first slot from `hash(t) mod m` on (linear probing), see [`token_hash`] |
+//! | 8 | `u64` slot count `m` = max(⌈4n / 3⌉, 1) |
+//! | 4 m | `u32` hash slots: 0 empty, else token index + 1 in the low `k` bits, `k` the bits of `n` (`⌈log2(n + 1)⌉`), and the low `32 - k` bits of `hash(t)` above them (a tag: most slots of other tokens are passed over without reading their key); token `t` is at the first slot from `⌊hash(t) · m / 2^64⌋` on (linear probing, slot `m - 1` followed by slot 0), see [`token_hash`] |
+//! | 8 | `u64` `g`: buckets of the byte view with non-zero counts |
+//! | 8 | `u64` `b`: buckets in the table below: the highest such bucket + 1 (0 if none), at most 2^[`BUCKET_BITS`] |
+//! | 8 b | counts of bucket `i` (the feature [`grams::key`]`(i)`): `u32` ham, `u32` spam; both zero for a bucket never seen |
 //! | 8 | `u64` checksum of all the bytes before it (four lanes of 8-byte words, folded; see `checksum` in the source) |
+//!
+//! Versions 2 and 3 have no bucket table (the buckets are keyed tokens like
+//! the others), `m` is the smallest power of two ≥ max(2n, 1), token `t`'s
+//! first slot is `hash(t) mod m` and slots hold no tag.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -48,7 +61,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use std::borrow::Cow;
+
 use super::{Error, Result, Store};
+use crate::features::grams::{self, BUCKET_BITS};
 use crate::model::TokenCounts;
 use crate::tokenize::TOKENIZER_VERSION;
 
@@ -56,9 +72,15 @@ use crate::tokenize::TOKENIZER_VERSION;
 /// format). Version 2 added the hash table; version 3 has the same layout
 /// with a checksum computed in four independent lanes, cheaper to check
 /// than one chain that waits on every multiplication, since every open now
-/// checks it. Version 2 files are still read, so a model
-/// keeps working after an upgrade until the next training run rewrites it.
-pub const SNAPSHOT_VERSION: u32 = 3;
+/// checks it. Version 4 keeps the byte view's counts in a table indexed by
+/// bucket and fills the hash table fuller: every open reads and checks the
+/// whole file, so its size is the latency of `filter`. Versions 2 and 3 are
+/// still read, so a model keeps working after an upgrade until the next
+/// training run rewrites it.
+pub const SNAPSHOT_VERSION: u32 = 4;
+
+/// The first version with the bucket table and the fuller hash table.
+const DENSE_GRAMS: u32 = 4;
 
 /// The oldest snapshot version [`Snapshot::open`] reads.
 const OLDEST_READABLE: u32 = 2;
@@ -68,9 +90,12 @@ pub const MAGIC: &[u8; 8] = b"BAYESMDL";
 
 /// Magic, two versions, header length.
 const PREAMBLE: usize = 8 + 4 + 4 + 8;
-/// The smallest possible file: preamble, empty header, n = 0, one offset,
-/// one hash slot, checksum.
+/// The smallest possible file of any version read: preamble, empty header,
+/// n = 0, one offset, one hash slot, checksum.
 const MIN_LEN: usize = PREAMBLE + 8 + 4 + 8 + 4 + 8;
+
+/// Buckets of the byte view: the most the bucket table holds.
+const BUCKETS: usize = 1 << BUCKET_BITS;
 
 /// The hash of a token for the snapshot's table: FNV-1a over its bytes with
 /// a final mix. Part of the file format: it must never change without a new
@@ -85,9 +110,43 @@ pub fn token_hash(token: &[u8]) -> u64 {
     h ^ (h >> 32)
 }
 
-/// Slots for `n` tokens: at most half full.
-fn slot_count(n: usize) -> usize {
-    n.saturating_mul(2).max(1).next_power_of_two()
+/// Slots for `n` tokens in a file of format `version`: from version 4 on,
+/// three quarters full, where a probe that misses still reads two or three
+/// slots of one cache line, and any count is allowed, so the table is never
+/// twice the size it needs; before, at most half full and a power of two.
+fn slot_count(version: u32, n: usize) -> usize {
+    if version >= DENSE_GRAMS {
+        n.saturating_mul(4).div_ceil(3).max(1)
+    } else {
+        n.saturating_mul(2).max(1).next_power_of_two()
+    }
+}
+
+/// How a slot holds a token's index in a file of format `version` for `n`
+/// tokens: the index + 1 in the low bits (those `n` needs), the token
+/// hash's low bits above them, from version 4 on. Returns the mask of the
+/// index bits and the tag of `hash` (shifted into place).
+fn slot_tag(version: u32, n: usize, hash: u64) -> (u32, u32) {
+    if version < DENSE_GRAMS {
+        return (u32::MAX, 0);
+    }
+    // n < 2^32 (the key blob has a byte per token and fits u32).
+    let bits = u64::BITS - (n as u64).leading_zeros();
+    let mask = (1u64 << bits) - 1;
+    // (mask as u32): a mask of 32 bits or fewer; the tag lies above it.
+    (mask as u32, ((hash << bits) & !mask & 0xffff_ffff) as u32)
+}
+
+/// The first slot of a token of hash `hash` in a table of `m` slots and
+/// format `version`: the high bits of the hash scaled to `m` (any `m`), or
+/// before version 4 its low bits (`m` a power of two).
+fn home_slot(version: u32, hash: u64, m: usize) -> usize {
+    if version >= DENSE_GRAMS {
+        // < m: the product of a 64-bit hash and m, over 2^64.
+        ((u128::from(hash) * m as u128) >> 64) as usize
+    } else {
+        hash as usize & (m - 1)
+    }
 }
 
 /// Writes a snapshot of `tokens` with `header` (serialized as JSON) to
@@ -149,15 +208,29 @@ where
 }
 
 fn encode<K: AsRef<str>>(header: &[u8], tokens: &[(K, TokenCounts)]) -> Result<Vec<u8>> {
-    let n = tokens.len();
-    let keys_len: usize = tokens.iter().map(|(k, _)| k.as_ref().len()).sum();
+    // The byte view's buckets go to the bucket table, in bucket order (their
+    // names are fixed-width hex, so `tokens` has them in that order); every
+    // other token stays a keyed token, in byte order.
+    let mut words: Vec<(&str, TokenCounts)> = Vec::with_capacity(tokens.len());
+    let mut buckets: Vec<(u32, TokenCounts)> = Vec::new();
+    for (k, c) in tokens {
+        match grams::parse(k.as_ref()) {
+            Some(b) => buckets.push((b, *c)),
+            None => words.push((k.as_ref(), *c)),
+        }
+    }
+    let n = words.len();
+    let keys_len: usize = words.iter().map(|(k, _)| k.len()).sum();
     if u32::try_from(keys_len).is_err() {
         return Err(Error::Invalid(format!(
             "{keys_len} bytes of tokens do not fit the snapshot format (at most 4 GiB)"
         )));
     }
-    let mut out =
-        Vec::with_capacity(PREAMBLE + header.len() + 8 + 4 * (n + 1) + 8 * n + keys_len + 8);
+    let m = slot_count(SNAPSHOT_VERSION, n);
+    let b = buckets.last().map_or(0, |&(i, _)| i as usize + 1);
+    let mut out = Vec::with_capacity(
+        PREAMBLE + header.len() + 8 + 4 * (n + 1) + 8 * n + keys_len + 8 + 4 * m + 16 + 8 * b + 8,
+    );
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
     out.extend_from_slice(&TOKENIZER_VERSION.to_le_bytes());
@@ -166,32 +239,41 @@ fn encode<K: AsRef<str>>(header: &[u8], tokens: &[(K, TokenCounts)]) -> Result<V
     out.extend_from_slice(&(n as u64).to_le_bytes());
     let mut offset = 0u32;
     out.extend_from_slice(&offset.to_le_bytes());
-    for (k, _) in tokens {
+    for (k, _) in &words {
         // Cannot overflow: the sum of all lengths fits in u32 (checked above).
-        offset += k.as_ref().len() as u32;
+        offset += k.len() as u32;
         out.extend_from_slice(&offset.to_le_bytes());
     }
-    for (_, c) in tokens {
+    for (_, c) in &words {
         out.extend_from_slice(&c.ham.to_le_bytes());
         out.extend_from_slice(&c.spam.to_le_bytes());
     }
-    for (k, _) in tokens {
-        out.extend_from_slice(k.as_ref().as_bytes());
+    for (k, _) in &words {
+        out.extend_from_slice(k.as_bytes());
     }
-    let m = slot_count(n);
     let mut slots = vec![0u32; m];
-    for (i, (k, _)) in tokens.iter().enumerate() {
-        let mut slot = token_hash(k.as_ref().as_bytes()) as usize & (m - 1);
+    for (i, (k, _)) in words.iter().enumerate() {
+        let hash = token_hash(k.as_bytes());
+        let mut slot = home_slot(SNAPSHOT_VERSION, hash, m);
         while slots[slot] != 0 {
-            slot = (slot + 1) & (m - 1);
+            slot = if slot + 1 == m { 0 } else { slot + 1 };
         }
         // n < 2^32 - 1: the key blob alone has a byte per token and fits u32.
-        slots[slot] = i as u32 + 1;
+        slots[slot] = slot_tag(SNAPSHOT_VERSION, n, hash).1 | (i as u32 + 1);
     }
     out.extend_from_slice(&(m as u64).to_le_bytes());
     for v in slots {
         out.extend_from_slice(&v.to_le_bytes());
     }
+    out.extend_from_slice(&(buckets.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(b as u64).to_le_bytes());
+    let mut table = vec![0u8; 8 * b];
+    for (i, c) in buckets {
+        let at = 8 * i as usize;
+        table[at..at + 4].copy_from_slice(&c.ham.to_le_bytes());
+        table[at + 4..at + 8].copy_from_slice(&c.spam.to_le_bytes());
+    }
+    out.extend_from_slice(&table);
     let sum = checksum(&out);
     out.extend_from_slice(&sum.to_le_bytes());
     Ok(out)
@@ -370,8 +452,8 @@ fn checksum_v2(bytes: &[u8]) -> u64 {
 /// allocate nothing.
 pub struct Snapshot {
     path: PathBuf,
-    /// The whole file (anonymous memory: see [`Snapshot::open`]).
-    bytes: memmap2::MmapMut,
+    /// The whole file (anonymous memory: see [`Buffer`]).
+    bytes: Buffer,
     header: Range<usize>,
     n: usize,
     /// Start of the offset table.
@@ -382,8 +464,16 @@ pub struct Snapshot {
     keys: Range<usize>,
     /// Start of the hash slots.
     slots: usize,
-    /// Number of hash slots (a power of two, more than `n`).
+    /// Number of hash slots (more than `n`).
     m: usize,
+    /// The format version read.
+    version: u32,
+    /// Start of the bucket table.
+    buckets: usize,
+    /// Buckets in the bucket table (`b`).
+    b: usize,
+    /// Buckets with non-zero counts (`g`).
+    g: usize,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -391,6 +481,7 @@ impl std::fmt::Debug for Snapshot {
         f.debug_struct("Snapshot")
             .field("path", &self.path)
             .field("tokens", &self.n)
+            .field("buckets", &self.g)
             .finish_non_exhaustive()
     }
 }
@@ -417,15 +508,9 @@ impl Snapshot {
         }
         // Read, not mapped: a mapped file that someone truncates in place
         // kills the reader with SIGBUS, and the checksum below touches every
-        // byte anyway, which takes away most of what mapping saves. The
-        // buffer is an anonymous mapping populated in one call, which costs
-        // less than taking a page fault for each page of a heap buffer.
+        // byte anyway, which takes away most of what mapping saves.
         let len = usize::try_from(len).map_err(|_| io(io::ErrorKind::OutOfMemory.into()))?;
-        let mut bytes = memmap2::MmapOptions::new()
-            .len(len)
-            .populate()
-            .map_anon()
-            .map_err(io)?;
+        let mut bytes = Buffer::new(len).map_err(io)?;
         let changed = || corrupt("changed size while being read".into());
         (&file).read_exact(&mut bytes[..]).map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
@@ -482,10 +567,23 @@ impl Snapshot {
         let m = read_u64(&bytes, keys_end).ok_or_else(truncated)?;
         let m = usize::try_from(m).map_err(|_| truncated())?;
         let slots = keys_end + 8;
-        if first != 0
-            || m != slot_count(n)
-            || m.checked_mul(4).and_then(|t| slots.checked_add(t)) != Some(body)
-        {
+        let slots_end = m.checked_mul(4).and_then(|t| slots.checked_add(t));
+        if first != 0 || m != slot_count(format, n) || slots_end.is_none_or(|end| end > body) {
+            return Err(truncated());
+        }
+        let slots_end = slots_end.unwrap_or(body);
+        let (buckets, b, g) = if format >= DENSE_GRAMS {
+            let g = read_u64(&bytes, slots_end).ok_or_else(truncated)?;
+            let b = read_u64(&bytes, slots_end + 8).ok_or_else(truncated)?;
+            if b > BUCKETS as u64 || g > b {
+                return Err(truncated());
+            }
+            // Both at most 2^BUCKET_BITS: they fit.
+            (slots_end + 16, b as usize, g as usize)
+        } else {
+            (slots_end, 0, 0)
+        };
+        if buckets.checked_add(8 * b) != Some(body) {
             return Err(truncated());
         }
         // A damaged file must be refused, not scored with: damaged counts
@@ -504,6 +602,10 @@ impl Snapshot {
             keys: keys_start..keys_end,
             slots,
             m,
+            version: format,
+            buckets,
+            b,
+            g,
             bytes,
         })
     }
@@ -519,47 +621,105 @@ impl Snapshot {
             .map_err(|e| self.corrupt(format!("bad header: {e}")))
     }
 
-    /// The counts of `token`, if it is in the snapshot: a hash-table probe,
-    /// no allocation.
+    /// The counts of `token`, if it is in the snapshot: a hash-table probe
+    /// for a word token, a read of the bucket table for a byte n-gram's
+    /// name ([`grams::key`]); no allocation.
     pub fn lookup(&self, token: &str) -> Option<TokenCounts> {
-        self.index_of(token.as_bytes())
-            .and_then(|i| self.counts_at(i))
+        if self.version >= DENSE_GRAMS
+            && let Some(bucket) = grams::parse(token)
+        {
+            return self.gram(bucket);
+        }
+        self.word(token.as_bytes())
+    }
+
+    /// The counts of the byte view's `bucket` (the feature
+    /// [`grams::key`]`(bucket)`), if it was seen: one read of the bucket
+    /// table.
+    pub fn gram(&self, bucket: u32) -> Option<TokenCounts> {
+        if bucket as usize >= BUCKETS {
+            // Not a bucket (its name would be another's).
+            return None;
+        }
+        if self.version < DENSE_GRAMS {
+            return self.word(grams::Key::default().of(bucket).as_bytes());
+        }
+        let i = bucket as usize;
+        if i >= self.b {
+            return None;
+        }
+        self.pair(self.buckets + 8 * i).filter(|c| !c.is_zero())
+    }
+
+    /// The counts of a keyed token.
+    fn word(&self, token: &[u8]) -> Option<TokenCounts> {
+        self.index_of(token).and_then(|i| self.counts_at(i))
     }
 
     /// The index of `wanted` through the hash table. Probes at most every
     /// slot once, so a damaged table cannot loop.
     fn index_of(&self, wanted: &[u8]) -> Option<usize> {
-        let mask = self.m - 1;
-        let mut slot = token_hash(wanted) as usize & mask;
+        let hash = token_hash(wanted);
+        let (mask, tag) = slot_tag(self.version, self.n, hash);
+        let mut slot = home_slot(self.version, hash, self.m);
         for _ in 0..self.m {
-            let v = read_u32(&self.bytes, self.slots + 4 * slot)? as usize;
+            let v = read_u32(&self.bytes, self.slots + 4 * slot)?;
             if v == 0 {
                 return None;
             }
-            if v <= self.n && self.key(v - 1)? == wanted {
-                return Some(v - 1);
+            let i = (v & mask) as usize;
+            if v & !mask == tag && (1..=self.n).contains(&i) && self.key(i - 1)? == wanted {
+                return Some(i - 1);
             }
-            slot = (slot + 1) & mask;
+            slot = if slot + 1 >= self.m { 0 } else { slot + 1 };
         }
         None
     }
 
-    /// Number of tokens.
+    /// Number of tokens: keyed tokens and byte-view buckets with counts.
     pub fn len(&self) -> usize {
-        self.n
+        self.n + self.g
     }
 
     /// True if the snapshot holds no tokens.
     pub fn is_empty(&self) -> bool {
-        self.n == 0
+        self.len() == 0
     }
 
-    /// Every token and its counts, in byte order of the token. Entries that
-    /// are damaged (see [`Snapshot::verify`]) are skipped.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, TokenCounts)> {
-        (0..self.n).filter_map(|i| {
-            let key = std::str::from_utf8(self.key(i)?).ok()?;
-            Some((key, self.counts_at(i)?))
+    /// Every token and its counts, in byte order of the token, the byte
+    /// view's buckets under their names ([`grams::key`]). Entries that are
+    /// damaged (see [`Snapshot::verify`]) are skipped.
+    pub fn iter(&self) -> impl Iterator<Item = (Cow<'_, str>, TokenCounts)> {
+        let mut words = (0..self.n)
+            .filter_map(|i| {
+                let key = std::str::from_utf8(self.key(i)?).ok()?;
+                Some((Cow::Borrowed(key), self.counts_at(i)?))
+            })
+            .peekable();
+        let mut buckets = self
+            .grams()
+            .map(|(b, c)| (Cow::<str>::Owned(grams::key(b)), c))
+            .peekable();
+        std::iter::from_fn(move || {
+            let word_first = match (words.peek(), buckets.peek()) {
+                (Some(w), Some(g)) => w.0.as_bytes() < g.0.as_bytes(),
+                (w, _) => w.is_some(),
+            };
+            if word_first {
+                words.next()
+            } else {
+                buckets.next()
+            }
+        })
+    }
+
+    /// The byte view's buckets with counts in the bucket table, in bucket
+    /// order (none before version 4, whose buckets are keyed tokens).
+    pub fn grams(&self) -> impl Iterator<Item = (u32, TokenCounts)> + '_ {
+        (0..self.b).filter_map(|i| {
+            let c = self.pair(self.buckets + 8 * i)?;
+            // i < b ≤ 2^BUCKET_BITS.
+            (!c.is_zero()).then_some((i as u32, c))
         })
     }
 
@@ -589,7 +749,22 @@ impl Snapshot {
             if self.index_of(key) != Some(i) {
                 return Err(self.corrupt(format!("token {i} is not in the hash table")));
             }
+            if self.version >= DENSE_GRAMS
+                && std::str::from_utf8(key).is_ok_and(|k| grams::parse(k).is_some())
+            {
+                return Err(self.corrupt(format!("token {i} belongs in the bucket table")));
+            }
             previous = Some(key);
+        }
+        let seen = self.grams().count();
+        if seen != self.g {
+            return Err(self.corrupt(format!(
+                "{seen} buckets have counts where {} are announced",
+                self.g
+            )));
+        }
+        if self.b > 0 && self.gram(self.b as u32 - 1).is_none() {
+            return Err(self.corrupt("the bucket table ends in an empty bucket".into()));
         }
         Ok(())
     }
@@ -605,10 +780,14 @@ impl Snapshot {
     }
 
     fn counts_at(&self, i: usize) -> Option<TokenCounts> {
-        let at = self.counts + 8 * i;
+        self.pair(self.counts + 8 * i)
+    }
+
+    /// The counts stored at byte `at`.
+    fn pair(&self, at: usize) -> Option<TokenCounts> {
         Some(TokenCounts {
             ham: read_u32(&self.bytes, at)?,
-            spam: read_u32(&self.bytes, at + 4)?,
+            spam: read_u32(&self.bytes, at.checked_add(4)?)?,
         })
     }
 
@@ -617,6 +796,61 @@ impl Snapshot {
             path: self.path.clone(),
             reason,
         }
+    }
+}
+
+/// Memory for a whole model file: an anonymous mapping, populated in one
+/// call, which costs less than taking a page fault for each page of a heap
+/// buffer. A file of 2 MiB or more goes in huge pages where the system
+/// gives them (transparent huge pages on Linux, on request): the window it
+/// is read into starts on a 2 MiB boundary, so each 2 MiB of the file is
+/// one page to clear and map instead of 512, which is much of what opening
+/// a large model costs. Where huge pages are not to be had, the window is
+/// populated with small pages as for a small file.
+struct Buffer {
+    map: memmap2::MmapMut,
+    /// Where the file starts in `map`.
+    start: usize,
+    len: usize,
+}
+
+/// The size of a huge page where there are any (x86-64, and most aarch64
+/// systems).
+const HUGE_PAGE: usize = 2 << 20;
+
+impl Buffer {
+    fn new(len: usize) -> io::Result<Buffer> {
+        if len < HUGE_PAGE || !cfg!(target_os = "linux") {
+            let map = memmap2::MmapOptions::new().len(len).populate().map_anon()?;
+            return Ok(Buffer { map, start: 0, len });
+        }
+        let room = len
+            .checked_add(HUGE_PAGE)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        let map = memmap2::MmapOptions::new().len(room).map_anon()?;
+        let start = map.as_ptr().align_offset(HUGE_PAGE).min(HUGE_PAGE);
+        #[cfg(target_os = "linux")]
+        {
+            // Best effort, both: a kernel without transparent huge pages,
+            // or too old to populate on request, still gives memory that
+            // works, page by page.
+            let _ = map.advise(memmap2::Advice::HugePage);
+            let _ = map.advise_range(memmap2::Advice::PopulateWrite, start, len);
+        }
+        Ok(Buffer { map, start, len })
+    }
+}
+
+impl std::ops::Deref for Buffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map[self.start..self.start + self.len]
+    }
+}
+
+impl std::ops::DerefMut for Buffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.map[self.start..self.start + self.len]
     }
 }
 
@@ -709,6 +943,13 @@ mod tests {
             "é",
             "日本",
             "zz",
+            // Buckets of the byte view: the bucket table.
+            "\u{1}00000",
+            "\u{1}00005",
+            "\u{1}00028",
+            // Not a bucket's name: keyed tokens.
+            "\u{1}0002A",
+            "\u{1}fffff",
         ];
         words
             .iter()
@@ -773,11 +1014,36 @@ mod tests {
             "zzz",
             "日",
             "\u{10ffff}",
+            "\u{1}00001",
+            "\u{1}00029",
+            "\u{1}3ffff",
+            "\u{1}",
         ] {
             assert_eq!(snap.lookup(absent), None, "{absent}");
         }
+        // Buckets by number, as the classifier looks them up.
+        let gram = |name: &str| sample().into_iter().find(|(t, _)| t == name).map(|t| t.1);
+        for bucket in [0, 5, 0x28] {
+            assert_eq!(snap.gram(bucket), gram(&grams::key(bucket)), "{bucket}");
+            assert!(snap.gram(bucket).is_some());
+        }
+        for bucket in [
+            1,
+            4,
+            0x27,
+            0x29,
+            (1 << BUCKET_BITS) - 1,
+            1 << BUCKET_BITS,
+            u32::MAX,
+        ] {
+            assert_eq!(snap.gram(bucket), None, "{bucket}");
+        }
+        assert_eq!(
+            snap.grams().map(|(b, _)| b).collect::<Vec<_>>(),
+            [0, 5, 0x28]
+        );
         let listed: Vec<(String, TokenCounts)> =
-            snap.iter().map(|(t, c)| (t.to_owned(), c)).collect();
+            snap.iter().map(|(t, c)| (t.into_owned(), c)).collect();
         assert_eq!(listed, sorted_sample());
         assert!(
             snap.header::<Vec<u32>>().is_err(),
@@ -845,7 +1111,7 @@ mod tests {
         write_store_snapshot(&path, &header(), &store).unwrap();
         let snap = Snapshot::open(&path).unwrap();
         let listed: Vec<(String, TokenCounts)> =
-            snap.iter().map(|(t, c)| (t.to_owned(), c)).collect();
+            snap.iter().map(|(t, c)| (t.into_owned(), c)).collect();
         assert_eq!(listed, sorted_sample());
     }
 
@@ -912,6 +1178,10 @@ mod tests {
         for (token, _) in sample() {
             let _ = snap.lookup(&token);
         }
+        for bucket in (0..64).chain([(1 << BUCKET_BITS) - 1, 1 << BUCKET_BITS, u32::MAX]) {
+            let _ = snap.gram(bucket);
+        }
+        let _ = snap.grams().count();
         let _ = snap.lookup("");
         let _ = snap.lookup("not there");
         let _ = snap.iter().count();
@@ -976,27 +1246,205 @@ mod tests {
         );
     }
 
-    /// Files of the previous format (same layout, one-chain checksum) are
-    /// still read, and checked.
+    /// The bytes a version 3 writer wrote for `tokens` (sorted, no zero
+    /// counts): every token keyed, buckets too, in a power-of-two hash
+    /// table at most half full.
+    fn encode_v3(header: &[u8], tokens: &[(String, TokenCounts)]) -> Vec<u8> {
+        let n = tokens.len();
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&3u32.to_le_bytes());
+        out.extend_from_slice(&TOKENIZER_VERSION.to_le_bytes());
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        out.extend_from_slice(header);
+        out.extend_from_slice(&(n as u64).to_le_bytes());
+        let mut offset = 0u32;
+        out.extend_from_slice(&offset.to_le_bytes());
+        for (k, _) in tokens {
+            offset += k.len() as u32;
+            out.extend_from_slice(&offset.to_le_bytes());
+        }
+        for (_, c) in tokens {
+            out.extend_from_slice(&c.ham.to_le_bytes());
+            out.extend_from_slice(&c.spam.to_le_bytes());
+        }
+        for (k, _) in tokens {
+            out.extend_from_slice(k.as_bytes());
+        }
+        let m = (2 * n).max(1).next_power_of_two();
+        let mut slots = vec![0u32; m];
+        for (i, (k, _)) in tokens.iter().enumerate() {
+            let mut slot = token_hash(k.as_bytes()) as usize & (m - 1);
+            while slots[slot] != 0 {
+                slot = (slot + 1) & (m - 1);
+            }
+            slots[slot] = i as u32 + 1;
+        }
+        out.extend_from_slice(&(m as u64).to_le_bytes());
+        for v in slots {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        let sum = checksum(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// Files of the previous formats (every token keyed; version 2 with a
+    /// one-chain checksum) are still read, buckets included, and checked.
     #[test]
-    fn reads_and_checks_version_2_files() {
+    fn reads_and_checks_version_2_and_3_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.bin");
-        let mut bytes = sample_bytes();
-        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let v3 = encode_v3(&serde_json::to_vec(&header()).unwrap(), &sorted_sample());
+        let mut v2 = v3.clone();
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let body = v2.len() - 8;
+        let sum = checksum_v2(&v2[..body]);
+        v2[body..].copy_from_slice(&sum.to_le_bytes());
+        for mut bytes in [v3, v2] {
+            fs::write(&path, &bytes).unwrap();
+            let snap = Snapshot::open(&path).unwrap();
+            snap.verify().unwrap();
+            assert_eq!(snap.len(), sample().len());
+            assert_eq!(snap.header::<Header>().unwrap(), header());
+            for (token, counts) in sample() {
+                assert_eq!(snap.lookup(&token), Some(counts), "{token:?}");
+                if let Some(bucket) = grams::parse(&token) {
+                    assert_eq!(snap.gram(bucket), Some(counts), "{bucket}");
+                }
+            }
+            assert_eq!((snap.gram(1), snap.gram(u32::MAX)), (None, None));
+            let listed: Vec<(String, TokenCounts)> =
+                snap.iter().map(|(t, c)| (t.into_owned(), c)).collect();
+            assert_eq!(listed, sorted_sample());
+            exercise(&snap);
+            bytes[PREAMBLE + 3] ^= 1;
+            fs::write(&path, &bytes).unwrap();
+            assert!(matches!(Snapshot::open(&path), Err(Error::Corrupt { .. })));
+        }
+    }
+
+    /// The bytes with the checksum made right again: damage that only
+    /// `verify` can see.
+    fn resealed(mut bytes: Vec<u8>) -> Vec<u8> {
         let body = bytes.len() - 8;
-        let sum = checksum_v2(&bytes[..body]);
+        let sum = checksum(&bytes[..body]);
         bytes[body..].copy_from_slice(&sum.to_le_bytes());
-        fs::write(&path, &bytes).unwrap();
+        bytes
+    }
+
+    /// The bucket table: its own 8 bytes a bucket up to the highest one
+    /// used, its count of buckets in use checked by `verify`, its bounds by
+    /// `open`.
+    #[test]
+    fn the_bucket_table_is_sized_by_its_highest_bucket_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        let bytes = sample_bytes();
+        // Checksum, then 0x29 buckets of 8 bytes, then b and g.
+        let table = bytes.len() - 8 - 8 * 0x29;
+        assert_eq!(read_u64(&bytes, table - 8), Some(0x29));
+        assert_eq!(read_u64(&bytes, table - 16), Some(3));
+        let words = sample().len() - 3;
+        let m = read_u64(&bytes, table - 24 - 4 * slot_count(SNAPSHOT_VERSION, words));
+        assert_eq!(m, Some((4 * words as u64).div_ceil(3)));
+
+        // g announces more buckets than the table holds.
+        let mut wrong = bytes.clone();
+        wrong[table - 16..table - 8].copy_from_slice(&4u64.to_le_bytes());
+        fs::write(&path, resealed(wrong)).unwrap();
+        let err = Snapshot::open(&path).unwrap().verify().unwrap_err();
+        assert!(err.to_string().contains("4 are announced"), "{err}");
+        // A bucket emptied: g is wrong and so is the table's end.
+        let mut wrong = bytes.clone();
+        let last = bytes.len() - 16;
+        wrong[last..last + 8].fill(0);
+        fs::write(&path, resealed(wrong)).unwrap();
+        let snap = Snapshot::open(&path).unwrap();
+        assert_eq!(snap.gram(0x28), None);
+        assert!(snap.verify().is_err());
+        // b beyond the bucket space, or not the table's length: refused.
+        for b in [
+            0x28u64,
+            0x2a,
+            1 << BUCKET_BITS,
+            (1 << BUCKET_BITS) + 1,
+            u64::MAX,
+        ] {
+            let mut wrong = bytes.clone();
+            wrong[table - 8..table].copy_from_slice(&b.to_le_bytes());
+            fs::write(&path, resealed(wrong)).unwrap();
+            assert!(
+                matches!(Snapshot::open(&path), Err(Error::Corrupt { .. })),
+                "b = {b}"
+            );
+        }
+        // A bucket's name among the keyed tokens: `verify` refuses it.
+        let header = serde_json::to_vec(&header()).unwrap();
+        let keyed = encode_v3(&header, &sorted_sample());
+        let mut keyed = keyed[..keyed.len() - 8].to_vec();
+        keyed[8..12].copy_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+        let n = sample().len();
+        let slots_at = keyed.len() - 4 * (2 * n).next_power_of_two();
+        let m = slot_count(SNAPSHOT_VERSION, n);
+        let mut slots = vec![0u32; m];
+        for (i, (k, _)) in sorted_sample().iter().enumerate() {
+            let hash = token_hash(k.as_bytes());
+            let mut slot = home_slot(SNAPSHOT_VERSION, hash, m);
+            while slots[slot] != 0 {
+                slot = (slot + 1) % m;
+            }
+            slots[slot] = slot_tag(SNAPSHOT_VERSION, n, hash).1 | (i as u32 + 1);
+        }
+        keyed.truncate(slots_at - 8);
+        keyed.extend_from_slice(&(m as u64).to_le_bytes());
+        keyed.extend(slots.iter().flat_map(|v| v.to_le_bytes()));
+        keyed.extend_from_slice(&[0; 16]);
+        keyed.extend_from_slice(&[0; 8]);
+        fs::write(&path, resealed(keyed)).unwrap();
+        let snap = Snapshot::open(&path).unwrap();
+        let err = snap.verify().unwrap_err();
+        assert!(
+            err.to_string().contains("belongs in the bucket table"),
+            "{err}"
+        );
+        exercise(&snap);
+    }
+
+    /// The whole bucket space round-trips, the last bucket included.
+    #[test]
+    fn every_bucket_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        let all: Vec<(String, TokenCounts)> = (0..1u32 << BUCKET_BITS)
+            .step_by(5)
+            .chain([(1 << BUCKET_BITS) - 1])
+            .map(|b| (grams::key(b), TokenCounts { ham: b, spam: 1 }))
+            .chain((0..3000).map(|i| (format!("word{i}"), TokenCounts { ham: i, spam: 0 })))
+            .filter(|(_, c)| !c.is_zero())
+            .collect();
+        write_snapshot(&path, &(), all.clone()).unwrap();
         let snap = Snapshot::open(&path).unwrap();
         snap.verify().unwrap();
-        assert_eq!(
-            snap.lookup("free"),
-            sample().into_iter().next().map(|t| t.1)
-        );
-        bytes[PREAMBLE + 3] ^= 1;
-        fs::write(&path, &bytes).unwrap();
-        assert!(matches!(Snapshot::open(&path), Err(Error::Corrupt { .. })));
+        // Over 2 MiB: read into a window that huge pages can back.
+        assert_eq!(snap.bytes.as_ptr() as usize % HUGE_PAGE, 0);
+        assert_eq!(snap.len(), all.len());
+        for (name, counts) in &all {
+            assert_eq!(snap.lookup(name), Some(*counts), "{name:?}");
+            if let Some(b) = grams::parse(name) {
+                assert_eq!(snap.gram(b), Some(*counts));
+            }
+        }
+        for i in 0..3000 {
+            assert_eq!(snap.lookup(&format!("word{i}x")), None);
+        }
+        assert_eq!(snap.lookup("word0"), None);
+        assert_eq!(snap.gram(1), None);
+        assert_eq!(snap.grams().count(), all.len() - 2999);
+        // Eight bytes a bucket, no more; a word: its key (at most 8 bytes),
+        // its offset, its counts and 4/3 of a slot.
+        let words = 2999 * (8 + 4 + 8 + 6) + 200;
+        let len = fs::metadata(&path).unwrap().len();
+        assert!(len < 8 * (1 << BUCKET_BITS) + words, "{len}");
     }
 
     /// Someone truncates and rewrites the file in place (`cp other

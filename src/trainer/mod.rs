@@ -612,7 +612,7 @@ mod tests {
         let mut header: ModelHeader = snapshot.header().unwrap();
         header.store = None;
         let tokens: Vec<(String, TokenCounts)> =
-            snapshot.iter().map(|(t, c)| (t.to_owned(), c)).collect();
+            snapshot.iter().map(|(t, c)| (t.into_owned(), c)).collect();
         store::write_snapshot(&paths.snapshot(), &header, tokens).unwrap();
         // The same store is fine; a new one is not.
         drop(Trainer::open(&paths, WAIT).unwrap());

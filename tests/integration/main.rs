@@ -10,6 +10,7 @@
 mod cli;
 mod cli_finish;
 mod common;
+mod compact;
 mod corpus;
 mod delivery;
 mod golden;
