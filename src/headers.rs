@@ -75,11 +75,6 @@ impl HeaderBlock {
     /// ```
     pub fn locate(raw: &[u8]) -> Option<HeaderBlock> {
         let (first, after_first) = line_at(raw, 0)?;
-        let eol: &'static [u8] = if first.ends_with(b"\r\n") {
-            b"\r\n"
-        } else {
-            b"\n"
-        };
         let (top, line) = if first.starts_with(b"From ") {
             if !first.ends_with(b"\n") {
                 return None;
@@ -91,6 +86,14 @@ impl HeaderBlock {
         } else {
             (0, first)
         };
+        // The message's own line ending: that of its first header line, not
+        // of an envelope line the delivery agent may have written its own way.
+        let eol: &'static [u8] =
+            if line.ends_with(b"\r\n") || (line.is_empty() && first.ends_with(b"\r\n")) {
+                b"\r\n"
+            } else {
+                b"\n"
+            };
         let continuation = matches!(line.first(), Some(b' ' | b'\t'));
         (!continuation).then_some(HeaderBlock { top, eol })
     }
@@ -412,6 +415,15 @@ mod tests {
         raw.extend(std::iter::repeat_n(b'a', 100_000));
         let block = HeaderBlock::locate(&raw[..40]).unwrap();
         assert_eq!(block.top(), 0);
+    }
+
+    #[test]
+    fn an_envelope_line_with_another_line_ending_does_not_decide_ours() {
+        let mixed = b"From a@b Mon Jan  1 10:00:00 2024\nA: 1\r\n\r\nbody\r\n";
+        let block = HeaderBlock::locate(mixed).unwrap();
+        assert_eq!(block.eol(), b"\r\n");
+        let lf_after_crlf = b"From a@b Mon Jan  1 10:00:00 2024\r\nA: 1\n\nbody\n";
+        assert_eq!(HeaderBlock::locate(lf_after_crlf).unwrap().eol(), b"\n");
     }
 
     #[test]
