@@ -338,7 +338,7 @@ impl Classifier {
 
     /// The views, features and metadata behind a score, strongest first.
     pub fn explain(&self, features: &Features) -> Explanation {
-        let min_strength = match self.header.params.combine {
+        let min_strength = |view: View| match self.header.params.combine_of(view) {
             Combine::Tempered { min_strength, .. } => min_strength,
             _ => 0.0,
         };
@@ -380,7 +380,7 @@ impl Classifier {
                     llr,
                     ham: c.ham,
                     spam: c.spam,
-                    used: llr.abs() >= min_strength,
+                    used: llr.abs() >= min_strength(view),
                 });
             }
             None => unknown_tokens += 1,

@@ -12,6 +12,7 @@
 //! a = 0.1                         # Beta pseudo-counts
 //! b = 0.1
 //! min_strength = 1.5              # pin the tempered strength (else chosen by CV at train time)
+//! bytes_min_strength = 3.0        # the byte view's (pinning either pins both)
 //! power = 1.0
 //! var_floor = 0.01
 //! meta_weight = 1.0
@@ -82,6 +83,9 @@ pub struct ModelConfig {
     pub meta_weight: Option<f64>,
     /// Clip of per-feature metadata evidence (nats).
     pub meta_clip: Option<f64>,
+    /// Tempered combination: fixed strength of the byte view (otherwise
+    /// chosen when training).
+    pub bytes_min_strength: Option<f64>,
 }
 
 /// The `[decision]` table.
@@ -245,8 +249,13 @@ impl Config {
         if let Some(v) = pick(overrides.meta_clip, m.meta_clip) {
             p.meta_clip = v;
         }
+        let bytes_min_strength = pick(overrides.bytes_min_strength, m.bytes_min_strength);
+        if let Some(v) = bytes_min_strength {
+            p.bytes_min_strength = v;
+        }
         p.check()?;
-        Ok((p, min_strength.is_some() || combine != "tempered"))
+        let pinned = min_strength.is_some() || bytes_min_strength.is_some();
+        Ok((p, pinned || combine != "tempered"))
     }
 
     /// The decision costs: `flag`, else the file's, else the default.

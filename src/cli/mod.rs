@@ -272,6 +272,11 @@ struct ModelArgs {
     /// Clip each metadata feature's log-likelihood ratio to ± this (nats).
     #[arg(long)]
     meta_clip: Option<f64>,
+    /// Tempered combination of the byte view: byte n-grams with |LLR|
+    /// below this (nats) are left out. Unset: chosen by cross-validation on
+    /// the training data (pinning either strength pins both).
+    #[arg(long)]
+    bytes_min_strength: Option<f64>,
 }
 
 impl ModelArgs {
@@ -285,6 +290,7 @@ impl ModelArgs {
             var_floor: self.var_floor,
             meta_weight: self.meta_weight,
             meta_clip: self.meta_clip,
+            bytes_min_strength: self.bytes_min_strength,
         }
     }
 }

@@ -285,4 +285,27 @@ mod tests {
         assert_eq!(stacker.weights[View::Header.index()], 0.0, "{stacker:?}");
         assert!(stacker.weights[View::Body.index()] > 0.3, "{stacker:?}");
     }
+
+    #[test]
+    fn the_byte_views_strength_is_chosen_from_its_grid_unless_pinned() {
+        use crate::trainer::protocol::BYTES_STRENGTH_GRID;
+        let data = noisy(true);
+        let mut counts = Counts::new(data.vocabulary);
+        for ex in &data.examples {
+            counts.add(ex, 1);
+        }
+        let members: Vec<usize> = (0..data.examples.len()).collect();
+        let mut training = settings().training;
+        let (chosen, _) = select_and_calibrate(&data, &counts, &members, &training);
+        assert!(BYTES_STRENGTH_GRID.contains(&chosen.get().bytes_min_strength));
+        training.select_strength = false;
+        training.params = crate::model::Params {
+            bytes_min_strength: 0.25,
+            ..*training.params.get()
+        }
+        .check()
+        .unwrap();
+        let (kept, _) = select_and_calibrate(&data, &counts, &members, &training);
+        assert_eq!(kept.get().bytes_min_strength, 0.25);
+    }
 }

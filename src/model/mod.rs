@@ -108,6 +108,11 @@ pub struct Params {
     /// (nats): a Gaussian's tails are far thinner than real mail's, and one
     /// feature far out in a tail must not outvote everything else.
     pub meta_clip: f64,
+    /// The tempered combination's `min_strength` for the byte view: its
+    /// features are many and each tells little, so it needs a higher floor
+    /// than words. Chosen by cross-validation at training time unless a
+    /// strength is pinned.
+    pub bytes_min_strength: f64,
 }
 
 impl Default for Params {
@@ -119,6 +124,7 @@ impl Default for Params {
             var_floor: 0.01,
             meta_weight: 1.0,
             meta_clip: 3.0,
+            bytes_min_strength: 3.0,
         }
     }
 }
@@ -131,6 +137,18 @@ pub struct ValidParams {
 }
 
 impl Params {
+    /// How the evidence of `view` is combined: the byte view's tempered
+    /// combination has its own strength.
+    pub fn combine_of(&self, view: View) -> Combine {
+        match (view, self.combine) {
+            (View::Bytes, Combine::Tempered { power, .. }) => Combine::Tempered {
+                min_strength: self.bytes_min_strength,
+                power,
+            },
+            (_, combine) => combine,
+        }
+    }
+
     /// Checks every value once, at the edge.
     pub fn check(self) -> Result<ValidParams, String> {
         let prior = BetaPrior::new(self.a, self.b)?;
@@ -142,6 +160,12 @@ impl Params {
         {
             return Err(format!(
                 "tempered combination needs min_strength ≥ 0 and power in [0, 1] (got {min_strength}, {power})"
+            ));
+        }
+        if !(self.bytes_min_strength.is_finite() && self.bytes_min_strength >= 0.0) {
+            return Err(format!(
+                "bytes_min_strength must be finite and ≥ 0 (got {})",
+                self.bytes_min_strength
             ));
         }
         if !(self.var_floor.is_finite() && self.var_floor > 0.0) {
@@ -313,8 +337,12 @@ impl Model {
             by_view[view.index()].push(counts);
         }
         let mut views = [TextEvidence::default(); VIEWS];
-        for ((ev, counts), constant) in views.iter_mut().zip(by_view).zip(self.absent_constant) {
-            *ev = bernoulli::text_evidence(prior, p.combine, self.n, constant, counts);
+        for ((view, ev), (counts, constant)) in View::ALL
+            .iter()
+            .zip(views.iter_mut())
+            .zip(by_view.into_iter().zip(self.absent_constant))
+        {
+            *ev = bernoulli::text_evidence(prior, p.combine_of(*view), self.n, constant, counts);
         }
         let have_both = self.n[0] > 0 && self.n[1] > 0;
         let meta = self.metadata_shares(metadata).iter().sum();
@@ -348,6 +376,37 @@ mod tests {
         assert!((0.0..1e-300).contains(&sigmoid(-745.0)));
         assert!(sigmoid(f64::MAX).is_finite() && sigmoid(f64::MIN) == 0.0);
         assert!((sigmoid(2.0) + sigmoid(-2.0) - 1.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn the_byte_view_has_its_own_strength() {
+        let p = Params {
+            bytes_min_strength: 3.5,
+            ..Params::default()
+        };
+        let Combine::Tempered {
+            min_strength,
+            power,
+        } = p.combine_of(View::Bytes)
+        else {
+            panic!("tempered");
+        };
+        assert_eq!((min_strength, power), (3.5, 1.0));
+        assert_eq!(p.combine_of(View::Header), p.combine);
+        assert_eq!(p.combine_of(View::Body), p.combine);
+        let sum = Params {
+            combine: Combine::Sum,
+            ..p
+        };
+        assert_eq!(sum.combine_of(View::Bytes), Combine::Sum);
+        assert!(
+            Params {
+                bytes_min_strength: -1.0,
+                ..Params::default()
+            }
+            .check()
+            .is_err()
+        );
     }
 
     #[test]

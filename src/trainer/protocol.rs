@@ -15,7 +15,7 @@ use crate::decision::Calibrator;
 use crate::decision::calibrate::INPUTS;
 use crate::features::{Features, METADATA_LEN};
 use crate::model::{
-    Combine, Label, Model, TokenCounts, Totals, VIEWS, ValidParams, View, bernoulli,
+    Combine, Label, Model, Params, TokenCounts, Totals, VIEWS, ValidParams, View, bernoulli,
 };
 
 /// One labelled message, its features interned.
@@ -292,46 +292,76 @@ fn log_loss(c: &Calibrator, samples: &[([f64; INPUTS], bool)]) -> f64 {
         / samples.len().max(1) as f64
 }
 
-/// Chooses the hyperparameters and fits calibration on training data only.
+/// Candidate strengths of the byte view (`bytes_min_strength`), chosen
+/// among after the word strength: its features are many and weak, so its
+/// floor lies higher.
+pub const BYTES_STRENGTH_GRID: [f64; 3] = [2.0, 3.0, 4.0];
+
+/// Chooses the hyperparameters and fits the stacker on training data only.
 /// `base` holds the counts of exactly `members`. With
 /// `settings.select_strength` and a tempered combination, each value of
-/// [`STRENGTH_GRID`] is tried and the one whose calibrated inner
-/// cross-validated scores have the lowest log-loss wins.
+/// [`STRENGTH_GRID`] is tried for the words, then each of
+/// [`BYTES_STRENGTH_GRID`] for the byte view with the words' choice kept;
+/// each time the one whose fitted inner cross-validated scores have the
+/// lowest log-loss wins.
 pub fn select_and_calibrate(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
     settings: &Settings,
 ) -> (ValidParams, Calibrator) {
-    let candidates: Vec<ValidParams> = match settings.params.get().combine {
-        Combine::Tempered { power, .. } if settings.select_strength => STRENGTH_GRID
-            .iter()
-            .filter_map(|&m| {
-                let mut p = *settings.params.get();
-                p.combine = Combine::Tempered {
+    let fit = |params: ValidParams| {
+        let samples = inner_scores(
+            data,
+            base,
+            members,
+            params,
+            settings.inner_folds,
+            settings.inputs,
+        );
+        let calibrator = Calibrator::fit(&samples);
+        (log_loss(&calibrator, &samples), params, calibrator)
+    };
+    let best = |candidates: Vec<ValidParams>| {
+        candidates
+            .into_iter()
+            .map(fit)
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, p, c)| (p, c))
+            .unwrap_or((settings.params, Calibrator::default()))
+    };
+    let given = *settings.params.get();
+    let Combine::Tempered { power, .. } = given.combine else {
+        return best(vec![settings.params]);
+    };
+    if !settings.select_strength {
+        return best(vec![settings.params]);
+    }
+    let words: Vec<ValidParams> = STRENGTH_GRID
+        .iter()
+        .filter_map(|&m| {
+            Params {
+                combine: Combine::Tempered {
                     min_strength: m,
                     power,
-                };
-                p.check().ok()
-            })
-            .collect(),
-        _ => vec![settings.params],
-    };
-    candidates
-        .into_iter()
-        .map(|params| {
-            let samples = inner_scores(
-                data,
-                base,
-                members,
-                params,
-                settings.inner_folds,
-                settings.inputs,
-            );
-            let calibrator = Calibrator::fit(&samples);
-            (log_loss(&calibrator, &samples), params, calibrator)
+                },
+                ..given
+            }
+            .check()
+            .ok()
         })
-        .min_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, p, c)| (p, c))
-        .unwrap_or((settings.params, Calibrator::default()))
+        .collect();
+    let (chosen, _) = best(words);
+    let bytes: Vec<ValidParams> = BYTES_STRENGTH_GRID
+        .iter()
+        .filter_map(|&m| {
+            Params {
+                bytes_min_strength: m,
+                ..*chosen.get()
+            }
+            .check()
+            .ok()
+        })
+        .collect();
+    best(bytes)
 }
