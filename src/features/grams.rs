@@ -63,9 +63,8 @@ pub fn buckets(raw: &[u8]) -> Vec<u32> {
 const DIGIT_BITS: u32 = BUCKET_BITS.div_ceil(2);
 
 /// Sorts bucket numbers (< 2^[`BUCKET_BITS`]): a radix sort in two passes
-/// of [`DIGIT_BITS`] bits, where a comparison sort of a message's couple of
-/// thousand buckets was a tenth of the time `scan` took; the result is the
-/// same.
+/// of [`DIGIT_BITS`] bits, linear in the thousands of buckets every message
+/// has, where a comparison sort is not; the result is the same.
 fn sort(v: &mut Vec<u32>) {
     if v.len() < 64 {
         v.sort_unstable();
