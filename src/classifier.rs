@@ -300,19 +300,19 @@ impl Classifier {
 
     /// The counts of the message's features that are in the vocabulary,
     /// each with its view.
-    fn known(&self, features: &Features) -> Vec<(View, TokenCounts)> {
-        let mut known = Vec::with_capacity(features.tokens.len() + features.grams.len());
-        for t in features.tokens.iter() {
-            if let Some(c) = self.word(t) {
-                known.push((View::of(t), c));
-            }
-        }
-        for &b in &features.grams {
-            if let Some(c) = self.gram(b) {
-                known.push((View::Bytes, c));
-            }
-        }
-        known
+    fn known<'a>(
+        &'a self,
+        features: &'a Features,
+    ) -> impl Iterator<Item = (View, TokenCounts)> + 'a {
+        let words = features
+            .tokens
+            .iter()
+            .filter_map(|t| self.word(t).map(|c| (View::of(t), c)));
+        let grams = features
+            .grams
+            .iter()
+            .filter_map(|&b| self.gram(b).map(|c| (View::Bytes, c)));
+        words.chain(grams)
     }
 
     /// Scores a message's features.

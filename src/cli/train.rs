@@ -225,6 +225,15 @@ fn add(total: &mut TrainSummary, part: &TrainSummary) {
     total.totals = part.totals;
 }
 
+/// ", N duplicates" when a run was given the same message more than once.
+fn duplicates_note(summary: &TrainSummary) -> String {
+    if summary.duplicates > 0 {
+        format!(", {} duplicates", summary.duplicates)
+    } else {
+        String::new()
+    }
+}
+
 pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     if args.spam.is_empty() && args.ham.is_empty() {
         bail!("nothing to learn: give --spam PATH... and/or --ham PATH...");
@@ -395,11 +404,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             summary.learned,
             summary.relearned,
             summary.unchanged,
-            if summary.duplicates > 0 {
-                format!(", {} duplicates", summary.duplicates)
-            } else {
-                String::new()
-            },
+            duplicates_note(&summary),
         )?;
         writeln!(
             out,
@@ -583,11 +588,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
             summary.learned,
             summary.relearned,
             summary.unchanged,
-            if summary.duplicates > 0 {
-                format!(", {} duplicates", summary.duplicates)
-            } else {
-                String::new()
-            }
+            duplicates_note(&summary),
         )
     };
     match no_model {

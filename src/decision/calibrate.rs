@@ -65,19 +65,30 @@ impl Calibrator {
         if pos < 2 || neg < 2 {
             return Calibrator::default();
         }
-        let mut used = [true; INPUTS];
+        let most_negative = |c: &Calibrator| {
+            (0..INPUTS)
+                .filter(|&i| c.weights[i] < 0.0)
+                .min_by(|&a, &b| c.weights[a].total_cmp(&c.weights[b]))
+        };
+        let c = Self::fit_unconstrained(samples, pos, neg);
+        let Some(mut worst) = most_negative(&c) else {
+            return c;
+        };
+        // Left-out inputs are zero in every sample, so their weight is 0 and
+        // they are never the most negative again: at most INPUTS rounds.
         let mut kept: Vec<([f64; INPUTS], bool)> = samples.to_vec();
-        loop {
-            let c = Self::fit_unconstrained(&kept, pos, neg);
-            let worst = (0..INPUTS)
-                .filter(|&i| used[i] && c.weights[i] < 0.0)
-                .min_by(|&a, &b| c.weights[a].total_cmp(&c.weights[b]));
-            let Some(i) = worst else { return c };
-            used[i] = false;
+        let mut c = c;
+        for _ in 0..INPUTS {
             for (x, _) in &mut kept {
-                x[i] = 0.0;
+                x[worst] = 0.0;
+            }
+            c = Self::fit_unconstrained(&kept, pos, neg);
+            match most_negative(&c) {
+                Some(i) => worst = i,
+                None => break,
             }
         }
+        c
     }
 
     /// The logistic fit itself; an input that is zero in every sample gets

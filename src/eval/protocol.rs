@@ -242,6 +242,15 @@ mod tests {
         Dataset::new(items)
     }
 
+    /// Counts of every message of `data`, and the messages' indices.
+    fn learned_all(data: &Dataset) -> (Counts, Vec<usize>) {
+        let mut counts = Counts::new(data.vocabulary);
+        for ex in &data.examples {
+            counts.add(ex, 1);
+        }
+        (counts, (0..data.examples.len()).collect())
+    }
+
     #[test]
     fn a_view_of_random_features_gets_a_weight_near_zero_and_does_not_hurt() {
         use crate::model::View;
@@ -252,11 +261,7 @@ mod tests {
         };
         let (plain, noisy) = (noisy(false), noisy(true));
         // The stacker fitted on all of the noisy data.
-        let mut counts = Counts::new(noisy.vocabulary);
-        for ex in &noisy.examples {
-            counts.add(ex, 1);
-        }
-        let members: Vec<usize> = (0..noisy.examples.len()).collect();
+        let (counts, members) = learned_all(&noisy);
         let (_, stacker) = select_and_calibrate(&noisy, &counts, &members, &settings().training);
         let words = stacker.weights[View::Body.index()];
         let bytes = stacker.weights[View::Bytes.index()];
@@ -273,11 +278,7 @@ mod tests {
         use crate::model::View;
         use crate::trainer::protocol::Inputs;
         let data = noisy(true);
-        let mut counts = Counts::new(data.vocabulary);
-        for ex in &data.examples {
-            counts.add(ex, 1);
-        }
-        let members: Vec<usize> = (0..data.examples.len()).collect();
+        let (counts, members) = learned_all(&data);
         let mut training = settings().training;
         training.inputs = Inputs::parse("body,metadata").unwrap();
         let (_, stacker) = select_and_calibrate(&data, &counts, &members, &training);
@@ -290,11 +291,7 @@ mod tests {
     fn the_byte_views_strength_is_chosen_from_its_grid_unless_pinned() {
         use crate::trainer::protocol::BYTES_STRENGTH_GRID;
         let data = noisy(true);
-        let mut counts = Counts::new(data.vocabulary);
-        for ex in &data.examples {
-            counts.add(ex, 1);
-        }
-        let members: Vec<usize> = (0..data.examples.len()).collect();
+        let (counts, members) = learned_all(&data);
         let mut training = settings().training;
         let (chosen, _) = select_and_calibrate(&data, &counts, &members, &training);
         assert!(BYTES_STRENGTH_GRID.contains(&chosen.get().bytes_min_strength));
