@@ -42,6 +42,10 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A training run was given messages under both labels: it cannot
+    /// say which label the user meant, so it stores nothing.
+    #[error("{0} messages are given as both spam and ham; nothing is stored")]
+    Conflicting(usize),
     /// Unlearning a message that was never learned.
     #[error("this message was never learned, so it cannot be unlearned")]
     NotLearned,

@@ -242,7 +242,13 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
             "model               {}",
             serde_json::to_string(&s.params)?
         )?;
-        writeln!(out, "calibrated on       {} messages", s.calibrated_on)?;
+        writeln!(
+            out,
+            "calibrated on       {} messages (of the last train run; a sample of at most {} of \
+             each class)",
+            s.calibrated_on,
+            bayesmail::trainer::protocol::SAMPLE_PER_CLASS
+        )?;
         let weights: Vec<String> = s
             .weights
             .iter()

@@ -1,6 +1,5 @@
 //! `bayesmail train`, `learn` and `unlearn`: the write side.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,11 +8,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use bayesmail::db::{CHUNK_MESSAGES, Labelled, TrainSummary, Trainer};
+use bayesmail::db::{Labelled, TrainSummary, Trainer};
 use bayesmail::features::Extractor;
-use bayesmail::model::{Digest, Label};
+use bayesmail::model::Label;
 use bayesmail::sanitize::for_terminal;
 use bayesmail::store::DEFAULT_JOURNAL_LIMIT;
+use bayesmail::trainer::Run;
 use bayesmail::trainer::protocol::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::{mailbox, message};
 
@@ -127,39 +127,17 @@ fn check_paths(args: &TrainArgs) -> Result<()> {
     )
 }
 
-/// A message read for training, with where it came from.
-struct Read {
-    message: Labelled,
-    id: String,
-}
-
-/// Drops messages given twice with the same label (counted in
-/// `duplicates`) and fails, naming them, if any message is given with both
-/// labels: one run cannot say which label the user meant, so it changes
-/// nothing.
-fn one_label_each(read: Vec<Read>, duplicates: &mut usize) -> Result<Vec<Read>> {
-    let mut first: HashMap<Digest, (Label, usize)> = HashMap::new();
-    let mut kept = Vec::with_capacity(read.len());
-    let mut conflicts = Vec::new();
-    for r in read {
-        match first.get(&r.message.digest) {
-            None => {
-                first.insert(r.message.digest, (r.message.label, kept.len()));
-                kept.push(r);
-            }
-            Some(&(label, _)) if label == r.message.label => *duplicates += 1,
-            Some(&(_, at)) => conflicts.push((kept[at].id.clone(), r.id)),
-        }
-    }
+/// Fails, naming them, if any message was given with both labels: one run
+/// cannot say which label the user meant, so it changes nothing.
+fn refuse_conflicts(conflicts: &[String]) -> Result<()> {
     if conflicts.is_empty() {
-        return Ok(kept);
+        return Ok(());
     }
     const SHOWN: usize = 10;
-    for (ham, spam) in conflicts.iter().take(SHOWN) {
+    for source in conflicts.iter().take(SHOWN) {
         eprintln!(
-            "bayesmail: the same message is given as ham ({}) and as spam ({})",
-            for_terminal(ham),
-            for_terminal(spam)
+            "bayesmail: {} is given as spam and was given as ham too",
+            for_terminal(source)
         );
     }
     if conflicts.len() > SHOWN {
@@ -172,31 +150,6 @@ fn one_label_each(read: Vec<Read>, duplicates: &mut usize) -> Result<Vec<Read>> 
         conflicts.len(),
         if conflicts.len() == 1 { " is" } else { "s are" }
     )
-}
-
-/// The messages with the two classes interleaved in proportion, each in
-/// its own order: every stored chunk then holds both, so a run stopped
-/// after its first chunk still leaves a store a model can be built from.
-fn interleave(messages: Vec<Labelled>) -> Vec<Labelled> {
-    let (spam, ham): (Vec<_>, Vec<_>) = messages.into_iter().partition(|m| m.label == Label::Spam);
-    let (n_ham, n_spam) = (ham.len(), spam.len());
-    let mut out = Vec::with_capacity(n_ham + n_spam);
-    let (mut ham, mut spam) = (ham.into_iter(), spam.into_iter());
-    let (mut taken_ham, mut taken_spam) = (0usize, 0usize);
-    while taken_ham < n_ham || taken_spam < n_spam {
-        // Take ham while its share taken so far is behind spam's:
-        // taken_ham / n_ham <= taken_spam / n_spam, in integers.
-        let ham_next =
-            taken_spam == n_spam || (taken_ham < n_ham && taken_ham * n_spam <= taken_spam * n_ham);
-        if ham_next {
-            out.extend(ham.next());
-            taken_ham += 1;
-        } else {
-            out.extend(spam.next());
-            taken_spam += 1;
-        }
-    }
-    out
 }
 
 /// Why no model can be written for these counts, if it cannot: a model
@@ -213,16 +166,6 @@ fn missing_class(totals: [u64; 2]) -> Option<String> {
         )),
         _ => None,
     }
-}
-
-/// Adds the counts of one chunk's summary to the run's.
-fn add(total: &mut TrainSummary, part: &TrainSummary) {
-    total.learned += part.learned;
-    total.relearned += part.relearned;
-    total.unchanged += part.unchanged;
-    total.duplicates += part.duplicates;
-    total.conflicting += part.conflicting;
-    total.totals = part.totals;
 }
 
 /// ", N duplicates" when a run was given the same message more than once.
@@ -248,22 +191,28 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
 
     let all_paths: Vec<_> = args.ham.iter().chain(&args.spam).cloned().collect();
     let bar = progress_bar(planned_bytes(&all_paths, &opts), "bytes", "reading");
-    let mut read: Vec<Read> = Vec::new();
+    // Each message is counted as it is read and its features dropped
+    // (unless sampled for calibration): memory follows the vocabulary, not
+    // the number of messages.
+    let mut run = Run::new();
+    let mut read_count = 0;
     let mut unparsed = 0;
     let mut unread = 0;
+    let mut interrupted_reading = false;
     for (paths, label) in [(&args.ham, Label::Ham), (&args.spam, Label::Spam)] {
         let result = for_each_batch(paths, &opts, true, &mut |batch| {
             for e in batch {
                 bar.inc(e.raw.bytes.len() as u64);
                 match (e.features, e.digest) {
-                    (Ok(features), Some(digest)) => read.push(Read {
-                        message: Labelled {
+                    (Ok(features), Some(digest)) => {
+                        read_count += 1;
+                        let message = Labelled {
                             features,
                             digest,
                             label,
-                        },
-                        id: e.raw.id.to_string(),
-                    }),
+                        };
+                        trainer.add_to_run(&mut run, &message, &e.raw.id.to_string())?;
+                    }
                     (Err(err), _) => {
                         unparsed += 1;
                         bar.suspend(|| {
@@ -273,6 +222,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
                     (Ok(_), None) => unreachable!("digests were asked for"),
                 }
             }
+            bar.set_message(format!("reading {read_count} messages"));
             if sigint.interrupted() {
                 return Err(Interrupted.into());
             }
@@ -281,50 +231,59 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         match result {
             Ok(n) => unread += n,
             Err(err) if err.is::<Interrupted>() => {
-                bar.finish_and_clear();
-                eprintln!(
-                    "bayesmail: interrupted while reading ({} messages read): nothing was \
-                     stored; the database and its model are as they were",
-                    read.len()
-                );
-                return Ok(Outcome::Exit(EXIT_INTERRUPTED));
+                interrupted_reading = true;
+                break;
             }
             Err(err) => return Err(err),
         }
     }
     bar.finish_and_clear();
     let failed = unread + unparsed;
-    let read_count = read.len();
     detail!(
         "read {read_count} messages in {:.1}s ({unread} could not be read, {unparsed} not parsed)",
         start.elapsed().as_secs_f64()
     );
-    let mut duplicates = 0;
-    let read = one_label_each(read, &mut duplicates)?;
-    let messages = interleave(read.into_iter().map(|r| r.message).collect());
+    if interrupted_reading {
+        eprintln!(
+            "bayesmail: interrupted while reading ({read_count} messages read): nothing was \
+             stored; the database and its model are as they were"
+        );
+        return Ok(Outcome::Exit(EXIT_INTERRUPTED));
+    }
+    refuse_conflicts(run.conflicts())?;
+    bayesmail::trainer::release_freed_memory();
 
-    // Stored in chunks, each atomic, so that Ctrl-C stops at a chunk
-    // boundary with counts and registry consistent.
-    let bar = progress_bar(messages.len() as u64, "messages", "learning");
-    let mut summary = TrainSummary {
-        duplicates,
-        ..TrainSummary::default()
-    };
-    let mut stored = 0;
-    for chunk in messages.chunks(CHUNK_MESSAGES) {
-        if sigint.interrupted() {
-            break;
+    // Everything after reading is short and finishes even after Ctrl-C.
+    let calibration = if run.is_empty() {
+        None
+    } else {
+        let shown = progress_bar(0, "messages", "");
+        spinner(&shown, "calibrating");
+        let settings = Settings {
+            select_strength: !pinned,
+            params,
+            inner_folds: DEFAULT_INNER_FOLDS,
+            inputs: Default::default(),
+        };
+        let fitting = Instant::now();
+        let result = run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS);
+        shown.finish_and_clear();
+        match &result.1 {
+            Some((_, n)) => detail!(
+                "calibration fitted on {n} messages in {:.1}s; model {}",
+                fitting.elapsed().as_secs_f64(),
+                serde_json::to_string(&result.0)?
+            ),
+            None => note!(
+                "bayesmail: note: fewer than {MIN_CALIBRATION_PER_CLASS} spam or ham \
+                 messages in this run: the calibration is not refitted (the previous one, if \
+                 any, is kept)"
+            ),
         }
-        let part = trainer.learn(chunk, &mut |_| {})?;
-        add(&mut summary, &part);
-        stored += chunk.len();
-        bar.set_position(stored as u64);
-    }
-    if stored == 0 {
-        summary.totals = bayesmail::store::Store::totals(trainer.store())?.messages;
-    }
-    bar.finish_and_clear();
-    let interrupted_learning = stored < messages.len();
+        Some(result)
+    };
+    let stored = run.len();
+    let mut summary = trainer.store_run(run)?;
     let missing = missing_class(summary.totals);
     // A journal left by `learn` is folded too: `train` always leaves one
     // snapshot holding everything.
@@ -332,61 +291,23 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         || trainer.model_is_stale()?
         || ctx.db.journal().exists();
     if changed && missing.is_none() {
-        let calibration = if interrupted_learning {
-            // Stopped by Ctrl-C: the model is rebuilt from what was stored,
-            // quickly, keeping the previous calibration; the next run over
-            // the same folders finishes the job and calibrates.
-            None
-        } else {
-            let shown = progress_bar(0, "messages", "");
-            spinner(&shown, "calibrating");
-            let settings = Settings {
-                select_strength: !pinned,
-                params,
-                inner_folds: DEFAULT_INNER_FOLDS,
-                inputs: Default::default(),
-            };
-            let fitting = Instant::now();
-            let result = Trainer::calibrate(&messages, &settings, MIN_CALIBRATION_PER_CLASS);
-            shown.finish_and_clear();
-            match &result.1 {
-                Some((_, n)) => detail!(
-                    "calibration fitted on {n} messages in {:.1}s; model {}",
-                    fitting.elapsed().as_secs_f64(),
-                    serde_json::to_string(&result.0)?
-                ),
-                None => note!(
-                    "bayesmail: note: fewer than {MIN_CALIBRATION_PER_CLASS} spam or ham \
-                     messages in this run: the calibration is not refitted (the previous one, if \
-                     any, is kept)"
-                ),
-            }
-            Some(result)
-        };
         match calibration {
-            Some((chosen, calibration)) => trainer.compile(chosen, calibration)?,
+            Some((chosen, Some(fitted))) => trainer.compile(chosen, Some(fitted))?,
+            Some((chosen, None)) => trainer.compile(chosen, None)?,
             None => trainer.compile(*params.get(), None)?,
         }
         summary.snapshot_written = true;
     }
-    if interrupted_learning || sigint.interrupted() {
+    if sigint.interrupted() {
         let model = match (&missing, summary.snapshot_written) {
             (Some(why), _) => format!("no model was written: {why}"),
-            (None, true) if interrupted_learning => {
-                "the model was rebuilt from them, with the calibration of the model before \
-                 (none, if there was no model: the views' evidence is then added up \
-                 unweighted); run the same train again to learn the rest and calibrate"
-                    .to_string()
-            }
             (None, true) => "the model was written".to_string(),
             (None, false) => "the model was already up to date".to_string(),
         };
         eprintln!(
-            "bayesmail: interrupted: {stored} of {} messages stored ({} ham, {} spam in the \
-             database); {model}",
-            messages.len(),
-            summary.totals[0],
-            summary.totals[1],
+            "bayesmail: interrupted after reading: all {stored} messages were stored ({} ham, {} \
+             spam in the database); {model}",
+            summary.totals[0], summary.totals[1],
         );
         return Ok(Outcome::Exit(EXIT_INTERRUPTED));
     }
@@ -667,32 +588,4 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     } else {
         Outcome::AllOk
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn labelled(i: usize, label: Label) -> Labelled {
-        let raw = format!("Subject: {i}\n\nbody {i}\n");
-        Labelled {
-            features: Extractor::new().extract(raw.as_bytes()).unwrap(),
-            digest: message::digest(raw.as_bytes()),
-            label,
-        }
-    }
-
-    #[test]
-    fn interleaving_keeps_each_class_in_order_and_mixes_them_in_proportion() {
-        let mut messages: Vec<_> = (0..6).map(|i| labelled(i, Label::Ham)).collect();
-        messages.extend((6..8).map(|i| labelled(i, Label::Spam)));
-        let digests: Vec<_> = messages.iter().map(|m| m.digest).collect();
-        let out = interleave(messages);
-        let order: Vec<usize> = out
-            .iter()
-            .map(|m| digests.iter().position(|d| *d == m.digest).unwrap())
-            .collect();
-        assert_eq!(order, [0, 6, 1, 2, 3, 7, 4, 5]);
-        assert!(interleave(Vec::new()).is_empty());
-    }
 }

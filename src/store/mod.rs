@@ -22,6 +22,7 @@
 //! integers exactly and checks that they never go negative or overflow.
 
 pub mod journal;
+pub mod packed;
 pub mod sled;
 pub mod snapshot;
 
@@ -39,7 +40,7 @@ pub use snapshot::{Snapshot, write_snapshot, write_store_snapshot};
 
 /// Version of the on-disk formats of this module (the sled layout and the
 /// snapshot layout). A database or snapshot with another version is refused.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// What can go wrong reading or writing counts.
 #[derive(Debug, thiserror::Error)]

@@ -5,11 +5,11 @@
 //! # Layout
 //! | tree | key | value |
 //! |---|---|---|
-//! | `tokens` | token bytes (UTF-8) | ham `u32` LE, spam `u32` LE (8 bytes); zero counts are never stored |
-//! | `registry` | message digest (32 bytes) | one byte: 0 ham, 1 spam |
+//! | `shards` | shard number (`u16` BE) | the shard's tokens and counts, packed (see [`super::packed`]); an empty shard is not stored |
+//! | `messages` | registry shard number (`u16` BE) | the learned messages of the shard: records of the digest (32 bytes) and one byte (0 ham, 1 spam), sorted by digest (see [`super::packed`]); an empty shard is not stored |
 //! | `meta` | `format_version`, `tokenizer_version` | `u32` LE |
 //! | `meta` | `totals` | see below |
-//! | `meta` | `sizes` | tokens in `tokens`, entries in `registry`: 2 × `u64` LE |
+//! | `meta` | `sizes` | tokens in `shards`, messages in `messages`: 2 × `u64` LE |
 //! | `meta` | `store_id` | 16 random bytes chosen when the database is created |
 //! | `meta` | `generation` | `u64` LE: how many deltas have been applied |
 //!
@@ -27,11 +27,16 @@
 //!
 //! # Size of a delta
 //! [`Store::apply`] runs one sled transaction over the three trees, which
-//! holds every write of the delta in memory until it commits; sled's memory
-//! use grows steeply with the size of a single batch (one batch of 500k keys
-//! peaked at 2.3 GB). Callers apply large training runs in chunks of about
-//! 20k tokens, each chunk a consistent delta (the registry entries of its
-//! messages included).
+//! holds every write of the delta in memory until it commits: at most every
+//! shard once, so a delta of any size costs at most about the store's own
+//! size. Reading a shard decodes it whole; a delta touching a token of a
+//! shard rewrites that shard.
+//!
+//! # Format 1
+//! Format 1 kept one key per token in a `tokens` tree (value: ham `u32`
+//! LE, spam `u32` LE). A writer opening such a store converts it: it writes
+//! the shards, then records format 2, then drops the `tokens` tree, so a
+//! conversion killed at any point is redone or finished by the next open.
 
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -40,6 +45,7 @@ use std::time::{Duration, Instant};
 use ::sled::transaction::{ConflictableTransactionError, TransactionError};
 use ::sled::{Db, Transactional, Tree};
 
+use super::packed::{self, registry_shard_of, shard_key, shard_of};
 use super::{Error, FORMAT_VERSION, Result, Store, apply_token, apply_totals};
 use crate::features::METADATA_LEN;
 use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
@@ -51,6 +57,11 @@ const TOTALS_KEY: &[u8] = b"totals";
 const SIZES_KEY: &[u8] = b"sizes";
 const STORE_ID_KEY: &[u8] = b"store_id";
 const GENERATION_KEY: &[u8] = b"generation";
+
+/// sled's page cache. The store is read and written a shard at a time and
+/// snapshots are what scoring reads, so a small cache costs nothing and
+/// keeps a training run's memory low (sled's default is a gigabyte).
+const CACHE_BYTES: u64 = 2 << 20;
 
 /// How long to sleep between attempts to take the database lock.
 const LOCK_RETRY: Duration = Duration::from_millis(50);
@@ -69,7 +80,7 @@ pub struct StoreIdentity {
 pub struct SledStore {
     path: PathBuf,
     db: Db,
-    tokens: Tree,
+    shards: Tree,
     registry: Tree,
     meta: Tree,
 }
@@ -92,7 +103,21 @@ impl SledStore {
     pub fn open(path: &Path, wait: Duration) -> Result<SledStore> {
         let start = Instant::now();
         let db = loop {
-            match ::sled::Config::new().path(path).open() {
+            let config = |compress| {
+                ::sled::Config::new()
+                    .path(path)
+                    .cache_capacity(CACHE_BYTES)
+                    .use_compression(compress)
+            };
+            // sled cannot change compression once a database exists: a
+            // store made before it was turned on stays uncompressed.
+            let opened = match config(true).open() {
+                Err(::sled::Error::Unsupported(why)) if why.contains("compression") => {
+                    config(false).open()
+                }
+                other => other,
+            };
+            match opened {
                 Ok(db) => break db,
                 Err(e) if is_lock_error(&e) => {
                     let waited = start.elapsed();
@@ -110,8 +135,8 @@ impl SledStore {
         let err = |e| sled_error(path, e);
         let store = SledStore {
             path: path.to_owned(),
-            tokens: db.open_tree("tokens").map_err(err)?,
-            registry: db.open_tree("registry").map_err(err)?,
+            shards: db.open_tree("shards").map_err(err)?,
+            registry: db.open_tree("messages").map_err(err)?,
             meta: db.open_tree("meta").map_err(err)?,
             db,
         };
@@ -134,7 +159,13 @@ impl SledStore {
         let Some(format) = format else {
             return self.init();
         };
-        self.check_version(&format, FORMAT_VERSION, "format version")?;
+        if format[..] == 1u32.to_le_bytes() {
+            self.upgrade_from_format_1()?;
+        } else {
+            self.check_version(&format, FORMAT_VERSION, "format version")?;
+            // A conversion killed after recording format 2 left this.
+            self.drop_format_1_trees()?;
+        }
         let tokenizer = self
             .meta
             .get(TOKENIZER_KEY)
@@ -159,6 +190,87 @@ impl SledStore {
         }
         self.identity()?;
         Ok(())
+    }
+
+    /// Converts a format 1 store (one key per token) to shards: see the
+    /// [module docs](self#format-1).
+    fn upgrade_from_format_1(&self) -> Result<()> {
+        let err = |e| self.sled_error(e);
+        let tokens = self.db.open_tree("tokens").map_err(err)?;
+        let mut shards: Vec<Vec<(String, TokenCounts)>> = vec![Vec::new(); packed::SHARDS];
+        for entry in tokens.iter() {
+            let (key, value) = entry.map_err(err)?;
+            let token = String::from_utf8(key.to_vec())
+                .map_err(|_| self.corrupt("a token is not UTF-8"))?;
+            let counts = decode_counts(&value).ok_or_else(|| self.corrupt(bad_counts(&token)))?;
+            if !counts.is_zero() {
+                shards[usize::from(shard_of(&token))].push((token, counts));
+            }
+        }
+        // A conversion killed before recording format 2 may have left
+        // shards: they are written again whole.
+        self.shards.clear().map_err(err)?;
+        let mut batch = ::sled::Batch::default();
+        for (shard, entries) in shards.iter().enumerate() {
+            // sled iterates keys in byte order: each shard is sorted.
+            if !entries.is_empty() {
+                batch.insert(&shard_key(shard as u16)[..], packed::encode(entries));
+            }
+        }
+        self.shards.apply_batch(batch).map_err(err)?;
+        let old_registry = self.db.open_tree("registry").map_err(err)?;
+        let mut registry: Vec<Vec<(Digest, u8)>> = vec![Vec::new(); packed::REGISTRY_SHARDS];
+        for entry in old_registry.iter() {
+            let (key, value) = entry.map_err(err)?;
+            let digest: Digest = key[..]
+                .try_into()
+                .map_err(|_| self.corrupt("bad registry entry"))?;
+            let label = decode_label(&value).ok_or_else(|| self.corrupt("bad registry entry"))?;
+            registry[usize::from(registry_shard_of(&digest))].push((digest, label_byte(label)));
+        }
+        self.registry.clear().map_err(err)?;
+        let mut batch = ::sled::Batch::default();
+        for (shard, entries) in registry.iter().enumerate() {
+            if !entries.is_empty() {
+                batch.insert(
+                    &shard_key(shard as u16)[..],
+                    packed::encode_registry(entries),
+                );
+            }
+        }
+        self.registry.apply_batch(batch).map_err(err)?;
+        self.db.flush().map_err(err)?;
+        self.meta
+            .insert(FORMAT_KEY, &FORMAT_VERSION.to_le_bytes()[..])
+            .map_err(err)?;
+        self.db.flush().map_err(err)?;
+        self.drop_format_1_trees()
+    }
+
+    /// Drops the `tokens` and `registry` trees of format 1 if they are
+    /// still there.
+    fn drop_format_1_trees(&self) -> Result<()> {
+        let err = |e| self.sled_error(e);
+        let names = self.db.tree_names();
+        for old in ["tokens", "registry"] {
+            if names.iter().any(|n| &n[..] == old.as_bytes()) {
+                self.db.drop_tree(old).map_err(err)?;
+                self.db.flush().map_err(err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The decoded entries of one shard (empty if it is not stored).
+    fn shard(&self, shard: u16) -> Result<Vec<(String, TokenCounts)>> {
+        match self
+            .shards
+            .get(shard_key(shard))
+            .map_err(|e| self.sled_error(e))?
+        {
+            None => Ok(Vec::new()),
+            Some(v) => packed::decode(&v).ok_or_else(|| self.corrupt(bad_shard(shard))),
+        }
     }
 
     /// The store's id and generation.
@@ -194,12 +306,16 @@ impl SledStore {
 
     /// Records the versions in a new database.
     fn init(&self) -> Result<()> {
-        if !self.tokens.is_empty() || !self.registry.is_empty() || !self.meta.is_empty() {
+        let err = |e| self.sled_error(e);
+        let mut has_data = false;
+        for name in self.db.tree_names() {
+            has_data |= !self.db.open_tree(name).map_err(err)?.is_empty();
+        }
+        if has_data {
             return Err(
                 self.corrupt("it has data but no format version (not a bayesmail database?)")
             );
         }
-        let err = |e| self.sled_error(e);
         let mut batch = ::sled::Batch::default();
         batch.insert(TOKENIZER_KEY, &TOKENIZER_VERSION.to_le_bytes()[..]);
         batch.insert(TOTALS_KEY, encode_totals(&Totals::default()));
@@ -240,16 +356,31 @@ impl Store for SledStore {
     }
 
     fn token(&self, token: &str) -> Result<TokenCounts> {
-        match self.tokens.get(token).map_err(|e| self.sled_error(e))? {
+        let shard = shard_of(token);
+        match self
+            .shards
+            .get(shard_key(shard))
+            .map_err(|e| self.sled_error(e))?
+        {
             None => Ok(TokenCounts::default()),
-            Some(v) => decode_counts(&v).ok_or_else(|| self.corrupt(bad_counts(token))),
+            Some(v) => packed::find(&v, token).ok_or_else(|| self.corrupt(bad_shard(shard))),
         }
     }
 
     fn label_of(&self, digest: &Digest) -> Result<Option<Label>> {
-        match self.registry.get(digest).map_err(|e| self.sled_error(e))? {
-            None => Ok(None),
-            Some(v) => decode_label(&v)
+        let shard = registry_shard_of(digest);
+        let Some(v) = self
+            .registry
+            .get(shard_key(shard))
+            .map_err(|e| self.sled_error(e))?
+        else {
+            return Ok(None);
+        };
+        let entries =
+            packed::decode_registry(&v).ok_or_else(|| self.corrupt(bad_registry(shard)))?;
+        match entries.binary_search_by(|(d, _)| d.cmp(digest)) {
+            Err(_) => Ok(None),
+            Ok(i) => decode_label(&[entries[i].1])
                 .map(Some)
                 .ok_or_else(|| self.corrupt("bad registry entry")),
         }
@@ -264,14 +395,14 @@ impl Store for SledStore {
     }
 
     fn for_each_token(&self, f: &mut dyn FnMut(&str, TokenCounts)) -> Result<()> {
-        for entry in self.tokens.iter() {
-            let (key, value) = entry.map_err(|e| self.sled_error(e))?;
-            let token =
-                std::str::from_utf8(&key).map_err(|_| self.corrupt("a token is not UTF-8"))?;
-            let counts = decode_counts(&value).ok_or_else(|| self.corrupt(bad_counts(token)))?;
-            if !counts.is_zero() {
-                f(token, counts);
-            }
+        // Shards hold tokens by hash: the promised byte order needs them all.
+        let mut all = Vec::new();
+        for shard in 0..packed::SHARDS {
+            all.extend(self.shard(shard as u16)?);
+        }
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (token, counts) in &all {
+            f(token, *counts);
         }
         Ok(())
     }
@@ -286,7 +417,30 @@ impl Store for SledStore {
             })
         };
         let bad_sizes = || corrupt("bad sizes record".into());
-        let result = (&self.tokens, &self.registry, &self.meta).transaction(|(t, r, m)| {
+        // The changes of each shard, sorted by token (a shard is rewritten
+        // once per delta).
+        let mut by_shard: std::collections::BTreeMap<u16, Vec<(&str, [i64; 2])>> =
+            std::collections::BTreeMap::new();
+        for (token, &d) in &delta.tokens {
+            if d != [0, 0] {
+                by_shard
+                    .entry(shard_of(token))
+                    .or_default()
+                    .push((token.as_str(), d));
+            }
+        }
+        let mut registry_by_shard: std::collections::BTreeMap<u16, Vec<(&Digest, &Option<Label>)>> =
+            std::collections::BTreeMap::new();
+        for (digest, label) in &delta.registry {
+            registry_by_shard
+                .entry(registry_shard_of(digest))
+                .or_default()
+                .push((digest, label));
+        }
+        for changes in by_shard.values_mut() {
+            changes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        }
+        let result = (&self.shards, &self.registry, &self.meta).transaction(|(t, r, m)| {
             let totals = m
                 .get(TOTALS_KEY)?
                 .ok_or_else(|| corrupt("no totals record".into()))?;
@@ -296,37 +450,66 @@ impl Store for SledStore {
             let [mut n_tokens, mut n_registry] =
                 sizes.and_then(|b| decode_sizes(&b)).ok_or_else(bad_sizes)?;
 
-            for (token, &d) in &delta.tokens {
-                if d == [0, 0] {
-                    continue;
+            for (shard, changes) in &by_shard {
+                let key = shard_key(*shard);
+                let mut entries = match t.get(key)? {
+                    Some(v) => packed::decode(&v).ok_or_else(|| corrupt(bad_shard(*shard)))?,
+                    None => Vec::new(),
+                };
+                let before = entries.len() as u64;
+                for &(token, d) in changes {
+                    match entries.binary_search_by(|(e, _)| e.as_str().cmp(token)) {
+                        Ok(i) => {
+                            let new = apply_token(token, entries[i].1, d).map_err(abort)?;
+                            entries[i].1 = new;
+                        }
+                        Err(i) => {
+                            let new =
+                                apply_token(token, TokenCounts::default(), d).map_err(abort)?;
+                            entries.insert(i, (token.to_owned(), new));
+                        }
+                    }
                 }
-                let old = match t.get(token.as_bytes())? {
-                    Some(v) => decode_counts(&v).ok_or_else(|| corrupt(bad_counts(token)))?,
-                    None => TokenCounts::default(),
-                };
-                let new = apply_token(token, old, d).map_err(abort)?;
-                n_tokens = match (old.is_zero(), new.is_zero()) {
-                    (true, false) => n_tokens + 1,
-                    (false, true) => n_tokens.checked_sub(1).ok_or_else(bad_sizes)?,
-                    _ => n_tokens,
-                };
-                if new.is_zero() {
-                    t.remove(token.as_bytes())?;
+                entries.retain(|(_, c)| !c.is_zero());
+                let after = entries.len() as u64;
+                n_tokens = (n_tokens + after)
+                    .checked_sub(before)
+                    .ok_or_else(bad_sizes)?;
+                if entries.is_empty() {
+                    t.remove(&key[..])?;
                 } else {
-                    t.insert(token.as_bytes(), &encode_counts(new)[..])?;
+                    t.insert(&key[..], packed::encode(&entries))?;
                 }
             }
 
-            for (digest, label) in &delta.registry {
-                let old = match label {
-                    Some(label) => r.insert(&digest[..], &[label_byte(*label)][..])?,
-                    None => r.remove(&digest[..])?,
+            for (shard, changes) in &registry_by_shard {
+                let key = shard_key(*shard);
+                let mut entries = match r.get(key)? {
+                    Some(v) => {
+                        packed::decode_registry(&v).ok_or_else(|| corrupt(bad_registry(*shard)))?
+                    }
+                    None => Vec::new(),
                 };
-                n_registry = match (old.is_some(), label.is_some()) {
-                    (false, true) => n_registry + 1,
-                    (true, false) => n_registry.checked_sub(1).ok_or_else(bad_sizes)?,
-                    _ => n_registry,
-                };
+                let before = entries.len() as u64;
+                // In order: later changes of the same digest win.
+                for (digest, label) in changes {
+                    match (entries.binary_search_by(|(d, _)| d.cmp(digest)), label) {
+                        (Ok(i), Some(l)) => entries[i].1 = label_byte(*l),
+                        (Ok(i), None) => {
+                            entries.remove(i);
+                        }
+                        (Err(i), Some(l)) => entries.insert(i, (**digest, label_byte(*l))),
+                        (Err(_), None) => {}
+                    }
+                }
+                n_registry = (n_registry + entries.len() as u64)
+                    .checked_sub(before)
+                    .ok_or_else(bad_sizes)?;
+                if entries.is_empty() {
+                    r.remove(&key[..])?;
+                } else {
+                    r.insert(&key[..], packed::encode_registry(&entries))?;
+                }
             }
 
             let generation = match m.get(GENERATION_KEY)? {
@@ -372,10 +555,19 @@ fn sled_error(path: &Path, e: ::sled::Error) -> Error {
     }
 }
 
+fn bad_registry(shard: u16) -> String {
+    format!("bad registry shard {shard}")
+}
+
+fn bad_shard(shard: u16) -> String {
+    format!("bad token shard {shard}")
+}
+
 fn bad_counts(token: &str) -> String {
     format!("bad counts for token {token:?}")
 }
 
+#[cfg(test)]
 fn encode_counts(c: TokenCounts) -> [u8; 8] {
     let mut out = [0; 8];
     out[..4].copy_from_slice(&c.ham.to_le_bytes());
@@ -731,6 +923,63 @@ mod tests {
             assert!(text.contains(&format!("{what} 99")), "{text}");
             assert!(text.contains("retrain into a new database"), "{text}");
         }
+    }
+
+    #[test]
+    fn a_format_1_store_is_converted_with_every_count_and_label() {
+        let mut memory = MemoryStore::new();
+        memory
+            .apply(&message(&["a", "b", "subject:x"], Label::Spam, 1, 1, 7))
+            .unwrap();
+        memory
+            .apply(&message(&["b", "c"], Label::Ham, 1, 2, 3))
+            .unwrap();
+        memory.apply(&message(&["c"], Label::Ham, 1, 3, 5)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            // Format 1, written as it was: a key per token and per message.
+            let db = ::sled::Config::new().path(&path).open().unwrap();
+            let tokens = db.open_tree("tokens").unwrap();
+            memory
+                .for_each_token(&mut |t, c| {
+                    tokens.insert(t, &encode_counts(c)[..]).unwrap();
+                })
+                .unwrap();
+            let registry = db.open_tree("registry").unwrap();
+            for d in 0..DIGESTS {
+                if let Some(l) = memory.label_of(&[d; 32]).unwrap() {
+                    registry.insert([d; 32], &[label_byte(l)][..]).unwrap();
+                }
+            }
+            let meta = db.open_tree("meta").unwrap();
+            meta.insert(TOKENIZER_KEY, &TOKENIZER_VERSION.to_le_bytes()[..])
+                .unwrap();
+            meta.insert(TOTALS_KEY, encode_totals(&memory.totals().unwrap()))
+                .unwrap();
+            let sizes = [
+                memory.token_count().unwrap(),
+                memory.registry_len().unwrap(),
+            ];
+            meta.insert(SIZES_KEY, &encode_sizes(sizes)[..]).unwrap();
+            meta.insert(STORE_ID_KEY, &[7u8; 16][..]).unwrap();
+            meta.insert(FORMAT_KEY, &1u32.to_le_bytes()[..]).unwrap();
+            db.flush().unwrap();
+        }
+        let store = SledStore::open(&path, WAIT).unwrap();
+        assert_eq!(dump(&store), dump(&memory));
+        let names = store.db.tree_names();
+        assert!(!names.iter().any(|n| &n[..] == b"tokens"), "{names:?}");
+        assert!(!names.iter().any(|n| &n[..] == b"registry"), "{names:?}");
+        drop(store);
+        // Converted once: it opens as format 2 and keeps its identity.
+        let mut store = SledStore::open(&path, WAIT).unwrap();
+        assert_eq!(dump(&store), dump(&memory));
+        assert_eq!(store.identity().unwrap().id, "07".repeat(16));
+        let more = message(&["a", "d"], Label::Spam, 1, 4, 1);
+        store.apply(&more).unwrap();
+        memory.apply(&more).unwrap();
+        assert_eq!(dump(&store), dump(&memory));
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! The write side: [`Trainer`] holds the sled count store (the source of
-//! truth, one writer at a time), turns labelled messages into deltas
+//! truth, one writer at a time) and turns labelled messages into deltas
 //! (skipping what the registry says is already learned with the same label,
-//! relearning what moved), applies them in atomic chunks, fits the stacker
-//! by the training [`protocol`], and writes a new snapshot
-//! ([`Trainer::compile`]) or, for a small change, appends it to the journal
-//! beside the snapshot ([`Trainer::publish`]).
+//! relearning what moved). A training run streams: each message read is
+//! counted into a [`Run`] and its features dropped (a bounded sample is
+//! kept for the fit of the stacker by the training [`protocol`]), and the
+//! run is stored in one atomic write. [`Trainer::compile`] writes a new
+//! snapshot; for a small change [`Trainer::publish`] appends it to the
+//! journal beside the snapshot instead.
 
 pub mod protocol;
 
@@ -16,10 +18,10 @@ use serde::Serialize;
 use crate::classifier::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
 use crate::decision::Calibrator;
-use crate::features::Features;
+use crate::features::{Features, grams};
 use crate::model::{Combine, Delta, Digest, Label, Params, TokenCounts, VIEWS, View, bernoulli};
 use crate::store::{self, Journal, SledStore, Snapshot, Store, StoreIdentity};
-use protocol::{Counts, Dataset, Settings};
+use protocol::{Counts, Dataset, Example, Sample, Settings};
 
 /// How long a writer waits for another writer's lock before giving up.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -150,14 +152,15 @@ impl Trainer {
     }
 
     /// Keeps `delta` (just applied to the store) for the journal.
-    fn record(&mut self, delta: &Delta) {
+    fn record(&mut self, delta: Delta) {
         if let Some(applied) = &mut self.applied {
-            applied.merge(Delta {
-                registry: Vec::new(),
-                ..delta.clone()
-            });
-            if applied.tokens.len() > MAX_SESSION_TOKENS {
+            if applied.tokens.len() + delta.tokens.len() > MAX_SESSION_TOKENS {
                 self.applied = None;
+            } else {
+                applied.merge(Delta {
+                    registry: Vec::new(),
+                    ..delta
+                });
             }
         }
     }
@@ -267,14 +270,14 @@ impl Trainer {
             if in_chunk == CHUNK_MESSAGES {
                 let chunk = std::mem::take(&mut delta);
                 self.store.apply(&chunk)?;
-                self.record(&chunk);
+                self.record(chunk);
                 in_chunk = 0;
                 progress(i + 1);
             }
         }
         if in_chunk > 0 {
             self.store.apply(&delta)?;
-            self.record(&delta);
+            self.record(delta);
         }
         progress(messages.len());
         self.store.flush()?;
@@ -376,35 +379,68 @@ impl Trainer {
         delta.add_message(features, label, -1);
         delta.registry.push((digest, None));
         self.store.apply(&delta)?;
-        self.record(&delta);
+        self.record(delta);
         self.store.flush()?;
         Ok(label)
     }
 
-    /// Chooses the combination strength and fits calibration by
-    /// cross-validation over `messages` (the labelled training data), as
-    /// `eval` does inside its training folds. Returns the chosen parameters,
-    /// the calibrator and how many messages it was fitted on; with fewer than
-    /// `min` messages of either class, returns the parameters unchanged and
-    /// `None`.
-    pub fn calibrate(
-        messages: &[Labelled],
-        settings: &Settings,
-        min: usize,
-    ) -> (Params, Option<(Calibrator, usize)>) {
-        let spam = messages.iter().filter(|m| m.label == Label::Spam).count();
-        if spam < min || messages.len() - spam < min {
-            return (*settings.params.get(), None);
+    /// Adds one message read by a training run to `run`: skipped if the
+    /// run already has it under the same label (a duplicate), a conflict if
+    /// under the other, else counted for calibration and, unless the
+    /// registry already has it under this label, for the store. `source`
+    /// names where it came from (for a conflict).
+    pub fn add_to_run(&self, run: &mut Run, m: &Labelled, source: &str) -> Result<()> {
+        match run.labels.get(&m.digest) {
+            Some(&l) if l == m.label => {
+                run.summary.duplicates += 1;
+                return Ok(());
+            }
+            Some(_) => {
+                run.summary.conflicting += 1;
+                run.conflicts.push(source.to_owned());
+                return Ok(());
+            }
+            None => {}
         }
-        let data = Dataset::new(messages.iter().map(|m| (m.features.clone(), m.label)));
-        let mut counts = Counts::new(data.vocabulary);
-        for ex in &data.examples {
-            counts.add(ex, 1);
+        run.labels.insert(m.digest, m.label);
+        let ex = run.intern(&m.features, m.label);
+        run.counts.add(&ex, 1);
+        let key = u64::from_le_bytes(m.digest[..8].try_into().expect("8 bytes"));
+        match self.store.label_of(&m.digest)? {
+            Some(old) if old == m.label => run.summary.unchanged += 1,
+            Some(old) => {
+                run.change(&ex, old, -1);
+                run.change(&ex, m.label, 1);
+                run.registry.push((m.digest, Some(m.label)));
+                run.summary.relearned += 1;
+            }
+            None => {
+                run.change(&ex, m.label, 1);
+                run.registry.push((m.digest, Some(m.label)));
+                run.summary.learned += 1;
+            }
         }
-        let members: Vec<usize> = (0..data.examples.len()).collect();
-        let (params, calibrator) =
-            protocol::select_and_calibrate(&data, &counts, &members, settings);
-        (*params.get(), Some((calibrator, data.examples.len())))
+        run.sample.offer(key, m.label, ex);
+        Ok(())
+    }
+
+    /// Applies what `run` changes to the store in one atomic write (all of
+    /// it or, on error, none) and returns its summary. A run with a
+    /// conflict must not be stored; it is refused.
+    pub fn store_run(&mut self, run: Run) -> Result<TrainSummary> {
+        let (delta, mut summary) = run.into_delta()?;
+        if delta.is_empty() {
+            // Nothing new: the store (and its generation) stay as they are.
+            summary.totals = self.store.totals()?.messages;
+            return Ok(summary);
+        }
+        self.store.apply(&delta)?;
+        // Freed before sled writes its log: that is when its memory peaks.
+        self.record(delta);
+        release_freed_memory();
+        self.store.flush()?;
+        summary.totals = self.store.totals()?.messages;
+        Ok(summary)
     }
 
     /// Writes a new snapshot from the store: the given parameters and
@@ -455,6 +491,300 @@ impl Trainer {
         self.applied = Some(Delta::default());
         self.header = Some(header);
         Ok(())
+    }
+}
+
+/// Hands memory freed by the process back to the system, where the
+/// allocator keeps it otherwise (glibc keeps freed memory of each thread's
+/// arena for reuse): a training run's peak comes after reading, and the
+/// reading's garbage need not count in it.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// No id yet.
+const NO_ID: u32 = u32::MAX;
+
+/// A fast hash for interning a run's feature names: a word-at-a-time
+/// multiply-rotate, seeded at random per run so that names crafted to
+/// collide cannot be planned. SipHash, the standard one, was most of the
+/// time a run spends counting.
+#[derive(Clone)]
+struct FastHash(u64);
+
+impl Default for FastHash {
+    fn default() -> Self {
+        use std::hash::{BuildHasher, RandomState};
+        FastHash(RandomState::new().hash_one(0x5eed_u64) | 1)
+    }
+}
+
+impl std::hash::BuildHasher for FastHash {
+    type Hasher = FastHasher;
+    fn build_hasher(&self) -> FastHasher {
+        FastHasher(self.0)
+    }
+}
+
+/// See [`FastHash`].
+struct FastHasher(u64);
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl std::hash::Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        }
+        let rest = words.remainder();
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        self.add(u64::from_le_bytes(last) ^ ((rest.len() as u64) << 59));
+    }
+
+    fn write_u8(&mut self, b: u8) {
+        self.add(u64::from(b));
+    }
+
+    fn finish(&self) -> u64 {
+        // The table takes the top bits for its groups: fold the high
+        // bits' entropy down as well.
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+/// One training run, read as a stream of messages and reduced as it goes:
+/// its features interned once, the counts of its messages (what the stacker
+/// is fitted on), the change it makes to the store, and a bounded
+/// [`Sample`] of its messages' features for the fit. Its memory grows with
+/// the vocabulary, plus about a hundred bytes per message (the digests
+/// that make a run idempotent and find duplicates), not with the messages'
+/// features: those of a message are dropped once counted, unless sampled.
+pub struct Run {
+    /// Ids of the named features.
+    ids: HashMap<Box<str>, u32, FastHash>,
+    /// Ids of the byte view's buckets ([`NO_ID`]: none yet), indexed by
+    /// bucket: most features are buckets, and an index beats hashing a name.
+    gram_ids: Vec<u32>,
+    views: Vec<View>,
+    counts: Counts,
+    /// Change to the store's counts, by feature id, `[ham, spam]`.
+    token_change: Vec<[i64; 2]>,
+    /// Change to everything else (messages, metadata); no tokens.
+    rest: Delta,
+    registry: Vec<(Digest, Option<Label>)>,
+    labels: HashMap<Digest, Label>,
+    sample: Sample<Example>,
+    conflicts: Vec<String>,
+    summary: TrainSummary,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("messages", &self.labels.len())
+            .field("vocabulary", &self.views.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run::new()
+    }
+}
+
+impl Run {
+    /// An empty run.
+    pub fn new() -> Run {
+        Run::with_sample(protocol::SAMPLE_PER_CLASS)
+    }
+
+    /// An empty run whose calibration sample keeps `per_class` messages of
+    /// each class at most.
+    pub fn with_sample(per_class: usize) -> Run {
+        Run {
+            ids: HashMap::default(),
+            gram_ids: Vec::new(),
+            views: Vec::new(),
+            counts: Counts::new(0),
+            token_change: Vec::new(),
+            rest: Delta::default(),
+            registry: Vec::new(),
+            labels: HashMap::new(),
+            sample: Sample::new(per_class),
+            conflicts: Vec::new(),
+            summary: TrainSummary::default(),
+        }
+    }
+
+    /// Distinct messages the run holds (duplicates and conflicts aside).
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether the run holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Where the messages given with both labels were met the second time.
+    pub fn conflicts(&self) -> &[String] {
+        &self.conflicts
+    }
+
+    /// What the run did so far (totals are filled in when it is stored).
+    pub fn summary(&self) -> &TrainSummary {
+        &self.summary
+    }
+
+    /// The id of a new feature of view `view`.
+    fn next_id(&mut self, view: View) -> u32 {
+        let id = self.views.len() as u32;
+        self.views.push(view);
+        id
+    }
+
+    /// The id of the byte view's `bucket`, a new one if it is new.
+    fn gram_id(&mut self, bucket: u32) -> u32 {
+        if self.gram_ids.is_empty() {
+            self.gram_ids = vec![NO_ID; 1 << grams::BUCKET_BITS];
+        }
+        let Some(&id) = self.gram_ids.get(bucket as usize) else {
+            // Not a bucket `grams` makes: named like any other feature.
+            return self.token_id(&grams::key(bucket));
+        };
+        if id != NO_ID {
+            return id;
+        }
+        let id = self.next_id(View::Bytes);
+        self.gram_ids[bucket as usize] = id;
+        id
+    }
+
+    /// The id of a named feature, a new one if it is new. A name that
+    /// spells a bucket of the byte view is that bucket.
+    fn token_id(&mut self, token: &str) -> u32 {
+        if let Some(bucket) = grams::parse(token) {
+            return self.gram_id(bucket);
+        }
+        if let Some(&id) = self.ids.get(token) {
+            return id;
+        }
+        let id = self.next_id(View::of(token));
+        self.ids.insert(token.into(), id);
+        id
+    }
+
+    /// Interns a message's features (new ones get the next ids).
+    fn intern(&mut self, features: &Features, label: Label) -> Example {
+        let mut tokens = Vec::with_capacity(features.tokens.len() + features.grams.len());
+        for t in features.tokens.iter() {
+            tokens.push(self.token_id(t));
+        }
+        for &b in &features.grams {
+            tokens.push(self.gram_id(b));
+        }
+        tokens.sort_unstable();
+        tokens.dedup();
+        let n = self.views.len();
+        self.counts.grow(n);
+        self.token_change.resize(n, [0, 0]);
+        Example {
+            tokens,
+            metadata: features.metadata.0,
+            label,
+        }
+    }
+
+    /// Records that the store learns (`sign` 1) or unlearns (−1) `ex` under
+    /// `label`.
+    fn change(&mut self, ex: &Example, label: Label, sign: i64) {
+        let c = label.index();
+        for &t in &ex.tokens {
+            self.token_change[t as usize][c] += sign;
+        }
+        self.rest.messages[c] += sign;
+        for (stats, &x) in self.rest.gauss[c].iter_mut().zip(&ex.metadata) {
+            stats.add(x, sign);
+        }
+    }
+
+    /// Chooses the combination strength and fits the stacker by inner
+    /// cross-validation over the run's sample, with the counts of all its
+    /// messages, as `eval` does inside its training folds. Returns the
+    /// chosen parameters and the stacker with the number of messages it
+    /// was fitted on, or the given parameters and `None` when the run has
+    /// fewer than `min` messages of either class.
+    pub fn calibrate(
+        &mut self,
+        settings: &Settings,
+        min: usize,
+    ) -> (Params, Option<(Calibrator, usize)>) {
+        let [ham, spam] = self.sample.offered();
+        if ham < min || spam < min {
+            return (*settings.params.get(), None);
+        }
+        let sample = std::mem::replace(&mut self.sample, Sample::new(0));
+        let data = Dataset {
+            examples: sample.into_items().into_iter().map(|(_, ex)| ex).collect(),
+            vocabulary: self.views.len(),
+            views: std::mem::take(&mut self.views),
+        };
+        let members: Vec<usize> = (0..data.examples.len()).collect();
+        let (params, calibrator) =
+            protocol::select_and_calibrate(&data, &self.counts, &members, settings);
+        self.views = data.views;
+        (*params.get(), Some((calibrator, data.examples.len())))
+    }
+
+    /// The store delta of the run and its summary so far; refused if the
+    /// run has conflicts.
+    fn into_delta(self) -> Result<(Delta, TrainSummary)> {
+        if !self.conflicts.is_empty() {
+            return Err(Error::Conflicting(self.conflicts.len()));
+        }
+        let Run {
+            ids,
+            gram_ids,
+            token_change,
+            mut rest,
+            registry,
+            summary,
+            counts,
+            views,
+            labels,
+            sample,
+            conflicts,
+        } = self;
+        // What the store does not need goes before the delta is built.
+        drop((counts, views, labels, sample, conflicts));
+        release_freed_memory();
+        let change = |id: u32| Some(token_change[id as usize]).filter(|d| *d != [0, 0]);
+        let grams = gram_ids
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, id)| id != NO_ID)
+            .filter_map(|(bucket, id)| Some((grams::key(bucket as u32), change(id)?)));
+        // Sized once: a table grown by doubling holds two copies at its peak.
+        let changed = token_change.iter().filter(|d| **d != [0, 0]).count();
+        rest.tokens = HashMap::with_capacity(changed);
+        rest.tokens.extend(
+            ids.into_iter()
+                .filter_map(|(name, id)| Some((String::from(name), change(id)?)))
+                .chain(grams),
+        );
+        rest.registry = registry;
+        Ok((rest, summary))
     }
 }
 
@@ -528,6 +858,67 @@ mod tests {
             digest: crate::message::digest(raw.as_bytes()),
             label,
         }
+    }
+
+    #[test]
+    fn a_run_counts_every_message_and_fits_on_a_bounded_sample() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DbPaths::new(dir.path());
+        let mut trainer = Trainer::open(&paths, WAIT).unwrap();
+        let mut run = Run::with_sample(30);
+        for i in 0..200 {
+            let (text, label) = if i % 4 == 0 {
+                (format!("cheap pills offer{i}"), Label::Spam)
+            } else {
+                (format!("meeting notes agenda{i}"), Label::Ham)
+            };
+            let m = labelled(&text, label);
+            trainer.add_to_run(&mut run, &m, "x").unwrap();
+            // The same message again is a duplicate, not a second count.
+            trainer.add_to_run(&mut run, &m, "x").unwrap();
+        }
+        assert_eq!(run.len(), 200);
+        let settings = Settings {
+            select_strength: false,
+            params: crate::model::ValidParams::default(),
+            inner_folds: 5,
+            inputs: Default::default(),
+        };
+        let (_, fitted) = run.calibrate(&settings, 10);
+        assert_eq!(fitted.map(|(_, n)| n), Some(60), "30 of each class");
+        let summary = trainer.store_run(run).unwrap();
+        assert_eq!((summary.learned, summary.duplicates), (200, 200));
+        assert_eq!(summary.totals, [150, 50]);
+        assert_eq!(trainer.store.token("meeting").unwrap().ham, 150);
+        assert_eq!(trainer.store.token("pills").unwrap().spam, 50);
+
+        // A second run of the same messages changes nothing, not even the
+        // store's generation; one with a message under both labels is
+        // refused whole.
+        let before = trainer.store.identity().unwrap();
+        let mut again = Run::new();
+        trainer
+            .add_to_run(
+                &mut again,
+                &labelled("meeting notes agenda1", Label::Ham),
+                "a",
+            )
+            .unwrap();
+        assert_eq!(trainer.store_run(again).unwrap().unchanged, 1);
+        assert_eq!(trainer.store.identity().unwrap(), before);
+        let mut both = Run::new();
+        trainer
+            .add_to_run(&mut both, &labelled("new one", Label::Ham), "a")
+            .unwrap();
+        trainer
+            .add_to_run(&mut both, &labelled("new one", Label::Spam), "b")
+            .unwrap();
+        assert_eq!(both.conflicts(), ["b"]);
+        assert!(matches!(
+            trainer.store_run(both),
+            Err(Error::Conflicting(1))
+        ));
+        assert_eq!(trainer.store.identity().unwrap(), before);
     }
 
     /// A database trained on a few messages, its model compiled.

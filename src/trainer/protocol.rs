@@ -178,6 +178,14 @@ impl Counts {
         }
     }
 
+    /// Makes room for a vocabulary of `vocabulary` features (new ones at
+    /// zero).
+    pub fn grow(&mut self, vocabulary: usize) {
+        if self.tokens.len() < vocabulary {
+            self.tokens.resize(vocabulary, [0, 0]);
+        }
+    }
+
     /// Learns (sign +1) or unlearns (sign −1) one example.
     pub fn add(&mut self, ex: &Example, sign: i64) {
         let c = ex.label.index();
@@ -297,8 +305,136 @@ fn log_loss(c: &Calibrator, samples: &[([f64; INPUTS], bool)]) -> f64 {
 /// floor lies higher.
 pub const BYTES_STRENGTH_GRID: [f64; 3] = [2.0, 3.0, 4.0];
 
+/// Messages of each class the stacker is fitted on, at most. Fitting on
+/// a bounded sample keeps the cost of calibrating (and the memory of a
+/// training run, which keeps only the sample's features) independent of
+/// how many messages are learned; a few thousand per class pin down a
+/// handful of weights.
+pub const SAMPLE_PER_CLASS: usize = 2_500;
+
+/// A bounded, stratified sample: of the items offered, the
+/// `per_class` of each class with the smallest keys. With keys that are
+/// hashes (of a message's digest, or its position), the sample is a
+/// uniform draw that does not depend on the order items arrive in.
+#[derive(Debug)]
+pub struct Sample<T> {
+    per_class: usize,
+    kept: [std::collections::BinaryHeap<Keyed<T>>; 2],
+    offered: [usize; 2],
+}
+
+/// An item ordered by its key alone.
+#[derive(Debug)]
+struct Keyed<T>(u64, usize, T);
+
+impl<T> PartialEq for Keyed<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl<T> Eq for Keyed<T> {}
+impl<T> PartialOrd for Keyed<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for Keyed<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+impl<T> Sample<T> {
+    /// An empty sample keeping at most `per_class` items of each class.
+    pub fn new(per_class: usize) -> Sample<T> {
+        Sample {
+            per_class,
+            kept: Default::default(),
+            offered: [0, 0],
+        }
+    }
+
+    /// Offers an item of class `label` with key `key`.
+    pub fn offer(&mut self, key: u64, label: Label, item: T) {
+        let c = label.index();
+        let n = self.offered[0] + self.offered[1];
+        self.offered[c] += 1;
+        let heap = &mut self.kept[c];
+        if heap.len() < self.per_class {
+            heap.push(Keyed(key, n, item));
+        } else if heap.peek().is_some_and(|top| key < top.0) {
+            heap.pop();
+            heap.push(Keyed(key, n, item));
+        }
+    }
+
+    /// How many items of each class were offered, `[ham, spam]`.
+    pub fn offered(&self) -> [usize; 2] {
+        self.offered
+    }
+
+    /// The kept items, each class in the order it was offered and the two
+    /// interleaved in proportion: inner folds taken by position are then
+    /// stratified (each holds its share of both classes).
+    pub fn into_items(self) -> Vec<(Label, T)> {
+        let in_order = |heap: std::collections::BinaryHeap<Keyed<T>>| {
+            let mut items: Vec<(usize, T)> = heap
+                .into_iter()
+                .map(|Keyed(_, n, item)| (n, item))
+                .collect();
+            items.sort_by_key(|(n, _)| *n);
+            items.into_iter().map(|(_, item)| item)
+        };
+        let [ham, spam] = self.kept;
+        let (n_ham, n_spam) = (ham.len(), spam.len());
+        let (mut ham, mut spam) = (in_order(ham), in_order(spam));
+        let mut out = Vec::with_capacity(n_ham + n_spam);
+        let (mut taken_ham, mut taken_spam) = (0usize, 0usize);
+        while taken_ham < n_ham || taken_spam < n_spam {
+            // Ham while its share taken so far is behind spam's:
+            // taken_ham / n_ham <= taken_spam / n_spam, in integers.
+            let ham_next = taken_spam == n_spam
+                || (taken_ham < n_ham && taken_ham * n_spam <= taken_spam * n_ham);
+            if ham_next {
+                out.extend(ham.next().map(|item| (Label::Ham, item)));
+                taken_ham += 1;
+            } else {
+                out.extend(spam.next().map(|item| (Label::Spam, item)));
+                taken_spam += 1;
+            }
+        }
+        out
+    }
+}
+
+/// A well-mixed 64-bit key of a number (splitmix64's finaliser).
+pub fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// `members` if no class has more than [`SAMPLE_PER_CLASS`] of them, else a
+/// [`Sample`] of them keyed by position in the corpus; in corpus order.
+fn bounded(data: &Dataset, members: &[usize]) -> Vec<usize> {
+    let mut sample = Sample::new(SAMPLE_PER_CLASS);
+    for &i in members {
+        sample.offer(mix(i as u64), data.examples[i].label, i);
+    }
+    if sample.offered().iter().all(|&n| n <= SAMPLE_PER_CLASS) {
+        return members.to_vec();
+    }
+    let mut kept: Vec<usize> = sample.into_items().into_iter().map(|(_, i)| i).collect();
+    kept.sort_unstable();
+    kept
+}
+
 /// Chooses the hyperparameters and fits the stacker on training data only.
-/// `base` holds the counts of exactly `members`. With
+/// `base` holds the counts of the training data, which includes every
+/// message of `members`; the fit uses [`SAMPLE_PER_CLASS`] of each class of
+/// `members` at most (a [`Sample`]), scored by models of `base` without
+/// their own inner fold. With
 /// `settings.select_strength` and a tempered combination, each value of
 /// [`STRENGTH_GRID`] is tried for the words, then each of
 /// [`BYTES_STRENGTH_GRID`] for the byte view with the words' choice kept;
@@ -310,6 +446,7 @@ pub fn select_and_calibrate(
     members: &[usize],
     settings: &Settings,
 ) -> (ValidParams, Calibrator) {
+    let members = &bounded(data, members)[..];
     let fit = |params: ValidParams| {
         let samples = inner_scores(
             data,
@@ -364,4 +501,55 @@ pub fn select_and_calibrate(
         })
         .collect();
     best(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_keeps_the_smallest_keys_of_each_class_whatever_the_order() {
+        let items: Vec<(u64, Label)> = (0..100u64)
+            .map(|i| (mix(i), if i % 3 == 0 { Label::Spam } else { Label::Ham }))
+            .collect();
+        let kept = |order: &mut dyn Iterator<Item = &(u64, Label)>| {
+            let mut sample = Sample::new(10);
+            for &(key, label) in order {
+                sample.offer(key, label, key);
+            }
+            assert_eq!(sample.offered(), [66, 34]);
+            let mut keys: Vec<(Label, u64)> = sample.into_items();
+            keys.sort();
+            keys
+        };
+        let forward = kept(&mut items.iter());
+        assert_eq!(forward, kept(&mut items.iter().rev()));
+        for label in [Label::Ham, Label::Spam] {
+            let mut all: Vec<u64> = items
+                .iter()
+                .filter(|(_, l)| *l == label)
+                .map(|(k, _)| *k)
+                .collect();
+            all.sort();
+            let got: Vec<u64> = forward
+                .iter()
+                .filter(|(l, _)| *l == label)
+                .map(|(_, k)| *k)
+                .collect();
+            assert_eq!(got, all[..10]);
+        }
+    }
+
+    #[test]
+    fn sampled_items_interleave_the_classes_in_proportion_each_in_order() {
+        let mut sample = Sample::new(100);
+        for i in 0..6u64 {
+            sample.offer(mix(i), Label::Ham, i);
+        }
+        for i in 6..8u64 {
+            sample.offer(mix(i), Label::Spam, i);
+        }
+        let order: Vec<u64> = sample.into_items().into_iter().map(|(_, i)| i).collect();
+        assert_eq!(order, [0, 6, 1, 2, 3, 7, 4, 5]);
+    }
 }

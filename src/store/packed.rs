@@ -1,0 +1,257 @@
+//! Token counts packed into shards: the layout of the count store's
+//! `shards` tree ([`super::sled`]).
+//!
+//! A token belongs to shard [`shard_of`] (the top [`SHARD_BITS`] bits of
+//! [`token_hash`]), and a shard's tokens are one value, sorted by bytes and
+//! front-coded: each entry is the length of the prefix it shares with the
+//! entry before (LEB128), the length of the rest (LEB128), the rest, then
+//! the ham and spam counts (LEB128 each). Tokens carry a namespace prefix
+//! (`subject:`, `URL:`, a byte-view marker), so neighbours share a good
+//! part; most counts are small, so they take a byte or two.
+//!
+//! One value per shard instead of one key per token is what keeps the store
+//! small and its writes few: sled spends tens of bytes on every key, and a
+//! training run writes each shard it touches once, where one key per token
+//! made it insert every token through a transaction.
+
+use super::snapshot::token_hash;
+use crate::model::{Digest, TokenCounts};
+
+/// Bits of the shard number: 4,096 shards, a few hundred bytes to a few
+/// kilobytes each for a vocabulary of hundreds of thousands of tokens.
+pub const SHARD_BITS: u32 = 12;
+
+/// Number of shards.
+pub const SHARDS: usize = 1 << SHARD_BITS;
+
+/// The shard a token lives in.
+pub fn shard_of(token: &str) -> u16 {
+    (token_hash(token.as_bytes()) >> (64 - SHARD_BITS)) as u16
+}
+
+/// The sled key of a shard (big-endian, so shards sort by number).
+pub fn shard_key(shard: u16) -> [u8; 2] {
+    shard.to_be_bytes()
+}
+
+/// Appends `v` as LEB128.
+fn put(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads a LEB128 value of at most 64 bits.
+fn get(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *bytes.get(*at)?;
+        *at += 1;
+        v |= u64::from(b & 0x7f).checked_shl(shift)?;
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Encodes a shard's entries, which must be sorted by token bytes, distinct,
+/// and none of them zero.
+pub fn encode(entries: &[(String, TokenCounts)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(entries.len() * 12);
+    let mut prev: &[u8] = &[];
+    for (token, c) in entries {
+        let t = token.as_bytes();
+        let shared = prev.iter().zip(t).take_while(|(a, b)| a == b).count();
+        put(&mut out, shared as u64);
+        put(&mut out, (t.len() - shared) as u64);
+        out.extend_from_slice(&t[shared..]);
+        put(&mut out, u64::from(c.ham));
+        put(&mut out, u64::from(c.spam));
+        prev = t;
+    }
+    out
+}
+
+/// Decodes a shard, checking everything [`encode`] promises: UTF-8 tokens
+/// in strictly increasing byte order, counts that fit and are not both
+/// zero. `None` if the value is damaged.
+pub fn decode(bytes: &[u8]) -> Option<Vec<(String, TokenCounts)>> {
+    let mut out: Vec<(String, TokenCounts)> = Vec::new();
+    let mut at = 0;
+    let mut token: Vec<u8> = Vec::new();
+    while at < bytes.len() {
+        let shared = usize::try_from(get(bytes, &mut at)?).ok()?;
+        let rest = usize::try_from(get(bytes, &mut at)?).ok()?;
+        if shared > token.len() {
+            return None;
+        }
+        let end = at.checked_add(rest).filter(|&e| e <= bytes.len())?;
+        token.truncate(shared);
+        token.extend_from_slice(&bytes[at..end]);
+        at = end;
+        let ham = u32::try_from(get(bytes, &mut at)?).ok()?;
+        let spam = u32::try_from(get(bytes, &mut at)?).ok()?;
+        let c = TokenCounts { ham, spam };
+        if c.is_zero() || out.last().is_some_and(|(p, _)| p.as_bytes() >= &token[..]) {
+            return None;
+        }
+        out.push((String::from_utf8(token.clone()).ok()?, c));
+    }
+    Some(out)
+}
+
+/// The counts of `token` in an encoded shard, without building the others.
+/// `None` if the value is damaged.
+pub fn find(bytes: &[u8], token: &str) -> Option<TokenCounts> {
+    let want = token.as_bytes();
+    let mut at = 0;
+    let mut current: Vec<u8> = Vec::new();
+    while at < bytes.len() {
+        let shared = usize::try_from(get(bytes, &mut at)?).ok()?;
+        let rest = usize::try_from(get(bytes, &mut at)?).ok()?;
+        if shared > current.len() {
+            return None;
+        }
+        let end = at.checked_add(rest).filter(|&e| e <= bytes.len())?;
+        current.truncate(shared);
+        current.extend_from_slice(&bytes[at..end]);
+        at = end;
+        let ham = u32::try_from(get(bytes, &mut at)?).ok()?;
+        let spam = u32::try_from(get(bytes, &mut at)?).ok()?;
+        match current[..].cmp(want) {
+            std::cmp::Ordering::Less => {}
+            std::cmp::Ordering::Equal => return Some(TokenCounts { ham, spam }),
+            std::cmp::Ordering::Greater => break,
+        }
+    }
+    Some(TokenCounts::default())
+}
+
+/// Bits of the registry's shard number: 1,024 shards of the learned
+/// messages, each a sorted run of fixed-size records.
+pub const REGISTRY_SHARD_BITS: u32 = 10;
+
+/// Number of registry shards.
+pub const REGISTRY_SHARDS: usize = 1 << REGISTRY_SHARD_BITS;
+
+/// Bytes of one registry record: the digest, then the label byte.
+const RECORD: usize = 33;
+
+/// The registry shard of a message digest (its top bits: digests are
+/// hashes, so shards fill evenly).
+pub fn registry_shard_of(digest: &Digest) -> u16 {
+    (u16::from_be_bytes([digest[0], digest[1]])) >> (16 - REGISTRY_SHARD_BITS)
+}
+
+/// Encodes a registry shard: `(digest, label byte)` records sorted by
+/// digest, distinct.
+pub fn encode_registry(entries: &[(Digest, u8)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(entries.len() * RECORD);
+    for (digest, label) in entries {
+        out.extend_from_slice(digest);
+        out.push(*label);
+    }
+    out
+}
+
+/// Decodes a registry shard, checking order and length; labels are
+/// returned as stored (the caller checks them). `None` if damaged.
+pub fn decode_registry(bytes: &[u8]) -> Option<Vec<(Digest, u8)>> {
+    if !bytes.len().is_multiple_of(RECORD) {
+        return None;
+    }
+    let mut out: Vec<(Digest, u8)> = Vec::with_capacity(bytes.len() / RECORD);
+    for record in bytes.chunks_exact(RECORD) {
+        let digest: Digest = record[..32].try_into().ok()?;
+        if out.last().is_some_and(|(d, _)| *d >= digest) {
+            return None;
+        }
+        out.push((digest, record[32]));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn c(ham: u32, spam: u32) -> TokenCounts {
+        TokenCounts { ham, spam }
+    }
+
+    #[test]
+    fn round_trips_and_finds() {
+        let entries = vec![
+            ("subject:cheap".to_string(), c(0, 7)),
+            ("subject:cheaper".to_string(), c(1, 300)),
+            ("subject:meeting".to_string(), c(u32::MAX, 0)),
+            ("url:example.org".to_string(), c(2, 2)),
+        ];
+        let bytes = encode(&entries);
+        assert_eq!(decode(&bytes).unwrap(), entries);
+        for (t, counts) in &entries {
+            assert_eq!(find(&bytes, t), Some(*counts));
+        }
+        assert_eq!(find(&bytes, "subject:che"), Some(TokenCounts::default()));
+        assert_eq!(find(&bytes, "zzz"), Some(TokenCounts::default()));
+        // Shared prefixes are stored once and small counts take a byte:
+        // less than the tokens' own bytes with two `u32` counts each.
+        let raw: usize = entries.iter().map(|(t, _)| t.len() + 8).sum();
+        assert!(bytes.len() < raw * 2 / 3, "{} vs {raw}", bytes.len());
+    }
+
+    #[test]
+    fn damaged_shards_are_refused() {
+        let entries = vec![("a".to_string(), c(1, 0)), ("b".to_string(), c(0, 1))];
+        let bytes = encode(&entries);
+        // Cut anywhere inside an entry: refused, never a panic.
+        let first = encode(&entries[..1]).len();
+        for cut in (1..bytes.len()).filter(|&c| c != first) {
+            assert_eq!(decode(&bytes[..cut]), None, "cut at {cut}");
+        }
+        // Out of order, zero counts, a prefix longer than the previous token.
+        assert_eq!(
+            decode(&encode(&[entries[1].clone(), entries[0].clone()])),
+            None
+        );
+        assert_eq!(decode(&encode(&[("a".to_string(), c(0, 0))])), None);
+        assert_eq!(decode(&[5, 1, b'a', 1, 0]), None);
+        // Not UTF-8.
+        assert_eq!(decode(&[0, 1, 0xff, 1, 0]), None);
+    }
+
+    #[test]
+    fn registry_shards_round_trip_and_refuse_damage() {
+        let entries = vec![([1u8; 32], 0u8), ([2u8; 32], 1u8), ([200u8; 32], 1u8)];
+        let bytes = encode_registry(&entries);
+        assert_eq!(decode_registry(&bytes).unwrap(), entries);
+        assert_eq!(decode_registry(&bytes[..40]), None);
+        let unsorted = encode_registry(&[entries[1], entries[0]]);
+        assert_eq!(decode_registry(&unsorted), None);
+        assert_eq!(registry_shard_of(&[0xff; 32]) as usize, REGISTRY_SHARDS - 1);
+        assert_eq!(registry_shard_of(&[0; 32]), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn any_sorted_entries_round_trip(
+            map in proptest::collection::btree_map("[a-c:é]{0,6}", (0u32..3, 0u32..70_000), 0..40)
+        ) {
+            let entries: Vec<(String, TokenCounts)> = map
+                .into_iter()
+                .filter(|(_, (h, s))| h + s > 0)
+                .map(|(t, (h, s))| (t, c(h, s)))
+                .collect();
+            let bytes = encode(&entries);
+            prop_assert_eq!(decode(&bytes), Some(entries.clone()));
+            for (t, counts) in &entries {
+                prop_assert_eq!(find(&bytes, t), Some(*counts));
+            }
+        }
+    }
+}
