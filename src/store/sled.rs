@@ -103,20 +103,10 @@ impl SledStore {
     pub fn open(path: &Path, wait: Duration) -> Result<SledStore> {
         let start = Instant::now();
         let db = loop {
-            let config = |compress| {
-                ::sled::Config::new()
-                    .path(path)
-                    .cache_capacity(CACHE_BYTES)
-                    .use_compression(compress)
-            };
-            // sled cannot change compression once a database exists: a
-            // store made before it was turned on stays uncompressed.
-            let opened = match config(true).open() {
-                Err(::sled::Error::Unsupported(why)) if why.contains("compression") => {
-                    config(false).open()
-                }
-                other => other,
-            };
+            let opened = ::sled::Config::new()
+                .path(path)
+                .cache_capacity(CACHE_BYTES)
+                .open();
             match opened {
                 Ok(db) => break db,
                 Err(e) if is_lock_error(&e) => {
