@@ -21,7 +21,7 @@ use crate::decision::{Calibrator, Decider};
 use crate::model::{Combine, Label};
 use crate::trainer::protocol::{self as training, Counts, Dataset, select_and_calibrate};
 
-/// Online protocol: messages between refits of the stacker.
+/// Online protocol: messages between refits (hyperparameters and stacker).
 pub const DEFAULT_REFIT_EVERY: usize = 250;
 
 /// What an evaluation needs besides the data.
