@@ -11,9 +11,15 @@
 //! log-likelihood ratio, and evidence for ham must never count for spam
 //! (with little data and views that overlap, an unconstrained fit can give
 //! one view a negative weight); an input whose weight would be negative is
-//! left out of the fit. Targets are Platt's smoothed labels,
-//! (N+ + 1)/(N+ + 2) and 1/(N− + 2), which keeps the map finite on
-//! separable data.
+//! left out of the fit. The targets are the labels themselves, not
+//! Platt's smoothed ones ((N+ + 1)/(N+ + 2) and 1/(N− + 2)): those pull
+//! every spam, however clear, toward a probability just below 1, which
+//! flattens the map and leaves clear spam in the unsure band below the
+//! spam cutoff. What keeps the map finite on separable data, and sane on
+//! a handful of messages, is instead a weak Gaussian prior centred on the
+//! unfitted map (each view's evidence added, no intercept): with few
+//! samples the fit stays near what an untrained model says, and with many
+//! the samples decide.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +28,13 @@ use crate::model::{VIEWS, sigmoid};
 /// Number of inputs to the calibration map: one per view, then the
 /// metadata.
 pub const INPUTS: usize = VIEWS + 1;
+
+/// Precision of the Gaussian prior on each weight and the intercept, in
+/// units of the log-loss summed over samples: one sample's worth, so it
+/// decides only when samples are few or separate the classes perfectly
+/// (where the labels alone would send the weights and the intercept to
+/// infinity).
+pub const PRIOR_PRECISION: f64 = 1.0;
 
 /// p = σ(w · x + bias).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -54,8 +67,8 @@ impl Calibrator {
         if z.is_finite() { z } else { 0.0 }
     }
 
-    /// Fits the map by Newton's method on the log-loss (with a tiny ridge
-    /// for stability), with no negative weight: while the fit gives some
+    /// Fits the map by Newton's method on the log-loss plus a weak
+    /// Gaussian prior toward the unfitted map, with no negative weight: while the fit gives some
     /// input a negative weight, the most negative is left out (weight 0)
     /// and the rest fitted again. `samples` are (inputs, is_spam). With
     /// fewer than two samples of either class, returns the default map.
@@ -70,7 +83,7 @@ impl Calibrator {
                 .filter(|&i| c.weights[i] < 0.0)
                 .min_by(|&a, &b| c.weights[a].total_cmp(&c.weights[b]))
         };
-        let c = Self::fit_unconstrained(samples, pos, neg);
+        let c = Self::fit_unconstrained(samples);
         let Some(mut worst) = most_negative(&c) else {
             return c;
         };
@@ -82,7 +95,7 @@ impl Calibrator {
             for (x, _) in &mut kept {
                 x[worst] = 0.0;
             }
-            c = Self::fit_unconstrained(&kept, pos, neg);
+            c = Self::fit_unconstrained(&kept);
             match most_negative(&c) {
                 Some(i) => worst = i,
                 None => break,
@@ -91,16 +104,27 @@ impl Calibrator {
         c
     }
 
-    /// The logistic fit itself; an input that is zero in every sample gets
-    /// weight 0 (the ridge).
+    /// The logistic fit itself: the maximum a posteriori map under a
+    /// Gaussian prior ([`PRIOR_PRECISION`]) centred on the unfitted map;
+    /// an input that is zero in every sample gets weight 0.
     // Index loops mirror the gradient and Hessian formulas.
     #[allow(clippy::needless_range_loop)]
-    fn fit_unconstrained(samples: &[([f64; INPUTS], bool)], pos: usize, neg: usize) -> Calibrator {
-        let t_pos = (pos as f64 + 1.0) / (pos as f64 + 2.0);
-        let t_neg = 1.0 / (neg as f64 + 2.0);
+    fn fit_unconstrained(samples: &[([f64; INPUTS], bool)]) -> Calibrator {
         const K: usize = INPUTS + 1;
+        // The prior's mean: the unfitted map's weight for an input with
+        // evidence, 0 for one zero in every sample (left out) and for the
+        // intercept.
+        let mut mean = [0.0; K];
+        for (x, _) in samples {
+            for i in 0..INPUTS {
+                if x[i] != 0.0 {
+                    mean[i] = Calibrator::default().weights[i];
+                }
+            }
+        }
+        // Newton's method from the prior's mean can overshoot when the
+        // inputs are large; from zero it converges.
         let mut theta = [0.0; K];
-        let ridge = 1e-6 * samples.len() as f64;
         for _ in 0..100 {
             let mut grad = [0.0; K];
             let mut hess = [[0.0; K]; K];
@@ -109,7 +133,7 @@ impl Calibrator {
                 row[..INPUTS].copy_from_slice(x);
                 let z: f64 = row.iter().zip(&theta).map(|(a, b)| a * b).sum();
                 let p = sigmoid(z);
-                let t = if *y { t_pos } else { t_neg };
+                let t = if *y { 1.0 } else { 0.0 };
                 let w = (p * (1.0 - p)).max(1e-12);
                 for i in 0..K {
                     grad[i] += (p - t) * row[i];
@@ -119,8 +143,8 @@ impl Calibrator {
                 }
             }
             for i in 0..K {
-                grad[i] += ridge * theta[i];
-                hess[i][i] += ridge;
+                grad[i] += PRIOR_PRECISION * (theta[i] - mean[i]);
+                hess[i][i] += PRIOR_PRECISION;
             }
             let Some(step) = solve(hess, grad) else { break };
             let mut max_step: f64 = 0.0;
@@ -202,6 +226,49 @@ mod tests {
         assert!((c.weights[0] - 2.0).abs() < 0.05, "{c:?}");
         assert!((c.weights[1] - 0.5).abs() < 0.05, "{c:?}");
         assert!((c.bias - 1.0).abs() < 0.05, "{c:?}");
+    }
+
+    #[test]
+    fn a_confident_map_is_not_flattened() {
+        // Ten samples per point of p = σ(3·x0), most of them far from the
+        // boundary: a fit that pulled every spam toward a target below 1
+        // would flatten the slope (Platt's targets give about 2.5) and keep
+        // clear spam near the spam cutoff. Rounding the frequencies to
+        // tenths makes the tails a little steeper than σ(3·x0), so the
+        // labels' own fit lies a little above 3.
+        let mut samples = Vec::new();
+        for i in -20..=20 {
+            let x = x2(i as f64 / 4.0, 0.0);
+            let spam = (sigmoid(3.0 * x[0]) * 10.0).round() as usize;
+            samples.extend(std::iter::repeat_n((x, true), spam));
+            samples.extend(std::iter::repeat_n((x, false), 10 - spam));
+        }
+        let c = Calibrator::fit(&samples);
+        assert!((3.0..4.0).contains(&c.weights[0]), "{c:?}");
+        assert!(c.bias.abs() < 0.05, "{c:?}");
+    }
+
+    #[test]
+    fn few_separable_samples_keep_a_map_near_the_unfitted_one() {
+        // Twelve messages whose evidence separates the classes perfectly:
+        // the labels alone would send the weight and the intercept off to
+        // infinity, and a message with no evidence at all (every input 0)
+        // would be judged by the intercept alone.
+        let samples: Vec<_> = (0..12)
+            .map(|i| {
+                let spam = i % 2 == 0;
+                let e = if spam { 2.0 } else { -2.0 } + (i / 2) as f64 / 4.0;
+                (x2(e, e), spam)
+            })
+            .collect();
+        let c = Calibrator::fit(&samples);
+        assert!(c.probability([0.0; INPUTS]) > 0.2, "{c:?}");
+        assert!(c.probability([0.0; INPUTS]) < 0.8, "{c:?}");
+        assert!(
+            c.weights[..2].iter().all(|w| (0.3..5.0).contains(w)),
+            "{c:?}"
+        );
+        assert!(c.weights[2..].iter().all(|&w| w == 0.0), "{c:?}");
     }
 
     #[test]

@@ -6,20 +6,22 @@
 //! as the commands do.
 //!
 //! The stacker is always fitted on scores the scored model did not train
-//! on: in cross-validation, on inner cross-validated scores of the outer
-//! training folds only; online, on the scores already given to earlier
-//! messages (each made before its message was learned).
+//! on: inner cross-validated scores of the training data. In
+//! cross-validation that is the outer training folds; online, the messages
+//! learned so far, refitted as a user who runs `train` now and then would
+//! (strengths chosen again unless pinned). Fitting online on the scores
+//! the stream was given instead would fit on scores of the weaker models
+//! of the past, whose evidence is scaled unlike today's model's.
 
 use rayon::prelude::*;
 
 use super::Scored;
 use crate::classifier::judge;
-use crate::decision::calibrate::INPUTS;
 use crate::decision::{Calibrator, Decider};
 use crate::model::{Combine, Label};
 use crate::trainer::protocol::{self as training, Counts, Dataset, select_and_calibrate};
 
-/// Online protocol: messages between refits of the stacker.
+/// Online protocol: messages between refits (hyperparameters and stacker).
 pub const DEFAULT_REFIT_EVERY: usize = 250;
 
 /// What an evaluation needs besides the data.
@@ -29,7 +31,8 @@ pub struct Settings {
     pub training: training::Settings,
     /// The verdict rule, as the commands apply it.
     pub decider: Decider,
-    /// Online protocol: refit the stacker every this many messages.
+    /// Online protocol: choose the hyperparameters and refit the stacker
+    /// every this many messages.
     pub refit_every: usize,
 }
 
@@ -92,32 +95,28 @@ pub fn cross_validate(data: &Dataset, folds: &[usize], settings: &Settings) -> V
 }
 
 /// The TREC online protocol: each message in order is classified by the
-/// model of everything before it, then learned with its true label. The
-/// stacker is refitted every `refit_every` messages on the scores given so
-/// far. The textbook combination needs a pass over the vocabulary per
-/// message, so it is rejected here.
+/// model of everything before it, then learned with its true label. Every
+/// `refit_every` messages the hyperparameters and the stacker are chosen
+/// and fitted again on the messages learned so far, by the training
+/// protocol ([`select_and_calibrate`]). The textbook combination needs a
+/// pass over the vocabulary per message, so it is rejected here.
 pub fn online(data: &Dataset, settings: &Settings) -> Result<Vec<Scored>, String> {
-    let params = settings.training.params;
+    let mut params = settings.training.params;
     if params.get().combine == Combine::Textbook {
         return Err("the online protocol does not support the textbook combination".into());
     }
     let mut counts = Counts::new(data.vocabulary);
     let mut stacker = Calibrator::default();
-    let mut history: Vec<([f64; INPUTS], bool)> = Vec::with_capacity(data.examples.len());
     let mut out = Vec::with_capacity(data.examples.len());
     let refit = settings.refit_every.max(1);
     for (i, ex) in data.examples.iter().enumerate() {
         let model = counts.model(params, data);
-        let s = scored(i, data, &counts, &model, &stacker, settings);
-        let inputs = settings.training.inputs;
-        history.push((
-            inputs.apply(counts.stacker_inputs(&model, ex, data)),
-            s.is_spam,
-        ));
-        out.push(s);
+        out.push(scored(i, data, &counts, &model, &stacker, settings));
         counts.add(ex, 1);
-        if (i + 1) % refit == 0 {
-            stacker = Calibrator::fit(&history);
+        let learned = i + 1;
+        if learned % refit == 0 {
+            let members: Vec<usize> = (0..learned).collect();
+            (params, stacker) = select_and_calibrate(data, &counts, &members, &settings.training);
         }
     }
     Ok(out)
@@ -201,6 +200,30 @@ mod tests {
         let late = &scored[100..];
         let pairs: Vec<(f64, bool)> = late.iter().map(|s| (s.probability, s.is_spam)).collect();
         assert!(super::super::auc(&pairs) > 0.99);
+    }
+
+    #[test]
+    fn online_refits_as_training_does_on_the_messages_learned_so_far() {
+        // Between the first refit (after 50 messages) and the second, each
+        // message is judged with the counts of everything before it and
+        // with what the training protocol chooses and fits on the first 50.
+        let mut data = noisy(true);
+        data.examples.truncate(100);
+        let settings = settings();
+        let scored = online(&data, &settings).unwrap();
+        let mut counts = Counts::new(data.vocabulary);
+        for ex in &data.examples[..50] {
+            counts.add(ex, 1);
+        }
+        let members: Vec<usize> = (0..50).collect();
+        let (params, stacker) = select_and_calibrate(&data, &counts, &members, &settings.training);
+        assert_ne!(stacker, Calibrator::default());
+        for (i, given) in scored.iter().enumerate().skip(50) {
+            let model = counts.model(params, &data);
+            let expected = self::scored(i, &data, &counts, &model, &stacker, &settings);
+            assert_eq!(given.probability, expected.probability, "message {i}");
+            counts.add(&data.examples[i], 1);
+        }
     }
 
     /// A corpus where words carry the label only now and then (a third of
