@@ -64,9 +64,13 @@ pub(super) fn for_each_batch(
 
 /// Reads every message under `paths` and applies `map` to each, in
 /// parallel (one [`Extractor`] per rayon worker), handing the results to
-/// `f` batch by batch in input order. Reading the next batch overlaps with
-/// mapping this one. Messages that cannot be read are reported on stderr
-/// and counted; returns that count.
+/// `f` batch by batch in input order. While the workers map a batch, this
+/// thread hands the batch before it to `f` and reads the next one: `f` is
+/// often sequential work, which would otherwise leave the workers idle, and
+/// it stays on the caller's thread (so its allocations stay in that
+/// thread's arena). Messages that cannot be read are reported on stderr and
+/// counted; returns that count. After `f` fails, nothing more is handed to
+/// it.
 pub(super) fn for_each_mapped<T: Send>(
     paths: &[std::path::PathBuf],
     opts: &mailbox::Options,
@@ -77,17 +81,31 @@ pub(super) fn for_each_mapped<T: Send>(
     let budget = batch_bytes();
     let mut messages = mailbox::open_all(paths, opts);
     let mut batch = read_batch(&mut messages, &mut failed, budget);
-    while !batch.is_empty() {
-        let (next, mapped) = rayon::join(
-            || read_batch(&mut messages, &mut failed, budget),
-            || {
-                batch
-                    .into_par_iter()
-                    .map_init(Extractor::new, map)
-                    .collect::<Vec<T>>()
-            },
-        );
-        f(mapped)?;
+    let mut previous: Option<Vec<T>> = None;
+    while !batch.is_empty() || previous.is_some() {
+        let mut this: Option<Vec<T>> = None;
+        let mut handled = Ok(());
+        let mut next = Vec::new();
+        rayon::in_place_scope(|scope| {
+            if !batch.is_empty() {
+                let batch = std::mem::take(&mut batch);
+                let this = &mut this;
+                scope.spawn(move |_| {
+                    *this = Some(
+                        batch
+                            .into_par_iter()
+                            .map_init(Extractor::new, map)
+                            .collect::<Vec<T>>(),
+                    );
+                });
+            }
+            handled = previous.take().map_or(Ok(()), &mut *f);
+            if handled.is_ok() {
+                next = read_batch(&mut messages, &mut failed, budget);
+            }
+        });
+        handled?;
+        previous = this;
         batch = next;
     }
     Ok(failed)

@@ -310,7 +310,7 @@ pub const BYTES_STRENGTH_GRID: [f64; 3] = [2.0, 3.0, 4.0];
 /// training run, which keeps only the sample's features) independent of
 /// how many messages are learned; a few thousand per class pin down a
 /// handful of weights.
-pub const SAMPLE_PER_CLASS: usize = 2_500;
+pub const SAMPLE_PER_CLASS: usize = 4000;
 
 /// A bounded, stratified sample: of the items offered, the
 /// `per_class` of each class with the smallest keys. With keys that are
