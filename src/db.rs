@@ -114,4 +114,15 @@ impl DbPaths {
     pub fn journal(&self) -> PathBuf {
         self.dir.join("model.journal")
     }
+
+    /// The registry file beside the snapshot (see
+    /// [`crate::store::registry`]).
+    pub fn registry(&self) -> PathBuf {
+        self.dir.join("model.registry")
+    }
+
+    /// The writers' lock file.
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join("lock")
+    }
 }

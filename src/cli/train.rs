@@ -442,7 +442,7 @@ fn journal_limit() -> u64 {
 fn rebuild(ctx: &Context, trainer: &mut Trainer) -> Result<Option<String>> {
     let totals = bayesmail::store::Store::totals(trainer.store())?.messages;
     if let Some(why) = missing_class(totals) {
-        for path in [ctx.db.snapshot(), ctx.db.journal()] {
+        for path in [ctx.db.registry(), ctx.db.snapshot(), ctx.db.journal()] {
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
@@ -455,7 +455,9 @@ fn rebuild(ctx: &Context, trainer: &mut Trainer) -> Result<Option<String>> {
         return Ok(Some(why));
     }
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let published = trainer.publish(*params.get(), journal_limit())?;
+    // This writer changed the count store: a new snapshot (and registry
+    // file) lets the next `learn` take the journal alone again.
+    let published = trainer.publish(*params.get(), 0)?;
     detail!("model: {published:?}");
     Ok(None)
 }
@@ -466,10 +468,17 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     for (_, m) in &mut messages {
         m.label = label;
     }
-    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
     let labelled: Vec<Labelled> = messages.into_iter().map(|(_, m)| m).collect();
-    let summary = trainer.learn(&labelled, &mut |_| {})?;
-    let no_model = rebuild(ctx, &mut trainer)?;
+    let wait = Duration::from_secs(args.wait);
+    let (summary, no_model) =
+        match bayesmail::trainer::quick::learn(&ctx.db, wait, &labelled, journal_limit())? {
+            Some(summary) => (summary, None),
+            None => {
+                let mut trainer = Trainer::open(&ctx.db, wait)?;
+                let summary = trainer.learn(&labelled, &mut |_| {})?;
+                (summary, rebuild(ctx, &mut trainer)?)
+            }
+        };
     let action = if summary.relearned > 0 {
         "moved"
     } else if summary.learned > 0 {
@@ -540,12 +549,34 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         );
     }
     let (messages, mut failed) = read_messages(&args.file, "unlearn")?;
-    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
+    let wait = Duration::from_secs(args.wait);
+    let given: Vec<_> = messages
+        .iter()
+        .map(|(_, m)| (&m.features, m.digest))
+        .collect();
+    let quick = bayesmail::trainer::quick::unlearn(&ctx.db, wait, &given, journal_limit())?;
+    let (results, no_model) = match quick {
+        Some(results) => (results, None),
+        None => {
+            let mut trainer = Trainer::open(&ctx.db, wait)?;
+            let mut results = Vec::new();
+            for (features, digest) in &given {
+                let result = trainer.unlearn(features, *digest);
+                let stop =
+                    matches!(&result, Err(e) if !matches!(e, bayesmail::db::Error::NotLearned));
+                results.push(result);
+                if stop {
+                    break;
+                }
+            }
+            (results, rebuild(ctx, &mut trainer)?)
+        }
+    };
     let single = messages.len() == 1 && failed == 0;
     let mut lines = Vec::new();
     let mut first_error = None;
-    for (id, m) in &messages {
-        match trainer.unlearn(&m.features, m.digest) {
+    for ((id, _), result) in messages.iter().zip(results) {
+        match result {
             Ok(was) => {
                 lines.push(if args.json {
                     let mut line = serde_json::json!({ "action": "unlearned", "label": was });
@@ -569,7 +600,6 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
             }
         }
     }
-    let no_model = rebuild(ctx, &mut trainer)?;
     if let Some(err) = first_error {
         return Err(err.into());
     }

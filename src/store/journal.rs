@@ -4,9 +4,14 @@
 //! (recompiling the snapshot reads every token).
 //!
 //! Readers apply it on top of the snapshot it names. The writer (who holds
-//! the count store's lock, so there is one at a time) appends to it and,
-//! past a size bound, folds everything into a new snapshot and removes it.
+//! the writers' lock, so there is one at a time) appends to it and, past a
+//! size bound, folds everything into a new snapshot and removes it.
 //!
+//! `learn` and `unlearn` append to it without changing the count store
+//! (see [`crate::trainer::quick`]): entries carry their registry changes,
+//! and until the next writer opens the store and takes in the entries past
+//! its generation, store + journal are the truth.
+
 //! # Which snapshot it applies to
 //! The journal's header names the [`StoreIdentity`] the snapshot was compiled
 //! at; each entry carries the store generation before and after its change.
@@ -17,9 +22,11 @@
 //! snapshot (one left behind by a writer killed between writing a new
 //! snapshot and removing the journal) applies to nothing and is ignored.
 //!
-//! The count store is always changed before the journal, so a writer killed
-//! in between leaves a store ahead of snapshot + journal: the next writer
-//! sees it (its generation is past the journal's end) and folds.
+//! A writer that changes the count store itself (a training run, or a
+//! `learn` that cannot take the journal alone) changes it before it writes
+//! a new snapshot, so one killed in between leaves a store ahead of
+//! snapshot + journal: the next writer sees it (its generation is past the
+//! journal's end) and compiles.
 //!
 //! # Layout
 //! All integers little-endian.
@@ -45,7 +52,11 @@
 //! message-count changes (ham, spam), for ham then spam and each metadata
 //! feature `n` `i64`, `sum` `i128`, `sum_sq` `i128`; `u32` number of tokens,
 //! then per token `u16` length, the token (UTF-8), `i32` ham and `i32` spam
-//! change.
+//! change; then `u32` number of registry changes, each the message digest
+//! (32 bytes) and one byte: 0 learned as ham, 1 as spam, 2 forgotten.
+//! Version 1 had no registry changes; such a journal is not read (the
+//! counts it holds were in the count store already, and the next writer
+//! rewrites the snapshot).
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
@@ -54,10 +65,10 @@ use std::path::Path;
 use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
 use crate::features::METADATA_LEN;
-use crate::model::{Delta, GaussStats};
+use crate::model::{Delta, Digest, GaussStats, Label};
 
 /// Version of the journal layout.
-pub const JOURNAL_VERSION: u32 = 1;
+pub const JOURNAL_VERSION: u32 = 2;
 
 /// First bytes of every journal file.
 pub const JOURNAL_MAGIC: &[u8; 8] = b"BAYESJNL";
@@ -80,12 +91,14 @@ pub struct Entry {
     pub gauss: [[GaussStats; METADATA_LEN]; 2],
     /// Change of token counts, `[ham, spam]`, in byte order of the token.
     pub tokens: Vec<(String, [i32; 2])>,
+    /// Registry changes, in order: digest → new label, or `None` to forget.
+    pub registry: Vec<(Digest, Option<Label>)>,
 }
 
 impl Entry {
-    /// The entry for `delta` (its registry part is left out: readers do not
-    /// need it), or `None` if a change does not fit the journal (a token
-    /// longer than 64 KiB, a count change beyond `i32`): then fold.
+    /// The entry for `delta`, or `None` if a change does not fit the
+    /// journal (a token longer than 64 KiB, a count change beyond `i32`):
+    /// then fold.
     pub fn from_delta(from: u64, to: u64, delta: &Delta) -> Option<Entry> {
         let mut tokens = Vec::with_capacity(delta.tokens.len());
         for (token, d) in &delta.tokens {
@@ -103,10 +116,11 @@ impl Entry {
             messages: delta.messages,
             gauss: delta.gauss,
             tokens,
+            registry: delta.registry.clone(),
         })
     }
 
-    /// The entry as a [`Delta`] without registry changes.
+    /// The entry as a [`Delta`].
     pub fn to_delta(&self) -> Delta {
         Delta {
             messages: self.messages,
@@ -116,13 +130,19 @@ impl Entry {
                 .map(|(t, d)| (t.clone(), [i64::from(d[0]), i64::from(d[1])]))
                 .collect(),
             gauss: self.gauss,
-            registry: Vec::new(),
+            registry: self.registry.clone(),
         }
     }
 
     /// The entry framed for the file: length, payload, checksum.
     pub fn encode(&self) -> Vec<u8> {
-        let size: usize = self.tokens.iter().map(|(t, _)| 2 + t.len() + 8).sum();
+        let size: usize = self
+            .tokens
+            .iter()
+            .map(|(t, _)| 2 + t.len() + 8)
+            .sum::<usize>()
+            + 4
+            + 33 * self.registry.len();
         let mut p = Vec::with_capacity(4 + 16 + 16 + 2 * METADATA_LEN * 40 + 4 + size + 8);
         p.extend_from_slice(&[0; 4]);
         p.extend_from_slice(&self.from.to_le_bytes());
@@ -144,6 +164,15 @@ impl Entry {
             p.extend_from_slice(token.as_bytes());
             p.extend_from_slice(&d[0].to_le_bytes());
             p.extend_from_slice(&d[1].to_le_bytes());
+        }
+        p.extend_from_slice(&(self.registry.len() as u32).to_le_bytes());
+        for (digest, label) in &self.registry {
+            p.extend_from_slice(digest);
+            p.push(match label {
+                Some(Label::Ham) => 0,
+                Some(Label::Spam) => 1,
+                None => 2,
+            });
         }
         let len = (p.len() - 4) as u32;
         p[..4].copy_from_slice(&len.to_le_bytes());
@@ -178,6 +207,18 @@ impl Entry {
             let d = [i32::from_le_bytes(r.take()?), i32::from_le_bytes(r.take()?)];
             tokens.push((token, d));
         }
+        let n = u32::from_le_bytes(r.take()?) as usize;
+        let mut registry = Vec::with_capacity(n.min(p.len() / 33));
+        for _ in 0..n {
+            let digest: Digest = r.take()?;
+            let label = match r.take::<1>()?[0] {
+                0 => Some(Label::Ham),
+                1 => Some(Label::Spam),
+                2 => None,
+                _ => return None,
+            };
+            registry.push((digest, label));
+        }
         if !r.0.is_empty() {
             return None;
         }
@@ -187,6 +228,7 @@ impl Entry {
             messages,
             gauss,
             tokens,
+            registry,
         })
     }
 }
@@ -313,7 +355,18 @@ impl Journal {
         self.valid_len == self.file_len
     }
 
-    /// The sum of all entries, as a [`Delta`] without registry changes.
+    /// The label the journal gives `digest` last, if it changes it:
+    /// `Some(None)` if it forgets it.
+    pub fn label_of(&self, digest: &Digest) -> Option<Option<Label>> {
+        self.entries
+            .iter()
+            .rev()
+            .flat_map(|e| e.registry.iter().rev())
+            .find(|(d, _)| d == digest)
+            .map(|(_, l)| *l)
+    }
+
+    /// The sum of all entries, as a [`Delta`] (registry changes in order).
     pub fn delta(&self) -> Delta {
         let mut delta = Delta::default();
         for e in &self.entries {

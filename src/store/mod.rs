@@ -23,6 +23,7 @@
 
 pub mod journal;
 pub mod packed;
+pub mod registry;
 pub mod sled;
 pub mod snapshot;
 

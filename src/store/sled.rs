@@ -398,6 +398,40 @@ impl Store for SledStore {
     }
 
     fn apply(&mut self, delta: &Delta) -> Result<()> {
+        self.apply_at(delta, None)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.db.flush().map_err(|e| self.sled_error(e))?;
+        Ok(())
+    }
+}
+
+impl SledStore {
+    /// Every learned message with its label, in byte order of the digest.
+    pub fn for_each_message(&self, f: &mut dyn FnMut(Digest, Label)) -> Result<()> {
+        for entry in self.registry.iter() {
+            let (key, value) = entry.map_err(|e| self.sled_error(e))?;
+            let shard = key
+                .as_ref()
+                .try_into()
+                .map(u16::from_be_bytes)
+                .map_err(|_| self.corrupt("bad registry shard key"))?;
+            let entries =
+                packed::decode_registry(&value).ok_or_else(|| self.corrupt(bad_registry(shard)))?;
+            for (digest, label) in entries {
+                let label =
+                    decode_label(&[label]).ok_or_else(|| self.corrupt("bad registry entry"))?;
+                f(digest, label);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Store::apply`], leaving the store at `generation` if given (a
+    /// journal folded in: the store takes the generation its entries
+    /// reached) instead of one past the current one.
+    pub fn apply_at(&mut self, delta: &Delta, target: Option<u64>) -> Result<()> {
         let path = &self.path;
         let abort = |e: Error| ConflictableTransactionError::Abort(e);
         let corrupt = |reason: String| {
@@ -508,7 +542,13 @@ impl Store for SledStore {
             };
             m.insert(TOTALS_KEY, encode_totals(&totals))?;
             m.insert(SIZES_KEY, &encode_sizes([n_tokens, n_registry])[..])?;
-            m.insert(GENERATION_KEY, &(generation + 1).to_le_bytes()[..])?;
+            let next = target.unwrap_or(generation + 1);
+            if next <= generation {
+                return Err(corrupt(format!(
+                    "a change would take the store from generation {generation} back to {next}"
+                )));
+            }
+            m.insert(GENERATION_KEY, &next.to_le_bytes()[..])?;
             Ok(())
         });
         match result {
@@ -516,11 +556,6 @@ impl Store for SledStore {
             Err(TransactionError::Abort(e)) => Err(e),
             Err(TransactionError::Storage(e)) => Err(self.sled_error(e)),
         }
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        self.db.flush().map_err(|e| self.sled_error(e))?;
-        Ok(())
     }
 }
 

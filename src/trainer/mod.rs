@@ -9,6 +9,7 @@
 //! journal beside the snapshot instead.
 
 pub mod protocol;
+pub mod quick;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -80,7 +81,12 @@ const MAX_SESSION_TOKENS: usize = 200_000;
 /// The write side: holds the sled store's lock for as long as it lives.
 pub struct Trainer {
     paths: DbPaths,
+    /// Held for the writer's life: see [`WriterLock`].
+    _lock: WriterLock,
     store: SledStore,
+    /// Whether the registry file is gone (it must be before the store
+    /// changes).
+    registry_removed: bool,
     /// The store's identity when this writer opened it.
     opened: StoreIdentity,
     /// Everything this writer applied to the store, while it stays small
@@ -121,7 +127,8 @@ impl Trainer {
         if new_store {
             create(&counts)?;
         }
-        let store = SledStore::open(&counts, wait)?;
+        let lock = WriterLock::take(paths, wait)?;
+        let mut store = SledStore::open(&counts, wait)?;
         if new_store || is_private(&counts) {
             // sled creates its files under the umask, at creation and at
             // each open (a new snapshot of its own): made private here
@@ -131,24 +138,58 @@ impl Trainer {
         }
         // `learn` may never write the model file again before `train`:
         // every writer sweeps what killed writers left.
-        for file in [paths.snapshot(), paths.journal()] {
+        for file in [paths.snapshot(), paths.journal(), paths.registry()] {
             if let Some(name) = file.file_name() {
                 store::snapshot::remove_stale_temps(paths.dir(), &name.to_string_lossy());
             }
         }
-        let header = Snapshot::open(&paths.snapshot())
+        let header: Option<ModelHeader> = Snapshot::open(&paths.snapshot())
             .ok()
             .and_then(|s| s.header().ok());
+        let journal = Journal::read(&paths.journal())?;
+        // What `learn` appended to the journal alone goes into the store
+        // first (store + journal are the truth until then): the entries
+        // past the store's generation. Registry file + journal still stand
+        // for the same state afterwards, so the registry file stays.
+        if let (Some(j), Some(built)) = (&journal, header.as_ref().and_then(|h| h.store.as_ref()))
+            && j.base == *built
+        {
+            let now = store.identity()?;
+            let end = j.end();
+            if now.id == end.id
+                && j.base.generation <= now.generation
+                && now.generation < end.generation
+            {
+                let mut missing = Delta::default();
+                for e in j.entries.iter().filter(|e| e.from >= now.generation) {
+                    missing.merge(e.to_delta());
+                }
+                store.apply_at(&missing, Some(end.generation))?;
+                store.flush()?;
+            }
+        }
         let trainer = Trainer {
+            _lock: lock,
+            registry_removed: false,
             paths: paths.clone(),
             opened: store.identity()?,
             store,
             applied: Some(Delta::default()),
             header,
-            journal: Journal::read(&paths.journal())?,
+            journal,
         };
         trainer.check_history()?;
         Ok(trainer)
+    }
+
+    /// Removes the registry file, once, before the store changes: it
+    /// must never stand for a state the store has left.
+    fn before_change(&mut self) -> Result<()> {
+        if !self.registry_removed {
+            store::registry::remove(&self.paths.registry())?;
+            self.registry_removed = true;
+        }
+        Ok(())
     }
 
     /// Keeps `delta` (just applied to the store) for the journal.
@@ -157,10 +198,7 @@ impl Trainer {
             if applied.tokens.len() + delta.tokens.len() > MAX_SESSION_TOKENS {
                 self.applied = None;
             } else {
-                applied.merge(Delta {
-                    registry: Vec::new(),
-                    ..delta
-                });
+                applied.merge(delta);
             }
         }
     }
@@ -269,6 +307,7 @@ impl Trainer {
             in_chunk += 1;
             if in_chunk == CHUNK_MESSAGES {
                 let chunk = std::mem::take(&mut delta);
+                self.before_change()?;
                 self.store.apply(&chunk)?;
                 self.record(chunk);
                 in_chunk = 0;
@@ -276,6 +315,7 @@ impl Trainer {
             }
         }
         if in_chunk > 0 {
+            self.before_change()?;
             self.store.apply(&delta)?;
             self.record(delta);
         }
@@ -378,6 +418,7 @@ impl Trainer {
         let mut delta = Delta::default();
         delta.add_message(features, label, -1);
         delta.registry.push((digest, None));
+        self.before_change()?;
         self.store.apply(&delta)?;
         self.record(delta);
         self.store.flush()?;
@@ -485,6 +526,7 @@ impl Trainer {
             store: Some(self.store.identity()?),
         };
         store::write_store_snapshot(&self.paths.snapshot(), &header, &self.store)?;
+        self.write_registry(&header)?;
         store::journal::remove(&self.paths.journal())?;
         self.journal = None;
         self.opened = header.store.clone().unwrap_or_else(|| self.opened.clone());
@@ -785,6 +827,75 @@ impl Run {
         );
         rest.registry = registry;
         Ok((rest, summary))
+    }
+}
+
+impl Trainer {
+    /// Writes the registry file for the snapshot just written (`header`).
+    fn write_registry(&mut self, header: &ModelHeader) -> Result<()> {
+        let Some(base) = &header.store else {
+            return Ok(());
+        };
+        let mut all = Vec::new();
+        self.store.for_each_message(&mut |d, l| all.push((d, l)))?;
+        store::registry::write(
+            &self.paths.registry(),
+            base,
+            header.totals.messages,
+            all.into_iter(),
+        )?;
+        self.registry_removed = false;
+        Ok(())
+    }
+}
+
+/// The writers' lock: an exclusive `flock` on `DB/lock`, held by one
+/// writer at a time (`train`, `learn`, `unlearn`), whether or not it opens
+/// the count store. Released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct WriterLock {
+    _file: std::fs::File,
+}
+
+impl WriterLock {
+    /// Takes the lock of the database at `paths`, waiting up to `wait` for
+    /// another writer. The directory must exist.
+    pub fn take(paths: &DbPaths, wait: Duration) -> Result<WriterLock> {
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::io::AsRawFd;
+        let path = paths.lock();
+        let io = |source| {
+            Error::Store(store::Error::Io {
+                path: path.clone(),
+                source,
+            })
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io)?;
+        let start = std::time::Instant::now();
+        loop {
+            // SAFETY: flock on a descriptor this function owns.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(WriterLock { _file: file });
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(io(err));
+            }
+            let waited = start.elapsed();
+            if waited >= wait {
+                return Err(Error::Store(store::Error::Locked {
+                    path: paths.dir().to_path_buf(),
+                    waited,
+                }));
+            }
+            std::thread::sleep(Duration::from_millis(20).min(wait - waited));
+        }
     }
 }
 

@@ -5,10 +5,10 @@
 use std::fs;
 use std::time::Duration;
 
-use bayesmail::db::{Classifier, DbPaths};
+use bayesmail::db::{Classifier, DbPaths, Trainer};
 use bayesmail::features::grams::{self, BUCKET_BITS};
 use bayesmail::model::TokenCounts;
-use bayesmail::store::{SledStore, Store};
+use bayesmail::store::Store;
 
 use crate::common::*;
 
@@ -16,7 +16,9 @@ use crate::common::*;
 /// tokens it holds.
 fn store_counts(db: &Db) -> (Vec<Option<TokenCounts>>, u64) {
     let paths = DbPaths::new(db.dir());
-    let store = SledStore::open(&paths.counts(), Duration::from_secs(600)).unwrap();
+    // A writer takes in what `learn` left in the journal alone.
+    let trainer = Trainer::open(&paths, Duration::from_secs(600)).unwrap();
+    let store = trainer.store();
     let mut buckets = vec![None; 1 << BUCKET_BITS];
     let mut words = 0;
     store

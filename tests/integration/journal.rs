@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bayesmail::db::{Classifier, DbPaths};
+use bayesmail::db::{Classifier, DbPaths, Trainer};
 use bayesmail::message::digest;
 use bayesmail::model::Label;
-use bayesmail::store::{SledStore, Store};
+use bayesmail::store::Store;
 
 use crate::common::*;
 
@@ -69,7 +69,9 @@ fn command(db: &Db, args: &[&str]) -> Command {
 fn assert_model_matches_store(db: &Db) {
     let paths = DbPaths::new(db.dir());
     let classifier = Classifier::open(&paths).expect("the model opens");
-    let store = SledStore::open(&paths.counts(), Duration::from_secs(60)).unwrap();
+    // A writer takes in what `learn` left in the journal alone.
+    let trainer = Trainer::open(&paths, Duration::from_secs(60)).unwrap();
+    let store = trainer.store();
     assert_eq!(classifier.header().totals, store.totals().unwrap());
     let mut tokens = 0;
     store
@@ -89,7 +91,8 @@ fn assert_model_matches_store(db: &Db) {
 /// registry records for `messages` (every message ever given to it).
 fn assert_store_matches_registry(db: &Db, messages: &[PathBuf]) {
     let paths = DbPaths::new(db.dir());
-    let store = SledStore::open(&paths.counts(), Duration::from_secs(60)).unwrap();
+    let trainer = Trainer::open(&paths, Duration::from_secs(60)).unwrap();
+    let store = trainer.store();
     let mut by_label = [0u64; 2];
     for m in messages {
         if let Some(label) = store.label_of(&digest(&fs::read(m).unwrap())).unwrap() {
@@ -193,11 +196,12 @@ fn a_burst_of_learns_all_succeed_and_count_as_one_train() {
     let b = Classifier::open(&DbPaths::new(once.dir())).unwrap();
     assert_eq!(a.header().totals, b.header().totals);
     assert_eq!(a.vocabulary(), b.vocabulary());
-    let store = SledStore::open(&DbPaths::new(once.dir()).counts(), Duration::ZERO).unwrap();
-    store
+    let trainer = Trainer::open(&DbPaths::new(once.dir()), Duration::ZERO).unwrap();
+    trainer
+        .store()
         .for_each_token(&mut |t, c| assert_eq!(a.lookup(t), Some(c), "token {t:?}"))
         .unwrap();
-    drop(store);
+    drop(trainer);
     assert_model_matches_store(&burst);
 }
 
@@ -419,4 +423,37 @@ fn the_database_is_private_unless_the_user_loosens_it() {
     let err = stderr(&out);
     assert!(err.contains("readable by other users"), "{err}");
     assert!(err.contains("chmod 700"), "{err}");
+}
+
+/// `learn` and `unlearn` of a message take the journal alone: they run
+/// while something else holds the count store (only the writers' lock is
+/// theirs to wait for), and the next writer takes their changes in.
+#[test]
+fn learn_and_unlearn_do_not_open_the_count_store() {
+    let db = Db::new();
+    db.train_sample();
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = extra_messages(tmp.path(), 3);
+    let paths = DbPaths::new(db.dir());
+    let held = bayesmail::store::SledStore::open(&paths.counts(), Duration::ZERO)
+        .expect("nobody holds the store");
+    for (message, label) in &extra {
+        let out = db.run(&["learn", "--wait", "0", flag(*label), utf8(message)], None);
+        assert_exit(&out, 0, &["learn while the store is held"]);
+    }
+    let out = db.run(&["unlearn", "--wait", "0", utf8(&extra[0].0)], None);
+    assert_exit(&out, 0, &["unlearn while the store is held"]);
+    // Learned again under the same label: nothing to do.
+    let (again, label) = &extra[1];
+    let out = db.run(&["learn", "--wait", "0", flag(*label), utf8(again)], None);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(said.contains("already learned"), "{said}");
+    drop(held);
+    let mut expected = [24u64, 24];
+    for (_, label) in &extra[1..] {
+        expected[label.index()] += 1;
+    }
+    assert_eq!(db.counts(), expected);
+    assert_model_matches_store(&db);
+    assert_store_matches_registry(&db, &all_messages(&extra));
 }

@@ -376,8 +376,12 @@ fn readers_never_need_the_writers_lock() {
     fs::write(&file, NEW_SPAM).unwrap();
     let spam_file = sorted_files(&sample_spam()).remove(1);
 
-    let held = SledStore::open(&DbPaths::new(db.dir()).counts(), Duration::ZERO)
-        .expect("nobody holds the store");
+    // What a running writer holds: the writers' lock, then the store.
+    let paths = DbPaths::new(db.dir());
+    let held = (
+        bayesmail::trainer::WriterLock::take(&paths, Duration::ZERO).expect("no other writer"),
+        SledStore::open(&paths.counts(), Duration::ZERO).expect("nobody holds the store"),
+    );
     assert_eq!(db.classify(&[&sample_ham()]).len(), 24);
     db.ok(&["explain", utf8(&spam_file)], None);
     db.ok(&["explain", "--json", "-"], Some(NEW_SPAM.as_bytes()));

@@ -1,0 +1,200 @@
+//! Teaching a few messages without opening the count store: `learn` and
+//! `unlearn` decide from the registry file and the journal, then append
+//! one journal entry (with its registry changes). The store takes the
+//! journal in when the next writer opens it ([`super::Trainer::open`]).
+//!
+//! This works only when the registry file stands for the snapshot the
+//! journal applies to, the journal has no torn tail, and the change fits
+//! the journal's bound; otherwise the functions here return `None` and the
+//! caller takes the full path through the count store, which folds the
+//! journal and compiles a new snapshot.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::{Labelled, TrainSummary, WriterLock};
+use crate::db::{DbPaths, Error, Result};
+use crate::features::Features;
+use crate::model::{Delta, Digest, Label};
+use crate::store::journal::{self, Entry, Journal};
+use crate::store::registry::RegistryFile;
+
+/// The registry file and the journal that applies on top of it, read under
+/// the writers' lock.
+struct State {
+    _lock: WriterLock,
+    registry: RegistryFile,
+    /// `None`: no journal for this snapshot yet.
+    journal: Option<Journal>,
+}
+
+impl State {
+    /// Reads the state, or `None` if the quick path cannot be taken.
+    fn read(paths: &DbPaths, wait: Duration) -> Result<Option<State>> {
+        // A count store that is gone is reported by the full path.
+        if !paths.snapshot().is_file() || !paths.counts().join("db").is_file() {
+            return Ok(None);
+        }
+        let lock = WriterLock::take(paths, wait)?;
+        for file in [paths.snapshot(), paths.journal(), paths.registry()] {
+            if let Some(name) = file.file_name() {
+                crate::store::snapshot::remove_stale_temps(paths.dir(), &name.to_string_lossy());
+            }
+        }
+        let Some(registry) = RegistryFile::read(&paths.registry())? else {
+            return Ok(None);
+        };
+        let journal = match Journal::read(&paths.journal())? {
+            // One left for an older snapshot applies to nothing.
+            Some(j) if j.base != registry.base => None,
+            Some(j) if !j.is_clean() => return Ok(None),
+            other => other,
+        };
+        Ok(Some(State {
+            _lock: lock,
+            registry,
+            journal,
+        }))
+    }
+
+    /// The label `digest` is learned under now.
+    fn label_of(&self, digest: &Digest) -> Option<Label> {
+        match self.journal.as_ref().and_then(|j| j.label_of(digest)) {
+            Some(now) => now,
+            None => self.registry.label_of(digest),
+        }
+    }
+
+    /// Messages per class now, before `delta`.
+    fn messages(&self) -> [u64; 2] {
+        let d = self.journal.as_ref().map_or([0, 0], |j| j.delta().messages);
+        [0, 1].map(|c| (self.registry.messages[c] as i64 + d[c]).max(0) as u64)
+    }
+
+    /// Appends `delta` as one entry; `false` (nothing written) if it does
+    /// not fit the journal or would take it past `limit` bytes.
+    fn append(&self, paths: &DbPaths, delta: &Delta, limit: u64) -> Result<bool> {
+        let from = self
+            .journal
+            .as_ref()
+            .map_or(self.registry.base.generation, |j| j.end().generation);
+        let Some(entry) = Entry::from_delta(from, from + 1, delta) else {
+            return Ok(false);
+        };
+        let encoded = entry.encode().len() as u64;
+        match &self.journal {
+            Some(j) => {
+                if j.file_len + encoded > limit {
+                    return Ok(false);
+                }
+                journal::append(&paths.journal(), &entry)?;
+            }
+            None => {
+                if encoded > limit {
+                    return Ok(false);
+                }
+                journal::start(&paths.journal(), &self.registry.base, &entry)?;
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Learns `messages` (as [`super::Trainer::learn`] does) through the
+/// journal alone; `None` if the quick path cannot be taken (then nothing
+/// was written).
+pub fn learn(
+    paths: &DbPaths,
+    wait: Duration,
+    messages: &[Labelled],
+    limit: u64,
+) -> Result<Option<TrainSummary>> {
+    let Some(state) = State::read(paths, wait)? else {
+        return Ok(None);
+    };
+    let mut summary = TrainSummary::default();
+    let mut delta = Delta::default();
+    let mut given: std::collections::HashMap<Digest, Label> = Default::default();
+    for m in messages {
+        match given.get(&m.digest) {
+            Some(l) if *l == m.label => summary.duplicates += 1,
+            // Both labels in one call: the full path reports it.
+            Some(_) => return Ok(None),
+            None => {
+                given.insert(m.digest, m.label);
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    for m in messages {
+        if !seen.insert(m.digest) {
+            continue;
+        }
+        match state.label_of(&m.digest) {
+            Some(old) if old == m.label => {
+                summary.unchanged += 1;
+                continue;
+            }
+            Some(old) => {
+                delta.add_message(&m.features, old, -1);
+                summary.relearned += 1;
+            }
+            None => summary.learned += 1,
+        }
+        delta.add_message(&m.features, m.label, 1);
+        delta.registry.push((m.digest, Some(m.label)));
+    }
+    let before = state.messages();
+    summary.totals = [0, 1].map(|c| (before[c] as i64 + delta.messages[c]) as u64);
+    if delta.is_empty() {
+        return Ok(Some(summary));
+    }
+    if summary.totals.contains(&0) || !state.append(paths, &delta, limit)? {
+        return Ok(None);
+    }
+    Ok(Some(summary))
+}
+
+/// Unlearns messages (features and digest) through the journal alone: one
+/// result per message, [`Error::NotLearned`] for one that is not learned;
+/// `None` if the quick path cannot be taken (then nothing was written),
+/// including when a class would be left empty (the full path removes the
+/// model then).
+pub fn unlearn(
+    paths: &DbPaths,
+    wait: Duration,
+    messages: &[(&Features, Digest)],
+    limit: u64,
+) -> Result<Option<Vec<Result<Label>>>> {
+    let Some(state) = State::read(paths, wait)? else {
+        return Ok(None);
+    };
+    let mut delta = Delta::default();
+    let mut results = Vec::with_capacity(messages.len());
+    let mut done: std::collections::HashMap<Digest, Label> = Default::default();
+    for (features, digest) in messages {
+        let now = if done.contains_key(digest) {
+            None
+        } else {
+            state.label_of(digest)
+        };
+        match now {
+            None => results.push(Err(Error::NotLearned)),
+            Some(label) => {
+                delta.add_message(features, label, -1);
+                delta.registry.push((*digest, None));
+                done.insert(*digest, label);
+                results.push(Ok(label));
+            }
+        }
+    }
+    let before = state.messages();
+    let after = [0, 1].map(|c| before[c] as i64 + delta.messages[c]);
+    if delta.is_empty() {
+        return Ok(Some(results));
+    }
+    if after.contains(&0) || !state.append(paths, &delta, limit)? {
+        return Ok(None);
+    }
+    Ok(Some(results))
+}
