@@ -184,10 +184,11 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     let (params, pinned) = ctx.params(&args.model)?;
     check_paths(args)?;
     let start = Instant::now();
+    // Ctrl-C from here on stops at a point where nothing is half done.
+    let sigint = CatchSigint::install();
     // Take the writer's lock first: fail fast, before reading any mail.
     let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
     let opts = args.mailbox.options();
-    let sigint = CatchSigint::install();
 
     let all_paths: Vec<_> = args.ham.iter().chain(&args.spam).cloned().collect();
     let bar = progress_bar(planned_bytes(&all_paths, &opts), "bytes", "reading");

@@ -17,9 +17,11 @@
 use super::snapshot::token_hash;
 use crate::model::{Digest, TokenCounts};
 
-/// Bits of the shard number: 4,096 shards, a few hundred bytes to a few
-/// kilobytes each for a vocabulary of hundreds of thousands of tokens.
-pub const SHARD_BITS: u32 = 12;
+/// Bits of the shard number: 1,024 shards, a few kilobytes each for a
+/// vocabulary of hundreds of thousands of tokens. Only writers that open
+/// the count store rewrite shards (`learn` appends to the journal), and
+/// sled spends less space on fewer, larger values.
+pub const SHARD_BITS: u32 = 10;
 
 /// Number of shards.
 pub const SHARDS: usize = 1 << SHARD_BITS;
@@ -130,15 +132,69 @@ pub fn find(bytes: &[u8], token: &str) -> Option<TokenCounts> {
     Some(TokenCounts::default())
 }
 
-/// Bits of the registry's shard number: 1,024 shards of the learned
+/// Buckets of the byte view per gram block: the byte view's counts are
+/// kept by bucket, without names, [`GRAM_BLOCK`] to a value.
+pub const GRAM_BLOCK: usize = 4096;
+
+/// The sled key of the gram block holding `bucket` (three bytes, so it
+/// never meets a shard's two-byte key).
+pub fn gram_block_key(bucket: u32) -> [u8; 3] {
+    let block = (bucket as usize / GRAM_BLOCK) as u16;
+    let [hi, lo] = block.to_be_bytes();
+    [b'G', hi, lo]
+}
+
+/// The block number of a gram block key, if it is one.
+pub fn gram_block_of_key(key: &[u8]) -> Option<u32> {
+    match key {
+        [b'G', hi, lo] => Some(u32::from(u16::from_be_bytes([*hi, *lo]))),
+        _ => None,
+    }
+}
+
+/// Encodes a gram block: the ham and spam counts (LEB128) of each of its
+/// [`GRAM_BLOCK`] buckets in order.
+pub fn encode_grams(counts: &[TokenCounts]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(counts.len() * 3);
+    for c in counts {
+        put(&mut out, u64::from(c.ham));
+        put(&mut out, u64::from(c.spam));
+    }
+    out
+}
+
+/// Decodes a gram block of exactly [`GRAM_BLOCK`] buckets; `None` if
+/// damaged.
+pub fn decode_grams(bytes: &[u8]) -> Option<Vec<TokenCounts>> {
+    let mut out = Vec::with_capacity(GRAM_BLOCK);
+    let mut at = 0;
+    while at < bytes.len() {
+        let ham = u32::try_from(get(bytes, &mut at)?).ok()?;
+        let spam = u32::try_from(get(bytes, &mut at)?).ok()?;
+        out.push(TokenCounts { ham, spam });
+    }
+    (out.len() == GRAM_BLOCK).then_some(out)
+}
+
+/// Bits of the registry's shard number: 256 shards of the learned
 /// messages, each a sorted run of fixed-size records.
-pub const REGISTRY_SHARD_BITS: u32 = 10;
+pub const REGISTRY_SHARD_BITS: u32 = 8;
 
 /// Number of registry shards.
 pub const REGISTRY_SHARDS: usize = 1 << REGISTRY_SHARD_BITS;
 
-/// Bytes of one registry record: the digest, then the label byte.
-const RECORD: usize = 33;
+/// What the registry keeps of a message digest: its first 128 bits, as
+/// unlikely to collide by chance as the whole (the digest is a
+/// cryptographic hash) and half the bytes.
+pub type RegistryKey = [u8; 16];
+
+/// The registry key of a digest.
+pub fn registry_key(digest: &Digest) -> RegistryKey {
+    digest[..16].try_into().expect("16 bytes")
+}
+
+/// Bytes of one registry record: the key, then the label byte.
+const RECORD: usize = 17;
 
 /// The registry shard of a message digest (its top bits: digests are
 /// hashes, so shards fill evenly).
@@ -146,9 +202,9 @@ pub fn registry_shard_of(digest: &Digest) -> u16 {
     (u16::from_be_bytes([digest[0], digest[1]])) >> (16 - REGISTRY_SHARD_BITS)
 }
 
-/// Encodes a registry shard: `(digest, label byte)` records sorted by
-/// digest, distinct.
-pub fn encode_registry(entries: &[(Digest, u8)]) -> Vec<u8> {
+/// Encodes a registry shard: `(key, label byte)` records sorted by key,
+/// distinct.
+pub fn encode_registry(entries: &[(RegistryKey, u8)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(entries.len() * RECORD);
     for (digest, label) in entries {
         out.extend_from_slice(digest);
@@ -159,17 +215,17 @@ pub fn encode_registry(entries: &[(Digest, u8)]) -> Vec<u8> {
 
 /// Decodes a registry shard, checking order and length; labels are
 /// returned as stored (the caller checks them). `None` if damaged.
-pub fn decode_registry(bytes: &[u8]) -> Option<Vec<(Digest, u8)>> {
+pub fn decode_registry(bytes: &[u8]) -> Option<Vec<(RegistryKey, u8)>> {
     if !bytes.len().is_multiple_of(RECORD) {
         return None;
     }
-    let mut out: Vec<(Digest, u8)> = Vec::with_capacity(bytes.len() / RECORD);
+    let mut out: Vec<(RegistryKey, u8)> = Vec::with_capacity(bytes.len() / RECORD);
     for record in bytes.chunks_exact(RECORD) {
-        let digest: Digest = record[..32].try_into().ok()?;
+        let digest: RegistryKey = record[..16].try_into().ok()?;
         if out.last().is_some_and(|(d, _)| *d >= digest) {
             return None;
         }
-        out.push((digest, record[32]));
+        out.push((digest, record[16]));
     }
     Some(out)
 }
@@ -226,11 +282,27 @@ mod tests {
     }
 
     #[test]
+    fn gram_blocks_round_trip_and_refuse_damage() {
+        let mut counts = vec![TokenCounts::default(); GRAM_BLOCK];
+        counts[7] = c(3, 70_000);
+        counts[GRAM_BLOCK - 1] = c(1, 0);
+        let bytes = encode_grams(&counts);
+        assert_eq!(decode_grams(&bytes).unwrap(), counts);
+        assert_eq!(decode_grams(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(decode_grams(&bytes[..bytes.len() - 2]), None);
+        assert_eq!(
+            gram_block_of_key(&gram_block_key(5 * GRAM_BLOCK as u32 + 9)),
+            Some(5)
+        );
+        assert_eq!(gram_block_of_key(&shard_key(5)), None);
+    }
+
+    #[test]
     fn registry_shards_round_trip_and_refuse_damage() {
-        let entries = vec![([1u8; 32], 0u8), ([2u8; 32], 1u8), ([200u8; 32], 1u8)];
+        let entries = vec![([1u8; 16], 0u8), ([2u8; 16], 1u8), ([200u8; 16], 1u8)];
         let bytes = encode_registry(&entries);
         assert_eq!(decode_registry(&bytes).unwrap(), entries);
-        assert_eq!(decode_registry(&bytes[..40]), None);
+        assert_eq!(decode_registry(&bytes[..20]), None);
         let unsorted = encode_registry(&[entries[1], entries[0]]);
         assert_eq!(decode_registry(&unsorted), None);
         assert_eq!(registry_shard_of(&[0xff; 32]) as usize, REGISTRY_SHARDS - 1);

@@ -22,13 +22,14 @@
 //! | 8 | `u64` store generation |
 //! | 16 | messages learned as ham, as spam: 2 × `u64` |
 //! | 8 | `u64` number of records `n` |
-//! | 33 n | records: digest (32 bytes), then 0 ham or 1 spam; sorted by digest, distinct |
+//! | 17 n | records: the first 16 bytes of the digest, then 0 ham or 1 spam; sorted, distinct |
 //! | 8 | `u64` checksum of all the bytes before it |
 
 use std::fs;
 use std::io;
 use std::path::Path;
 
+use super::packed::{RegistryKey, registry_key};
 use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
 use crate::model::{Digest, Label};
@@ -40,7 +41,7 @@ pub const REGISTRY_VERSION: u32 = 1;
 const MAGIC: &[u8; 8] = b"BAYESREG";
 
 /// Bytes of one record.
-const RECORD: usize = 33;
+const RECORD: usize = 17;
 
 /// A registry file as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,11 +61,11 @@ impl RegistryFile {
         let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match record(mid)[..32].cmp(&digest[..]) {
+            match record(mid)[..16].cmp(&registry_key(digest)[..]) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => {
-                    return Some(if record(mid)[32] == 0 {
+                    return Some(if record(mid)[16] == 0 {
                         Label::Ham
                     } else {
                         Label::Spam
@@ -109,8 +110,8 @@ impl RegistryFile {
         let sorted = records
             .chunks_exact(RECORD)
             .zip(records.chunks_exact(RECORD).skip(1))
-            .all(|(a, b)| a[..32] < b[..32]);
-        let labels = records.chunks_exact(RECORD).all(|r| r[32] <= 1);
+            .all(|(a, b)| a[..16] < b[..16]);
+        let labels = records.chunks_exact(RECORD).all(|r| r[16] <= 1);
         (sorted && labels).then_some(RegistryFile {
             base: StoreIdentity { id, generation },
             messages,
@@ -139,7 +140,7 @@ pub fn write(
     path: &Path,
     base: &StoreIdentity,
     messages: [u64; 2],
-    entries: impl Iterator<Item = (Digest, Label)>,
+    entries: impl Iterator<Item = (RegistryKey, Label)>,
 ) -> Result<()> {
     let mut bytes = Vec::new();
     bytes.extend_from_slice(MAGIC);
@@ -194,7 +195,7 @@ mod tests {
             id: "ab".repeat(16),
             generation: 7,
         };
-        let entries = [([1u8; 32], Label::Ham), ([9u8; 32], Label::Spam)];
+        let entries = [([1u8; 16], Label::Ham), ([9u8; 16], Label::Spam)];
         write(&path, &base, [1, 1], entries.into_iter()).unwrap();
         let file = RegistryFile::read(&path).unwrap().unwrap();
         assert_eq!((file.base.clone(), file.messages), (base, [1, 1]));

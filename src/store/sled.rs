@@ -6,7 +6,8 @@
 //! | tree | key | value |
 //! |---|---|---|
 //! | `shards` | shard number (`u16` BE) | the shard's tokens and counts, packed (see [`super::packed`]); an empty shard is not stored |
-//! | `messages` | registry shard number (`u16` BE) | the learned messages of the shard: records of the digest (32 bytes) and one byte (0 ham, 1 spam), sorted by digest (see [`super::packed`]); an empty shard is not stored |
+//! | `shards` | `G`, block number (`u16` BE) | the byte view's counts of [`packed::GRAM_BLOCK`] buckets from `block · GRAM_BLOCK` on, by bucket (no names); a block of zeros is not stored |
+//! | `messages` | registry shard number (`u16` BE) | the learned messages of the shard: records of the first 16 bytes of the digest and one byte (0 ham, 1 spam), sorted (see [`super::packed`]); an empty shard is not stored |
 //! | `meta` | `format_version`, `tokenizer_version` | `u32` LE |
 //! | `meta` | `totals` | see below |
 //! | `meta` | `sizes` | tokens in `shards`, messages in `messages`: 2 × `u64` LE |
@@ -45,9 +46,10 @@ use std::time::{Duration, Instant};
 use ::sled::transaction::{ConflictableTransactionError, TransactionError};
 use ::sled::{Db, Transactional, Tree};
 
-use super::packed::{self, registry_shard_of, shard_key, shard_of};
+use super::packed::{self, RegistryKey, registry_key, registry_shard_of, shard_key, shard_of};
 use super::{Error, FORMAT_VERSION, Result, Store, apply_token, apply_totals};
 use crate::features::METADATA_LEN;
+use crate::features::grams;
 use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
 use crate::tokenize::TOKENIZER_VERSION;
 
@@ -188,13 +190,24 @@ impl SledStore {
         let err = |e| self.sled_error(e);
         let tokens = self.db.open_tree("tokens").map_err(err)?;
         let mut shards: Vec<Vec<(String, TokenCounts)>> = vec![Vec::new(); packed::SHARDS];
+        let mut blocks: std::collections::BTreeMap<u32, Vec<TokenCounts>> = Default::default();
         for entry in tokens.iter() {
             let (key, value) = entry.map_err(err)?;
             let token = String::from_utf8(key.to_vec())
                 .map_err(|_| self.corrupt("a token is not UTF-8"))?;
             let counts = decode_counts(&value).ok_or_else(|| self.corrupt(bad_counts(&token)))?;
-            if !counts.is_zero() {
-                shards[usize::from(shard_of(&token))].push((token, counts));
+            if counts.is_zero() {
+                continue;
+            }
+            match grams::parse(&token) {
+                Some(bucket) => {
+                    let block = bucket as usize / packed::GRAM_BLOCK;
+                    let block = blocks
+                        .entry(block as u32)
+                        .or_insert_with(|| vec![TokenCounts::default(); packed::GRAM_BLOCK]);
+                    block[bucket as usize % packed::GRAM_BLOCK] = counts;
+                }
+                None => shards[usize::from(shard_of(&token))].push((token, counts)),
             }
         }
         // A conversion killed before recording format 2 may have left
@@ -207,16 +220,21 @@ impl SledStore {
                 batch.insert(&shard_key(shard as u16)[..], packed::encode(entries));
             }
         }
+        for (block, counts) in &blocks {
+            let key = packed::gram_block_key(block * packed::GRAM_BLOCK as u32);
+            batch.insert(&key[..], packed::encode_grams(counts));
+        }
         self.shards.apply_batch(batch).map_err(err)?;
         let old_registry = self.db.open_tree("registry").map_err(err)?;
-        let mut registry: Vec<Vec<(Digest, u8)>> = vec![Vec::new(); packed::REGISTRY_SHARDS];
+        let mut registry: Vec<Vec<(RegistryKey, u8)>> = vec![Vec::new(); packed::REGISTRY_SHARDS];
         for entry in old_registry.iter() {
             let (key, value) = entry.map_err(err)?;
             let digest: Digest = key[..]
                 .try_into()
                 .map_err(|_| self.corrupt("bad registry entry"))?;
             let label = decode_label(&value).ok_or_else(|| self.corrupt("bad registry entry"))?;
-            registry[usize::from(registry_shard_of(&digest))].push((digest, label_byte(label)));
+            registry[usize::from(registry_shard_of(&digest))]
+                .push((registry_key(&digest), label_byte(label)));
         }
         self.registry.clear().map_err(err)?;
         let mut batch = ::sled::Batch::default();
@@ -249,6 +267,17 @@ impl SledStore {
             }
         }
         Ok(())
+    }
+
+    /// The decoded counts of one gram block (`None` if it is not stored).
+    fn gram_block(&self, block: u32) -> Result<Option<Vec<TokenCounts>>> {
+        let key = packed::gram_block_key(block * packed::GRAM_BLOCK as u32);
+        match self.shards.get(key).map_err(|e| self.sled_error(e))? {
+            None => Ok(None),
+            Some(v) => packed::decode_grams(&v)
+                .map(Some)
+                .ok_or_else(|| self.corrupt(format!("bad gram block {block}"))),
+        }
     }
 
     /// The decoded entries of one shard (empty if it is not stored).
@@ -346,6 +375,12 @@ impl Store for SledStore {
     }
 
     fn token(&self, token: &str) -> Result<TokenCounts> {
+        if let Some(bucket) = grams::parse(token) {
+            let block = self.gram_block(bucket / packed::GRAM_BLOCK as u32)?;
+            return Ok(block
+                .map(|b| b[bucket as usize % packed::GRAM_BLOCK])
+                .unwrap_or_default());
+        }
         let shard = shard_of(token);
         match self
             .shards
@@ -368,7 +403,7 @@ impl Store for SledStore {
         };
         let entries =
             packed::decode_registry(&v).ok_or_else(|| self.corrupt(bad_registry(shard)))?;
-        match entries.binary_search_by(|(d, _)| d.cmp(digest)) {
+        match entries.binary_search_by(|(d, _)| d.cmp(&registry_key(digest))) {
             Err(_) => Ok(None),
             Ok(i) => decode_label(&[entries[i].1])
                 .map(Some)
@@ -390,6 +425,18 @@ impl Store for SledStore {
         for shard in 0..packed::SHARDS {
             all.extend(self.shard(shard as u16)?);
         }
+        let blocks = (1usize << grams::BUCKET_BITS).div_ceil(packed::GRAM_BLOCK);
+        for block in 0..blocks as u32 {
+            if let Some(counts) = self.gram_block(block)? {
+                let first = block * packed::GRAM_BLOCK as u32;
+                all.extend(
+                    (first..)
+                        .zip(counts)
+                        .filter(|(_, c)| !c.is_zero())
+                        .map(|(b, c)| (grams::key(b), c)),
+                );
+            }
+        }
         all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         for (token, counts) in &all {
             f(token, *counts);
@@ -408,8 +455,9 @@ impl Store for SledStore {
 }
 
 impl SledStore {
-    /// Every learned message with its label, in byte order of the digest.
-    pub fn for_each_message(&self, f: &mut dyn FnMut(Digest, Label)) -> Result<()> {
+    /// Every learned message (its registry key) with its label, in byte
+    /// order of the key.
+    pub fn for_each_message(&self, f: &mut dyn FnMut(RegistryKey, Label)) -> Result<()> {
         for entry in self.registry.iter() {
             let (key, value) = entry.map_err(|e| self.sled_error(e))?;
             let shard = key
@@ -445,8 +493,20 @@ impl SledStore {
         // once per delta).
         let mut by_shard: std::collections::BTreeMap<u16, Vec<(&str, [i64; 2])>> =
             std::collections::BTreeMap::new();
+        // Gram block → (name, bucket, change).
+        type BlockChanges<'a> = Vec<(&'a str, u32, [i64; 2])>;
+        let mut by_block: std::collections::BTreeMap<u32, BlockChanges> =
+            std::collections::BTreeMap::new();
         for (token, &d) in &delta.tokens {
-            if d != [0, 0] {
+            if d == [0, 0] {
+                continue;
+            }
+            if let Some(bucket) = grams::parse(token) {
+                by_block
+                    .entry(bucket / packed::GRAM_BLOCK as u32)
+                    .or_default()
+                    .push((token.as_str(), bucket, d));
+            } else {
                 by_shard
                     .entry(shard_of(token))
                     .or_default()
@@ -506,6 +566,30 @@ impl SledStore {
                 }
             }
 
+            for (block, changes) in &by_block {
+                let key = packed::gram_block_key(block * packed::GRAM_BLOCK as u32);
+                let mut counts = match t.get(key)? {
+                    Some(v) => packed::decode_grams(&v)
+                        .ok_or_else(|| corrupt(format!("bad gram block {block}")))?,
+                    None => vec![TokenCounts::default(); packed::GRAM_BLOCK],
+                };
+                for &(token, bucket, d) in changes {
+                    let slot = &mut counts[bucket as usize % packed::GRAM_BLOCK];
+                    let new = apply_token(token, *slot, d).map_err(abort)?;
+                    n_tokens = match (slot.is_zero(), new.is_zero()) {
+                        (true, false) => n_tokens + 1,
+                        (false, true) => n_tokens.checked_sub(1).ok_or_else(bad_sizes)?,
+                        _ => n_tokens,
+                    };
+                    *slot = new;
+                }
+                if counts.iter().all(|c| c.is_zero()) {
+                    t.remove(&key[..])?;
+                } else {
+                    t.insert(&key[..], packed::encode_grams(&counts))?;
+                }
+            }
+
             for (shard, changes) in &registry_by_shard {
                 let key = shard_key(*shard);
                 let mut entries = match r.get(key)? {
@@ -517,12 +601,13 @@ impl SledStore {
                 let before = entries.len() as u64;
                 // In order: later changes of the same digest win.
                 for (digest, label) in changes {
-                    match (entries.binary_search_by(|(d, _)| d.cmp(digest)), label) {
+                    let key = registry_key(digest);
+                    match (entries.binary_search_by(|(d, _)| d.cmp(&key)), label) {
                         (Ok(i), Some(l)) => entries[i].1 = label_byte(*l),
                         (Ok(i), None) => {
                             entries.remove(i);
                         }
-                        (Err(i), Some(l)) => entries.insert(i, (**digest, label_byte(*l))),
+                        (Err(i), Some(l)) => entries.insert(i, (key, label_byte(*l))),
                         (Err(_), None) => {}
                     }
                 }
@@ -954,7 +1039,13 @@ mod tests {
     fn a_format_1_store_is_converted_with_every_count_and_label() {
         let mut memory = MemoryStore::new();
         memory
-            .apply(&message(&["a", "b", "subject:x"], Label::Spam, 1, 1, 7))
+            .apply(&message(
+                &["a", "b", "subject:x", "\u{1}00007", "\u{1}2ffff"],
+                Label::Spam,
+                1,
+                1,
+                7,
+            ))
             .unwrap();
         memory
             .apply(&message(&["b", "c"], Label::Ham, 1, 2, 3))
@@ -1082,7 +1173,13 @@ mod tests {
         ));
     }
 
-    const TOKENS: [&str; 8] = [
+    // With names of byte-view buckets (kept by bucket, in gram blocks), and
+    // one past the last bucket (a name like any other).
+    const TOKENS: [&str; 12] = [
+        "\u{1}00000",
+        "\u{1}00fff",
+        "\u{1}3ffff",
+        "\u{1}40000",
         "a",
         "ab",
         "b",

@@ -182,13 +182,15 @@ impl Trainer {
         Ok(trainer)
     }
 
-    /// Removes the registry file, once, before the store changes: it
-    /// must never stand for a state the store has left.
-    fn before_change(&mut self) -> Result<()> {
+    /// Applies `delta` to the store, the only way this writer changes it:
+    /// the registry file goes first (once), since it must never stand for
+    /// a state the store has left.
+    fn change_store(&mut self, delta: &Delta) -> Result<()> {
         if !self.registry_removed {
             store::registry::remove(&self.paths.registry())?;
             self.registry_removed = true;
         }
+        self.store.apply(delta)?;
         Ok(())
     }
 
@@ -307,16 +309,14 @@ impl Trainer {
             in_chunk += 1;
             if in_chunk == CHUNK_MESSAGES {
                 let chunk = std::mem::take(&mut delta);
-                self.before_change()?;
-                self.store.apply(&chunk)?;
+                self.change_store(&chunk)?;
                 self.record(chunk);
                 in_chunk = 0;
                 progress(i + 1);
             }
         }
         if in_chunk > 0 {
-            self.before_change()?;
-            self.store.apply(&delta)?;
+            self.change_store(&delta)?;
             self.record(delta);
         }
         progress(messages.len());
@@ -418,8 +418,7 @@ impl Trainer {
         let mut delta = Delta::default();
         delta.add_message(features, label, -1);
         delta.registry.push((digest, None));
-        self.before_change()?;
-        self.store.apply(&delta)?;
+        self.change_store(&delta)?;
         self.record(delta);
         self.store.flush()?;
         Ok(label)
@@ -475,7 +474,7 @@ impl Trainer {
             summary.totals = self.store.totals()?.messages;
             return Ok(summary);
         }
-        self.store.apply(&delta)?;
+        self.change_store(&delta)?;
         // Freed before sled writes its log: that is when its memory peaks.
         self.record(delta);
         release_freed_memory();
@@ -525,6 +524,9 @@ impl Trainer {
             calibrated_on,
             store: Some(self.store.identity()?),
         };
+        // The registry file stands for one snapshot: gone before another
+        // replaces it.
+        store::registry::remove(&self.paths.registry())?;
         store::write_store_snapshot(&self.paths.snapshot(), &header, &self.store)?;
         self.write_registry(&header)?;
         store::journal::remove(&self.paths.journal())?;

@@ -13,9 +13,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Labelled, TrainSummary, WriterLock};
+use crate::classifier::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
 use crate::features::Features;
 use crate::model::{Delta, Digest, Label};
+use crate::store::Snapshot;
 use crate::store::journal::{self, Entry, Journal};
 use crate::store::registry::RegistryFile;
 
@@ -44,6 +46,14 @@ impl State {
         let Some(registry) = RegistryFile::read(&paths.registry())? else {
             return Ok(None);
         };
+        // The registry file must stand for the snapshot readers apply the
+        // journal to, or what is appended would be lost to them.
+        let snapshot = Snapshot::open(&paths.snapshot())
+            .ok()
+            .and_then(|s| s.header::<ModelHeader>().ok());
+        if snapshot.and_then(|h| h.store) != Some(registry.base.clone()) {
+            return Ok(None);
+        }
         let journal = match Journal::read(&paths.journal())? {
             // One left for an older snapshot applies to nothing.
             Some(j) if j.base != registry.base => None,

@@ -330,7 +330,8 @@ fn ctrl_c_during_train_says_what_was_kept_and_stats_agrees() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the run has read a few megabytes of mail, then interrupt.
+    // Wait until the run has read some megabytes of mail (past the model
+    // and store it opens first), then interrupt.
     // Polling is bounded by a count, not asserted on.
     let io = format!("/proc/{}/io", child.id());
     let read_bytes = || -> u64 {
@@ -345,7 +346,7 @@ fn ctrl_c_during_train_says_what_was_kept_and_stats_agrees() {
     };
     for _ in 0..2400 {
         std::thread::sleep(std::time::Duration::from_millis(25));
-        if read_bytes() > 4 << 20 {
+        if read_bytes() > 12 << 20 {
             break;
         }
     }
