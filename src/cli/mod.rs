@@ -86,12 +86,13 @@ enum Command {
     /// changing anything, a path that does not exist and a message given
     /// under both --spam and --ham (each such message is named). No model
     /// is written until the database holds at least one message of each
-    /// class. Ctrl-C stops at a chunk boundary: what was stored is kept, the
-    /// model is rebuilt from it, and the run says so.
+    /// class. Each message is counted as it is read and the whole run is
+    /// stored in one atomic write: Ctrl-C while reading stores nothing;
+    /// after reading, the run finishes storing and says so.
     ///
     /// Exit status: 0 done, 1 done but some messages could not be read, 2
     /// failed (nothing half-written: the database keeps its old state or
-    /// gains whole chunks of messages), 130 interrupted.
+    /// gains the whole run), 130 interrupted.
     Train(Deferred<TrainArgs>),
     /// Learn a message (a file, or '-' for stdin) as spam or ham; each
     /// message of an mbox file (or of an mbox on stdin).

@@ -27,7 +27,8 @@ const MIN_CALIBRATION_PER_CLASS: usize = 20;
 /// Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report).
 const EXIT_INTERRUPTED: u8 = 130;
 
-/// Set by the SIGINT handler; checked between stages and store chunks.
+/// Set by the SIGINT handler; checked between batches while reading and
+/// after the run is stored.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_sigint(_: libc::c_int) {
@@ -41,7 +42,7 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 /// While alive, Ctrl-C sets [`INTERRUPTED`] instead of ending the process,
-/// so that `train` stops at a chunk boundary and says what it kept.
+/// so that `train` stops where nothing is half done and says what it kept.
 struct CatchSigint;
 
 impl CatchSigint {

@@ -27,9 +27,10 @@ use protocol::{Counts, Dataset, Example, Sample, Settings};
 /// How long a writer waits for another writer's lock before giving up.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
 
-/// Messages per atomic store write during training: each chunk carries the
-/// registry entries of its own messages, so a run killed between chunks
-/// leaves counts and registry consistent (a re-run finishes the job).
+/// Messages per atomic store write of [`Trainer::learn`] (the full path of
+/// `learn` given an mbox): each chunk carries the registry entries of its
+/// own messages, so a run killed between chunks leaves counts and registry
+/// consistent (a re-run finishes the job).
 pub const CHUNK_MESSAGES: usize = 500;
 
 /// A labelled message ready to learn.
