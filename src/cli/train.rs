@@ -18,7 +18,7 @@ use bayesmail::trainer::protocol::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::{mailbox, message};
 
 use super::read::{for_each_batch, planned_bytes, read_one};
-use super::{Context, LearnArgs, Outcome, TrainArgs, UnlearnArgs, detail, note};
+use super::{Context, LearnArgs, Outcome, PruneArgs, TrainArgs, UnlearnArgs, detail, note};
 
 /// Fewer messages of a class than this: too few to fit calibration by
 /// cross-validation; the previous calibration (or none) is kept.
@@ -354,6 +354,28 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     })
 }
 
+pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
+    // Opening a database that does not exist would create it, empty.
+    if !ctx.db.counts().exists() {
+        bail!(
+            "nothing has been learned into {} yet, so there is nothing to prune",
+            ctx.db.dir().display()
+        );
+    }
+    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
+    let removed = trainer.prune(args.max_count, args.min_age)?;
+    let no_model = rebuild(ctx, &mut trainer)?;
+    let left = bayesmail::store::Store::token_count(trainer.store())?;
+    println!(
+        "pruned {removed} tokens seen in at most {} messages and unchanged for {} days; {left} \
+         tokens left{}",
+        args.max_count,
+        args.min_age,
+        no_model.map_or(String::new(), |why| format!("; no model: {why}"))
+    );
+    Ok(Outcome::AllOk)
+}
+
 /// Reads the messages `learn` and `unlearn` are given the way `train`
 /// reads the same file in a folder, so that both compute the same digests:
 /// a file holding one message after a `From ` envelope line is that message
@@ -457,9 +479,15 @@ fn rebuild(ctx: &Context, trainer: &mut Trainer) -> Result<Option<String>> {
         return Ok(Some(why));
     }
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    // This writer changed the count store: a new snapshot (and registry
-    // file) lets the next `learn` take the journal alone again.
-    let published = trainer.publish(*params.get(), 0)?;
+    // This writer changed the count store or took the journal in: a new
+    // snapshot (and registry file) lets the next `learn` take the journal
+    // alone again.
+    let published = if ctx.db.registry().exists() {
+        trainer.publish(*params.get(), 0)?
+    } else {
+        trainer.compile(*params.get(), None)?;
+        bayesmail::trainer::Published::Folded
+    };
     detail!("model: {published:?}");
     Ok(None)
 }

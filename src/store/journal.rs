@@ -54,9 +54,9 @@
 //! then per token `u16` length, the token (UTF-8), `i32` ham and `i32` spam
 //! change; then `u32` number of registry changes, each the message digest
 //! (32 bytes) and one byte: 0 learned as ham, 1 as spam, 2 forgotten.
-//! Version 1 had no registry changes; such a journal is not read (the
-//! counts it holds were in the count store already, and the next writer
-//! rewrites the snapshot).
+//! Version 1 had no registry changes (its counts were in the count store
+//! already): readers still apply it; writers do not append to it, and the
+//! next writer rewrites the snapshot.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
@@ -181,8 +181,9 @@ impl Entry {
         p
     }
 
-    /// Decodes one payload; `None` if it does not parse exactly.
-    fn decode(p: &[u8]) -> Option<Entry> {
+    /// Decodes one payload of a journal of format `version`; `None` if it
+    /// does not parse exactly.
+    fn decode(p: &[u8], version: u32) -> Option<Entry> {
         let mut r = Cursor(p);
         let from = r.u64()?;
         let to = r.u64()?;
@@ -207,7 +208,11 @@ impl Entry {
             let d = [i32::from_le_bytes(r.take()?), i32::from_le_bytes(r.take()?)];
             tokens.push((token, d));
         }
-        let n = u32::from_le_bytes(r.take()?) as usize;
+        let n = if version >= 2 {
+            u32::from_le_bytes(r.take()?) as usize
+        } else {
+            0
+        };
         let mut registry = Vec::with_capacity(n.min(p.len() / 33));
         for _ in 0..n {
             let digest: Digest = r.take()?;
@@ -261,6 +266,9 @@ impl Cursor<'_> {
 /// A journal as read: the snapshot it applies to and its valid entries.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Journal {
+    /// Its format version: entries of version 1 carry no registry changes
+    /// (writers then do not append to it).
+    pub version: u32,
     /// The snapshot's store identity.
     pub base: StoreIdentity,
     /// The entries that chain from `base`, checksums matching.
@@ -300,7 +308,11 @@ impl Journal {
     /// Parses journal bytes; see [`Journal::read`].
     pub fn parse(bytes: &[u8]) -> Option<Journal> {
         let mut r = Cursor(bytes);
-        if r.bytes(8)? != JOURNAL_MAGIC || u32::from_le_bytes(r.take()?) != JOURNAL_VERSION {
+        if r.bytes(8)? != JOURNAL_MAGIC {
+            return None;
+        }
+        let version = u32::from_le_bytes(r.take()?);
+        if !(1..=JOURNAL_VERSION).contains(&version) {
             return None;
         }
         let k = u32::from_le_bytes(r.take()?) as usize;
@@ -324,7 +336,7 @@ impl Journal {
             if u64::from_le_bytes(sum.try_into().ok()?) != checksum(framed) {
                 break;
             }
-            match Entry::decode(&framed[4..]) {
+            match Entry::decode(&framed[4..], version) {
                 Some(e) if e.from == end && e.to > e.from => {
                     end = e.to;
                     entries.push(e);
@@ -334,6 +346,7 @@ impl Journal {
             at += 4 + len + 8;
         }
         Some(Journal {
+            version,
             base: StoreIdentity { id, generation },
             entries,
             valid_len: at as u64,
@@ -447,6 +460,42 @@ mod tests {
             sum_sq: 9 * i128::from(d),
         };
         Entry::from_delta(from, to, &delta).unwrap()
+    }
+
+    #[test]
+    fn a_version_1_journal_is_still_read_and_registry_changes_round_trip() {
+        // Version 1: the same entries without the registry section.
+        let e = entry(7, 8, "cash", 1);
+        let framed = e.encode();
+        let payload = &framed[4..framed.len() - 8 - 4];
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        v1.extend_from_slice(payload);
+        let sum = checksum(&v1);
+        v1.extend_from_slice(&sum.to_le_bytes());
+        let mut bytes = header(&base());
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let sum = checksum(&bytes[..bytes.len() - 8]);
+        let at = bytes.len() - 8;
+        bytes[at..].copy_from_slice(&sum.to_le_bytes());
+        bytes.extend_from_slice(&v1);
+        let j = Journal::parse(&bytes).expect("a version 1 journal reads");
+        assert_eq!((j.version, j.entries.len()), (1, 1));
+        assert_eq!(j.entries[0].tokens, e.tokens);
+        assert!(j.is_clean());
+
+        let mut delta = e.to_delta();
+        delta.registry = vec![([3; 32], Some(Label::Spam)), ([4; 32], None)];
+        let with = Entry::from_delta(8, 9, &delta).unwrap();
+        let mut bytes = header(&base());
+        bytes.extend_from_slice(&entry(7, 8, "cash", 1).encode());
+        bytes.extend_from_slice(&with.encode());
+        let j = Journal::parse(&bytes).unwrap();
+        assert_eq!(j.version, JOURNAL_VERSION);
+        assert_eq!(j.entries[1].registry, delta.registry);
+        assert_eq!(j.label_of(&[3; 32]), Some(Some(Label::Spam)));
+        assert_eq!(j.label_of(&[4; 32]), Some(None));
+        assert_eq!(j.label_of(&[5; 32]), None);
     }
 
     #[test]

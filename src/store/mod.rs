@@ -39,9 +39,10 @@ pub use self::sled::{SledStore, StoreIdentity};
 pub use journal::{DEFAULT_JOURNAL_LIMIT, Journal};
 pub use snapshot::{Snapshot, write_snapshot, write_store_snapshot};
 
-/// Version of the on-disk formats of this module (the sled layout and the
-/// snapshot layout). A database or snapshot with another version is refused.
-pub const FORMAT_VERSION: u32 = 2;
+/// Version of the count store's layout (the snapshot has its own). Format
+/// 1 (a key per token) is converted when a writer opens it; any other
+/// version is refused. (Format 2 was never released.)
+pub const FORMAT_VERSION: u32 = 3;
 
 /// What can go wrong reading or writing counts.
 #[derive(Debug, thiserror::Error)]

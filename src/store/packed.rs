@@ -59,12 +59,15 @@ fn get(bytes: &[u8], at: &mut usize) -> Option<u64> {
     None
 }
 
+/// A shard's entry: the token, its counts, and the day they last changed.
+pub type Word = (String, TokenCounts, u32);
+
 /// Encodes a shard's entries, which must be sorted by token bytes, distinct,
 /// and none of them zero.
-pub fn encode(entries: &[(String, TokenCounts)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(entries.len() * 12);
+pub fn encode(entries: &[Word]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(entries.len() * 14);
     let mut prev: &[u8] = &[];
-    for (token, c) in entries {
+    for (token, c, day) in entries {
         let t = token.as_bytes();
         let shared = prev.iter().zip(t).take_while(|(a, b)| a == b).count();
         put(&mut out, shared as u64);
@@ -72,6 +75,7 @@ pub fn encode(entries: &[(String, TokenCounts)]) -> Vec<u8> {
         out.extend_from_slice(&t[shared..]);
         put(&mut out, u64::from(c.ham));
         put(&mut out, u64::from(c.spam));
+        put(&mut out, u64::from(*day));
         prev = t;
     }
     out
@@ -80,8 +84,8 @@ pub fn encode(entries: &[(String, TokenCounts)]) -> Vec<u8> {
 /// Decodes a shard, checking everything [`encode`] promises: UTF-8 tokens
 /// in strictly increasing byte order, counts that fit and are not both
 /// zero. `None` if the value is damaged.
-pub fn decode(bytes: &[u8]) -> Option<Vec<(String, TokenCounts)>> {
-    let mut out: Vec<(String, TokenCounts)> = Vec::new();
+pub fn decode(bytes: &[u8]) -> Option<Vec<Word>> {
+    let mut out: Vec<Word> = Vec::new();
     let mut at = 0;
     let mut token: Vec<u8> = Vec::new();
     while at < bytes.len() {
@@ -96,11 +100,16 @@ pub fn decode(bytes: &[u8]) -> Option<Vec<(String, TokenCounts)>> {
         at = end;
         let ham = u32::try_from(get(bytes, &mut at)?).ok()?;
         let spam = u32::try_from(get(bytes, &mut at)?).ok()?;
+        let day = u32::try_from(get(bytes, &mut at)?).ok()?;
         let c = TokenCounts { ham, spam };
-        if c.is_zero() || out.last().is_some_and(|(p, _)| p.as_bytes() >= &token[..]) {
+        if c.is_zero()
+            || out
+                .last()
+                .is_some_and(|(p, _, _)| p.as_bytes() >= &token[..])
+        {
             return None;
         }
-        out.push((String::from_utf8(token.clone()).ok()?, c));
+        out.push((String::from_utf8(token.clone()).ok()?, c, day));
     }
     Some(out)
 }
@@ -123,6 +132,7 @@ pub fn find(bytes: &[u8], token: &str) -> Option<TokenCounts> {
         at = end;
         let ham = u32::try_from(get(bytes, &mut at)?).ok()?;
         let spam = u32::try_from(get(bytes, &mut at)?).ok()?;
+        get(bytes, &mut at)?;
         match current[..].cmp(want) {
             std::cmp::Ordering::Less => {}
             std::cmp::Ordering::Equal => return Some(TokenCounts { ham, spam }),
@@ -243,27 +253,27 @@ mod tests {
     #[test]
     fn round_trips_and_finds() {
         let entries = vec![
-            ("subject:cheap".to_string(), c(0, 7)),
-            ("subject:cheaper".to_string(), c(1, 300)),
-            ("subject:meeting".to_string(), c(u32::MAX, 0)),
-            ("url:example.org".to_string(), c(2, 2)),
+            ("subject:cheap".to_string(), c(0, 7), 20_000),
+            ("subject:cheaper".to_string(), c(1, 300), 20_001),
+            ("subject:meeting".to_string(), c(u32::MAX, 0), 0),
+            ("url:example.org".to_string(), c(2, 2), 20_000),
         ];
         let bytes = encode(&entries);
         assert_eq!(decode(&bytes).unwrap(), entries);
-        for (t, counts) in &entries {
+        for (t, counts, _) in &entries {
             assert_eq!(find(&bytes, t), Some(*counts));
         }
         assert_eq!(find(&bytes, "subject:che"), Some(TokenCounts::default()));
         assert_eq!(find(&bytes, "zzz"), Some(TokenCounts::default()));
         // Shared prefixes are stored once and small counts take a byte:
         // less than the tokens' own bytes with two `u32` counts each.
-        let raw: usize = entries.iter().map(|(t, _)| t.len() + 8).sum();
+        let raw: usize = entries.iter().map(|(t, _, _)| t.len() + 12).sum();
         assert!(bytes.len() < raw * 2 / 3, "{} vs {raw}", bytes.len());
     }
 
     #[test]
     fn damaged_shards_are_refused() {
-        let entries = vec![("a".to_string(), c(1, 0)), ("b".to_string(), c(0, 1))];
+        let entries = vec![("a".to_string(), c(1, 0), 5), ("b".to_string(), c(0, 1), 6)];
         let bytes = encode(&entries);
         // Cut anywhere inside an entry: refused, never a panic.
         let first = encode(&entries[..1]).len();
@@ -275,10 +285,10 @@ mod tests {
             decode(&encode(&[entries[1].clone(), entries[0].clone()])),
             None
         );
-        assert_eq!(decode(&encode(&[("a".to_string(), c(0, 0))])), None);
-        assert_eq!(decode(&[5, 1, b'a', 1, 0]), None);
+        assert_eq!(decode(&encode(&[("a".to_string(), c(0, 0), 1)])), None);
+        assert_eq!(decode(&[5, 1, b'a', 1, 0, 1]), None);
         // Not UTF-8.
-        assert_eq!(decode(&[0, 1, 0xff, 1, 0]), None);
+        assert_eq!(decode(&[0, 1, 0xff, 1, 0, 1]), None);
     }
 
     #[test]
@@ -312,16 +322,16 @@ mod tests {
     proptest! {
         #[test]
         fn any_sorted_entries_round_trip(
-            map in proptest::collection::btree_map("[a-c:é]{0,6}", (0u32..3, 0u32..70_000), 0..40)
+            map in proptest::collection::btree_map("[a-c:é]{0,6}", (0u32..3, 0u32..70_000, 0u32..30_000), 0..40)
         ) {
-            let entries: Vec<(String, TokenCounts)> = map
+            let entries: Vec<Word> = map
                 .into_iter()
-                .filter(|(_, (h, s))| h + s > 0)
-                .map(|(t, (h, s))| (t, c(h, s)))
+                .filter(|(_, (h, s, _))| h + s > 0)
+                .map(|(t, (h, s, d))| (t, c(h, s), d))
                 .collect();
             let bytes = encode(&entries);
             prop_assert_eq!(decode(&bytes), Some(entries.clone()));
-            for (t, counts) in &entries {
+            for (t, counts, _) in &entries {
                 prop_assert_eq!(find(&bytes, t), Some(*counts));
             }
         }

@@ -36,7 +36,7 @@
 //! # Format 1
 //! Format 1 kept one key per token in a `tokens` tree (value: ham `u32`
 //! LE, spam `u32` LE). A writer opening such a store converts it: it writes
-//! the shards, then records format 2, then drops the `tokens` tree, so a
+//! the shards, then records format 3, then drops the `tokens` tree, so a
 //! conversion killed at any point is redone or finished by the next open.
 
 use std::path::{Path, PathBuf};
@@ -82,6 +82,8 @@ pub struct StoreIdentity {
 pub struct SledStore {
     path: PathBuf,
     db: Db,
+    /// The day changes are stamped with, if not today (tests).
+    today: Option<u32>,
     shards: Tree,
     registry: Tree,
     meta: Tree,
@@ -128,6 +130,7 @@ impl SledStore {
         let store = SledStore {
             path: path.to_owned(),
             shards: db.open_tree("shards").map_err(err)?,
+            today: None,
             registry: db.open_tree("messages").map_err(err)?,
             meta: db.open_tree("meta").map_err(err)?,
             db,
@@ -155,7 +158,7 @@ impl SledStore {
             self.upgrade_from_format_1()?;
         } else {
             self.check_version(&format, FORMAT_VERSION, "format version")?;
-            // A conversion killed after recording format 2 left this.
+            // A conversion killed after recording format 3 left this.
             self.drop_format_1_trees()?;
         }
         let tokenizer = self
@@ -189,7 +192,8 @@ impl SledStore {
     fn upgrade_from_format_1(&self) -> Result<()> {
         let err = |e| self.sled_error(e);
         let tokens = self.db.open_tree("tokens").map_err(err)?;
-        let mut shards: Vec<Vec<(String, TokenCounts)>> = vec![Vec::new(); packed::SHARDS];
+        let mut shards: Vec<Vec<packed::Word>> = vec![Vec::new(); packed::SHARDS];
+        let today = self.today.unwrap_or_else(today);
         let mut blocks: std::collections::BTreeMap<u32, Vec<TokenCounts>> = Default::default();
         for entry in tokens.iter() {
             let (key, value) = entry.map_err(err)?;
@@ -207,10 +211,10 @@ impl SledStore {
                         .or_insert_with(|| vec![TokenCounts::default(); packed::GRAM_BLOCK]);
                     block[bucket as usize % packed::GRAM_BLOCK] = counts;
                 }
-                None => shards[usize::from(shard_of(&token))].push((token, counts)),
+                None => shards[usize::from(shard_of(&token))].push((token, counts, today)),
             }
         }
-        // A conversion killed before recording format 2 may have left
+        // A conversion killed before recording format 3 may have left
         // shards: they are written again whole.
         self.shards.clear().map_err(err)?;
         let mut batch = ::sled::Batch::default();
@@ -281,7 +285,7 @@ impl SledStore {
     }
 
     /// The decoded entries of one shard (empty if it is not stored).
-    fn shard(&self, shard: u16) -> Result<Vec<(String, TokenCounts)>> {
+    fn shard(&self, shard: u16) -> Result<Vec<packed::Word>> {
         match self
             .shards
             .get(shard_key(shard))
@@ -433,12 +437,12 @@ impl Store for SledStore {
                     (first..)
                         .zip(counts)
                         .filter(|(_, c)| !c.is_zero())
-                        .map(|(b, c)| (grams::key(b), c)),
+                        .map(|(b, c)| (grams::key(b), c, 0)),
                 );
             }
         }
         all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for (token, counts) in &all {
+        for (token, counts, _) in &all {
             f(token, *counts);
         }
         Ok(())
@@ -476,10 +480,35 @@ impl SledStore {
         Ok(())
     }
 
+    /// Stamps changes with `day` (days since 1970) instead of today: for
+    /// tests of what ages.
+    pub fn set_today(&mut self, day: u32) {
+        self.today = Some(day);
+    }
+
+    /// The delta that removes every word token seen at most `max_count`
+    /// times (ham and spam together) whose counts last changed before day
+    /// `before` (days since 1970): rare and old. The byte view's buckets
+    /// are a fixed table and are never pruned.
+    pub fn rare_and_old(&self, max_count: u64, before: u32) -> Result<Delta> {
+        let mut delta = Delta::default();
+        for shard in 0..packed::SHARDS {
+            for (token, c, day) in self.shard(shard as u16)? {
+                if u64::from(c.ham) + u64::from(c.spam) <= max_count && day < before {
+                    delta
+                        .tokens
+                        .insert(token, [-i64::from(c.ham), -i64::from(c.spam)]);
+                }
+            }
+        }
+        Ok(delta)
+    }
+
     /// [`Store::apply`], leaving the store at `generation` if given (a
     /// journal folded in: the store takes the generation its entries
     /// reached) instead of one past the current one.
     pub fn apply_at(&mut self, delta: &Delta, target: Option<u64>) -> Result<()> {
+        let today = self.today.unwrap_or_else(today);
         let path = &self.path;
         let abort = |e: Error| ConflictableTransactionError::Abort(e);
         let corrupt = |reason: String| {
@@ -542,19 +571,20 @@ impl SledStore {
                 };
                 let before = entries.len() as u64;
                 for &(token, d) in changes {
-                    match entries.binary_search_by(|(e, _)| e.as_str().cmp(token)) {
+                    match entries.binary_search_by(|(e, _, _)| e.as_str().cmp(token)) {
                         Ok(i) => {
                             let new = apply_token(token, entries[i].1, d).map_err(abort)?;
                             entries[i].1 = new;
+                            entries[i].2 = today;
                         }
                         Err(i) => {
                             let new =
                                 apply_token(token, TokenCounts::default(), d).map_err(abort)?;
-                            entries.insert(i, (token.to_owned(), new));
+                            entries.insert(i, (token.to_owned(), new, today));
                         }
                     }
                 }
-                entries.retain(|(_, c)| !c.is_zero());
+                entries.retain(|(_, c, _)| !c.is_zero());
                 let after = entries.len() as u64;
                 n_tokens = (n_tokens + after)
                     .checked_sub(before)
@@ -663,6 +693,14 @@ fn sled_error(path: &Path, e: ::sled::Error) -> Error {
             source: Box::new(e),
         },
     }
+}
+
+/// Days since 1970-01-01 (UTC), today.
+pub fn today() -> u32 {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    (secs / 86_400) as u32
 }
 
 fn bad_registry(shard: u16) -> String {
@@ -1088,7 +1126,7 @@ mod tests {
         assert!(!names.iter().any(|n| &n[..] == b"tokens"), "{names:?}");
         assert!(!names.iter().any(|n| &n[..] == b"registry"), "{names:?}");
         drop(store);
-        // Converted once: it opens as format 2 and keeps its identity.
+        // Converted once: it opens as format 3 and keeps its identity.
         let mut store = SledStore::open(&path, WAIT).unwrap();
         assert_eq!(dump(&store), dump(&memory));
         assert_eq!(store.identity().unwrap().id, "07".repeat(16));
@@ -1096,6 +1134,52 @@ mod tests {
         store.apply(&more).unwrap();
         memory.apply(&more).unwrap();
         assert_eq!(dump(&store), dump(&memory));
+    }
+
+    #[test]
+    fn pruning_removes_rare_old_words_and_never_changes_a_kept_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SledStore::open(&dir.path().join("db"), WAIT).unwrap();
+        store.set_today(100);
+        store
+            .apply(&message(
+                &["old1", "often", "later", "\u{1}00001"],
+                Label::Spam,
+                1,
+                1,
+                1,
+            ))
+            .unwrap();
+        for d in 2..5 {
+            store
+                .apply(&message(&["often"], Label::Ham, 1, d, 1))
+                .unwrap();
+        }
+        store.set_today(200);
+        store
+            .apply(&message(&["later", "new1"], Label::Ham, 1, 5, 1))
+            .unwrap();
+        let before = dump(&store);
+        // Seen at most twice, last changed before day 150: only "old1"
+        // ("often" is seen 4 times, "later" changed on day 200, "new1" is
+        // new, and the byte view's bucket is never pruned).
+        let delta = store.rare_and_old(2, 150).unwrap();
+        let pruned: Vec<&String> = delta.tokens.keys().collect();
+        assert_eq!(pruned, ["old1"]);
+        store.apply(&delta).unwrap();
+        let after = dump(&store);
+        let kept: Vec<_> = before
+            .tokens
+            .iter()
+            .filter(|(t, _)| t != "old1")
+            .cloned()
+            .collect();
+        assert_eq!(after.tokens, kept);
+        assert_eq!(after.token_count, before.token_count - 1);
+        assert_eq!(after.totals, before.totals);
+        assert_eq!(after.labels, before.labels);
+        // Nothing older than day 0: nothing to prune.
+        assert!(store.rare_and_old(u64::MAX, 0).unwrap().tokens.is_empty());
     }
 
     #[test]

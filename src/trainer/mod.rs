@@ -150,8 +150,10 @@ impl Trainer {
         let journal = Journal::read(&paths.journal())?;
         // What `learn` appended to the journal alone goes into the store
         // first (store + journal are the truth until then): the entries
-        // past the store's generation. Registry file + journal still stand
-        // for the same state afterwards, so the registry file stays.
+        // past the store's generation. The registry file goes first: once
+        // the store is past its state, a journal lost or damaged from here
+        // on must not let `learn` restart one at that state, whose
+        // generations the store has used.
         if let (Some(j), Some(built)) = (&journal, header.as_ref().and_then(|h| h.store.as_ref()))
             && j.base == *built
         {
@@ -161,6 +163,7 @@ impl Trainer {
                 && j.base.generation <= now.generation
                 && now.generation < end.generation
             {
+                store::registry::remove(&paths.registry())?;
                 let mut missing = Delta::default();
                 for e in j.entries.iter().filter(|e| e.from >= now.generation) {
                     missing.merge(e.to_delta());
@@ -482,6 +485,24 @@ impl Trainer {
         self.store.flush()?;
         summary.totals = self.store.totals()?.messages;
         Ok(summary)
+    }
+
+    /// Removes word tokens seen at most `max_count` times whose counts have
+    /// not changed for `min_age_days` days (see
+    /// [`SledStore::rare_and_old`]); every other count stays exactly as it
+    /// was. Returns how many were removed. The caller compiles the model.
+    pub fn prune(&mut self, max_count: u64, min_age_days: u32) -> Result<usize> {
+        // Unchanged for `min_age_days` days: last changed on or before
+        // today minus that (0: any day up to today).
+        let before = (crate::store::sled::today() + 1).saturating_sub(min_age_days);
+        let delta = self.store.rare_and_old(max_count, before)?;
+        let removed = delta.tokens.len();
+        if removed > 0 {
+            self.change_store(&delta)?;
+            self.record(delta);
+            self.store.flush()?;
+        }
+        Ok(removed)
     }
 
     /// Writes a new snapshot from the store: the given parameters and

@@ -13,11 +13,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Labelled, TrainSummary, WriterLock};
-use crate::classifier::ModelHeader;
+use crate::classifier::Classifier;
 use crate::db::{DbPaths, Error, Result};
 use crate::features::Features;
 use crate::model::{Delta, Digest, Label};
-use crate::store::Snapshot;
 use crate::store::journal::{self, Entry, Journal};
 use crate::store::registry::RegistryFile;
 
@@ -25,6 +24,8 @@ use crate::store::registry::RegistryFile;
 /// the writers' lock.
 struct State {
     _lock: WriterLock,
+    /// The model as readers see it.
+    model: Classifier,
     registry: RegistryFile,
     /// `None`: no journal for this snapshot yet.
     journal: Option<Journal>,
@@ -47,21 +48,24 @@ impl State {
             return Ok(None);
         };
         // The registry file must stand for the snapshot readers apply the
-        // journal to, or what is appended would be lost to them.
-        let snapshot = Snapshot::open(&paths.snapshot())
-            .ok()
-            .and_then(|s| s.header::<ModelHeader>().ok());
-        if snapshot.and_then(|h| h.store) != Some(registry.base.clone()) {
+        // journal to, or what is appended would be lost to them; the model
+        // as readers see it (snapshot + journal) is what a change is
+        // checked against.
+        let Ok(model) = Classifier::open(paths) else {
+            return Ok(None);
+        };
+        if model.snapshot_store() != Some(registry.base.clone()) {
             return Ok(None);
         }
         let journal = match Journal::read(&paths.journal())? {
             // One left for an older snapshot applies to nothing.
             Some(j) if j.base != registry.base => None,
-            Some(j) if !j.is_clean() => return Ok(None),
+            Some(j) if !j.is_clean() || j.version != journal::JOURNAL_VERSION => return Ok(None),
             other => other,
         };
         Ok(Some(State {
             _lock: lock,
+            model,
             registry,
             journal,
         }))
@@ -81,9 +85,28 @@ impl State {
         [0, 1].map(|c| (self.registry.messages[c] as i64 + d[c]).max(0) as u64)
     }
 
+    /// Whether `delta` applies to the model without a count going
+    /// negative or overflowing. A copy of a message with other features
+    /// than the one learned (headers that the digest ignores, added since)
+    /// would not: the full path then refuses it, where an entry in the
+    /// journal would make the model unreadable.
+    fn applies(&self, delta: &Delta) -> bool {
+        if crate::store::apply_totals(&self.model.header().totals, delta).is_err() {
+            return false;
+        }
+        delta.tokens.iter().all(|(token, &d)| {
+            let old = self.model.lookup(token).unwrap_or_default();
+            crate::store::apply_token(token, old, d).is_ok()
+        })
+    }
+
     /// Appends `delta` as one entry; `false` (nothing written) if it does
-    /// not fit the journal or would take it past `limit` bytes.
+    /// not apply to the model, does not fit the journal or would take it
+    /// past `limit` bytes.
     fn append(&self, paths: &DbPaths, delta: &Delta, limit: u64) -> Result<bool> {
+        if !self.applies(delta) {
+            return Ok(false);
+        }
         let from = self
             .journal
             .as_ref()

@@ -126,7 +126,6 @@ fn learn_and_unlearn_append_to_the_journal_and_leave_the_model_file_alone() {
     let features = features(&fs::read(message).unwrap());
     let per_feature = 64 * (features.tokens.len() + features.grams.len()) as u64;
     assert!(one < 1024 + per_feature, "journal of {one} bytes");
-    assert_model_matches_store(&db);
 
     db.ok(&["unlearn", message], None);
     assert_eq!(db.counts(), before);
@@ -456,4 +455,61 @@ fn learn_and_unlearn_do_not_open_the_count_store() {
     assert_eq!(db.counts(), expected);
     assert_model_matches_store(&db);
     assert_store_matches_registry(&db, &all_messages(&extra));
+}
+
+/// A copy of a learned message whose headers changed in ways the digest
+/// ignores (a filter's own `X-Spam-Status`) has other features: unlearning
+/// or moving it is refused as a count going negative, and the model stays
+/// readable (the journal is never given an entry that does not apply).
+#[test]
+fn unlearning_a_changed_copy_is_refused_and_the_model_stays_readable() {
+    let db = Db::new();
+    db.train_sample();
+    let tmp = tempfile::tempdir().unwrap();
+    let (message, _) = extra_messages(tmp.path(), 1).remove(0);
+    db.ok(&["learn", "--spam", utf8(&message)], None);
+    let mut copy = b"X-Spam-Status: Yes, score=0.999\nX-Keywords: junk\n".to_vec();
+    copy.extend(fs::read(&message).unwrap());
+    let changed = tmp.path().join("changed.eml");
+    fs::write(&changed, &copy).unwrap();
+    assert_eq!(
+        digest(&copy),
+        digest(&fs::read(&message).unwrap()),
+        "the digest ignores those headers"
+    );
+    for args in [
+        vec!["unlearn", utf8(&changed)],
+        vec!["learn", "--ham", utf8(&changed)],
+    ] {
+        let out = db.run(&args, None);
+        assert_exit(&out, 2, &args);
+        assert!(stderr(&out).contains("negative"), "{}", stderr(&out));
+        let out = db.run(&["classify", utf8(&message)], None);
+        assert_exit(&out, 0, &["classify after a refused change"]);
+    }
+    assert_eq!(db.counts(), [24, 25]);
+    assert_model_matches_store(&db);
+}
+
+/// A journal lost after a writer took it into the store loses no later
+/// learn: `learn` does not start a journal at a state the store has left.
+#[test]
+fn a_journal_lost_after_a_fold_loses_no_later_learn() {
+    let db = Db::new();
+    db.train_sample();
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = extra_messages(tmp.path(), 2);
+    let paths = DbPaths::new(db.dir());
+    db.ok(&["learn", flag(extra[0].1), utf8(&extra[0].0)], None);
+    // A writer opens the store (takes the journal in) and stops.
+    drop(Trainer::open(&paths, Duration::from_secs(60)).unwrap());
+    fs::remove_file(paths.journal()).unwrap();
+    db.ok(&["learn", flag(extra[1].1), utf8(&extra[1].0)], None);
+    let trainer = Trainer::open(&paths, Duration::from_secs(60)).unwrap();
+    for (path, label) in &extra {
+        let d = digest(&fs::read(path).unwrap());
+        assert_eq!(trainer.store().label_of(&d).unwrap(), Some(*label));
+    }
+    drop(trainer);
+    assert_model_matches_store(&db);
 }

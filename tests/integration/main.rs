@@ -21,6 +21,7 @@ mod hostile_store;
 mod journal;
 mod learning;
 mod properties;
+mod prune;
 mod recipes;
 mod scale;
 mod split;
