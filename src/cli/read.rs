@@ -64,8 +64,8 @@ pub(super) fn for_each_batch(
 
 /// Reads every message under `paths` and applies `map` to each, in
 /// parallel (one [`Extractor`] per rayon worker), handing the results to
-/// `f` batch by batch in input order. While the workers map a batch, this
-/// thread hands the batch before it to `f` and reads the next one: `f` is
+/// `f` batch by batch in input order. While the workers read the next batch
+/// and map this one, this thread hands the batch before it to `f`: `f` is
 /// often sequential work, which would otherwise leave the workers idle, and
 /// it stays on the caller's thread (so its allocations stay in that
 /// thread's arena). Messages that cannot be read are reported on stderr and
@@ -99,10 +99,9 @@ pub(super) fn for_each_mapped<T: Send>(
                     );
                 });
             }
+            let (messages, failed, next) = (&mut messages, &mut failed, &mut next);
+            scope.spawn(move |_| *next = read_batch(messages, failed, budget));
             handled = previous.take().map_or(Ok(()), &mut *f);
-            if handled.is_ok() {
-                next = read_batch(&mut messages, &mut failed, budget);
-            }
         });
         handled?;
         previous = this;

@@ -610,6 +610,26 @@ impl Snapshot {
         })
     }
 
+    /// The header of the snapshot at `path`, read without the rest of the
+    /// file and without its checksum: `None` if it does not read. For a
+    /// writer that only needs to know which snapshot is in place (readers
+    /// check the whole file).
+    pub fn peek_header<H: DeserializeOwned>(path: &Path) -> Option<H> {
+        let mut file = open_regular(path).ok()?;
+        let mut preamble = [0u8; PREAMBLE];
+        file.read_exact(&mut preamble).ok()?;
+        if &preamble[..8] != MAGIC {
+            return None;
+        }
+        let len = usize::try_from(read_u64(&preamble, 16)?).ok()?;
+        if len > 16 << 20 {
+            return None;
+        }
+        let mut header = vec![0u8; len];
+        file.read_exact(&mut header).ok()?;
+        serde_json::from_slice(&header).ok()
+    }
+
     /// The file this snapshot was opened from.
     pub fn path(&self) -> &Path {
         &self.path

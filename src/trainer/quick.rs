@@ -13,10 +13,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Labelled, TrainSummary, WriterLock};
-use crate::classifier::Classifier;
+use crate::classifier::{Classifier, ModelHeader};
 use crate::db::{DbPaths, Error, Result};
 use crate::features::Features;
 use crate::model::{Delta, Digest, Label};
+use crate::store::Snapshot;
 use crate::store::journal::{self, Entry, Journal};
 use crate::store::registry::RegistryFile;
 
@@ -24,8 +25,6 @@ use crate::store::registry::RegistryFile;
 /// the writers' lock.
 struct State {
     _lock: WriterLock,
-    /// The model as readers see it.
-    model: Classifier,
     registry: RegistryFile,
     /// `None`: no journal for this snapshot yet.
     journal: Option<Journal>,
@@ -48,13 +47,9 @@ impl State {
             return Ok(None);
         };
         // The registry file must stand for the snapshot readers apply the
-        // journal to, or what is appended would be lost to them; the model
-        // as readers see it (snapshot + journal) is what a change is
-        // checked against.
-        let Ok(model) = Classifier::open(paths) else {
-            return Ok(None);
-        };
-        if model.snapshot_store() != Some(registry.base.clone()) {
+        // journal to, or what is appended would be lost to them.
+        let snapshot: Option<ModelHeader> = Snapshot::peek_header(&paths.snapshot());
+        if snapshot.and_then(|h| h.store) != Some(registry.base.clone()) {
             return Ok(None);
         }
         let journal = match Journal::read(&paths.journal())? {
@@ -65,7 +60,6 @@ impl State {
         };
         Ok(Some(State {
             _lock: lock,
-            model,
             registry,
             journal,
         }))
@@ -90,12 +84,25 @@ impl State {
     /// than the one learned (headers that the digest ignores, added since)
     /// would not: the full path then refuses it, where an entry in the
     /// journal would make the model unreadable.
-    fn applies(&self, delta: &Delta) -> bool {
-        if crate::store::apply_totals(&self.model.header().totals, delta).is_err() {
+    fn applies(&self, paths: &DbPaths, delta: &Delta) -> bool {
+        // Only a count that goes down can go negative: a plain learn needs
+        // no look at the model (a count of 2^32 messages is out of reach).
+        let lowers = |d: &[i64; 2]| d[0] < 0 || d[1] < 0;
+        if !lowers(&delta.messages) && !delta.tokens.values().any(lowers) {
+            return true;
+        }
+        // The model as readers see it: snapshot and journal.
+        let Ok(model) = Classifier::open(paths) else {
+            return false;
+        };
+        if model.snapshot_store() != Some(self.registry.base.clone()) {
+            return false;
+        }
+        if crate::store::apply_totals(&model.header().totals, delta).is_err() {
             return false;
         }
         delta.tokens.iter().all(|(token, &d)| {
-            let old = self.model.lookup(token).unwrap_or_default();
+            let old = model.lookup(token).unwrap_or_default();
             crate::store::apply_token(token, old, d).is_ok()
         })
     }
@@ -104,7 +111,7 @@ impl State {
     /// not apply to the model, does not fit the journal or would take it
     /// past `limit` bytes.
     fn append(&self, paths: &DbPaths, delta: &Delta, limit: u64) -> Result<bool> {
-        if !self.applies(delta) {
+        if !self.applies(paths, delta) {
             return Ok(false);
         }
         let from = self
