@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Labelled, TrainSummary, WriterLock};
-use crate::classifier::{Classifier, ModelHeader};
+use crate::classifier::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
 use crate::features::Features;
 use crate::model::{Delta, Digest, Label};
@@ -28,6 +28,8 @@ struct State {
     registry: RegistryFile,
     /// `None`: no journal for this snapshot yet.
     journal: Option<Journal>,
+    /// The sum of the journal's entries.
+    journal_delta: Option<Delta>,
 }
 
 impl State {
@@ -58,10 +60,12 @@ impl State {
             Some(j) if !j.is_clean() || j.version != journal::JOURNAL_VERSION => return Ok(None),
             other => other,
         };
+        let journal_delta = journal.as_ref().map(Journal::delta);
         Ok(Some(State {
             _lock: lock,
             registry,
             journal,
+            journal_delta,
         }))
     }
 
@@ -75,7 +79,7 @@ impl State {
 
     /// Messages per class now, before `delta`.
     fn messages(&self) -> [u64; 2] {
-        let d = self.journal.as_ref().map_or([0, 0], |j| j.delta().messages);
+        let d = self.journal_delta.as_ref().map_or([0, 0], |j| j.messages);
         [0, 1].map(|c| (self.registry.messages[c] as i64 + d[c]).max(0) as u64)
     }
 
@@ -91,18 +95,37 @@ impl State {
         if !lowers(&delta.messages) && !delta.tokens.values().any(lowers) {
             return true;
         }
-        // The model as readers see it: snapshot and journal.
-        let Ok(model) = Classifier::open(paths) else {
+        // The counts as readers see them, for this message's features
+        // only: the snapshot's, plus the journal's changes.
+        let Ok(snapshot) = Snapshot::open_unverified(&paths.snapshot()) else {
             return false;
         };
-        if model.snapshot_store() != Some(self.registry.base.clone()) {
+        let Ok(header) = snapshot.header::<ModelHeader>() else {
+            return false;
+        };
+        if header.store.as_ref() != Some(&self.registry.base) {
             return false;
         }
-        if crate::store::apply_totals(&model.header().totals, delta).is_err() {
+        let empty = Delta::default();
+        let journal = self.journal_delta.as_ref().unwrap_or(&empty);
+        let Ok(totals) = crate::store::apply_totals(&header.totals, journal) else {
+            return false;
+        };
+        if crate::store::apply_totals(&totals, delta).is_err() {
             return false;
         }
         delta.tokens.iter().all(|(token, &d)| {
-            let old = model.lookup(token).unwrap_or_default();
+            let stored = match crate::features::grams::parse(token) {
+                Some(b) => snapshot.gram(b),
+                None => snapshot.lookup(token),
+            };
+            let old = match journal.tokens.get(token) {
+                Some(&j) => match crate::store::apply_token(token, stored.unwrap_or_default(), j) {
+                    Ok(c) => c,
+                    Err(_) => return false,
+                },
+                None => stored.unwrap_or_default(),
+            };
             crate::store::apply_token(token, old, d).is_ok()
         })
     }
