@@ -457,7 +457,7 @@ fn journal_limit() -> u64 {
 }
 
 /// Brings the model up to date after `learn` or `unlearn` changed the
-/// counts (through the journal where it can: see [`Trainer::publish`]), if
+/// counts (see [`Trainer::publish`]), if
 /// both classes have messages; otherwise removes a model that no longer
 /// has both (a classifier with one class would call everything unsure) and
 /// says why there is none. Also repairs a model an earlier run left behind
@@ -479,16 +479,11 @@ fn rebuild(ctx: &Context, trainer: &mut Trainer) -> Result<Option<String>> {
         return Ok(Some(why));
     }
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    // This writer changed the count store or took the journal in: a new
-    // snapshot (and registry file) lets the next `learn` take the journal
-    // alone again.
-    let published = if ctx.db.registry().exists() {
-        trainer.publish(*params.get(), 0)?
-    } else {
-        trainer.compile(*params.get(), None)?;
-        bayesmail::trainer::Published::Folded
-    };
-    detail!("model: {published:?}");
+    let compiled = trainer.publish(*params.get())?;
+    detail!(
+        "model {}",
+        if compiled { "rewritten" } else { "up to date" }
+    );
     Ok(None)
 }
 

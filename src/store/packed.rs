@@ -81,35 +81,56 @@ pub fn encode(entries: &[Word]) -> Vec<u8> {
     out
 }
 
+/// Reads a shard's entries in order, rebuilding each token from the
+/// shared prefix. Each call to [`Entries::next_entry`] gives the token's
+/// bytes, its counts and day; `Some(None)` at the end; `None` if damaged.
+struct Entries<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    token: Vec<u8>,
+}
+
+impl<'a> Entries<'a> {
+    fn new(bytes: &'a [u8]) -> Entries<'a> {
+        Entries {
+            bytes,
+            at: 0,
+            token: Vec::new(),
+        }
+    }
+
+    fn next_entry(&mut self) -> Option<Option<(&[u8], TokenCounts, u32)>> {
+        let (bytes, at) = (self.bytes, &mut self.at);
+        if *at == bytes.len() {
+            return Some(None);
+        }
+        let shared = usize::try_from(get(bytes, at)?).ok()?;
+        let rest = usize::try_from(get(bytes, at)?).ok()?;
+        if shared > self.token.len() {
+            return None;
+        }
+        let end = at.checked_add(rest).filter(|&e| e <= bytes.len())?;
+        self.token.truncate(shared);
+        self.token.extend_from_slice(&bytes[*at..end]);
+        *at = end;
+        let ham = u32::try_from(get(bytes, at)?).ok()?;
+        let spam = u32::try_from(get(bytes, at)?).ok()?;
+        let day = u32::try_from(get(bytes, at)?).ok()?;
+        Some(Some((&self.token, TokenCounts { ham, spam }, day)))
+    }
+}
+
 /// Decodes a shard, checking everything [`encode`] promises: UTF-8 tokens
 /// in strictly increasing byte order, counts that fit and are not both
 /// zero. `None` if the value is damaged.
 pub fn decode(bytes: &[u8]) -> Option<Vec<Word>> {
     let mut out: Vec<Word> = Vec::new();
-    let mut at = 0;
-    let mut token: Vec<u8> = Vec::new();
-    while at < bytes.len() {
-        let shared = usize::try_from(get(bytes, &mut at)?).ok()?;
-        let rest = usize::try_from(get(bytes, &mut at)?).ok()?;
-        if shared > token.len() {
+    let mut entries = Entries::new(bytes);
+    while let Some((token, c, day)) = entries.next_entry()? {
+        if c.is_zero() || out.last().is_some_and(|(p, _, _)| p.as_bytes() >= token) {
             return None;
         }
-        let end = at.checked_add(rest).filter(|&e| e <= bytes.len())?;
-        token.truncate(shared);
-        token.extend_from_slice(&bytes[at..end]);
-        at = end;
-        let ham = u32::try_from(get(bytes, &mut at)?).ok()?;
-        let spam = u32::try_from(get(bytes, &mut at)?).ok()?;
-        let day = u32::try_from(get(bytes, &mut at)?).ok()?;
-        let c = TokenCounts { ham, spam };
-        if c.is_zero()
-            || out
-                .last()
-                .is_some_and(|(p, _, _)| p.as_bytes() >= &token[..])
-        {
-            return None;
-        }
-        out.push((String::from_utf8(token.clone()).ok()?, c, day));
+        out.push((String::from_utf8(token.to_vec()).ok()?, c, day));
     }
     Some(out)
 }
@@ -117,25 +138,11 @@ pub fn decode(bytes: &[u8]) -> Option<Vec<Word>> {
 /// The counts of `token` in an encoded shard, without building the others.
 /// `None` if the value is damaged.
 pub fn find(bytes: &[u8], token: &str) -> Option<TokenCounts> {
-    let want = token.as_bytes();
-    let mut at = 0;
-    let mut current: Vec<u8> = Vec::new();
-    while at < bytes.len() {
-        let shared = usize::try_from(get(bytes, &mut at)?).ok()?;
-        let rest = usize::try_from(get(bytes, &mut at)?).ok()?;
-        if shared > current.len() {
-            return None;
-        }
-        let end = at.checked_add(rest).filter(|&e| e <= bytes.len())?;
-        current.truncate(shared);
-        current.extend_from_slice(&bytes[at..end]);
-        at = end;
-        let ham = u32::try_from(get(bytes, &mut at)?).ok()?;
-        let spam = u32::try_from(get(bytes, &mut at)?).ok()?;
-        get(bytes, &mut at)?;
-        match current[..].cmp(want) {
+    let mut entries = Entries::new(bytes);
+    while let Some((current, c, _)) = entries.next_entry()? {
+        match current.cmp(token.as_bytes()) {
             std::cmp::Ordering::Less => {}
-            std::cmp::Ordering::Equal => return Some(TokenCounts { ham, spam }),
+            std::cmp::Ordering::Equal => return Some(c),
             std::cmp::Ordering::Greater => break,
         }
     }

@@ -63,22 +63,6 @@ pub struct TrainSummary {
     pub snapshot_written: bool,
 }
 
-/// How [`Trainer::publish`] made the model reflect the counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Published {
-    /// Nothing to do: snapshot and journal already reflect the counts.
-    Unchanged,
-    /// The change was appended to the journal.
-    Journaled,
-    /// A new snapshot was compiled (and the journal removed).
-    Folded,
-}
-
-/// Token changes past which a session stops keeping its delta for the
-/// journal: such a change would pass any sensible journal bound, so the
-/// session folds, and holding it would only cost memory.
-const MAX_SESSION_TOKENS: usize = 200_000;
-
 /// The write side: holds the sled store's lock for as long as it lives.
 pub struct Trainer {
     paths: DbPaths,
@@ -88,11 +72,6 @@ pub struct Trainer {
     /// Whether the registry file is gone (it must be before the store
     /// changes).
     registry_removed: bool,
-    /// The store's identity when this writer opened it.
-    opened: StoreIdentity,
-    /// Everything this writer applied to the store, while it stays small
-    /// enough for the journal; `None` once it is not.
-    applied: Option<Delta>,
     /// The snapshot's header (`None`: no snapshot, or one that does not
     /// read), read once: only this writer replaces the snapshot.
     header: Option<ModelHeader>,
@@ -176,9 +155,7 @@ impl Trainer {
             _lock: lock,
             registry_removed: false,
             paths: paths.clone(),
-            opened: store.identity()?,
             store,
-            applied: Some(Delta::default()),
             header,
             journal,
         };
@@ -196,17 +173,6 @@ impl Trainer {
         }
         self.store.apply(delta)?;
         Ok(())
-    }
-
-    /// Keeps `delta` (just applied to the store) for the journal.
-    fn record(&mut self, delta: Delta) {
-        if let Some(applied) = &mut self.applied {
-            if applied.tokens.len() + delta.tokens.len() > MAX_SESSION_TOKENS {
-                self.applied = None;
-            } else {
-                applied.merge(delta);
-            }
-        }
     }
 
     /// See [`Trainer::open`].
@@ -297,31 +263,20 @@ impl Trainer {
             if wanted.get(&m.digest) != Some(&Some(m.label)) || !seen.insert(m.digest) {
                 continue;
             }
-            match self.store.label_of(&m.digest)? {
-                Some(old) if old == m.label => {
-                    summary.unchanged += 1;
-                    continue;
-                }
-                Some(old) => {
-                    delta.add_message(&m.features, old, -1);
-                    summary.relearned += 1;
-                }
-                None => summary.learned += 1,
+            let now = self.store.label_of(&m.digest)?;
+            if !learn_into(&mut delta, &mut summary, m, now) {
+                continue;
             }
-            delta.add_message(&m.features, m.label, 1);
-            delta.registry.push((m.digest, Some(m.label)));
             in_chunk += 1;
             if in_chunk == CHUNK_MESSAGES {
                 let chunk = std::mem::take(&mut delta);
                 self.change_store(&chunk)?;
-                self.record(chunk);
                 in_chunk = 0;
                 progress(i + 1);
             }
         }
         if in_chunk > 0 {
             self.change_store(&delta)?;
-            self.record(delta);
         }
         progress(messages.len());
         self.store.flush()?;
@@ -346,72 +301,17 @@ impl Trainer {
     }
 
     /// Makes the model reflect the counts after `learn` or `unlearn`,
-    /// keeping its parameters and calibration: appends what this writer
-    /// changed to the journal, which costs in proportion to the change, or
-    /// compiles a new snapshot when the journal cannot take it: no snapshot
-    /// to apply it to, a model that was already behind the store, a journal
-    /// that would pass `limit` bytes, or the textbook combination (whose
-    /// per-view constants sum over the whole vocabulary). `params` are those
-    /// of a first snapshot.
-    pub fn publish(&mut self, params: Params, limit: u64) -> Result<Published> {
-        let now = self.store.identity()?;
-        let model = self.model_identity()?;
-        if model.as_ref() == Some(&now) {
-            return Ok(Published::Unchanged);
-        }
-        if self.can_journal(model.as_ref(), &now, limit)? {
-            return Ok(Published::Journaled);
+    /// keeping its parameters and calibration: compiles a new snapshot (and
+    /// registry file) unless snapshot and journal already stand for the
+    /// store and the registry file is there, so that the next `learn` can
+    /// take the journal alone. `params` are those of a first snapshot.
+    /// Returns whether it compiled.
+    pub fn publish(&mut self, params: Params) -> Result<bool> {
+        let up_to_date = self.model_identity()? == Some(self.store.identity()?);
+        if up_to_date && self.paths.registry().exists() {
+            return Ok(false);
         }
         self.compile(params, None)?;
-        Ok(Published::Folded)
-    }
-
-    /// Appends this writer's change to the journal if it may: see
-    /// [`Trainer::publish`].
-    fn can_journal(
-        &mut self,
-        model: Option<&StoreIdentity>,
-        now: &StoreIdentity,
-        limit: u64,
-    ) -> Result<bool> {
-        let (Some(header), Some(model), Some(applied)) = (&self.header, model, &self.applied)
-        else {
-            return Ok(false);
-        };
-        // The change must take the model exactly from where it stood when
-        // this writer opened the store to where the store is now.
-        if header.params.combine == Combine::Textbook || *model != self.opened {
-            return Ok(false);
-        }
-        let Some(base) = &header.store else {
-            return Ok(false);
-        };
-        let Some(entry) =
-            store::journal::Entry::from_delta(model.generation, now.generation, applied)
-        else {
-            return Ok(false);
-        };
-        let encoded = entry.encode().len() as u64;
-        let path = self.paths.journal();
-        match &mut self.journal {
-            Some(j) if &j.base == base => {
-                if !j.is_clean() || j.file_len + encoded > limit {
-                    return Ok(false);
-                }
-                store::journal::append(&path, &entry)?;
-                j.file_len += encoded;
-                j.valid_len += encoded;
-                j.entries.push(entry);
-            }
-            // None yet, or one left for an older snapshot.
-            _ => {
-                if encoded > limit {
-                    return Ok(false);
-                }
-                store::journal::start(&path, base, &entry)?;
-                self.journal = Journal::read(&path)?;
-            }
-        }
         Ok(true)
     }
 
@@ -423,7 +323,6 @@ impl Trainer {
         delta.add_message(features, label, -1);
         delta.registry.push((digest, None));
         self.change_store(&delta)?;
-        self.record(delta);
         self.store.flush()?;
         Ok(label)
     }
@@ -480,7 +379,7 @@ impl Trainer {
         }
         self.change_store(&delta)?;
         // Freed before sled writes its log: that is when its memory peaks.
-        self.record(delta);
+        drop(delta);
         release_freed_memory();
         self.store.flush()?;
         summary.totals = self.store.totals()?.messages;
@@ -499,7 +398,6 @@ impl Trainer {
         let removed = delta.tokens.len();
         if removed > 0 {
             self.change_store(&delta)?;
-            self.record(delta);
             self.store.flush()?;
         }
         Ok(removed)
@@ -553,8 +451,6 @@ impl Trainer {
         self.write_registry(&header)?;
         store::journal::remove(&self.paths.journal())?;
         self.journal = None;
-        self.opened = header.store.clone().unwrap_or_else(|| self.opened.clone());
-        self.applied = Some(Delta::default());
         self.header = Some(header);
         Ok(())
     }
@@ -871,6 +767,32 @@ impl Trainer {
         self.registry_removed = false;
         Ok(())
     }
+}
+
+/// Adds the change that learns `m` to `delta`, given the label it has now
+/// (`None`: not learned), and counts it in `summary`: nothing if it has
+/// that label already, a move if it has the other. Returns whether
+/// anything changed.
+pub(crate) fn learn_into(
+    delta: &mut Delta,
+    summary: &mut TrainSummary,
+    m: &Labelled,
+    now: Option<Label>,
+) -> bool {
+    match now {
+        Some(old) if old == m.label => {
+            summary.unchanged += 1;
+            return false;
+        }
+        Some(old) => {
+            delta.add_message(&m.features, old, -1);
+            summary.relearned += 1;
+        }
+        None => summary.learned += 1,
+    }
+    delta.add_message(&m.features, m.label, 1);
+    delta.registry.push((m.digest, Some(m.label)));
+    true
 }
 
 /// The writers' lock: an exclusive `flock` on `DB/lock`, held by one

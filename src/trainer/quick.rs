@@ -16,7 +16,7 @@ use super::{Labelled, TrainSummary, WriterLock};
 use crate::classifier::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
 use crate::features::Features;
-use crate::model::{Delta, Digest, Label};
+use crate::model::{Combine, Delta, Digest, Label};
 use crate::store::Snapshot;
 use crate::store::journal::{self, Entry, Journal};
 use crate::store::registry::RegistryFile;
@@ -50,8 +50,13 @@ impl State {
         };
         // The registry file must stand for the snapshot readers apply the
         // journal to, or what is appended would be lost to them.
-        let snapshot: Option<ModelHeader> = Snapshot::peek_header(&paths.snapshot());
-        if snapshot.and_then(|h| h.store) != Some(registry.base.clone()) {
+        // The textbook combination's per-view constants sum over the whole
+        // vocabulary: a change to it needs a new snapshot.
+        let Some(header) = Snapshot::peek_header::<ModelHeader>(&paths.snapshot()) else {
+            return Ok(None);
+        };
+        if header.store != Some(registry.base.clone()) || header.params.combine == Combine::Textbook
+        {
             return Ok(None);
         }
         let journal = match Journal::read(&paths.journal())? {
@@ -193,19 +198,7 @@ pub fn learn(
         if !seen.insert(m.digest) {
             continue;
         }
-        match state.label_of(&m.digest) {
-            Some(old) if old == m.label => {
-                summary.unchanged += 1;
-                continue;
-            }
-            Some(old) => {
-                delta.add_message(&m.features, old, -1);
-                summary.relearned += 1;
-            }
-            None => summary.learned += 1,
-        }
-        delta.add_message(&m.features, m.label, 1);
-        delta.registry.push((m.digest, Some(m.label)));
+        super::learn_into(&mut delta, &mut summary, m, state.label_of(&m.digest));
     }
     let before = state.messages();
     summary.totals = [0, 1].map(|c| (before[c] as i64 + delta.messages[c]) as u64);
