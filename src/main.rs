@@ -27,7 +27,7 @@ pub struct ClosedStreams {
 
 #[cfg(not(test))]
 #[unsafe(no_mangle)]
-extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
     // SAFETY: fcntl(F_GETFD) only reads a descriptor's flags; it fails with
     // EBADF on a closed one. signal() with SIG_IGN installs no handler code.
     let closed = |fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1;
@@ -57,7 +57,19 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
     }
     // A panic must not unwind out of a C function (that aborts): it ends
     // the process as Rust's own start-up would, with status 101.
-    let code = std::panic::catch_unwind(|| cli::main(streams)).unwrap_or(101);
+    // The arguments are taken from `argv` itself: only some C libraries
+    // (glibc) also hand them to Rust's `std::env::args` when Rust's own
+    // start-up does not run.
+    let args = (0..usize::try_from(argc).unwrap_or(0))
+        .map(|i| {
+            use std::os::unix::ffi::OsStrExt;
+            // SAFETY: the C runtime passes `argc` valid, NUL-terminated
+            // strings in `argv`, alive for the whole process.
+            let arg = unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) };
+            std::ffi::OsStr::from_bytes(arg.to_bytes()).to_owned()
+        })
+        .collect();
+    let code = std::panic::catch_unwind(|| cli::main(streams, args)).unwrap_or(101);
     // Rust's start-up would flush stdout at exit; nothing else does here.
     let _ = std::io::Write::flush(&mut std::io::stdout());
     libc::c_int::from(code)

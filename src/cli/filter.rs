@@ -191,9 +191,8 @@ pub(super) fn run_failed_open(streams: ClosedStreams, verdict_exit: bool, err: &
 /// `--verdict-exit`; `None` for any other command. Read from the raw
 /// arguments, for when clap could not parse them: the subcommand is the
 /// first argument that is not a global option or its value.
-pub(super) fn invocation() -> Option<bool> {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let mut i = 0;
+pub(super) fn invocation(args: &[std::ffi::OsString]) -> Option<bool> {
+    let mut i = 1;
     while let Some(arg) = args.get(i) {
         let arg = arg.to_string_lossy();
         if arg == "--db" || arg == "--config" {

@@ -689,8 +689,8 @@ fn progress_allowed() -> bool {
 }
 
 /// Runs the command line and returns the process exit code.
-pub fn main(streams: crate::ClosedStreams) -> u8 {
-    let cli = match Cli::try_parse() {
+pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 {
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         // The delivery hook must pass the message on even when its own
         // command line or environment is wrong: a mistake in a mail
@@ -699,12 +699,12 @@ pub fn main(streams: crate::ClosedStreams) -> u8 {
         // message: that message must come out, not the help in its place.
         Err(err)
             if !err.use_stderr()
-                && (filter::invocation().is_none()
+                && (filter::invocation(&args).is_none()
                     || std::io::IsTerminal::is_terminal(&std::io::stdin())) =>
         {
             err.exit()
         }
-        Err(err) => match filter::invocation() {
+        Err(err) => match filter::invocation(&args) {
             Some(verdict_exit) => return filter::run_failed_open(streams, verdict_exit, &err),
             None => err.exit(),
         },
