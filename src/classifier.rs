@@ -266,6 +266,14 @@ impl Classifier {
             .and_then(|h| h.store)
     }
 
+    /// Whether the counts read so far are the model file's as opened: an
+    /// error if the file was changed or cut short in place under this
+    /// reader (see [`Snapshot::intact`]). Check it before acting on a
+    /// judgment.
+    pub fn intact(&self) -> Result<()> {
+        Ok(self.snapshot.intact()?)
+    }
+
     /// The model header: the snapshot's, with the totals and the store
     /// generation the journal brings it to.
     pub fn header(&self) -> &ModelHeader {

@@ -31,6 +31,7 @@ pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
     let mut unparsed = 0;
     let score = scorer(&classifier, &decider);
     let result = for_each_mapped(&args.paths, &args.mailbox.options(), &score, &mut |batch| {
+        classifier.intact()?;
         for s in batch {
             let id = s.raw.id.to_string();
             match s.score {
@@ -58,6 +59,7 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     let judgment = classifier.judge(&features, &decider);
     let (score, verdict) = (judgment.score, judgment.verdict);
     let mut why = classifier.explain(&features);
+    classifier.intact()?;
     why.tokens.truncate(args.top);
     let stdout = io::stdout();
     let mut out = stdout.lock();

@@ -483,6 +483,10 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
         }
     };
     let judgment = classifier.judge(&features, &decider);
+    if let Err(err) = classifier.intact() {
+        warn(&err.to_string());
+        return Status::Unknown(Reason::ModelUnreadable);
+    }
     let (score, verdict) = (judgment.score, judgment.verdict);
     Status::Verdict {
         verdict,

@@ -148,6 +148,8 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
     let mut tally = Tally::default();
     let score = scorer(&classifier, &decider);
     let result = for_each_mapped(&args.paths, &opts, &score, &mut |batch| {
+        // Nothing judged with a model changed under us is printed or acted on.
+        classifier.intact()?;
         for s in batch {
             progress.inc(s.raw.bytes.len() as u64);
             if action.as_ref().is_some_and(|a| a.holds(&s.raw.id)) {

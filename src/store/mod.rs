@@ -22,6 +22,7 @@
 //! integers exactly and checks that they never go negative or overflow.
 
 pub mod journal;
+pub mod mapped;
 pub mod packed;
 pub mod registry;
 pub mod sled;

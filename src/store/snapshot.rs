@@ -63,6 +63,7 @@ use serde::de::DeserializeOwned;
 
 use std::borrow::Cow;
 
+use super::mapped::Mapped;
 use super::{Error, Result, Store};
 use crate::features::grams::{self, BUCKET_BITS};
 use crate::model::TokenCounts;
@@ -194,7 +195,10 @@ where
     let header = serde_json::to_vec(header)
         .map_err(|e| Error::Invalid(format!("snapshot header does not serialize: {e}")))?;
     let bytes = encode(&header, &tokens)?;
-    write_atomically(path, &bytes)
+    write_atomically(path, &bytes)?;
+    let sum = read_u64(&bytes, bytes.len() - 8).expect("a checksum ends every snapshot");
+    Checked::record(path, sum);
+    Ok(())
 }
 
 /// Writes a snapshot of every token in `store` (see [`write_snapshot`]).
@@ -286,6 +290,18 @@ fn key<K: AsRef<str>>(t: &(K, TokenCounts)) -> &[u8] {
 /// Distinguishes temporary files of concurrent writers in one process.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// A new temporary file name beside `path` (`.NAME.PID.N.tmp`), as
+/// [`remove_stale_temps`] knows them.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(
+        ".{}.{}.{}.tmp",
+        name,
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
 /// Writes `bytes` to `path` atomically (see the [module docs](self)). A new
 /// file is private to its owner (mode 0600); one that replaces a file takes
 /// that file's permissions, so a user who loosened them keeps theirs.
@@ -297,14 +313,8 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let name = name.to_string_lossy();
-    remove_stale_temps(dir, &name);
-    let tmp = dir.join(format!(
-        ".{}.{}.{}.tmp",
-        name,
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    remove_stale_temps(dir, &name.to_string_lossy());
+    let tmp = temp_path(path);
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| Error::Io { path, source }
@@ -447,13 +457,19 @@ fn checksum_v2(bytes: &[u8]) -> u64 {
     finish(step(h, bytes.len() as u64))
 }
 
-/// A compiled model read into memory: header and token counts. Opening
-/// reads and checks the whole file; lookups are hash-table probes that
-/// allocate nothing.
+/// A compiled model opened for reading: header and token counts. Opening
+/// maps the file (or reads it, where it cannot be mapped) and checks it;
+/// lookups are hash-table probes that allocate nothing.
 pub struct Snapshot {
     path: PathBuf,
-    /// The whole file (anonymous memory: see [`Buffer`]).
-    bytes: Buffer,
+    /// The whole file.
+    bytes: Bytes,
+    /// The open file and what it was when opened, to tell whether it changed
+    /// under a mapping ([`Snapshot::intact`]); `None` when read into memory.
+    opened: Option<(File, FileStamp)>,
+    /// Whether opening checked the checksum over every byte (rather than
+    /// finding the file as its writer checked it: see [`Snapshot::open`]).
+    checked_whole: bool,
     header: Range<usize>,
     n: usize,
     /// Start of the offset table.
@@ -487,11 +503,20 @@ impl std::fmt::Debug for Snapshot {
 }
 
 impl Snapshot {
-    /// Reads the snapshot at `path` into memory and checks it: magic,
-    /// versions, the checksum over every byte, and that its tables fit the
-    /// file exactly. Anything but a regular file (a FIFO, a device, a
-    /// directory) is refused without reading from it, so a FIFO put there
-    /// cannot block the caller.
+    /// Opens the snapshot at `path` and checks it: magic, versions, that
+    /// its tables fit the file exactly, and the checksum over every byte,
+    /// unless the file is still exactly the one its writer checked after
+    /// writing it (same file, size and modification and change times as
+    /// recorded in the file beside it, see [`write_snapshot`]): a file
+    /// changed in place since then has a new change time and is checked
+    /// whole. Anything but a regular file (a FIFO, a device, a directory)
+    /// is refused without reading from it, so a FIFO put there cannot block
+    /// the caller.
+    ///
+    /// The file is mapped, so a lookup reads only the pages it needs. A
+    /// file changed or cut short in place while it is mapped gives wrong
+    /// counts (zeros past a cut), never a crash, and [`Snapshot::intact`]
+    /// says so: check it after using the counts.
     pub fn open(path: &Path) -> Result<Snapshot> {
         Snapshot::read(path, true)
     }
@@ -514,26 +539,30 @@ impl Snapshot {
             reason,
         };
         let file = open_regular(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let meta = file.metadata().map_err(io)?;
+        let len = meta.len();
         if len < MIN_LEN as u64 {
             return Err(corrupt(format!("too short for a model file ({len} bytes)")));
         }
-        // Read, not mapped: a mapped file that someone truncates in place
-        // kills the reader with SIGBUS, and the checksum below touches every
-        // byte anyway, which takes away most of what mapping saves.
         let len = usize::try_from(len).map_err(|_| io(io::ErrorKind::OutOfMemory.into()))?;
-        let mut bytes = Buffer::new(len).map_err(io)?;
-        let changed = || corrupt("changed size while being read".into());
-        (&file).read_exact(&mut bytes[..]).map_err(|e| {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                changed()
-            } else {
-                io(e)
+        let (bytes, opened) = match Mapped::new(&file, len) {
+            Some(map) => (Bytes::Mapped(map), Some((file, FileStamp::of(&meta)))),
+            None => {
+                let mut bytes = Buffer::new(len).map_err(io)?;
+                let changed = || corrupt("changed size while being read".into());
+                (&file).read_exact(&mut bytes[..]).map_err(|e| {
+                    if e.kind() == io::ErrorKind::UnexpectedEof {
+                        changed()
+                    } else {
+                        io(e)
+                    }
+                })?;
+                if (&file).read(&mut [0u8; 1]).map_err(io)? != 0 {
+                    return Err(changed());
+                }
+                (Bytes::Read(bytes), None)
             }
-        })?;
-        if (&file).read(&mut [0u8; 1]).map_err(io)? != 0 {
-            return Err(changed());
-        }
+        };
         if &bytes[..8] != MAGIC {
             return Err(corrupt("not a bayesmail model file (bad magic)".into()));
         }
@@ -602,11 +631,15 @@ impl Snapshot {
         // would shift verdicts without a word.
         let (body, stored) = bytes.split_at(bytes.len() - 8);
         let stored = u64::from_le_bytes(stored.try_into().expect("8 bytes"));
-        if verify && checksum_of(format, body) != stored {
+        let checked_whole =
+            verify && !Checked::read(path).is_some_and(|c| c.vouches(&meta, stored));
+        if checked_whole && checksum_of(format, body) != stored {
             return Err(corrupt("checksum mismatch (the file is damaged)".into()));
         }
-        Ok(Snapshot {
+        let snapshot = Snapshot {
             path: path.to_owned(),
+            opened,
+            checked_whole,
             header: PREAMBLE..header_end,
             n,
             offsets,
@@ -619,7 +652,32 @@ impl Snapshot {
             b,
             g,
             bytes,
-        })
+        };
+        // A cut under the mapping while the checks above read it.
+        snapshot.intact()?;
+        Ok(snapshot)
+    }
+
+    /// Whether what was read from the snapshot so far is what the file held
+    /// when it was opened: an error if the file was changed or cut short in
+    /// place under its mapping since (writers never do that: they replace
+    /// the file whole, which leaves open readers their file). Check it
+    /// after the counts are used, before acting on them.
+    pub fn intact(&self) -> Result<()> {
+        let Some((file, stamp)) = &self.opened else {
+            return Ok(());
+        };
+        let cut = matches!(&self.bytes, Bytes::Mapped(m) if !m.intact());
+        if cut || file.metadata().ok().map(|m| FileStamp::of(&m)).as_ref() != Some(stamp) {
+            return Err(self.corrupt("changed in place while being read".into()));
+        }
+        Ok(())
+    }
+
+    /// Whether opening checked the checksum over every byte: false when the
+    /// file was found exactly as its writer checked it.
+    pub fn checked_whole(&self) -> bool {
+        self.checked_whole
     }
 
     /// The header of the snapshot at `path`, read without the rest of the
@@ -830,6 +888,230 @@ impl Snapshot {
         }
     }
 }
+
+/// The bytes of an open snapshot: the file mapped, or read into memory
+/// where it cannot be mapped.
+enum Bytes {
+    Mapped(Mapped),
+    Read(Buffer),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Read(b) => b,
+        }
+    }
+}
+
+/// What tells one state of a file from another: which file it is, its size,
+/// and its modification and change times. A write, a truncation, a change
+/// of mode or owner, a rename onto it: each sets a new change time, which no
+/// user can set back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    device: u64,
+    inode: u64,
+    size: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+}
+
+impl FileStamp {
+    fn of(meta: &fs::Metadata) -> FileStamp {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            FileStamp {
+                device: meta.dev(),
+                inode: meta.ino(),
+                size: meta.size(),
+                modified: (meta.mtime(), meta.mtime_nsec()),
+                changed: (meta.ctime(), meta.ctime_nsec()),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let since = |t: io::Result<std::time::SystemTime>| {
+                t.ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or((0, 0), |d| {
+                        (d.as_secs() as i64, i64::from(d.subsec_nanos()))
+                    })
+            };
+            FileStamp {
+                device: 0,
+                inode: 0,
+                size: meta.len(),
+                modified: since(meta.modified()),
+                changed: since(meta.modified()),
+            }
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        for v in [self.device, self.inode, self.size] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [
+            self.modified.0,
+            self.modified.1,
+            self.changed.0,
+            self.changed.1,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+/// The record a writer leaves beside a snapshot it wrote (`NAME.checked`
+/// for `NAME`): the file's [`FileStamp`] and checksum, taken after the
+/// writer read the file back and found the checksum right at a moment when
+/// the file system already gave later changes a later change time. A reader
+/// that finds the file with that stamp and checksum knows every byte is as
+/// checked and skips its own check of the whole file; a file changed in
+/// place since has another change time and is checked whole. A missing,
+/// damaged or stale record only costs readers that check.
+struct Checked {
+    stamp: FileStamp,
+    checksum: u64,
+}
+
+/// First bytes of a [`Checked`] record, and its length.
+const CHECKED_MAGIC: &[u8; 8] = b"BAYESCHK";
+const CHECKED_LEN: usize = 8 + 7 * 8 + 8 + 8;
+
+impl Checked {
+    /// Where the record for the snapshot at `path` lives.
+    fn path(path: &Path) -> Option<PathBuf> {
+        let mut name = path.file_name()?.to_owned();
+        name.push(".checked");
+        Some(path.with_file_name(name))
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(CHECKED_LEN);
+        out.extend_from_slice(CHECKED_MAGIC);
+        self.stamp.encode(&mut out);
+        out.extend_from_slice(&self.checksum.to_le_bytes());
+        let sum = checksum(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// The record for the snapshot at `path`, if there is a sound one.
+    fn read(path: &Path) -> Option<Checked> {
+        let mut file = open_regular(&Checked::path(path)?).ok()?;
+        let mut bytes = [0u8; CHECKED_LEN + 1];
+        let mut len = 0;
+        while len < bytes.len() {
+            match file.read(&mut bytes[len..]) {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        let bytes = &bytes[..len];
+        if len != CHECKED_LEN
+            || &bytes[..8] != CHECKED_MAGIC
+            || read_u64(bytes, CHECKED_LEN - 8)? != checksum(&bytes[..CHECKED_LEN - 8])
+        {
+            return None;
+        }
+        let u = |i: usize| read_u64(bytes, 8 + 8 * i);
+        let i = |i: usize| u(i).map(|v| v as i64);
+        Some(Checked {
+            stamp: FileStamp {
+                device: u(0)?,
+                inode: u(1)?,
+                size: u(2)?,
+                modified: (i(3)?, i(4)?),
+                changed: (i(5)?, i(6)?),
+            },
+            checksum: u(7)?,
+        })
+    }
+
+    /// Whether this record vouches for a file now described by `meta`
+    /// whose stored checksum is `checksum`.
+    fn vouches(&self, meta: &fs::Metadata, checksum: u64) -> bool {
+        self.checksum == checksum && self.stamp == FileStamp::of(meta)
+    }
+
+    /// Checks the snapshot just written to `path` (with checksum `sum`) and
+    /// leaves the record that vouches for it. Best effort: where it cannot
+    /// be done (a file system whose times do not move on within a moment,
+    /// say), no record is left and readers check the whole file.
+    fn record(path: &Path, sum: u64) {
+        let Some(target) = Checked::path(path) else {
+            return;
+        };
+        let Ok(meta) = fs::metadata(path) else {
+            return;
+        };
+        let before = FileStamp::of(&meta);
+        let _ = fs::remove_file(&target);
+        let tmp = temp_path(&target);
+        let recorded = (|| -> io::Result<bool> {
+            let mut options = OpenOptions::new();
+            options.write(true).create_new(true);
+            let mut probe = options.open(&tmp)?;
+            // Readable by whoever may read the model.
+            probe.set_permissions(meta.permissions())?;
+            // Wait until the file system gives a change a later change time
+            // than the snapshot's (its times are coarse: a change within
+            // the same tick would keep it); setting the mode again is a
+            // change. The file system's own clock decides, so a server's
+            // clock that differs from ours cannot fool this.
+            let mut later = false;
+            for _ in 0..RECORD_WAIT_MS {
+                probe.set_permissions(meta.permissions())?;
+                if FileStamp::of(&probe.metadata()?).changed > before.changed {
+                    later = true;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            if !later {
+                return Ok(false);
+            }
+            // From now on any change to the snapshot gets a new change
+            // time; what it holds now is checked.
+            let file = open_regular(path)?;
+            let mut bytes = Vec::with_capacity(meta.len() as usize);
+            (&file).read_to_end(&mut bytes)?;
+            let whole = bytes.len() >= 8
+                && read_u64(&bytes, bytes.len() - 8) == Some(sum)
+                && checksum(&bytes[..bytes.len() - 8]) == sum
+                && FileStamp::of(&file.metadata()?) == before;
+            if !whole {
+                return Ok(false);
+            }
+            probe.write_all(
+                &Checked {
+                    stamp: before,
+                    checksum: sum,
+                }
+                .encode(),
+            )?;
+            drop(probe);
+            // Not synced: a record lost in a crash only costs a check.
+            fs::rename(&tmp, &target)?;
+            Ok(true)
+        })();
+        if !matches!(recorded, Ok(true)) {
+            let _ = fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// How long [`Checked::record`] waits, at most, for the file system's
+/// change times to move on (milliseconds): far more than the coarsest
+/// tick of a local file system.
+const RECORD_WAIT_MS: usize = 100;
 
 /// Memory for a whole model file: an anonymous mapping, populated in one
 /// call, which costs less than taking a page fault for each page of a heap
@@ -1081,8 +1363,13 @@ mod tests {
             snap.header::<Vec<u32>>().is_err(),
             "a header of another shape is an error"
         );
-        // No temporary file is left behind.
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        // No temporary file is left behind: the model and its check record.
+        let mut names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["model.bin", "model.bin.checked"]);
     }
 
     #[test]
@@ -1480,24 +1767,58 @@ mod tests {
     }
 
     /// Someone truncates and rewrites the file in place (`cp other
-    /// model.bin`) while a reader has it open: the reader keeps what it
-    /// read. (A mapped file would kill it with SIGBUS on the next lookup.)
+    /// model.bin`) while a reader has it mapped: every read past the cut
+    /// would kill the reader with SIGBUS; it reads zeros instead, goes on,
+    /// and is told that what it read cannot be trusted.
     #[test]
-    fn a_file_rewritten_in_place_cannot_reach_an_open_reader() {
+    fn a_file_cut_short_under_a_mapped_reader_is_reported_not_a_crash() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.bin");
         write_snapshot(&path, &header(), sample()).unwrap();
         let reader = Snapshot::open(&path).unwrap();
+        reader.intact().unwrap();
         let file = OpenOptions::new().write(true).open(&path).unwrap();
         file.set_len(0).unwrap();
         (&file).write_all(b"BAYESMDL half a model").unwrap();
         drop(file);
-        for (token, counts) in sample() {
-            assert_eq!(reader.lookup(&token), Some(counts), "{token}");
+        exercise(&reader);
+        let _ = reader.verify();
+        if cfg!(target_os = "linux") {
+            assert!(matches!(reader.bytes, Bytes::Mapped(_)));
         }
-        assert_eq!(reader.header::<Header>().unwrap(), header());
-        reader.verify().unwrap();
+        assert!(matches!(reader.intact(), Err(Error::Corrupt { .. })));
         assert!(matches!(Snapshot::open(&path), Err(Error::Corrupt { .. })));
+    }
+
+    /// The record a writer leaves spares readers the checksum over the
+    /// whole file only while the file is exactly as written: one byte
+    /// changed in place, size kept, and the next reader checks the whole
+    /// file and refuses it.
+    #[cfg(unix)]
+    #[test]
+    fn a_model_changed_in_place_after_its_writer_checked_it_is_checked_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        write_snapshot(&path, &header(), sample()).unwrap();
+        let snap = Snapshot::open(&path).unwrap();
+        if cfg!(target_os = "linux") {
+            assert!(!snap.checked_whole(), "the writer's record vouches for it");
+        }
+        // A count in the middle of the file: the layout stays valid.
+        let at = snap.counts + 4;
+        drop(snap);
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        std::os::unix::fs::FileExt::write_at(&file, &[0x55], at as u64).unwrap();
+        drop(file);
+        let err = Snapshot::open(&path).unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupt { reason, .. } if reason.contains("checksum")),
+            "{err:?}"
+        );
+        // Without the record, every open checks the whole file.
+        write_snapshot(&path, &header(), sample()).unwrap();
+        fs::remove_file(dir.path().join("model.bin.checked")).unwrap();
+        assert!(Snapshot::open(&path).unwrap().checked_whole());
     }
 
     /// A FIFO (or a directory) at the model's path is refused at once: opening
