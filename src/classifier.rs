@@ -10,8 +10,8 @@
 //! [`Classifier`] reads only the snapshot and its journal (the changes
 //! `learn` and `unlearn` made since the snapshot was compiled), never the
 //! count store, so classification never waits for or blocks a training run;
-//! opening it costs one read of each file and a check of the snapshot's
-//! checksum, so a damaged model is refused.
+//! opening it maps the snapshot, reads the journal, and checks both (see
+//! [`Snapshot::open`]), so a damaged model is refused.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -272,6 +272,12 @@ impl Classifier {
     /// judgment.
     pub fn intact(&self) -> Result<()> {
         Ok(self.snapshot.intact()?)
+    }
+
+    /// Checks the model file's checksum over every byte, whatever opening
+    /// skipped (see [`Snapshot::check_every_byte`]).
+    pub fn check_every_byte(&self) -> Result<()> {
+        Ok(self.snapshot.check_every_byte()?)
     }
 
     /// The model header: the snapshot's, with the totals and the store

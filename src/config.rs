@@ -19,7 +19,7 @@
 //! meta_clip = 3.0
 //!
 //! [decision]
-//! costs = "10:1:0.1"              # FP:FN[:UNSURE]
+//! costs = "20:1:0.5"              # FP:FN[:UNSURE]
 //! min_known = 5                   # fewer known tokens than this: unsure
 //! min_per_class = 10              # fewer messages of a class learned: unsure
 //!

@@ -194,6 +194,9 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
         weights: std::collections::BTreeMap<&'static str, f64>,
     }
     let classifier = ctx.classifier()?;
+    // The one reader that always checks every byte of the model: where
+    // damage on the storage itself shows.
+    classifier.check_every_byte()?;
     warn_if_not_private(ctx.db.dir());
     let h = classifier.header();
     let s = Stats {

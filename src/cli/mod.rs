@@ -309,7 +309,7 @@ impl ModelArgs {
 #[derive(Args, Debug, Clone, Default)]
 struct DecisionArgs {
     /// Costs FP:FN[:UNSURE]: a ham judged spam, a spam judged ham, and an
-    /// unsure verdict (omit the third for no unsure band). Default 10:1:0.1.
+    /// unsure verdict (omit the third for no unsure band). Default 20:1:0.5.
     #[arg(long, value_parser = parse_costs, value_name = "FP:FN[:U]")]
     costs: Option<Costs>,
     /// Messages with fewer known tokens than this are judged unsure

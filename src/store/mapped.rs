@@ -42,12 +42,17 @@ impl Mapped {
             }
             guard::install()?;
             let slot = guard::claim()?;
-            // SAFETY: the mapping is private and read-only. What another
-            // process does to the file can still change or cut short what
-            // we see: every read of it is bounds-checked, a page cut off is
-            // replaced with zeros by the guard, and readers check the
-            // contents they rely on (see `Snapshot`).
-            let map = unsafe { memmap2::MmapOptions::new().len(len).map(file) };
+            // SAFETY: the mapping is read-only (shared: it sees the file's
+            // page cache). What another process does to the file can still
+            // change or cut short what we see: every read of it is
+            // bounds-checked, pages cut off are replaced with zeros by the
+            // guard, and readers check that the file was left alone before
+            // acting on what they read (see `Snapshot::intact`).
+            // Populated: the page tables for the whole file are filled in
+            // one call, which costs less than the page faults of the
+            // lookups of even one message (the hash table spreads them over
+            // the whole file).
+            let map = unsafe { memmap2::MmapOptions::new().len(len).populate().map(file) };
             let Ok(map) = map else {
                 guard::release(slot);
                 return None;
@@ -98,11 +103,12 @@ impl Drop for Mapped {
     fn drop(&mut self) {
         #[cfg(target_os = "linux")]
         {
-            // Unmapped before the slot is given up: a fault in this range
-            // while it is still mapped must find its slot.
+            // The slot is given up first: no read of this mapping can be
+            // under way (`self` is borrowed mutably), and a new mapping at
+            // the same address must not find this slot.
+            guard::release(self.slot);
             // SAFETY: `map` is not used again.
             unsafe { std::mem::ManuallyDrop::drop(&mut self.map) };
-            guard::release(self.slot);
         }
     }
 }
@@ -168,7 +174,7 @@ mod guard {
             let _ = PREVIOUS.set(Previous { action, page });
             let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
             ours.sa_sigaction = on_sigbus as *const () as usize;
-            ours.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            ours.sa_flags = libc::SA_SIGINFO;
             // SAFETY: as above.
             unsafe { libc::sigaction(libc::SIGBUS, &ours, std::ptr::null_mut()) == 0 }
         });
@@ -222,8 +228,11 @@ mod guard {
             return;
         };
         // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO.
-        let addr = unsafe { (*info).si_addr() } as usize;
-        for s in &TABLE {
+        let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+        // Only a fault raised by the kernel (si_code > 0) is a read past a
+        // cut; a SIGBUS another process sent goes to the previous action.
+        let fault = code > 0;
+        for s in TABLE.iter().filter(|_| fault) {
             let start = s.start.load(Ordering::Acquire);
             if start == 0
                 || start == CLAIMED
@@ -232,13 +241,18 @@ mod guard {
             {
                 continue;
             }
+            // Everything from the faulting page to the end of the mapping
+            // is past the cut (a file is cut from its end): one mapping of
+            // zeros for all of it, so a reader going on faults no more.
             let page = addr & !(previous.page - 1);
-            // SAFETY: replaces one page of our own read-only mapping with a
-            // page of zeros; the mapping stays ours until `Mapped` drops it.
+            let end = s.end.load(Ordering::Relaxed);
+            let len = (end - page).next_multiple_of(previous.page);
+            // SAFETY: replaces the rest of our own read-only mapping with
+            // zeros; the range stays ours until `Mapped` unmaps it whole.
             let zeros = unsafe {
                 libc::mmap(
                     page as *mut libc::c_void,
-                    previous.page,
+                    len,
                     libc::PROT_READ,
                     libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
                     -1,
@@ -251,11 +265,16 @@ mod guard {
             }
             break;
         }
-        // Not ours (or the page could not be replaced): the previous action
-        // takes the fault when the read is tried again.
-        // SAFETY: restores the action that was in place before ours.
+        // Not ours (or the pages could not be replaced): the previous
+        // action takes it, a fault when the read is tried again, a signal
+        // sent by another process when it is raised again.
+        // SAFETY: restores the action that was in place before ours, and
+        // raises a signal; both async-signal-safe.
         unsafe {
             libc::sigaction(signal, &previous.action, std::ptr::null_mut());
+            if !fault {
+                libc::raise(signal);
+            }
         }
     }
 }

@@ -9,12 +9,18 @@
 //! sees the old file or the new one, never a mix. Temporary files left by a
 //! writer that was killed are removed by the next write.
 //!
-//! [`Snapshot::open`] reads the whole file into memory (one read; nothing
-//! done to the file afterwards can reach a reader) and refuses it unless it
-//! is a regular file of exactly the right length whose checksum matches, so
-//! a damaged model is an error, never a quiet shift in verdicts.
-//! [`Snapshot::verify`] checks the rest (order, UTF-8, the hash table, the
-//! bucket table).
+//! [`Snapshot::open`] maps the file (reads it where it cannot) and refuses
+//! it unless it is a regular file of exactly the right length whose
+//! checksum matches, so a damaged model is an error, never a quiet shift in
+//! verdicts. The checksum over every byte is skipped when the file is
+//! still exactly as its writer read it back and checked (a record beside
+//! it, `NAME.checked`); a change through the file system since sets a new
+//! change time and brings the check back. A flip on the storage itself
+//! sets none: [`Snapshot::check_every_byte`] checks regardless.
+//! [`Snapshot::intact`] tells a reader whether the file was cut short or
+//! written in place under its mapping (reads past a cut see zeros, not
+//! `SIGBUS`: [`super::mapped`]). [`Snapshot::verify`] checks the rest
+//! (order, UTF-8, the hash table, the bucket table).
 //! Word tokens are looked up through an open-addressing hash table (one or
 //! two probes, a few cache lines per token, where a binary search over a
 //! large vocabulary takes a score of dependent cache misses). The byte
@@ -24,7 +30,7 @@
 //! lookup, and 8 bytes per bucket where a keyed entry took about 26.
 //! Lookups bounds-check every access and probe at most the whole table, so
 //! even a file that passes `open` but not `verify` gives wrong answers at
-//! worst, never a panic or a hang.
+//! worst, never a hang.
 //!
 //! # Layout
 //! All integers little-endian. `n` is the number of word tokens (every
@@ -631,8 +637,12 @@ impl Snapshot {
         // would shift verdicts without a word.
         let (body, stored) = bytes.split_at(bytes.len() - 8);
         let stored = u64::from_le_bytes(stored.try_into().expect("8 bytes"));
-        let checked_whole =
-            verify && !Checked::read(path).is_some_and(|c| c.vouches(&meta, stored));
+        // A file read into memory is always checked: a change in place
+        // while it was read would mix two files' bytes, which only the
+        // checksum can tell (a mapping is checked by `intact`).
+        let vouched =
+            opened.is_some() && Checked::read(path).is_some_and(|c| c.vouches(&meta, stored));
+        let checked_whole = verify && !vouched;
         if checked_whole && checksum_of(format, body) != stored {
             return Err(corrupt("checksum mismatch (the file is damaged)".into()));
         }
@@ -659,19 +669,36 @@ impl Snapshot {
     }
 
     /// Whether what was read from the snapshot so far is what the file held
-    /// when it was opened: an error if the file was changed or cut short in
-    /// place under its mapping since (writers never do that: they replace
-    /// the file whole, which leaves open readers their file). Check it
-    /// after the counts are used, before acting on them.
+    /// when it was opened: an error if the file was cut short under its
+    /// mapping, or written in place since (a new size or modification
+    /// time; writers never do that: they replace the file whole, which
+    /// leaves open readers their file). Check it after the counts are
+    /// used, before acting on them.
     pub fn intact(&self) -> Result<()> {
         let Some((file, stamp)) = &self.opened else {
             return Ok(());
         };
         let cut = matches!(&self.bytes, Bytes::Mapped(m) if !m.intact());
-        if cut || file.metadata().ok().map(|m| FileStamp::of(&m)).as_ref() != Some(stamp) {
+        // Not the change time: replacing the file by a rename over it (what
+        // writers do), a new mode or link set it without touching a byte.
+        let written = |s: &FileStamp| (s.device, s.inode, s.size, s.modified);
+        let now = file.metadata().ok().map(|m| written(&FileStamp::of(&m)));
+        if cut || now != Some(written(stamp)) {
             return Err(self.corrupt("changed in place while being read".into()));
         }
         Ok(())
+    }
+
+    /// Checks the checksum over every byte, whatever opening did: what
+    /// the record beside a file cannot vouch for is the storage under it
+    /// (a bit that flips on the disk sets no change time).
+    pub fn check_every_byte(&self) -> Result<()> {
+        let (body, stored) = self.bytes.split_at(self.bytes.len() - 8);
+        let stored = u64::from_le_bytes(stored.try_into().expect("8 bytes"));
+        if checksum_of(self.version, body) != stored {
+            return Err(self.corrupt("checksum mismatch (the file is damaged)".into()));
+        }
+        self.intact()
     }
 
     /// Whether opening checked the checksum over every byte: false when the
@@ -1046,9 +1073,16 @@ impl Checked {
     /// be done (a file system whose times do not move on within a moment,
     /// say), no record is left and readers check the whole file.
     fn record(path: &Path, sum: u64) {
+        // Elsewhere there is no change time that no one can set back.
+        if !cfg!(unix) {
+            return;
+        }
         let Some(target) = Checked::path(path) else {
             return;
         };
+        if let (Some(dir), Some(name)) = (target.parent(), target.file_name()) {
+            remove_stale_temps(dir, &name.to_string_lossy());
+        }
         let Ok(meta) = fs::metadata(path) else {
             return;
         };
@@ -1443,6 +1477,9 @@ mod tests {
         write_snapshot(&path, "old", [("t", old)]).unwrap();
         let reader = Snapshot::open(&path).unwrap();
         write_snapshot(&path, "new", [("t", new), ("u", new)]).unwrap();
+        // The rename over it gave the old file a new change time, which is
+        // not a change of its bytes.
+        reader.intact().unwrap();
         assert_eq!(reader.lookup("t"), Some(old));
         assert_eq!(reader.header::<String>().unwrap(), "old");
         reader.verify().unwrap();
@@ -1815,6 +1852,22 @@ mod tests {
             matches!(&err, Error::Corrupt { reason, .. } if reason.contains("checksum")),
             "{err:?}"
         );
+        // A flip on the storage sets no change time: a record can vouch for
+        // a damaged file, which only a check of every byte finds.
+        write_snapshot(&path, &header(), sample()).unwrap();
+        let good = Checked::read(&path).unwrap();
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[at] ^= 0x55;
+        fs::write(&path, &bytes).unwrap();
+        let stamp = FileStamp::of(&fs::metadata(&path).unwrap());
+        let forged = Checked { stamp, ..good };
+        fs::write(Checked::path(&path).unwrap(), forged.encode()).unwrap();
+        let rotten = Snapshot::open(&path).unwrap();
+        assert!(!rotten.checked_whole());
+        assert!(matches!(
+            rotten.check_every_byte(),
+            Err(Error::Corrupt { .. })
+        ));
         // Without the record, every open checks the whole file.
         write_snapshot(&path, &header(), sample()).unwrap();
         fs::remove_file(dir.path().join("model.bin.checked")).unwrap();

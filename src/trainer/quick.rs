@@ -132,7 +132,7 @@ impl State {
                 None => stored.unwrap_or_default(),
             };
             crate::store::apply_token(token, old, d).is_ok()
-        })
+        }) && snapshot.intact().is_ok()
     }
 
     /// Appends `delta` as one entry; `false` (nothing written) if it does
