@@ -334,7 +334,12 @@ impl Trainer {
     /// under the other, else counted for calibration and, unless the
     /// registry already has it under this label, for the store. `source`
     /// names where it came from (for a conflict).
-    pub fn add_to_run(&self, run: &mut Run, m: &Labelled, source: &str) -> Result<()> {
+    pub fn add_to_run(
+        &self,
+        run: &mut Run,
+        m: &Labelled,
+        source: impl std::fmt::Display,
+    ) -> Result<()> {
         match run.labels.get(&m.digest) {
             Some(&l) if l == m.label => {
                 run.summary.duplicates += 1;
@@ -342,7 +347,7 @@ impl Trainer {
             }
             Some(_) => {
                 run.summary.conflicting += 1;
-                run.conflicts.push(source.to_owned());
+                run.conflicts.push(source.to_string());
                 return Ok(());
             }
             None => {}
