@@ -545,6 +545,64 @@ impl std::hash::Hasher for FastHasher {
     }
 }
 
+/// Bytes of a feature name kept in the table's slot itself.
+const INLINE_NAME: usize = 22;
+
+/// A feature name as a run's table keeps it: a short one (most are) in
+/// the slot itself, so that finding a name compares it without reading
+/// memory elsewhere; a long one on the heap.
+enum Name {
+    Inline { len: u8, bytes: [u8; INLINE_NAME] },
+    Heap(Box<str>),
+}
+
+impl Name {
+    fn new(name: &str) -> Name {
+        if name.len() <= INLINE_NAME {
+            let mut bytes = [0; INLINE_NAME];
+            bytes[..name.len()].copy_from_slice(name.as_bytes());
+            Name::Inline {
+                len: name.len() as u8,
+                bytes,
+            }
+        } else {
+            Name::Heap(name.into())
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // SAFETY: the bytes were copied whole from a `str` (`new`).
+            Name::Inline { len, bytes } => unsafe {
+                std::str::from_utf8_unchecked(&bytes[..usize::from(*len)])
+            },
+            Name::Heap(name) => name,
+        }
+    }
+}
+
+// Hashed and compared as the `str` it holds, so that the table can be
+// searched by `&str`.
+impl std::borrow::Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::hash::Hash for Name {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialEq for Name {
+    fn eq(&self, other: &Name) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Name {}
+
 /// One training run, read as a stream of messages and reduced as it goes:
 /// its features interned once, the counts of its messages (what the stacker
 /// is fitted on), the change it makes to the store, and a bounded
@@ -554,7 +612,7 @@ impl std::hash::Hasher for FastHasher {
 /// features: those of a message are dropped once counted, unless sampled.
 pub struct Run {
     /// Ids of the named features.
-    ids: HashMap<Box<str>, u32, FastHash>,
+    ids: HashMap<Name, u32, FastHash>,
     /// Ids of the byte view's buckets ([`NO_ID`]: none yet), indexed by
     /// bucket: most features are buckets, and an index beats hashing a name.
     gram_ids: Vec<u32>,
@@ -669,7 +727,7 @@ impl Run {
             return id;
         }
         let id = self.next_id(View::of(token));
-        self.ids.insert(token.into(), id);
+        self.ids.insert(Name::new(token), id);
         id
     }
 
@@ -796,7 +854,7 @@ impl Run {
         rest.tokens = HashMap::with_capacity(changed);
         rest.tokens.extend(
             ids.into_iter()
-                .filter_map(|(name, id)| Some((String::from(name), change(id)?)))
+                .filter_map(|(name, id)| Some((String::from(name.as_str()), change(id)?)))
                 .chain(grams),
         );
         rest.registry = registry;
@@ -1099,6 +1157,29 @@ mod tests {
             .unwrap();
         assert_eq!(stored, expected);
         assert_eq!(stored[&grams::key(5)].ham, 1);
+    }
+
+    /// A run's table finds a name by its text, kept in the slot or not.
+    #[test]
+    fn names_are_found_by_their_text_whatever_their_length() {
+        let names = [
+            String::new(),
+            "a".repeat(INLINE_NAME),
+            "b".repeat(INLINE_NAME + 1),
+            "SUBJ:déjà-vu→".to_string(),
+            "URL:".to_string() + &"é".repeat(INLINE_NAME),
+        ];
+        let mut table: HashMap<Name, u32, FastHash> = HashMap::default();
+        for (id, name) in names.iter().enumerate() {
+            assert_eq!(Name::new(name).as_str(), name);
+            table.insert(Name::new(name), id as u32);
+        }
+        for (id, name) in names.iter().enumerate() {
+            assert_eq!(table.get(name.as_str()), Some(&(id as u32)));
+        }
+        assert_eq!(table.get("a"), None);
+        assert!(matches!(Name::new(&names[1]), Name::Inline { .. }));
+        assert!(matches!(Name::new(&names[2]), Name::Heap(_)));
     }
 
     /// A database trained on a few messages, its model compiled.
