@@ -14,6 +14,7 @@ pub mod quick;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::classifier::ModelHeader;
@@ -353,7 +354,7 @@ impl Trainer {
             None => {}
         }
         run.labels.insert(m.digest, m.label);
-        let (mut ex, sorted) = run.intern(&m.features, m.label);
+        let ex = run.intern(&m.features, m.label);
         run.counts.add(&ex, 1);
         let key = u64::from_le_bytes(m.digest[..8].try_into().expect("8 bytes"));
         // The store takes each message's counts under its label (the run's
@@ -377,14 +378,7 @@ impl Trainer {
                 run.summary.learned += 1;
             }
         }
-        // Only a sampled message needs its ids in order (the fit sums each
-        // message's evidence in that order).
-        run.sample.offer_with(key, m.label, || {
-            if !sorted {
-                ex.tokens.sort_unstable();
-            }
-            ex
-        });
+        run.sample.offer(key, m.label, ex);
         Ok(())
     }
 
@@ -732,11 +726,12 @@ impl Run {
     }
 
     /// Interns a message's features (new ones get the next ids), each id
-    /// once, and says whether the ids are sorted. Distinct names and
-    /// distinct buckets have distinct ids, so the ids are distinct as they
-    /// come unless a name spells a bucket's key (or a bucket is out of the
-    /// table): only then are they sorted to drop the repeats.
-    fn intern(&mut self, features: &Features, label: Label) -> (Example, bool) {
+    /// once, in no particular order (the calibration sorts those it keeps).
+    /// Distinct names and distinct buckets have distinct ids, so the ids
+    /// are distinct as they come unless a name spells a bucket's key (or a
+    /// bucket is out of the table): only then are they sorted to drop the
+    /// repeats.
+    fn intern(&mut self, features: &Features, label: Label) -> Example {
         let mut tokens = Vec::with_capacity(features.tokens.len() + features.grams.len());
         let mut may_repeat = false;
         for t in features.tokens.iter() {
@@ -752,12 +747,11 @@ impl Run {
             tokens.dedup();
         }
         self.counts.grow(self.views.len());
-        let ex = Example {
+        Example {
             tokens,
             metadata: features.metadata.0,
             label,
-        };
-        (ex, may_repeat)
+        }
     }
 
     /// Records that the store does not take `ex`'s counts under `label`.
@@ -798,8 +792,15 @@ impl Run {
             return (*settings.params.get(), None);
         }
         let sample = std::mem::replace(&mut self.sample, Sample::new(0));
+        let mut examples: Vec<Example> =
+            sample.into_items().into_iter().map(|(_, ex)| ex).collect();
+        // The fit sums each message's evidence in the order of its ids
+        // (see [`Run::intern`]); sorted here, for the sampled messages only.
+        examples
+            .par_iter_mut()
+            .for_each(|ex| ex.tokens.sort_unstable());
         let data = Dataset {
-            examples: sample.into_items().into_iter().map(|(_, ex)| ex).collect(),
+            examples,
             vocabulary: self.views.len(),
             views: std::mem::take(&mut self.views),
         };

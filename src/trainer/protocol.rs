@@ -379,21 +379,15 @@ impl<T> Sample<T> {
 
     /// Offers an item of class `label` with key `key`.
     pub fn offer(&mut self, key: u64, label: Label, item: T) {
-        self.offer_with(key, label, || item);
-    }
-
-    /// Offers an item of class `label` with key `key`, made by `make` only
-    /// if it is kept.
-    pub fn offer_with(&mut self, key: u64, label: Label, make: impl FnOnce() -> T) {
         let c = label.index();
         let n = self.offered[0] + self.offered[1];
         self.offered[c] += 1;
         let heap = &mut self.kept[c];
         if heap.len() < self.per_class {
-            heap.push(Keyed(key, n, make()));
+            heap.push(Keyed(key, n, item));
         } else if heap.peek().is_some_and(|top| key < top.0) {
             heap.pop();
-            heap.push(Keyed(key, n, make()));
+            heap.push(Keyed(key, n, item));
         }
     }
 
