@@ -16,7 +16,6 @@ use rayon::prelude::*;
 use bayesmail::features::{Extractor, Features};
 use bayesmail::mailbox::{self, RawMessage};
 use bayesmail::message;
-use bayesmail::model::Digest;
 use bayesmail::sanitize::for_terminal;
 
 /// Messages parsed in parallel per batch, at most.
@@ -37,8 +36,6 @@ fn batch_bytes() -> usize {
 pub(super) struct Extracted {
     pub raw: RawMessage,
     pub features: Result<Features, message::Error>,
-    /// The registry digest, when asked for.
-    pub digest: Option<Digest>,
 }
 
 /// Reads every message under `paths`, extracting features batch by batch
@@ -47,17 +44,11 @@ pub(super) struct Extracted {
 pub(super) fn for_each_batch(
     paths: &[std::path::PathBuf],
     opts: &mailbox::Options,
-    with_digest: bool,
     f: &mut dyn FnMut(Vec<Extracted>) -> Result<()>,
 ) -> Result<usize> {
     let extract = |ex: &mut Extractor, raw: RawMessage| {
         let features = ex.extract(&raw.bytes);
-        let digest = with_digest.then(|| message::digest(&raw.bytes));
-        Extracted {
-            raw,
-            features,
-            digest,
-        }
+        Extracted { raw, features }
     };
     for_each_mapped(paths, opts, &extract, f)
 }

@@ -14,7 +14,7 @@ pub(super) fn run(args: &TokensArgs) -> Result<Outcome> {
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut unparsed = 0;
-    let result = for_each_batch(&args.paths, &args.mailbox.options(), false, &mut |batch| {
+    let result = for_each_batch(&args.paths, &args.mailbox.options(), &mut |batch| {
         for e in batch {
             let id = e.raw.id.to_string();
             match e.features {

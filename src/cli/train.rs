@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use bayesmail::db::{Labelled, TrainSummary, Trainer};
 use bayesmail::features::Extractor;
+use bayesmail::mailbox::RawMessage;
 use bayesmail::model::Label;
 use bayesmail::sanitize::for_terminal;
 use bayesmail::store::DEFAULT_JOURNAL_LIMIT;
@@ -17,7 +18,7 @@ use bayesmail::trainer::Run;
 use bayesmail::trainer::protocol::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::{mailbox, message};
 
-use super::read::{for_each_batch, planned_bytes, read_one};
+use super::read::{for_each_mapped, planned_bytes, read_one};
 use super::{Context, LearnArgs, Outcome, PruneArgs, TrainArgs, UnlearnArgs, detail, note};
 
 /// Fewer messages of a class than this: too few to fit calibration by
@@ -178,6 +179,26 @@ fn duplicates_note(summary: &TrainSummary) -> String {
     }
 }
 
+/// What a training run keeps of a message it read.
+struct ReadForTraining {
+    id: mailbox::MessageId,
+    /// Its size.
+    bytes: usize,
+    features: Result<bayesmail::features::Features, message::Error>,
+    digest: bayesmail::model::Digest,
+}
+
+/// Extracts what training needs of `raw` on a reading worker, which also
+/// frees the message's bytes: the thread that counts has enough to do.
+fn read_for_training(ex: &mut Extractor, raw: RawMessage) -> ReadForTraining {
+    ReadForTraining {
+        features: ex.extract(&raw.bytes),
+        digest: message::digest(&raw.bytes),
+        bytes: raw.bytes.len(),
+        id: raw.id,
+    }
+}
+
 pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     if args.spam.is_empty() && args.ham.is_empty() {
         bail!("nothing to learn: give --spam PATH... and/or --ham PATH...");
@@ -192,7 +213,13 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     let opts = args.mailbox.options();
 
     let all_paths: Vec<_> = args.ham.iter().chain(&args.spam).cloned().collect();
-    let bar = progress_bar(planned_bytes(&all_paths, &opts), "bytes", "reading");
+    // Sizing the folders walks them once more: only for a bar that shows.
+    let planned = if super::progress_allowed() {
+        planned_bytes(&all_paths, &opts)
+    } else {
+        0
+    };
+    let bar = progress_bar(planned, "bytes", "reading");
     // Each message is counted as it is read and its features dropped
     // (unless sampled for calibration): memory follows the vocabulary, not
     // the number of messages.
@@ -202,26 +229,25 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     let mut unread = 0;
     let mut interrupted_reading = false;
     for (paths, label) in [(&args.ham, Label::Ham), (&args.spam, Label::Spam)] {
-        let result = for_each_batch(paths, &opts, true, &mut |batch| {
+        let result = for_each_mapped(paths, &opts, &read_for_training, &mut |batch| {
             for e in batch {
-                bar.inc(e.raw.bytes.len() as u64);
-                match (e.features, e.digest) {
-                    (Ok(features), Some(digest)) => {
+                bar.inc(e.bytes as u64);
+                match e.features {
+                    Ok(features) => {
                         read_count += 1;
                         let message = Labelled {
                             features,
-                            digest,
+                            digest: e.digest,
                             label,
                         };
-                        trainer.add_to_run(&mut run, &message, &e.raw.id.to_string())?;
+                        trainer.add_to_run(&mut run, &message, &e.id)?;
                     }
-                    (Err(err), _) => {
+                    Err(err) => {
                         unparsed += 1;
                         bar.suspend(|| {
-                            eprintln!("bayesmail: {}: {err}", for_terminal(&e.raw.id.to_string()))
+                            eprintln!("bayesmail: {}: {err}", for_terminal(&e.id.to_string()))
                         });
                     }
-                    (Ok(_), None) => unreachable!("digests were asked for"),
                 }
             }
             bar.set_message(format!("reading {read_count} messages"));
@@ -285,7 +311,9 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         Some(result)
     };
     let stored = run.len();
+    let storing = Instant::now();
     let mut summary = trainer.store_run(run)?;
+    detail!("stored in {:.1}s", storing.elapsed().as_secs_f64());
     let missing = missing_class(summary.totals);
     // A journal left by `learn` is folded too: `train` always leaves one
     // snapshot holding everything.
@@ -293,12 +321,17 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         || trainer.model_is_stale()?
         || ctx.db.journal().exists();
     if changed && missing.is_none() {
+        let compiling = Instant::now();
         match calibration {
             Some((chosen, Some(fitted))) => trainer.compile(chosen, Some(fitted))?,
             Some((chosen, None)) => trainer.compile(chosen, None)?,
             None => trainer.compile(*params.get(), None)?,
         }
         summary.snapshot_written = true;
+        detail!(
+            "model compiled in {:.1}s",
+            compiling.elapsed().as_secs_f64()
+        );
     }
     if sigint.interrupted() {
         let model = match (&missing, summary.snapshot_written) {

@@ -52,10 +52,19 @@ impl BetaPrior {
     /// The evidence of one token, spam vs ham: (present, absent) log
     /// likelihood ratios. `n` is `[ham, spam]` messages learned.
     pub fn token_llr(self, c: TokenCounts, n: [u64; 2]) -> (f64, f64) {
+        #[cfg(test)]
+        LLRS.with(|k| k.set(k.get() + 1));
         let (ps, qs) = self.log_theta(c.spam, n[1]);
         let (ph, qh) = self.log_theta(c.ham, n[0]);
         (ps - ph, qs - qh)
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Token LLRs computed on this thread: tests bound the scoring work
+    /// with it.
+    pub(crate) static LLRS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// How per-token evidence becomes the text log-odds.
@@ -178,19 +187,36 @@ pub fn text_evidence(
             min_strength,
             power,
         } => {
-            let mut sum = 0.0;
-            for c in counts {
-                let llr = prior.token_llr(c, n).0;
-                ev.known += 1;
-                if llr.abs() >= min_strength {
-                    sum += llr;
-                    ev.used += 1;
-                }
-            }
-            if ev.used > 0 {
-                ev.score = sum / (ev.used as f64).powf(power);
-            }
+            ev = tempered(
+                counts.into_iter().map(|c| prior.token_llr(c, n).0),
+                min_strength,
+                power,
+            );
         }
+    }
+    ev
+}
+
+/// The tempered combination ([`Combine::Tempered`]) of a message's known
+/// tokens given their present-token LLRs, in order: the one computation
+/// [`text_evidence`] makes, for callers that reuse the LLRs across
+/// strengths.
+pub fn tempered(
+    llrs: impl IntoIterator<Item = f64>,
+    min_strength: f64,
+    power: f64,
+) -> TextEvidence {
+    let mut ev = TextEvidence::default();
+    let mut sum = 0.0;
+    for llr in llrs {
+        ev.known += 1;
+        if llr.abs() >= min_strength {
+            sum += llr;
+            ev.used += 1;
+        }
+    }
+    if ev.used > 0 {
+        ev.score = sum / (ev.used as f64).powf(power);
     }
     ev
 }

@@ -344,6 +344,23 @@ impl Model {
         {
             *ev = bernoulli::text_evidence(prior, p.combine_of(*view), self.n, constant, counts);
         }
+        let (meta, meta_fit) = self.metadata_evidence(metadata);
+        Evidence {
+            prior: self.class_prior(),
+            views,
+            meta,
+            meta_fit,
+        }
+    }
+
+    /// The log prior odds of spam, from the class counts.
+    fn class_prior(&self) -> f64 {
+        let class_prior = |k: u64| (k as f64 + 1.0).ln();
+        class_prior(self.n[1]) - class_prior(self.n[0])
+    }
+
+    /// [`Evidence::meta`] and [`Evidence::meta_fit`] of `metadata`.
+    fn metadata_evidence(&self, metadata: &[f64; METADATA_LEN]) -> (f64, f64) {
         let have_both = self.n[0] > 0 && self.n[1] > 0;
         let meta = self.metadata_shares(metadata).iter().sum();
         let meta_fit = if have_both {
@@ -353,13 +370,136 @@ impl Model {
         } else {
             0.0
         };
-        let class_prior = |k: u64| (k as f64 + 1.0).ln();
-        Evidence {
-            prior: class_prior(self.n[1]) - class_prior(self.n[0]),
-            views,
-            meta,
-            meta_fit,
+        (meta, meta_fit)
+    }
+
+    /// Whether `other` scores `view` exactly as this model does, given the
+    /// same counts.
+    fn same_view(&self, other: &Model, view: View) -> bool {
+        let v = view.index();
+        self.n == other.n
+            && self.params.prior() == other.params.prior()
+            && self.absent_constant[v].to_bits() == other.absent_constant[v].to_bits()
+            && self.params.get().combine_of(view) == other.params.get().combine_of(view)
+    }
+
+    /// Whether `other` scores metadata exactly as this model does.
+    fn same_metadata(&self, other: &Model) -> bool {
+        let (p, q) = (self.params.get(), other.params.get());
+        self.n == other.n
+            && self.gauss == other.gauss
+            && p.meta_weight.to_bits() == q.meta_weight.to_bits()
+            && p.meta_clip.to_bits() == q.meta_clip.to_bits()
+    }
+}
+
+/// Several models of the same counts that score a message together, as
+/// each would alone ([`Model::evidence`]), doing once what they share: a
+/// view combined the same way is scored once, the tempered combinations
+/// of a view at several strengths share each token's LLR, and the
+/// metadata is scored once. Choosing a combination strength scores every
+/// message under each candidate; most of that work is the same.
+#[derive(Debug, Clone)]
+pub struct ModelSet {
+    models: Vec<Model>,
+    /// For each model and view, the first model that scores the view the
+    /// same way (itself if none before it does).
+    view_from: Vec<[usize; VIEWS]>,
+    /// For each model, the first model that scores metadata the same way.
+    meta_from: Vec<usize>,
+}
+
+impl ModelSet {
+    /// The set of `models`, in this order.
+    pub fn new(models: Vec<Model>) -> ModelSet {
+        let first = |j: usize, same: &dyn Fn(&Model) -> bool| {
+            models[..j].iter().position(same).unwrap_or(j)
+        };
+        let view_from = (0..models.len())
+            .map(|j| View::ALL.map(|view| first(j, &|o: &Model| o.same_view(&models[j], view))))
+            .collect();
+        let meta_from = (0..models.len())
+            .map(|j| first(j, &|o: &Model| o.same_metadata(&models[j])))
+            .collect();
+        ModelSet {
+            models,
+            view_from,
+            meta_from,
         }
+    }
+
+    /// The models, in order.
+    pub fn models(&self) -> &[Model] {
+        &self.models
+    }
+
+    /// The evidence of one message under each model, in order: equal to
+    /// [`Model::evidence`] of each.
+    pub fn evidence(
+        &self,
+        known: impl IntoIterator<Item = (View, TokenCounts)>,
+        metadata: &[f64; METADATA_LEN],
+    ) -> Vec<Evidence> {
+        let mut by_view: [Vec<TokenCounts>; VIEWS] = Default::default();
+        for (view, counts) in known {
+            by_view[view.index()].push(counts);
+        }
+        // Present-token LLRs of each view, by the prior and class totals
+        // they were computed with.
+        type Llrs = (BetaPrior, [u64; 2], Vec<f64>);
+        let mut llrs: [Vec<Llrs>; VIEWS] = Default::default();
+        let mut out: Vec<Evidence> = Vec::with_capacity(self.models.len());
+        for (j, m) in self.models.iter().enumerate() {
+            let prior = m.params.prior();
+            let mut views = [TextEvidence::default(); VIEWS];
+            for view in View::ALL {
+                let v = view.index();
+                let from = self.view_from[j][v];
+                if from < j {
+                    views[v] = out[from].views[v];
+                    continue;
+                }
+                let counts = &by_view[v];
+                views[v] = match m.params.get().combine_of(view) {
+                    Combine::Tempered {
+                        min_strength,
+                        power,
+                    } => {
+                        let cached = &mut llrs[v];
+                        let at = match cached.iter().position(|(p, n, _)| *p == prior && *n == m.n)
+                        {
+                            Some(at) => at,
+                            None => {
+                                let values = counts.iter().map(|&c| prior.token_llr(c, m.n).0);
+                                cached.push((prior, m.n, values.collect()));
+                                cached.len() - 1
+                            }
+                        };
+                        bernoulli::tempered(cached[at].2.iter().copied(), min_strength, power)
+                    }
+                    combine => bernoulli::text_evidence(
+                        prior,
+                        combine,
+                        m.n,
+                        m.absent_constant[v],
+                        counts.iter().copied(),
+                    ),
+                };
+            }
+            let from = self.meta_from[j];
+            let (meta, meta_fit) = if from < j {
+                (out[from].meta, out[from].meta_fit)
+            } else {
+                m.metadata_evidence(metadata)
+            };
+            out.push(Evidence {
+                prior: m.class_prior(),
+                views,
+                meta,
+                meta_fit,
+            });
+        }
+        out
     }
 }
 
@@ -407,6 +547,89 @@ mod tests {
             .check()
             .is_err()
         );
+    }
+
+    /// A set of models scores each message exactly as each model alone,
+    /// whatever they share: tempered strengths, the byte view's own
+    /// strength, other combinations, another prior or other metadata
+    /// weights.
+    #[test]
+    fn a_model_set_scores_as_each_model_alone() {
+        let mut totals = Totals {
+            messages: [40, 25],
+            ..Totals::default()
+        };
+        for (c, n) in [(0, 40), (1, 25)] {
+            for i in 0..n {
+                for (k, g) in totals.gauss[c].iter_mut().enumerate() {
+                    g.add(((i * (k + 1) + c * 7) % 11) as f64, 1);
+                }
+            }
+        }
+        let tempered = |min_strength: f64, bytes_min_strength: f64| Params {
+            combine: Combine::Tempered {
+                min_strength,
+                power: 1.0,
+            },
+            bytes_min_strength,
+            ..Params::default()
+        };
+        let params = [
+            tempered(0.5, 3.0),
+            tempered(2.5, 3.0),
+            tempered(0.5, 0.5),
+            tempered(2.5, 0.0),
+            Params {
+                a: 1.0,
+                b: 1.0,
+                ..tempered(0.5, 3.0)
+            },
+            Params {
+                meta_weight: 0.5,
+                ..tempered(0.5, 3.0)
+            },
+            Params {
+                combine: Combine::Sum,
+                ..Params::default()
+            },
+            Params {
+                combine: Combine::Fisher {
+                    min_dev: 0.1,
+                    s: 1.0,
+                    x: 0.5,
+                },
+                ..Params::default()
+            },
+            Params {
+                combine: Combine::Textbook,
+                ..Params::default()
+            },
+        ];
+        let models: Vec<Model> = params
+            .iter()
+            .map(|p| Model::new(p.check().unwrap(), &totals, [-1.5, -2.5, -3.5]))
+            .collect();
+        let set = ModelSet::new(models.clone());
+        let known: Vec<(View, TokenCounts)> = (0..60u32)
+            .map(|i| {
+                let view = View::ALL[(i % 3) as usize];
+                let counts = TokenCounts {
+                    ham: 1 + (i * 7) % 40,
+                    spam: 1 + (i * 13) % 25,
+                };
+                (view, counts)
+            })
+            .collect();
+        let metadata: [f64; METADATA_LEN] = std::array::from_fn(|k| (k * 3 % 5) as f64);
+        let together = set.evidence(known.iter().copied(), &metadata);
+        assert_eq!(together.len(), models.len());
+        for (model, ev) in models.iter().zip(&together) {
+            let alone = model.evidence(known.iter().copied(), &metadata);
+            assert_eq!(*ev, alone, "{:?}", model.params().get());
+        }
+        assert_ne!(together[0].views, together[1].views);
+        assert_ne!(together[0].views, together[2].views);
+        assert_ne!(together[0].meta, together[5].meta);
     }
 
     #[test]

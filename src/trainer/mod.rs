@@ -14,13 +14,16 @@ pub mod quick;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::classifier::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
 use crate::decision::Calibrator;
 use crate::features::{Features, grams};
-use crate::model::{Combine, Delta, Digest, Label, Params, TokenCounts, VIEWS, View, bernoulli};
+use crate::model::{
+    BYTES_PREFIX, Combine, Delta, Digest, Label, Params, TokenCounts, VIEWS, View, bernoulli,
+};
 use crate::store::{self, Journal, SledStore, Snapshot, Store, StoreIdentity};
 use protocol::{Counts, Dataset, Example, Sample, Settings};
 
@@ -332,7 +335,12 @@ impl Trainer {
     /// under the other, else counted for calibration and, unless the
     /// registry already has it under this label, for the store. `source`
     /// names where it came from (for a conflict).
-    pub fn add_to_run(&self, run: &mut Run, m: &Labelled, source: &str) -> Result<()> {
+    pub fn add_to_run(
+        &self,
+        run: &mut Run,
+        m: &Labelled,
+        source: impl std::fmt::Display,
+    ) -> Result<()> {
         match run.labels.get(&m.digest) {
             Some(&l) if l == m.label => {
                 run.summary.duplicates += 1;
@@ -340,7 +348,7 @@ impl Trainer {
             }
             Some(_) => {
                 run.summary.conflicting += 1;
-                run.conflicts.push(source.to_owned());
+                run.conflicts.push(source.to_string());
                 return Ok(());
             }
             None => {}
@@ -349,9 +357,16 @@ impl Trainer {
         let ex = run.intern(&m.features, m.label);
         run.counts.add(&ex, 1);
         let key = u64::from_le_bytes(m.digest[..8].try_into().expect("8 bytes"));
+        // The store takes each message's counts under its label (the run's
+        // counts) but for those set apart: a message it holds already, and
+        // the old label of one that moves.
         match self.store.label_of(&m.digest)? {
-            Some(old) if old == m.label => run.summary.unchanged += 1,
+            Some(old) if old == m.label => {
+                run.set_apart(&ex, m.label);
+                run.summary.unchanged += 1;
+            }
             Some(old) => {
+                run.set_apart(&ex, old);
                 run.change(&ex, old, -1);
                 run.change(&ex, m.label, 1);
                 run.registry.push((m.digest, Some(m.label)));
@@ -524,6 +539,64 @@ impl std::hash::Hasher for FastHasher {
     }
 }
 
+/// Bytes of a feature name kept in the table's slot itself.
+const INLINE_NAME: usize = 22;
+
+/// A feature name as a run's table keeps it: a short one (most are) in
+/// the slot itself, so that finding a name compares it without reading
+/// memory elsewhere; a long one on the heap.
+enum Name {
+    Inline { len: u8, bytes: [u8; INLINE_NAME] },
+    Heap(Box<str>),
+}
+
+impl Name {
+    fn new(name: &str) -> Name {
+        if name.len() <= INLINE_NAME {
+            let mut bytes = [0; INLINE_NAME];
+            bytes[..name.len()].copy_from_slice(name.as_bytes());
+            Name::Inline {
+                len: name.len() as u8,
+                bytes,
+            }
+        } else {
+            Name::Heap(name.into())
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // SAFETY: the bytes were copied whole from a `str` (`new`).
+            Name::Inline { len, bytes } => unsafe {
+                std::str::from_utf8_unchecked(&bytes[..usize::from(*len)])
+            },
+            Name::Heap(name) => name,
+        }
+    }
+}
+
+// Hashed and compared as the `str` it holds, so that the table can be
+// searched by `&str`.
+impl std::borrow::Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::hash::Hash for Name {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialEq for Name {
+    fn eq(&self, other: &Name) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Name {}
+
 /// One training run, read as a stream of messages and reduced as it goes:
 /// its features interned once, the counts of its messages (what the stacker
 /// is fitted on), the change it makes to the store, and a bounded
@@ -533,14 +606,17 @@ impl std::hash::Hasher for FastHasher {
 /// features: those of a message are dropped once counted, unless sampled.
 pub struct Run {
     /// Ids of the named features.
-    ids: HashMap<Box<str>, u32, FastHash>,
+    ids: HashMap<Name, u32, FastHash>,
     /// Ids of the byte view's buckets ([`NO_ID`]: none yet), indexed by
     /// bucket: most features are buckets, and an index beats hashing a name.
     gram_ids: Vec<u32>,
     views: Vec<View>,
     counts: Counts,
-    /// Change to the store's counts, by feature id, `[ham, spam]`.
-    token_change: Vec<[i64; 2]>,
+    /// By feature id, `[ham, spam]`: what `counts` holds that the store
+    /// does not take under that label (see [`Trainer::add_to_run`]); the
+    /// change to the store's counts is `counts` minus this. Empty until a
+    /// message needs it: a first training run never does.
+    apart: Vec<[u32; 2]>,
     /// Change to everything else (messages, metadata); no tokens.
     rest: Delta,
     registry: Vec<(Digest, Option<Label>)>,
@@ -579,7 +655,7 @@ impl Run {
             gram_ids: Vec::new(),
             views: Vec::new(),
             counts: Counts::new(0),
-            token_change: Vec::new(),
+            apart: Vec::new(),
             rest: Delta::default(),
             registry: Vec::new(),
             labels: HashMap::new(),
@@ -636,31 +712,41 @@ impl Run {
     /// The id of a named feature, a new one if it is new. A name that
     /// spells a bucket of the byte view is that bucket.
     fn token_id(&mut self, token: &str) -> u32 {
-        if let Some(bucket) = grams::parse(token) {
+        if token.starts_with(BYTES_PREFIX)
+            && let Some(bucket) = grams::parse(token)
+        {
             return self.gram_id(bucket);
         }
         if let Some(&id) = self.ids.get(token) {
             return id;
         }
         let id = self.next_id(View::of(token));
-        self.ids.insert(token.into(), id);
+        self.ids.insert(Name::new(token), id);
         id
     }
 
-    /// Interns a message's features (new ones get the next ids).
+    /// Interns a message's features (new ones get the next ids), each id
+    /// once, in no particular order (the calibration sorts those it keeps).
+    /// Distinct names and distinct buckets have distinct ids, so the ids
+    /// are distinct as they come unless a name spells a bucket's key (or a
+    /// bucket is out of the table): only then are they sorted to drop the
+    /// repeats.
     fn intern(&mut self, features: &Features, label: Label) -> Example {
         let mut tokens = Vec::with_capacity(features.tokens.len() + features.grams.len());
+        let mut may_repeat = false;
         for t in features.tokens.iter() {
+            may_repeat |= t.starts_with(BYTES_PREFIX);
             tokens.push(self.token_id(t));
         }
         for &b in &features.grams {
+            may_repeat |= b >= 1 << grams::BUCKET_BITS;
             tokens.push(self.gram_id(b));
         }
-        tokens.sort_unstable();
-        tokens.dedup();
-        let n = self.views.len();
-        self.counts.grow(n);
-        self.token_change.resize(n, [0, 0]);
+        if may_repeat {
+            tokens.sort_unstable();
+            tokens.dedup();
+        }
+        self.counts.grow(self.views.len());
         Example {
             tokens,
             metadata: features.metadata.0,
@@ -668,13 +754,22 @@ impl Run {
         }
     }
 
-    /// Records that the store learns (`sign` 1) or unlearns (−1) `ex` under
-    /// `label`.
+    /// Records that the store does not take `ex`'s counts under `label`.
+    fn set_apart(&mut self, ex: &Example, label: Label) {
+        let c = label.index();
+        if self.apart.len() < self.views.len() {
+            self.apart.resize(self.views.len(), [0, 0]);
+        }
+        for &t in &ex.tokens {
+            self.apart[t as usize][c] += 1;
+        }
+    }
+
+    /// Records that the store learns (`sign` 1) or unlearns (−1) the
+    /// message of `ex` under `label`: its number and metadata (its
+    /// features' counts are the run's, see [`Run::set_apart`]).
     fn change(&mut self, ex: &Example, label: Label, sign: i64) {
         let c = label.index();
-        for &t in &ex.tokens {
-            self.token_change[t as usize][c] += sign;
-        }
         self.rest.messages[c] += sign;
         for (stats, &x) in self.rest.gauss[c].iter_mut().zip(&ex.metadata) {
             stats.add(x, sign);
@@ -697,8 +792,15 @@ impl Run {
             return (*settings.params.get(), None);
         }
         let sample = std::mem::replace(&mut self.sample, Sample::new(0));
+        let mut examples: Vec<Example> =
+            sample.into_items().into_iter().map(|(_, ex)| ex).collect();
+        // The fit sums each message's evidence in the order of its ids
+        // (see [`Run::intern`]); sorted here, for the sampled messages only.
+        examples
+            .par_iter_mut()
+            .for_each(|ex| ex.tokens.sort_unstable());
         let data = Dataset {
-            examples: sample.into_items().into_iter().map(|(_, ex)| ex).collect(),
+            examples,
             vocabulary: self.views.len(),
             views: std::mem::take(&mut self.views),
         };
@@ -718,7 +820,7 @@ impl Run {
         let Run {
             ids,
             gram_ids,
-            token_change,
+            apart,
             mut rest,
             registry,
             summary,
@@ -729,20 +831,31 @@ impl Run {
             conflicts,
         } = self;
         // What the store does not need goes before the delta is built.
-        drop((counts, views, labels, sample, conflicts));
+        drop((views, labels, sample, conflicts));
         release_freed_memory();
-        let change = |id: u32| Some(token_change[id as usize]).filter(|d| *d != [0, 0]);
+        let vocabulary = counts.vocabulary();
+        let change = |id: u32| {
+            let [ham, spam] = counts.of(id);
+            let [ham_apart, spam_apart] = apart.get(id as usize).copied().unwrap_or([0, 0]);
+            let d = [
+                i64::from(ham) - i64::from(ham_apart),
+                i64::from(spam) - i64::from(spam_apart),
+            ];
+            (d != [0, 0]).then_some(d)
+        };
         let grams = gram_ids
             .into_iter()
             .enumerate()
             .filter(|&(_, id)| id != NO_ID)
             .filter_map(|(bucket, id)| Some((grams::key(bucket as u32), change(id)?)));
         // Sized once: a table grown by doubling holds two copies at its peak.
-        let changed = token_change.iter().filter(|d| **d != [0, 0]).count();
+        let changed = (0..vocabulary as u32)
+            .filter(|&id| change(id).is_some())
+            .count();
         rest.tokens = HashMap::with_capacity(changed);
         rest.tokens.extend(
             ids.into_iter()
-                .filter_map(|(name, id)| Some((String::from(name), change(id)?)))
+                .filter_map(|(name, id)| Some((String::from(name.as_str()), change(id)?)))
                 .chain(grams),
         );
         rest.registry = registry;
@@ -976,6 +1089,98 @@ mod tests {
             Err(Error::Conflicting(1))
         ));
         assert_eq!(trainer.store.identity().unwrap(), before);
+    }
+
+    /// A second run stores what changes: a message it holds already adds
+    /// nothing, a moved one leaves its old label, a new one adds; each
+    /// feature counts once per message, even a name that spells a byte
+    /// bucket the message has.
+    #[test]
+    fn a_second_run_stores_the_counts_of_the_final_labels() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DbPaths::new(dir.path());
+        let mut trainer = Trainer::open(&paths, WAIT).unwrap();
+        let (a, b, c) = (
+            labelled("meeting notes", Label::Ham),
+            labelled("cheap pills meeting", Label::Spam),
+            labelled("cheap offer", Label::Spam),
+        );
+        let mut odd = labelled("odd one", Label::Ham);
+        odd.features.tokens = crate::tokenize::TokenList::from_tokens(
+            odd.features
+                .tokens
+                .iter()
+                .map(str::to_owned)
+                .chain([grams::key(5), format!("{BYTES_PREFIX}40000")]),
+        );
+        odd.features.grams = vec![5, 7, 1 << grams::BUCKET_BITS];
+        let mut first = Run::new();
+        for m in [&a, &b] {
+            trainer.add_to_run(&mut first, m, "x").unwrap();
+        }
+        trainer.store_run(first).unwrap();
+        let moved = Labelled {
+            label: Label::Ham,
+            ..b.clone()
+        };
+        let mut second = Run::new();
+        for m in [&a, &moved, &c, &odd] {
+            trainer.add_to_run(&mut second, m, "x").unwrap();
+        }
+        let summary = trainer.store_run(second).unwrap();
+        assert_eq!(
+            (summary.unchanged, summary.relearned, summary.learned),
+            (1, 1, 2)
+        );
+        assert_eq!(summary.totals, [3, 1]);
+        let mut expected: HashMap<String, TokenCounts> = HashMap::new();
+        for m in [&a, &moved, &c, &odd] {
+            let mut names = std::collections::HashSet::new();
+            m.features.for_each_feature(|t| {
+                names.insert(t.to_owned());
+            });
+            for t in names {
+                let e = expected.entry(t).or_default();
+                match m.label {
+                    Label::Ham => e.ham += 1,
+                    Label::Spam => e.spam += 1,
+                }
+            }
+        }
+        let mut stored: HashMap<String, TokenCounts> = HashMap::new();
+        trainer
+            .store
+            .for_each_token(&mut |t, c| {
+                if c.ham + c.spam > 0 {
+                    stored.insert(t.to_owned(), c);
+                }
+            })
+            .unwrap();
+        assert_eq!(stored, expected);
+        assert_eq!(stored[&grams::key(5)].ham, 1);
+    }
+
+    /// A run's table finds a name by its text, kept in the slot or not.
+    #[test]
+    fn names_are_found_by_their_text_whatever_their_length() {
+        let names = [
+            String::new(),
+            "a".repeat(INLINE_NAME),
+            "b".repeat(INLINE_NAME + 1),
+            "SUBJ:déjà-vu→".to_string(),
+            "URL:".to_string() + &"é".repeat(INLINE_NAME),
+        ];
+        let mut table: HashMap<Name, u32, FastHash> = HashMap::default();
+        for (id, name) in names.iter().enumerate() {
+            assert_eq!(Name::new(name).as_str(), name);
+            table.insert(Name::new(name), id as u32);
+        }
+        for (id, name) in names.iter().enumerate() {
+            assert_eq!(table.get(name.as_str()), Some(&(id as u32)));
+        }
+        assert_eq!(table.get("a"), None);
+        assert!(matches!(Name::new(&names[1]), Name::Inline { .. }));
+        assert!(matches!(Name::new(&names[2]), Name::Heap(_)));
     }
 
     /// A database trained on a few messages, its model compiled.

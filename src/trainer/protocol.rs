@@ -15,7 +15,8 @@ use crate::decision::Calibrator;
 use crate::decision::calibrate::INPUTS;
 use crate::features::{Features, METADATA_LEN};
 use crate::model::{
-    Combine, Label, Model, Params, TokenCounts, Totals, VIEWS, ValidParams, View, bernoulli,
+    Combine, Label, Model, ModelSet, Params, TokenCounts, Totals, VIEWS, ValidParams, View,
+    bernoulli,
 };
 
 /// One labelled message, its features interned.
@@ -186,6 +187,16 @@ impl Counts {
         }
     }
 
+    /// Size of the vocabulary counted.
+    pub fn vocabulary(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The counts of feature `id`, `[ham, spam]`.
+    pub fn of(&self, id: u32) -> [u32; 2] {
+        self.tokens[id as usize]
+    }
+
     /// Learns (sign +1) or unlearns (sign −1) one example.
     pub fn add(&mut self, ex: &Example, sign: i64) {
         let c = ex.label.index();
@@ -247,18 +258,25 @@ impl Counts {
     }
 }
 
-/// Scores each of `members` with a model trained on `base` minus the
-/// member's inner fold: honest scores of the training data.
+/// Stacker inputs of one sample, and whether it is spam.
+type Scored = ([f64; INPUTS], bool);
+
+/// Scores each of `members` with models trained on `base` minus the
+/// member's inner fold, one model for each of `candidates`: honest scores
+/// of the training data, for each candidate in order, members in the same
+/// order for each. The candidates share each fold's counts and what they
+/// score alike ([`ModelSet`]), so that trying several strengths costs
+/// little more than trying one.
 fn inner_scores(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
-    params: ValidParams,
+    candidates: &[ValidParams],
     k: usize,
     inputs: Inputs,
-) -> Vec<([f64; INPUTS], bool)> {
+) -> Vec<Vec<Scored>> {
     let k = k.max(2);
-    (0..k)
+    let rows: Vec<(Vec<[f64; INPUTS]>, bool)> = (0..k)
         .into_par_iter()
         .flat_map_iter(|g| {
             let mut counts = base.clone();
@@ -272,18 +290,23 @@ fn inner_scores(
             for &i in &inner {
                 counts.add(&data.examples[i], -1);
             }
-            let model = counts.model(params, data);
+            let models = ModelSet::new(candidates.iter().map(|&p| counts.model(p, data)).collect());
             inner
                 .into_iter()
                 .map(|i| {
                     let ex = &data.examples[i];
-                    (
-                        inputs.apply(counts.stacker_inputs(&model, ex, data)),
-                        ex.label == Label::Spam,
-                    )
+                    let each = models
+                        .evidence(counts.known(ex, data), &ex.metadata)
+                        .iter()
+                        .map(|ev| inputs.apply(ev.stacker_inputs()))
+                        .collect();
+                    (each, ex.label == Label::Spam)
                 })
                 .collect::<Vec<_>>()
         })
+        .collect();
+    (0..candidates.len())
+        .map(|c| rows.iter().map(|(each, spam)| (each[c], *spam)).collect())
         .collect()
 }
 
@@ -447,32 +470,36 @@ pub fn select_and_calibrate(
     settings: &Settings,
 ) -> (ValidParams, Calibrator) {
     let members = &bounded(data, members)[..];
-    let fit = |params: ValidParams| {
-        let samples = inner_scores(
+    let score = |candidates: &[ValidParams]| {
+        inner_scores(
             data,
             base,
             members,
-            params,
+            candidates,
             settings.inner_folds,
             settings.inputs,
-        );
-        let calibrator = Calibrator::fit(&samples);
-        (log_loss(&calibrator, &samples), params, calibrator)
+        )
     };
-    let best = |candidates: Vec<ValidParams>| {
+    // The candidate whose fitted stacker has the lowest log-loss on its
+    // own scores, among `candidates` scored as `scores`.
+    let best = |candidates: &[ValidParams], scores: &[Vec<Scored>]| {
         candidates
-            .into_iter()
-            .map(fit)
+            .iter()
+            .zip(scores)
+            .map(|(&params, samples)| {
+                let calibrator = Calibrator::fit(samples);
+                (log_loss(&calibrator, samples), params, calibrator)
+            })
             .min_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, p, c)| (p, c))
             .unwrap_or((settings.params, Calibrator::default()))
     };
     let given = *settings.params.get();
     let Combine::Tempered { power, .. } = given.combine else {
-        return best(vec![settings.params]);
+        return best(&[settings.params], &score(&[settings.params]));
     };
     if !settings.select_strength {
-        return best(vec![settings.params]);
+        return best(&[settings.params], &score(&[settings.params]));
     }
     let words: Vec<ValidParams> = STRENGTH_GRID
         .iter()
@@ -488,19 +515,39 @@ pub fn select_and_calibrate(
             .ok()
         })
         .collect();
-    let (chosen, _) = best(words);
-    let bytes: Vec<ValidParams> = BYTES_STRENGTH_GRID
-        .iter()
-        .filter_map(|&m| {
-            Params {
-                bytes_min_strength: m,
-                ..*chosen.get()
-            }
-            .check()
-            .ok()
-        })
-        .collect();
-    best(bytes)
+    let bytes = |chosen: &ValidParams| -> Vec<ValidParams> {
+        BYTES_STRENGTH_GRID
+            .iter()
+            .filter_map(|&m| {
+                Params {
+                    bytes_min_strength: m,
+                    ..*chosen.get()
+                }
+                .check()
+                .ok()
+            })
+            .collect()
+    };
+    // The byte strengths of every word strength are scored in the same
+    // pass as the word strengths: the second choice needs no second pass.
+    let mut all = words.clone();
+    let mut after = Vec::with_capacity(words.len());
+    for w in &words {
+        after.push(all.len());
+        all.extend(bytes(w));
+    }
+    let scores = score(&all);
+    let (chosen, _) = best(&words, &scores[..words.len()]);
+    match words.iter().position(|w| *w == chosen) {
+        Some(c) => {
+            let range = after[c]..after[c] + bytes(&chosen).len();
+            best(&all[range.clone()], &scores[range])
+        }
+        None => {
+            let candidates = bytes(&chosen);
+            best(&candidates, &score(&candidates))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -538,6 +585,54 @@ mod tests {
                 .collect();
             assert_eq!(got, all[..10]);
         }
+    }
+
+    /// Choosing the strengths scores each sampled message's tokens once,
+    /// not once for each of the eight candidates (five word strengths, then
+    /// three byte strengths).
+    #[test]
+    fn choosing_the_strengths_computes_each_token_llr_once() {
+        let mut extractor = crate::features::Extractor::new();
+        let items = (0..60).map(|i| {
+            let (text, label) = if i % 2 == 0 {
+                (format!("cheap pills offer now {i}"), Label::Spam)
+            } else {
+                (format!("meeting notes agenda friday {i}"), Label::Ham)
+            };
+            let raw = format!(
+                "Subject: {text}\nFrom: x{}@example.com\n\n{text} body\n",
+                i % 7
+            );
+            (extractor.extract(raw.as_bytes()).unwrap(), label)
+        });
+        let data = Dataset::new(items);
+        let mut counts = Counts::new(data.vocabulary);
+        for ex in &data.examples {
+            counts.add(ex, 1);
+        }
+        let members: Vec<usize> = (0..data.examples.len()).collect();
+        let settings = Settings {
+            select_strength: true,
+            params: ValidParams::default(),
+            inner_folds: 5,
+            inputs: Inputs::default(),
+        };
+        // One worker thread, so that the count of this thread is all of it.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let computed = pool.install(|| {
+            crate::model::bernoulli::LLRS.with(|k| k.set(0));
+            select_and_calibrate(&data, &counts, &members, &settings);
+            crate::model::bernoulli::LLRS.with(|k| k.get())
+        });
+        let tokens: usize = data.examples.iter().map(|ex| ex.tokens.len()).sum();
+        assert!(computed > 0);
+        assert!(
+            computed <= tokens,
+            "{computed} token LLRs computed for {tokens} tokens"
+        );
     }
 
     #[test]
