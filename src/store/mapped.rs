@@ -48,11 +48,7 @@ impl Mapped {
             // bounds-checked, pages cut off are replaced with zeros by the
             // guard, and readers check that the file was left alone before
             // acting on what they read (see `Snapshot::intact`).
-            // Populated: the page tables for the whole file are filled in
-            // one call, which costs less than the page faults of the
-            // lookups of even one message (the hash table spreads them over
-            // the whole file).
-            let map = unsafe { memmap2::MmapOptions::new().len(len).populate().map(file) };
+            let map = unsafe { memmap2::MmapOptions::new().len(len).map(file) };
             let Ok(map) = map else {
                 guard::release(slot);
                 return None;
