@@ -60,10 +60,12 @@ impl View {
         if feature.starts_with(BYTES_PREFIX) {
             return View::Bytes;
         }
-        let namespace = feature
-            .find(':')
-            .map(|p| &feature[..p])
-            .filter(|ns| !ns.is_empty() && ns.bytes().all(|b| b.is_ascii_uppercase()));
+        // A namespace is upper-case letters up to the first ':': stop at
+        // the first byte that is not one, not at the first ':' (a body
+        // word can be long and have none).
+        let upper = feature.bytes().take_while(u8::is_ascii_uppercase).count();
+        let namespace =
+            (upper > 0 && feature.as_bytes().get(upper) == Some(&b':')).then(|| &feature[..upper]);
         let url = crate::tokenize::URL_NAMESPACE.trim_end_matches(':');
         match namespace {
             Some(ns) if ns != url => View::Header,
@@ -663,6 +665,53 @@ mod tests {
         assert_ne!(together[0].views, together[1].views);
         assert_ne!(together[0].views, together[2].views);
         assert_ne!(together[0].meta, together[5].meta);
+    }
+
+    /// [`View::of`] agrees with its definition: a header field's
+    /// namespace is a non-empty run of upper-case letters before the first
+    /// ':', and `URL:` is the body's.
+    #[test]
+    fn views_by_definition() {
+        let by_definition = |f: &str| {
+            if f.starts_with(BYTES_PREFIX) {
+                return View::Bytes;
+            }
+            let ns = f.find(':').map(|p| &f[..p]);
+            match ns {
+                Some(ns) if !ns.is_empty() && ns.bytes().all(|b| b.is_ascii_uppercase()) => {
+                    if ns == "URL" {
+                        View::Body
+                    } else {
+                        View::Header
+                    }
+                }
+                _ => View::Body,
+            }
+        };
+        let features = [
+            "",
+            ":",
+            "A:",
+            "SUBJ:x",
+            "SUBJ:a:b",
+            "Subj:x",
+            "SUBJx",
+            "SUBJ",
+            "URL:x.example",
+            "URLS:x",
+            "UR:x",
+            "a:B:c",
+            "AB:CD:e",
+            "ÉT:x",
+            "\u{1}0abcd",
+            "x\u{1}",
+            "free",
+            "FROM::",
+            "FROM1:x",
+        ];
+        for f in features {
+            assert_eq!(View::of(f), by_definition(f), "{f:?}");
+        }
     }
 
     #[test]
