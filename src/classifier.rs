@@ -169,6 +169,10 @@ pub struct Classifier {
     model: Model,
 }
 
+/// How far ahead of its lookup a feature's counts are fetched: far enough
+/// for the fetch to arrive, near enough to stay in the cache.
+const PREFETCH_AHEAD: usize = 16;
+
 /// How many times [`Classifier::open`] reads snapshot and journal again when
 /// a writer replaced the snapshot in between. A writer replaces it at most
 /// once per run, so a second read all but always agrees; after the last
@@ -331,10 +335,12 @@ impl Classifier {
             .tokens
             .iter()
             .filter_map(|t| self.word(t).map(|c| (View::of(t), c)));
-        let grams = features
-            .grams
-            .iter()
-            .filter_map(|&b| self.gram(b).map(|c| (View::Bytes, c)));
+        let grams = features.grams.iter().enumerate().filter_map(|(i, &b)| {
+            if let Some(&ahead) = features.grams.get(i + PREFETCH_AHEAD) {
+                self.snapshot.prefetch_gram(ahead);
+            }
+            self.gram(b).map(|c| (View::Bytes, c))
+        });
         words.chain(grams)
     }
 

@@ -78,6 +78,12 @@ pub(super) fn for_each_mapped<T: Send>(
         let mut handled = Ok(());
         let mut next = Vec::new();
         rayon::in_place_scope(|scope| {
+            // Reading is spawned first: spawned from outside the pool, jobs
+            // are taken in order, and a worker finds the map's split halves
+            // before it looks for other jobs, so reading spawned second is
+            // left until the map is done, with the other worker idle.
+            let (messages, failed, next) = (&mut messages, &mut failed, &mut next);
+            scope.spawn(move |_| *next = read_batch(messages, failed, budget));
             if !batch.is_empty() {
                 let batch = std::mem::take(&mut batch);
                 let this = &mut this;
@@ -90,8 +96,6 @@ pub(super) fn for_each_mapped<T: Send>(
                     );
                 });
             }
-            let (messages, failed, next) = (&mut messages, &mut failed, &mut next);
-            scope.spawn(move |_| *next = read_batch(messages, failed, budget));
             handled = previous.take().map_or(Ok(()), &mut *f);
         });
         handled?;

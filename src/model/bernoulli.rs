@@ -7,6 +7,8 @@
 //! [`Combine`]'s business (see the project's docs on why the plain sum is
 //! not the default).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use serde::{Deserialize, Serialize};
 
 use super::TokenCounts;
@@ -57,6 +59,88 @@ impl BetaPrior {
         let (ps, qs) = self.log_theta(c.spam, n[1]);
         let (ph, qh) = self.log_theta(c.ham, n[0]);
         (ps - ph, qs - qh)
+    }
+}
+
+/// Counts up to which a [`LogThetas`] keeps ln θ: every count of a model
+/// of up to this many messages per class, and for larger ones the counts
+/// of most lookups, in at most 512 KiB per class.
+pub const LOG_THETA_TABLE: usize = 1 << 16;
+
+/// ln θ of a present token, per class and count, remembered once computed:
+/// scoring a message computes it for each of its thousand-odd known
+/// features, and a model has only as many distinct counts as it has
+/// messages, so a table turns nearly every one into a read. Each entry is
+/// [`BetaPrior::log_theta`]'s own value, computed by the same expression
+/// the first time it is needed, so the evidence is the same bit for bit.
+/// Entries fill as counts are met rather than all at opening, so
+/// classifying one message costs no more than it did. Shared by threads:
+/// an entry is written at most with the one value it can hold.
+#[derive(Debug)]
+pub struct LogThetas {
+    prior: BetaPrior,
+    /// Messages `[ham, spam]`.
+    n: [u64; 2],
+    /// Per class, the bits of ln θ for each count below the table's
+    /// length; 0 for one not yet computed (ln θ < 0 since θ < 1, and a
+    /// value that rounds to 0 is just computed each time).
+    ln: [Box<[AtomicU64]>; 2],
+}
+
+impl LogThetas {
+    /// An empty table for `prior` and `n` = `[ham, spam]` messages: one
+    /// entry per possible count, up to [`LOG_THETA_TABLE`] per class.
+    pub fn new(prior: BetaPrior, n: [u64; 2]) -> LogThetas {
+        let table = |n: u64| {
+            let len = usize::try_from(n).map_or(LOG_THETA_TABLE, |n| {
+                n.saturating_add(1).min(LOG_THETA_TABLE)
+            });
+            (0..len).map(|_| AtomicU64::new(0)).collect()
+        };
+        LogThetas {
+            prior,
+            n,
+            ln: [table(n[0]), table(n[1])],
+        }
+    }
+
+    /// ln θ for a token in `k` messages of `class` (0 ham, 1 spam): the
+    /// first of [`BetaPrior::log_theta`].
+    fn ln_theta(&self, class: usize, k: u32) -> f64 {
+        let compute = || self.prior.log_theta(k, self.n[class]).0;
+        let Some(entry) = self.ln[class].get(k as usize) else {
+            return compute();
+        };
+        match entry.load(Ordering::Relaxed) {
+            0 => {
+                let v = compute();
+                entry.store(v.to_bits(), Ordering::Relaxed);
+                v
+            }
+            bits => f64::from_bits(bits),
+        }
+    }
+
+    /// The present-token LLR of a token: the first of
+    /// [`BetaPrior::token_llr`], bit for bit.
+    pub fn present_llr(&self, c: TokenCounts) -> f64 {
+        #[cfg(test)]
+        LLRS.with(|k| k.set(k.get() + 1));
+        self.ln_theta(1, c.spam) - self.ln_theta(0, c.ham)
+    }
+}
+
+impl Clone for LogThetas {
+    fn clone(&self) -> Self {
+        LogThetas::new(self.prior, self.n)
+    }
+}
+
+impl PartialEq for LogThetas {
+    /// Entries are a function of the prior and the totals, so two tables
+    /// of the same hold the same values, whichever they have computed.
+    fn eq(&self, other: &Self) -> bool {
+        self.prior == other.prior && self.n == other.n
     }
 }
 
@@ -206,19 +290,44 @@ pub fn tempered(
     min_strength: f64,
     power: f64,
 ) -> TextEvidence {
-    let mut ev = TextEvidence::default();
-    let mut sum = 0.0;
+    let mut t = Tempered::default();
     for llr in llrs {
-        ev.known += 1;
+        t.add(llr, min_strength);
+    }
+    t.finish(power)
+}
+
+/// [`tempered`] one LLR at a time, for a caller that meets the tokens of
+/// several views in one pass: the same operations in the same order.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tempered {
+    sum: f64,
+    known: usize,
+    used: usize,
+}
+
+impl Tempered {
+    /// Adds the next token's present-token LLR.
+    pub fn add(&mut self, llr: f64, min_strength: f64) {
+        self.known += 1;
         if llr.abs() >= min_strength {
-            sum += llr;
-            ev.used += 1;
+            self.sum += llr;
+            self.used += 1;
         }
     }
-    if ev.used > 0 {
-        ev.score = sum / (ev.used as f64).powf(power);
+
+    /// The evidence of the tokens added.
+    pub fn finish(self, power: f64) -> TextEvidence {
+        let mut ev = TextEvidence {
+            known: self.known,
+            used: self.used,
+            ..TextEvidence::default()
+        };
+        if ev.used > 0 {
+            ev.score = self.sum / (ev.used as f64).powf(power);
+        }
+        ev
     }
-    ev
 }
 
 /// Σ over the vocabulary of each token's absent-token LLR, for
@@ -254,6 +363,47 @@ mod tests {
         let (present, absent) = p.token_llr(tc(1, 3), [18, 8]);
         assert!((present - 4f64.ln()).abs() < 1e-12);
         assert!((absent - (0.6f64 / 0.9).ln()).abs() < 1e-12);
+    }
+
+    /// The table gives [`BetaPrior::token_llr`]'s present-token LLR bit
+    /// for bit: for every count up to the table's end and beyond it, for
+    /// counts above the class total, read before and after the entry is
+    /// filled, with a prior whose ln θ rounds to 0 (never a filled entry).
+    #[test]
+    fn log_theta_table_is_the_plain_computation() {
+        let cap = LOG_THETA_TABLE as u32;
+        let priors = [(0.1, 0.1), (1.0, 1.0), (0.5, 1e-300), (3.0, 0.25)];
+        let totals = [[0, 0], [7, 3], [4150, 1896], [u64::from(cap) + 5, 1]];
+        for (a, b) in priors {
+            let prior = BetaPrior::new(a, b).unwrap();
+            for n in totals {
+                let table = LogThetas::new(prior, n);
+                let top = n[0].max(n[1]).min(u64::from(cap)) as u32;
+                let ks = (0..=top + 3).chain([cap - 1, cap, cap + 1, u32::MAX]);
+                for k in ks {
+                    for c in [tc(k, 0), tc(0, k), tc(k, k), tc(k / 2, k), tc(1, k)] {
+                        let plain = prior.token_llr(c, n).0;
+                        for _ in 0..2 {
+                            let got = table.present_llr(c);
+                            assert_eq!(got.to_bits(), plain.to_bits(), "{a} {b} {n:?} {c:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tempered_one_at_a_time_is_tempered() {
+        let llrs = [0.5, -2.0, 3.25, -0.1, 1.0, 7.0];
+        for (min_strength, power) in [(0.0, 1.0), (1.0, 0.5), (10.0, 1.0)] {
+            let mut t = Tempered::default();
+            for l in llrs {
+                t.add(l, min_strength);
+            }
+            let whole = tempered(llrs, min_strength, power);
+            assert_eq!(t.finish(power), whole);
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod gaussian;
 
 use serde::{Deserialize, Serialize};
 
-pub use bernoulli::{BetaPrior, Combine, TextEvidence};
+pub use bernoulli::{BetaPrior, Combine, LogThetas, TextEvidence};
 pub use counts::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
 pub use gaussian::GaussianNb;
 
@@ -60,10 +60,12 @@ impl View {
         if feature.starts_with(BYTES_PREFIX) {
             return View::Bytes;
         }
-        let namespace = feature
-            .find(':')
-            .map(|p| &feature[..p])
-            .filter(|ns| !ns.is_empty() && ns.bytes().all(|b| b.is_ascii_uppercase()));
+        // A namespace is upper-case letters up to the first ':': stop at
+        // the first byte that is not one, not at the first ':' (a body
+        // word can be long and have none).
+        let upper = feature.bytes().take_while(u8::is_ascii_uppercase).count();
+        let namespace =
+            (upper > 0 && feature.as_bytes().get(upper) == Some(&b':')).then(|| &feature[..upper]);
         let url = crate::tokenize::URL_NAMESPACE.trim_end_matches(':');
         match namespace {
             Some(ns) if ns != url => View::Header,
@@ -273,6 +275,8 @@ pub struct Model {
     n: [u64; 2],
     absent_constant: [f64; VIEWS],
     gauss: GaussianNb,
+    /// ln θ by count, for the present-token LLRs.
+    thetas: LogThetas,
 }
 
 impl Model {
@@ -285,6 +289,7 @@ impl Model {
             n: totals.messages,
             absent_constant,
             gauss: GaussianNb::fit(&totals.gauss, params.get().var_floor, 1e-6),
+            thetas: LogThetas::new(params.prior(), totals.messages),
         }
     }
 
@@ -305,7 +310,7 @@ impl Model {
 
     /// The evidence of one token: its present-token LLR.
     pub fn token_llr(&self, counts: TokenCounts) -> f64 {
-        self.params.prior().token_llr(counts, self.n).0
+        self.thetas.present_llr(counts)
     }
 
     /// Each metadata feature's share of the metadata evidence: its
@@ -331,19 +336,49 @@ impl Model {
         metadata: &[f64; METADATA_LEN],
     ) -> Evidence {
         let p = self.params.get();
-        let prior = self.params.prior();
-        let mut by_view: [Vec<TokenCounts>; VIEWS] = Default::default();
-        for (view, counts) in known {
-            by_view[view.index()].push(counts);
-        }
-        let mut views = [TextEvidence::default(); VIEWS];
-        for ((view, ev), (counts, constant)) in View::ALL
-            .iter()
-            .zip(views.iter_mut())
-            .zip(by_view.into_iter().zip(self.absent_constant))
-        {
-            *ev = bernoulli::text_evidence(prior, p.combine_of(*view), self.n, constant, counts);
-        }
+        let views = match View::ALL.map(|v| p.combine_of(v)) {
+            [
+                Combine::Tempered {
+                    min_strength: s0,
+                    power: p0,
+                },
+                Combine::Tempered {
+                    min_strength: s1,
+                    power: p1,
+                },
+                Combine::Tempered {
+                    min_strength: s2,
+                    power: p2,
+                },
+            ] => {
+                // The default: each view's sum in one pass, in the order
+                // of its tokens, as `text_evidence` sums them.
+                let strength = [s0, s1, s2];
+                let mut sums = [bernoulli::Tempered::default(); VIEWS];
+                for (view, counts) in known {
+                    let v = view.index();
+                    sums[v].add(self.thetas.present_llr(counts), strength[v]);
+                }
+                [sums[0].finish(p0), sums[1].finish(p1), sums[2].finish(p2)]
+            }
+            combines => {
+                let mut by_view: [Vec<TokenCounts>; VIEWS] = Default::default();
+                for (view, counts) in known {
+                    by_view[view.index()].push(counts);
+                }
+                let mut views = [TextEvidence::default(); VIEWS];
+                for (((ev, combine), counts), constant) in views
+                    .iter_mut()
+                    .zip(combines)
+                    .zip(by_view)
+                    .zip(self.absent_constant)
+                {
+                    let prior = self.params.prior();
+                    *ev = bernoulli::text_evidence(prior, combine, self.n, constant, counts);
+                }
+                views
+            }
+        };
         let (meta, meta_fit) = self.metadata_evidence(metadata);
         Evidence {
             prior: self.class_prior(),
@@ -630,6 +665,53 @@ mod tests {
         assert_ne!(together[0].views, together[1].views);
         assert_ne!(together[0].views, together[2].views);
         assert_ne!(together[0].meta, together[5].meta);
+    }
+
+    /// [`View::of`] agrees with its definition: a header field's
+    /// namespace is a non-empty run of upper-case letters before the first
+    /// ':', and `URL:` is the body's.
+    #[test]
+    fn views_by_definition() {
+        let by_definition = |f: &str| {
+            if f.starts_with(BYTES_PREFIX) {
+                return View::Bytes;
+            }
+            let ns = f.find(':').map(|p| &f[..p]);
+            match ns {
+                Some(ns) if !ns.is_empty() && ns.bytes().all(|b| b.is_ascii_uppercase()) => {
+                    if ns == "URL" {
+                        View::Body
+                    } else {
+                        View::Header
+                    }
+                }
+                _ => View::Body,
+            }
+        };
+        let features = [
+            "",
+            ":",
+            "A:",
+            "SUBJ:x",
+            "SUBJ:a:b",
+            "Subj:x",
+            "SUBJx",
+            "SUBJ",
+            "URL:x.example",
+            "URLS:x",
+            "UR:x",
+            "a:B:c",
+            "AB:CD:e",
+            "ÉT:x",
+            "\u{1}0abcd",
+            "x\u{1}",
+            "free",
+            "FROM::",
+            "FROM1:x",
+        ];
+        for f in features {
+            assert_eq!(View::of(f), by_definition(f), "{f:?}");
+        }
     }
 
     #[test]
