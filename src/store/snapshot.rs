@@ -1152,6 +1152,34 @@ impl Checked {
     }
 }
 
+/// Leaves a new record beside the snapshot at `path` if the one there no
+/// longer vouches for it (its mode was changed, a link added, the record
+/// lost), after checking the file as it is now, so that readers stop
+/// checking every byte of an unchanged model. For a writer holding the
+/// database; best effort, and quick when the record is current.
+pub fn refresh_checked(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        let Ok(file) = open_regular(path) else {
+            return;
+        };
+        let Ok(meta) = file.metadata() else {
+            return;
+        };
+        let mut tail = [0u8; 8];
+        if meta.len() < MIN_LEN as u64 || file.read_exact_at(&mut tail, meta.len() - 8).is_err() {
+            return;
+        }
+        let sum = u64::from_le_bytes(tail);
+        if !Checked::read(path).is_some_and(|c| c.vouches(&meta, sum)) {
+            Checked::record(path, sum);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
 /// How long [`Checked::record`] waits, at most, for the file system's
 /// change times to move on (milliseconds): far more than the coarsest
 /// tick of a local file system.

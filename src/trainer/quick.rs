@@ -164,6 +164,10 @@ impl State {
                 journal::start(&paths.journal(), &self.registry.base, &entry)?;
             }
         }
+        // A model whose mode was loosened for a delivery agent (a new
+        // change time) is checked whole by every reader until a record
+        // vouches for it again.
+        crate::store::snapshot::refresh_checked(&paths.snapshot());
         Ok(true)
     }
 }
