@@ -230,18 +230,14 @@ mod guard {
         let fault = code > 0;
         for s in TABLE.iter().filter(|_| fault) {
             let start = s.start.load(Ordering::Acquire);
-            if start == 0
-                || start == CLAIMED
-                || addr < start
-                || addr >= s.end.load(Ordering::Relaxed)
-            {
+            let end = s.end.load(Ordering::Relaxed);
+            if start == 0 || start == CLAIMED || addr < start || addr >= end {
                 continue;
             }
             // Everything from the faulting page to the end of the mapping
             // is past the cut (a file is cut from its end): one mapping of
             // zeros for all of it, so a reader going on faults no more.
             let page = addr & !(previous.page - 1);
-            let end = s.end.load(Ordering::Relaxed);
             let len = (end - page).next_multiple_of(previous.page);
             // SAFETY: replaces the rest of our own read-only mapping with
             // zeros; the range stays ours until `Mapped` unmaps it whole.
