@@ -202,7 +202,7 @@ where
         .map_err(|e| Error::Invalid(format!("snapshot header does not serialize: {e}")))?;
     let bytes = encode(&header, &tokens)?;
     write_atomically(path, &bytes)?;
-    let sum = read_u64(&bytes, bytes.len() - 8).expect("a checksum ends every snapshot");
+    let sum = stored_checksum(&bytes);
     Checked::record(path, sum);
     Ok(())
 }
@@ -635,17 +635,13 @@ impl Snapshot {
         }
         // A damaged file must be refused, not scored with: damaged counts
         // would shift verdicts without a word.
-        let (body, stored) = bytes.split_at(bytes.len() - 8);
-        let stored = u64::from_le_bytes(stored.try_into().expect("8 bytes"));
         // A file read into memory is always checked: a change in place
         // while it was read would mix two files' bytes, which only the
         // checksum can tell (a mapping is checked by `intact`).
+        let stored = stored_checksum(&bytes);
         let vouched =
             opened.is_some() && Checked::read(path).is_some_and(|c| c.vouches(&meta, stored));
         let checked_whole = verify && !vouched;
-        if checked_whole && checksum_of(format, body) != stored {
-            return Err(corrupt("checksum mismatch (the file is damaged)".into()));
-        }
         let snapshot = Snapshot {
             path: path.to_owned(),
             opened,
@@ -663,8 +659,13 @@ impl Snapshot {
             g,
             bytes,
         };
-        // A cut under the mapping while the checks above read it.
-        snapshot.intact()?;
+        // Either way, a cut under the mapping while the checks above read it
+        // is caught (`check_every_byte` ends with `intact`).
+        if checked_whole {
+            snapshot.check_every_byte()?;
+        } else {
+            snapshot.intact()?;
+        }
         Ok(snapshot)
     }
 
@@ -693,9 +694,8 @@ impl Snapshot {
     /// the record beside a file cannot vouch for is the storage under it
     /// (a bit that flips on the disk sets no change time).
     pub fn check_every_byte(&self) -> Result<()> {
-        let (body, stored) = self.bytes.split_at(self.bytes.len() - 8);
-        let stored = u64::from_le_bytes(stored.try_into().expect("8 bytes"));
-        if checksum_of(self.version, body) != stored {
+        let body = &self.bytes[..self.bytes.len() - 8];
+        if checksum_of(self.version, body) != stored_checksum(&self.bytes) {
             return Err(self.corrupt("checksum mismatch (the file is damaged)".into()));
         }
         self.intact()
@@ -1284,6 +1284,12 @@ fn describe(kind: fs::FileType) -> &'static str {
     } else {
         "special file"
     }
+}
+
+/// The checksum a snapshot of `bytes` (at least [`MIN_LEN`] long) ends
+/// with.
+fn stored_checksum(bytes: &[u8]) -> u64 {
+    read_u64(bytes, bytes.len() - 8).expect("a snapshot ends in its checksum")
 }
 
 /// A hint to fetch the cache line of `bytes[at]` (nothing if `at` is out
