@@ -12,6 +12,7 @@ pub mod db;
 pub mod decision;
 pub mod eval;
 pub mod features;
+pub mod find;
 pub mod headers;
 pub mod mailbox;
 pub mod message;

@@ -669,7 +669,7 @@ fn split_input(
             offset: start as u64,
         };
         let chunk = &bytes[start..end];
-        let body_start = memchr::memchr(b'\n', chunk).map_or(chunk.len(), |p| p + 1);
+        let body_start = crate::find::byte(b'\n', chunk).map_or(chunk.len(), |p| p + 1);
         let mut message = Vec::with_capacity(chunk.len() - body_start);
         let mut last_blank = 0;
         for line in chunk[body_start..].split_inclusive(|&b| b == b'\n') {
@@ -711,7 +711,7 @@ fn separators(input: &[u8]) -> Vec<usize> {
         return starts;
     }
     starts.push(0);
-    let first_len = memchr::memchr(b'\n', input).map_or(input.len(), |p| p + 1);
+    let first_len = crate::find::byte(b'\n', input).map_or(input.len(), |p| p + 1);
     let mut pos = first_len;
     let mut lines = input[first_len..]
         .split_inclusive(|&b| b == b'\n')

@@ -61,7 +61,7 @@ pub fn split_header(raw: &[u8]) -> (&[u8], &[u8]) {
 /// only a whole message can have one.
 pub(crate) fn strip_envelope(raw: &[u8]) -> &[u8] {
     if raw.starts_with(b"From ") {
-        memchr::memchr(b'\n', raw).map_or(&[][..], |p| &raw[p + 1..])
+        crate::find::byte(b'\n', raw).map_or(&[][..], |p| &raw[p + 1..])
     } else {
         raw
     }
@@ -76,7 +76,7 @@ pub(crate) fn split_entity(raw: &[u8]) -> (usize, usize) {
     let mut in_field = false;
     while at < raw.len() {
         let rest = &raw[at..];
-        let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |p| p + 1);
+        let end = crate::find::byte(b'\n', rest).map_or(rest.len(), |p| p + 1);
         let line = &rest[..end];
         if line == b"\n" || line == b"\r\n" {
             return (at, at + end);
