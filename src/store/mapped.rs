@@ -54,6 +54,14 @@ impl Mapped {
                 return None;
             };
             guard::arm(slot, map.as_ptr() as usize, map.len());
+            // A reader's lookups land all over the file, so it ends up
+            // mapping nearly every page. Huge pages let a few page-table
+            // entries map the whole file: the advice makes a read into the
+            // page cache (after the file was evicted) use huge folios, where
+            // the file system has them, as a writer's single large write
+            // does. Where it is not supported the advice is refused, and
+            // ignored here.
+            let _ = map.advise(memmap2::Advice::HugePage);
             Some(Mapped {
                 map: std::mem::ManuallyDrop::new(map),
                 slot,

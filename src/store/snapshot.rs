@@ -338,6 +338,9 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
             file.set_permissions(existing.permissions())
                 .map_err(io(&tmp))?;
         }
+        // One write of the whole file: the page cache then holds it in
+        // folios as large as the file system allows, which a reader's
+        // mapping covers with a few page-table entries (`super::mapped`).
         file.write_all(bytes).map_err(io(&tmp))?;
         file.sync_all().map_err(io(&tmp))?;
         drop(file);
