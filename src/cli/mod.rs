@@ -46,6 +46,15 @@ const EXIT_FATAL: u8 = 2;
 #[derive(Parser, Debug)]
 #[command(name = "bayesmail", version, about, long_about, max_term_width = 100)]
 struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The options every command takes.
+#[derive(Args, Debug)]
+struct GlobalArgs {
     /// Database directory.
     #[arg(long, global = true, env = "BAYESMAIL_DB", value_name = "DIR")]
     db: Option<PathBuf>,
@@ -60,8 +69,47 @@ struct Cli {
     /// took).
     #[arg(short, long, global = true)]
     verbose: bool,
+}
+
+/// The command line of `filter` alone: [`Cli`] with no other command.
+/// Building the definitions of every command was most of what parsing
+/// cost, and `filter` runs once per delivered message. It is tried only
+/// on a command line that names `filter` and only its success is used:
+/// help, version and every error come from [`Cli`] itself, so what a user
+/// sees is the same either way.
+#[derive(Parser, Debug)]
+#[command(name = "bayesmail")]
+struct FilterCli {
+    #[command(flatten)]
+    global: GlobalArgs,
     #[command(subcommand)]
-    command: Command,
+    command: FilterCommand,
+}
+
+/// [`Command`] with `filter` only (see [`FilterCli`]).
+#[derive(Subcommand, Debug)]
+enum FilterCommand {
+    /// Judge one message on stdin and pass it on (see `bayesmail filter
+    /// --help`).
+    Filter(Deferred<FilterArgs>),
+}
+
+impl Cli {
+    /// Parses the command line (see [`FilterCli`] for `filter`'s).
+    fn parse_args(args: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
+        if filter::invocation(args).is_some()
+            && let Ok(FilterCli {
+                global,
+                command: FilterCommand::Filter(filter),
+            }) = FilterCli::try_parse_from(args)
+        {
+            return Ok(Cli {
+                global,
+                command: Command::Filter(filter),
+            });
+        }
+        Cli::try_parse_from(args)
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -690,7 +738,7 @@ fn progress_allowed() -> bool {
 
 /// Runs the command line and returns the process exit code.
 pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 {
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match Cli::parse_args(&args) {
         Ok(cli) => cli,
         // The delivery hook must pass the message on even when its own
         // command line or environment is wrong: a mistake in a mail
@@ -709,9 +757,9 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
             None => err.exit(),
         },
     };
-    let level = if cli.quiet {
+    let level = if cli.global.quiet {
         Verbosity::Quiet
-    } else if cli.verbose {
+    } else if cli.global.verbose {
         Verbosity::Verbose
     } else {
         Verbosity::Normal
@@ -720,13 +768,15 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
     let command = match cli.command {
         // The delivery hook builds its own context: it must pass the
         // message on even when the configuration is broken.
-        Command::Filter(args) => return filter::run(streams, cli.db, cli.config, &args),
+        Command::Filter(args) => {
+            return filter::run(streams, cli.global.db, cli.global.config, &args);
+        }
         // Generated from the definitions alone: no config, no database.
         Command::Completions(args) => return finish(manual::completions(args.shell)),
         Command::Man(args) => return finish(manual::man(args.command.as_deref())),
         command => command,
     };
-    let outcome = Context::new(cli.db, cli.config).and_then(|ctx| match command {
+    let outcome = Context::new(cli.global.db, cli.global.config).and_then(|ctx| match command {
         Command::Tokens(args) => tokens::run(&args),
         Command::Train(args) => train::train(&ctx, &args),
         Command::Learn(args) => train::learn(&ctx, &args),
@@ -847,6 +897,55 @@ mod tests {
     #[test]
     fn cli_definition_is_valid() {
         Cli::command().debug_assert();
+        FilterCli::command().debug_assert();
+    }
+
+    #[test]
+    fn filter_command_lines_parse_alike_with_or_without_the_other_commands() {
+        let os = |line: &[&str]| -> Vec<std::ffi::OsString> {
+            std::iter::once("bayesmail")
+                .chain(line.iter().copied())
+                .map(Into::into)
+                .collect()
+        };
+        for line in [
+            &["filter"][..],
+            &["--db", "d", "filter", "--verdict-exit"],
+            &["filter", "--db=d", "--config", "c.toml", "-q"],
+            &["-v", "filter", "--max-size", "1000", "--costs", "20:1:0.5"],
+        ] {
+            let args = os(line);
+            let reduced = FilterCli::try_parse_from(&args).expect("the reduced parser takes it");
+            let reduced = format!("{:?} {:?}", reduced.global, reduced.command);
+            let full = Cli::try_parse_from(&args).expect("the full parser takes it");
+            let full = format!("{:?} {:?}", full.global, full.command);
+            assert_eq!(reduced, full, "{line:?}");
+            assert!(matches!(
+                Cli::parse_args(&args),
+                Ok(Cli {
+                    command: Command::Filter(_),
+                    ..
+                })
+            ));
+        }
+        // Help, version and mistakes are left to the full parser, which
+        // says them with every command known.
+        for line in [
+            &["filter", "--help"][..],
+            &["--version", "filter"],
+            &["filter", "--no-such-option"],
+            &["-q", "-v", "filter"],
+        ] {
+            let args = os(line);
+            assert!(FilterCli::try_parse_from(&args).is_err(), "{line:?}");
+            let reduced = Cli::parse_args(&args)
+                .map(|_| ())
+                .map_err(|e| e.render().to_string());
+            let full = Cli::try_parse_from(&args)
+                .map(|_| ())
+                .map_err(|e| e.render().to_string());
+            assert_eq!(reduced, full, "{line:?}");
+        }
     }
 
     #[test]
