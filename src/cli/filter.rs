@@ -234,7 +234,10 @@ fn pass_on(
 
     let stdin_file = raw_stream(0);
     let mut stdin = Stream(&stdin_file);
-    let mut raw = Vec::new();
+    // Room for most messages from the start: from an empty buffer the
+    // standard library reads 32 bytes, then twice as many each time, a
+    // system call each.
+    let mut raw = Vec::with_capacity(64 * 1024);
     // At least 64 KiB, even under a smaller cap: where our fields go is read
     // off the first lines, which must be in memory whole.
     let limit = max_size.saturating_add(1).max(64 * 1024);
