@@ -948,6 +948,73 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever the command line around `filter`, the two-step parse
+        /// gives what the full parser gives: the same values or the same
+        /// rendered message. Words are drawn from the global options, the
+        /// filter options, their `=` and combined forms, values, `--`,
+        /// help and version, and mistakes.
+        #[test]
+        fn any_filter_command_line_parses_as_the_full_parser_parses_it(
+            words in proptest::collection::vec(0usize..FILTER_WORDS.len(), 0..6),
+            at in 0usize..6,
+        ) {
+            let mut line: Vec<std::ffi::OsString> =
+                words.iter().map(|&w| FILTER_WORDS[w].into()).collect();
+            line.insert(at.min(line.len()), "filter".into());
+            line.insert(0, "bayesmail".into());
+            let shown = |parsed: Result<Cli, clap::Error>| {
+                parsed
+                    .map(|cli| format!("{:?} {:?}", cli.global, cli.command))
+                    .map_err(|e| e.render().to_string())
+            };
+            proptest::prop_assert_eq!(
+                shown(Cli::parse_args(&line)),
+                shown(Cli::try_parse_from(&line)),
+                "{:?}",
+                line
+            );
+        }
+    }
+
+    /// The words the property test above builds `filter` command lines
+    /// from.
+    const FILTER_WORDS: &[&str] = &[
+        "filter",
+        "--db",
+        "--db=d",
+        "--db=",
+        "--config",
+        "c.toml",
+        "-q",
+        "-v",
+        "-qv",
+        "-qq",
+        "--quiet",
+        "--verbose",
+        "--",
+        "-",
+        "",
+        "--verdict-exit",
+        "--verdict-exit=true",
+        "--max-size",
+        "--max-size=1K",
+        "10M",
+        "--costs",
+        "--costs=20:1",
+        "20:1:0.5",
+        "--min-known",
+        "3",
+        "-h",
+        "--help",
+        "-V",
+        "--version",
+        "help",
+        "tokens",
+        "--no-such",
+        "-x",
+    ];
+
     #[test]
     fn deferred_arguments_keep_each_subcommand_description() {
         let unbuilt = Cli::command();
