@@ -59,8 +59,9 @@ impl Mapped {
             // entries map the whole file: the advice makes a read into the
             // page cache (after the file was evicted) use huge folios, where
             // the file system has them, as a writer's single large write
-            // does. Where it is not supported the advice is refused, and
-            // ignored here.
+            // does. A read from disk then fetches 2 MiB at a time, which
+            // the lookups would have touched anyway. Where huge pages are
+            // not supported the advice is refused, and ignored here.
             let _ = map.advise(memmap2::Advice::HugePage);
             Some(Mapped {
                 map: std::mem::ManuallyDrop::new(map),
