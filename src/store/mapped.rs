@@ -55,13 +55,14 @@ impl Mapped {
             };
             guard::arm(slot, map.as_ptr() as usize, map.len());
             // A reader's lookups land all over the file, so it ends up
-            // mapping nearly every page. Huge pages let a few page-table
-            // entries map the whole file: the advice makes a read into the
-            // page cache (after the file was evicted) use huge folios, where
-            // the file system has them, as a writer's single large write
-            // does. A read from disk then fetches 2 MiB at a time, which
-            // the lookups would have touched anyway. Where huge pages are
-            // not supported the advice is refused, and ignored here.
+            // mapping nearly every page. With this advice the kernel maps
+            // huge page-cache folios (a writer's single large write leaves
+            // them) with a few huge-page entries rather than 4 KiB at a
+            // time, and a read into the page cache after the file was
+            // evicted builds huge folios where the file system has them:
+            // 2 MiB from disk at a time, which the lookups would have
+            // touched anyway. Where huge pages are not supported the advice
+            // is refused, and ignored here.
             let _ = map.advise(memmap2::Advice::HugePage);
             Some(Mapped {
                 map: std::mem::ManuallyDrop::new(map),
