@@ -81,6 +81,9 @@ pub struct LogThetas {
     prior: BetaPrior,
     /// Messages `[ham, spam]`.
     n: [u64; 2],
+    /// Per class, ln(n + a + b): [`BetaPrior::log_theta`]'s denominator,
+    /// the same for every count, so computed once.
+    ln_denom: [f64; 2],
     /// Per class, the bits of ln θ for each count below the table's
     /// length; 0 for one not yet computed (ln θ < 0 since θ < 1, and a
     /// value that rounds to 0 is just computed each time).
@@ -97,9 +100,11 @@ impl LogThetas {
             });
             (0..len).map(|_| AtomicU64::new(0)).collect()
         };
+        let ln_denom = |n: u64| (n as f64 + prior.a + prior.b).ln();
         LogThetas {
             prior,
             n,
+            ln_denom: [ln_denom(n[0]), ln_denom(n[1])],
             ln: [table(n[0]), table(n[1])],
         }
     }
@@ -107,7 +112,11 @@ impl LogThetas {
     /// ln θ for a token in `k` messages of `class` (0 ham, 1 spam): the
     /// first of [`BetaPrior::log_theta`].
     fn ln_theta(&self, class: usize, k: u32) -> f64 {
-        let compute = || self.prior.log_theta(k, self.n[class]).0;
+        // BetaPrior::log_theta's first value, by the same operations.
+        let compute = || {
+            let n = self.n[class] as f64;
+            (f64::from(k).min(n) + self.prior.a).ln() - self.ln_denom[class]
+        };
         let Some(entry) = self.ln[class].get(k as usize) else {
             return compute();
         };
