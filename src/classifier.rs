@@ -331,17 +331,27 @@ impl Classifier {
         &'a self,
         features: &'a Features,
     ) -> impl Iterator<Item = (View, TokenCounts)> + 'a {
-        let words = features
-            .tokens
-            .iter()
-            .filter_map(|t| self.word(t).map(|c| (View::of(t), c)));
+        // The snapshot's answers for every token at once (see
+        // `Snapshot::lookup_all`), a learned-since count taking precedence.
+        let mut words = Vec::with_capacity(features.tokens.len());
+        self.snapshot
+            .lookup_all(features.tokens.iter(), |t, stored| {
+                let counts = match self.overlay.get(t) {
+                    Some(c) if c.is_zero() => None,
+                    Some(&c) => Some(c),
+                    None => stored,
+                };
+                if let Some(c) = counts {
+                    words.push((View::of(t), c));
+                }
+            });
         let grams = features.grams.iter().enumerate().filter_map(|(i, &b)| {
             if let Some(&ahead) = features.grams.get(i + PREFETCH_AHEAD) {
                 self.snapshot.prefetch_gram(ahead);
             }
             self.gram(b).map(|c| (View::Bytes, c))
         });
-        words.chain(grams)
+        words.into_iter().chain(grams)
     }
 
     /// Scores a message's features.

@@ -781,29 +781,115 @@ impl Snapshot {
         }
     }
 
-    /// The counts of a keyed token.
-    fn word(&self, token: &[u8]) -> Option<TokenCounts> {
-        self.index_of(token).and_then(|i| self.counts_at(i))
+    /// Calls `found` with each of `tokens`, in order, and its counts: what
+    /// [`Snapshot::lookup`] answers for it. A word's lookup waits on memory three times in
+    /// turn (its slot; its offsets and counts; its key), and looked up one
+    /// after another, the words of a message each wait all three times on
+    /// a model not yet in the cache. Here the tokens go in batches, each
+    /// step taken for the whole batch before the next and asking ahead for
+    /// the memory the next step reads, so the waits of a batch overlap. A
+    /// step that meets anything but the plain case (a tag shared by
+    /// another token, a damaged entry) answers with [`Snapshot::lookup`].
+    pub fn lookup_all<'t>(
+        &self,
+        tokens: impl Iterator<Item = &'t str>,
+        mut found: impl FnMut(&'t str, Option<TokenCounts>),
+    ) {
+        /// Tokens whose memory is asked for together: enough to keep the
+        /// processor's outstanding fetches busy.
+        const BATCH: usize = 16;
+        if self.version < DENSE_GRAMS {
+            tokens.for_each(|t| found(t, self.lookup(t)));
+            return;
+        }
+        let mut batch = [("", Step::Done(None)); BATCH];
+        let mut tokens = tokens.peekable();
+        while tokens.peek().is_some() {
+            let mut len = 0;
+            for (entry, token) in batch.iter_mut().zip(tokens.by_ref()) {
+                *entry = (token, self.first_step(token));
+                len += 1;
+            }
+            let batch = &mut batch[..len];
+            for (_, step) in batch.iter_mut() {
+                if let Step::Probe(slot, hash) = *step {
+                    *step = match self.probe(slot, hash, |_| Some(true)) {
+                        Some(i) => {
+                            prefetch(&self.bytes, self.offsets + 4 * i);
+                            prefetch(&self.bytes, self.counts + 8 * i);
+                            Step::Index(i)
+                        }
+                        None => Step::Done(None),
+                    };
+                }
+            }
+            for &(_, step) in batch.iter() {
+                if let Step::Index(i) = step
+                    && let Some(start) = read_u32(&self.bytes, self.offsets + 4 * i)
+                {
+                    prefetch(&self.bytes, self.keys.start.saturating_add(start as usize));
+                }
+            }
+            for &(token, step) in batch.iter() {
+                let counts = match step {
+                    Step::Done(counts) => counts,
+                    Step::Index(i) if self.key(i) == Some(token.as_bytes()) => self.counts_at(i),
+                    // A tag shared with another token (the wanted one may
+                    // be further on) or a damaged entry: the whole probe.
+                    _ => self.word(token.as_bytes()),
+                };
+                found(token, counts);
+            }
+        }
     }
 
-    /// The index of `wanted` through the hash table. Probes at most every
-    /// slot once, so a damaged table cannot loop.
-    fn index_of(&self, wanted: &[u8]) -> Option<usize> {
-        let hash = token_hash(wanted);
+    /// [`Snapshot::lookup_all`]'s first step (version 4 on): a bucket's
+    /// counts, or where `token`'s probe starts (its slot asked for).
+    fn first_step(&self, token: &str) -> Step {
+        if let Some(bucket) = grams::parse(token) {
+            return Step::Done(self.gram(bucket));
+        }
+        let hash = token_hash(token.as_bytes());
+        let slot = home_slot(self.version, hash, self.m);
+        prefetch(&self.bytes, self.slots + 4 * slot);
+        Step::Probe(slot, hash)
+    }
+
+    /// The index in the first slot from `slot` on that holds the tag of
+    /// `hash` and an index that `accept`s (`None` from it ends the probe),
+    /// or `None` at an empty slot. Probes at most every slot once, so a
+    /// damaged table cannot loop.
+    fn probe(
+        &self,
+        mut slot: usize,
+        hash: u64,
+        mut accept: impl FnMut(usize) -> Option<bool>,
+    ) -> Option<usize> {
         let (mask, tag) = slot_tag(self.version, self.n, hash);
-        let mut slot = home_slot(self.version, hash, self.m);
         for _ in 0..self.m {
             let v = read_u32(&self.bytes, self.slots + 4 * slot)?;
             if v == 0 {
                 return None;
             }
             let i = (v & mask) as usize;
-            if v & !mask == tag && (1..=self.n).contains(&i) && self.key(i - 1)? == wanted {
+            if v & !mask == tag && (1..=self.n).contains(&i) && accept(i - 1)? {
                 return Some(i - 1);
             }
             slot = if slot + 1 >= self.m { 0 } else { slot + 1 };
         }
         None
+    }
+
+    /// The counts of a keyed token.
+    fn word(&self, token: &[u8]) -> Option<TokenCounts> {
+        self.index_of(token).and_then(|i| self.counts_at(i))
+    }
+
+    /// The index of `wanted` through the hash table.
+    fn index_of(&self, wanted: &[u8]) -> Option<usize> {
+        let hash = token_hash(wanted);
+        let slot = home_slot(self.version, hash, self.m);
+        self.probe(slot, hash, |i| Some(self.key(i)? == wanted))
     }
 
     /// Number of tokens: keyed tokens and byte-view buckets with counts.
@@ -1295,6 +1381,16 @@ fn stored_checksum(bytes: &[u8]) -> u64 {
     read_u64(bytes, bytes.len() - 8).expect("a snapshot ends in its checksum")
 }
 
+/// Where a token's lookup stands between [`Snapshot::lookup_all`]'s steps.
+#[derive(Clone, Copy)]
+enum Step {
+    Done(Option<TokenCounts>),
+    /// Probe the hash table from this slot for this hash.
+    Probe(usize, u64),
+    /// The token whose tag matched: check its key.
+    Index(usize),
+}
+
 /// A hint to fetch the cache line of `bytes[at]` (nothing if `at` is out
 /// of bounds or the processor has no such hint).
 fn prefetch(bytes: &[u8], at: usize) {
@@ -1413,6 +1509,7 @@ mod tests {
         for (token, counts) in sample() {
             assert_eq!(snap.lookup(&token), Some(counts), "{token}");
         }
+        assert_lookup_all_agrees(&snap, &wanted());
         for absent in [
             "",
             "0",
@@ -1640,6 +1737,98 @@ mod tests {
                 let _ = snap.verify();
             }
         }
+    }
+
+    /// The tokens `lookup_all` is tried on: every token of the sample and
+    /// some that are not in it.
+    fn wanted() -> Vec<String> {
+        let mut tokens: Vec<String> = sample().into_iter().map(|(t, _)| t).collect();
+        tokens.extend(["", "zzz", "free ", "\u{1}00001", "\u{1}3ffff"].map(String::from));
+        tokens
+    }
+
+    /// `lookup_all` gives, in order, what `lookup` gives for each token.
+    fn assert_lookup_all_agrees(snap: &Snapshot, tokens: &[String]) {
+        let one_by_one: Vec<_> = tokens
+            .iter()
+            .map(|t| (t.as_str(), snap.lookup(t)))
+            .collect();
+        let mut all = Vec::new();
+        snap.lookup_all(tokens.iter().map(String::as_str), |t, c| all.push((t, c)));
+        assert_eq!(all, one_by_one);
+    }
+
+    proptest! {
+        /// Damage that only `verify` sees (the checksum made right again):
+        /// `lookup_all` still answers what `lookup` answers.
+        #[test]
+        fn lookup_all_answers_as_lookup_in_a_damaged_file(
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..16),
+        ) {
+            let mut bytes = sample_bytes();
+            // Past the header (whose damage `open` refuses), before the checksum.
+            let body = PREAMBLE + serde_json::to_vec(&header()).unwrap().len();
+            for (at, value) in flips {
+                let at = body + at.index(bytes.len() - 8 - body);
+                bytes[at] = value;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("model.bin");
+            fs::write(&path, resealed(bytes)).unwrap();
+            if let Ok(snap) = Snapshot::open(&path) {
+                assert_lookup_all_agrees(&snap, &wanted());
+            }
+        }
+    }
+
+    /// Where a slot carries the wanted token's tag but another token's
+    /// index, `lookup_all` probes on as `lookup` does: it finds a token
+    /// further on and reports an absent one absent.
+    #[test]
+    fn lookup_all_probes_past_a_slot_whose_tag_is_shared() {
+        let bytes = sample_bytes();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        fs::write(&path, &bytes).unwrap();
+        let snap = Snapshot::open(&path).unwrap();
+        let slot_at = |slot: usize| snap.slots + 4 * slot;
+        let home = |token: &str| home_slot(snap.version, token_hash(token.as_bytes()), snap.m);
+        let tag = |token: &str| slot_tag(snap.version, snap.n, token_hash(token.as_bytes())).1;
+        let value = |slot: usize| read_u32(&bytes, slot_at(slot)).unwrap();
+        // A present word at its home slot with an empty slot after it.
+        let present = sample()
+            .into_iter()
+            .map(|(t, _)| t)
+            .find(|t| {
+                let h = home(t);
+                grams::parse(t).is_none()
+                    && h + 1 < snap.m
+                    && value(h + 1) == 0
+                    && value(h) & !slot_tag(snap.version, snap.n, 0).0 == tag(t)
+            })
+            .expect("a word at its home slot before an empty one");
+        let absent = "not in the sample";
+        let other = if present == "a" { 2 } else { 1 };
+        let mut forged = bytes.clone();
+        let h = home(&present);
+        let genuine = value(h);
+        forged[slot_at(h + 1)..slot_at(h + 1) + 4].copy_from_slice(&genuine.to_le_bytes());
+        forged[slot_at(h)..slot_at(h) + 4].copy_from_slice(&(tag(&present) | other).to_le_bytes());
+        let a = home(absent);
+        forged[slot_at(a)..slot_at(a) + 4].copy_from_slice(&(tag(absent) | other).to_le_bytes());
+        let path = dir.path().join("forged.bin");
+        fs::write(&path, resealed(forged)).unwrap();
+        let snap = Snapshot::open(&path).unwrap();
+        let expected = sample().into_iter().find(|(t, _)| *t == present).unwrap().1;
+        assert_eq!(
+            snap.lookup(&present),
+            Some(expected),
+            "found past the shared tag"
+        );
+        assert_eq!(snap.lookup(absent), None);
+        let mut tokens = wanted();
+        tokens.push(absent.into());
+        assert_lookup_all_agrees(&snap, &tokens);
     }
 
     /// A model with a run of bytes zeroed in its counts (as a damaged disk
