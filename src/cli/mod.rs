@@ -71,45 +71,112 @@ struct GlobalArgs {
     verbose: bool,
 }
 
-/// The command line of `filter` alone: [`Cli`] with no other command.
-/// Building the definitions of every command was most of what parsing
-/// cost, and `filter` runs once per delivered message. It is tried only
-/// on a command line that names `filter` and only its success is used:
-/// help, version and every error come from [`Cli`] itself, so what a user
-/// sees is the same either way.
-#[derive(Parser, Debug)]
-#[command(name = "bayesmail")]
-struct FilterCli {
-    #[command(flatten)]
-    global: GlobalArgs,
-    #[command(subcommand)]
-    command: FilterCommand,
-}
-
-/// [`Command`] with `filter` only (see [`FilterCli`]).
-#[derive(Subcommand, Debug)]
-enum FilterCommand {
-    /// Judge one message on stdin and pass it on (see `bayesmail filter
-    /// --help`).
-    Filter(Deferred<FilterArgs>),
-}
-
 impl Cli {
-    /// Parses the command line (see [`FilterCli`] for `filter`'s).
+    /// Parses the command line: `filter`'s usual ones by hand (see
+    /// [`parse_filter_line`]), every other one with clap.
     fn parse_args(args: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
-        if filter::invocation(args).is_some()
-            && let Ok(FilterCli {
-                global,
-                command: FilterCommand::Filter(filter),
-            }) = FilterCli::try_parse_from(args)
-        {
-            return Ok(Cli {
-                global,
-                command: Command::Filter(filter),
-            });
+        match parse_filter_line(args, |name| std::env::var_os(name)) {
+            Some(cli) => Ok(cli),
+            None => Cli::try_parse_from(args),
         }
-        Cli::try_parse_from(args)
     }
+}
+
+/// `filter`'s usual command lines, parsed without clap: `filter` and its
+/// options, the global options before or after it, each at most once, in
+/// the long forms `--name value` or `--name=value` (`-q` and `-v` also
+/// short). `filter` runs once per delivered message, and building clap's
+/// definitions was a good part of its run. Anything else (help, version,
+/// a repeated or unknown option, an empty or dash-led value, a value its
+/// parser refuses, combined short flags, `--`) is `None`, left to clap,
+/// which then accepts or refuses it as always. The answer, when there is
+/// one, is clap's own, `env` standing for the environment (a test holds
+/// the two to each other).
+fn parse_filter_line(
+    args: &[std::ffi::OsString],
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Option<Cli> {
+    /// Sets an option given once; a second time is clap's to refuse.
+    fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+        slot.is_none().then(|| *slot = Some(value))
+    }
+    /// Sets a flag given once.
+    fn flag(slot: &mut bool) -> Option<()> {
+        (!*slot).then(|| *slot = true)
+    }
+    let mut global = GlobalArgs {
+        db: None,
+        config: None,
+        quiet: false,
+        verbose: false,
+    };
+    let mut filter = FilterArgs {
+        verdict_exit: false,
+        max_size: None,
+        decision: DecisionArgs {
+            costs: None,
+            min_known: None,
+        },
+    };
+    let mut in_filter = false;
+    let mut words = args.get(1..)?.iter();
+    while let Some(word) = words.next() {
+        let word = word.to_str()?;
+        let (name, inline) = match word.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value)),
+            _ => (word, None),
+        };
+        let mut value = || {
+            let value = match inline {
+                Some(value) => value,
+                None => words.next()?.to_str()?,
+            };
+            (!value.is_empty() && !value.starts_with('-')).then_some(value)
+        };
+        match (name, inline) {
+            ("filter", None) if !in_filter => in_filter = true,
+            ("--db", _) => once(&mut global.db, PathBuf::from(value()?))?,
+            ("--config", _) => once(&mut global.config, PathBuf::from(value()?))?,
+            ("-q" | "--quiet", None) => flag(&mut global.quiet)?,
+            ("-v" | "--verbose", None) => flag(&mut global.verbose)?,
+            ("--verdict-exit", None) if in_filter => flag(&mut filter.verdict_exit)?,
+            ("--max-size", _) if in_filter => {
+                once(&mut filter.max_size, parse_size(value()?).ok()?)?;
+            }
+            ("--costs", _) if in_filter => {
+                once(&mut filter.decision.costs, parse_costs(value()?).ok()?)?;
+            }
+            ("--min-known", _) if in_filter => {
+                let n = value()?;
+                let n = n
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| n.parse().ok())??;
+                once(&mut filter.decision.min_known, n)?;
+            }
+            _ => return None,
+        }
+    }
+    if !in_filter || (global.quiet && global.verbose) {
+        return None;
+    }
+    // The environment stands in for an option not given; an empty value
+    // is clap's to refuse.
+    let from_env = |name| match env(name) {
+        None => Some(None),
+        Some(v) if v.is_empty() => None,
+        Some(v) => Some(Some(PathBuf::from(v))),
+    };
+    if global.db.is_none() {
+        global.db = from_env("BAYESMAIL_DB")?;
+    }
+    if global.config.is_none() {
+        global.config = from_env("BAYESMAIL_CONFIG")?;
+    }
+    Some(Cli {
+        global,
+        command: Command::Filter(Deferred(filter)),
+    })
 }
 
 #[derive(Subcommand, Debug)]
@@ -897,61 +964,107 @@ mod tests {
     #[test]
     fn cli_definition_is_valid() {
         Cli::command().debug_assert();
-        FilterCli::command().debug_assert();
+    }
+
+    /// `filter`'s command lines as a list of words after the program name.
+    fn command_line(words: &[&str]) -> Vec<std::ffi::OsString> {
+        std::iter::once("bayesmail")
+            .chain(words.iter().copied())
+            .map(Into::into)
+            .collect()
+    }
+
+    /// What a parse gave, to compare: the values, or the rendered message.
+    fn shown(parsed: Result<Cli, clap::Error>) -> Result<String, String> {
+        parsed
+            .map(|cli| format!("{:?} {:?}", cli.global, cli.command))
+            .map_err(|e| e.render().to_string())
     }
 
     #[test]
-    fn filter_command_lines_parse_alike_with_or_without_the_other_commands() {
-        let os = |line: &[&str]| -> Vec<std::ffi::OsString> {
-            std::iter::once("bayesmail")
-                .chain(line.iter().copied())
-                .map(Into::into)
-                .collect()
-        };
+    fn filter_command_lines_parse_by_hand_as_clap_parses_them() {
+        let no_env = |_: &str| None;
         for line in [
             &["filter"][..],
             &["--db", "d", "filter", "--verdict-exit"],
             &["filter", "--db=d", "--config", "c.toml", "-q"],
             &["-v", "filter", "--max-size", "1000", "--costs", "20:1:0.5"],
+            &["filter", "--min-known=3", "--costs=20:1", "--max-size=1K"],
         ] {
-            let args = os(line);
-            let reduced = FilterCli::try_parse_from(&args).expect("the reduced parser takes it");
-            let reduced = format!("{:?} {:?}", reduced.global, reduced.command);
-            let full = Cli::try_parse_from(&args).expect("the full parser takes it");
-            let full = format!("{:?} {:?}", full.global, full.command);
-            assert_eq!(reduced, full, "{line:?}");
-            assert!(matches!(
-                Cli::parse_args(&args),
-                Ok(Cli {
-                    command: Command::Filter(_),
-                    ..
-                })
-            ));
+            let args = command_line(line);
+            let by_hand = parse_filter_line(&args, no_env).expect("parsed by hand");
+            assert_eq!(
+                shown(Ok(by_hand)),
+                shown(Cli::try_parse_from(&args)),
+                "{line:?}"
+            );
         }
-        // Help, version and mistakes are left to the full parser, which
+        // Help, version, mistakes and rarer forms are left to clap, which
         // says them with every command known.
         for line in [
             &["filter", "--help"][..],
             &["--version", "filter"],
             &["filter", "--no-such-option"],
             &["-q", "-v", "filter"],
+            &["-qv", "filter"],
+            &["filter", "--db", "a", "--db", "b"],
+            &["filter", "--verdict-exit=true"],
+            &["filter", "--costs", "1:0"],
+            &["filter", "--min-known", "+3"],
+            &["--db=", "filter"],
+            &["filter", "--"],
+            &["filter", "extra"],
+            &["--max-size", "1K", "filter"],
+            &["tokens"],
         ] {
-            let args = os(line);
-            assert!(FilterCli::try_parse_from(&args).is_err(), "{line:?}");
-            let reduced = Cli::parse_args(&args)
-                .map(|_| ())
-                .map_err(|e| e.render().to_string());
-            let full = Cli::try_parse_from(&args)
-                .map(|_| ())
-                .map_err(|e| e.render().to_string());
-            assert_eq!(reduced, full, "{line:?}");
+            assert!(
+                parse_filter_line(&command_line(line), no_env).is_none(),
+                "{line:?}"
+            );
         }
     }
 
+    /// The environment stands in for `--db` and `--config` when they are
+    /// not given, as in clap; an empty value is left to clap to refuse.
+    #[test]
+    fn filter_command_lines_take_the_database_and_config_from_the_environment() {
+        let env = |db: Option<&'static str>, config: Option<&'static str>| {
+            move |name: &str| match name {
+                "BAYESMAIL_DB" => db.map(Into::into),
+                "BAYESMAIL_CONFIG" => config.map(Into::into),
+                _ => None,
+            }
+        };
+        let parsed = |line: &[&str], db, config| {
+            parse_filter_line(&command_line(line), env(db, config))
+                .map(|cli| (cli.global.db, cli.global.config))
+        };
+        let path = |p: &str| Some(PathBuf::from(p));
+        assert_eq!(parsed(&["filter"], None, None), Some((None, None)));
+        assert_eq!(
+            parsed(&["filter"], Some("e"), Some("c")),
+            Some((path("e"), path("c")))
+        );
+        assert_eq!(
+            parsed(&["--db", "d", "filter"], Some("e"), None),
+            Some((path("d"), None))
+        );
+        assert_eq!(
+            parsed(&["filter", "--config=f"], None, Some("c")),
+            Some((None, path("f")))
+        );
+        assert_eq!(parsed(&["filter"], Some(""), None), None);
+        assert_eq!(parsed(&["filter"], None, Some("")), None);
+        assert_eq!(
+            parsed(&["--db", "d", "filter"], Some(""), None),
+            Some((path("d"), None))
+        );
+    }
+
     proptest::proptest! {
-        /// Whatever the command line around `filter`, the two-step parse
-        /// gives what the full parser gives: the same values or the same
-        /// rendered message. Words are drawn from the global options, the
+        /// Whatever the command line around `filter`, `Cli::parse_args`
+        /// (by hand where it can, else clap) gives what clap gives: the
+        /// same values or the same rendered message. Words are drawn from the global options, the
         /// filter options, their `=` and combined forms, values, `--`,
         /// help and version, and mistakes.
         #[test]
@@ -963,11 +1076,6 @@ mod tests {
                 words.iter().map(|&w| FILTER_WORDS[w].into()).collect();
             line.insert(at.min(line.len()), "filter".into());
             line.insert(0, "bayesmail".into());
-            let shown = |parsed: Result<Cli, clap::Error>| {
-                parsed
-                    .map(|cli| format!("{:?} {:?}", cli.global, cli.command))
-                    .map_err(|e| e.render().to_string())
-            };
             proptest::prop_assert_eq!(
                 shown(Cli::parse_args(&line)),
                 shown(Cli::try_parse_from(&line)),
@@ -1004,7 +1112,14 @@ mod tests {
         "--costs=20:1",
         "20:1:0.5",
         "--min-known",
+        "--min-known=3",
         "3",
+        "03",
+        "+3",
+        "18446744073709551616",
+        "d=e",
+        "--db=d=e",
+        "--costs=",
         "-h",
         "--help",
         "-V",
