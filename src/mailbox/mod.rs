@@ -704,7 +704,9 @@ pub fn first_of_several(input: &[u8]) -> Option<&[u8]> {
 
 /// Byte offsets of the separator lines of `input` by the rule of
 /// [`looks_like_several_messages`] (the first line included, if it starts
-/// with `From `).
+/// with `From `). Only the places where a line starting `From ` follows a
+/// blank line are looked at closely, found by a search for "\nFrom ";
+/// `filter` asks this of every message it passes on.
 fn separators(input: &[u8]) -> Vec<usize> {
     let mut starts = Vec::new();
     if !input.starts_with(b"From ") {
@@ -712,21 +714,26 @@ fn separators(input: &[u8]) -> Vec<usize> {
     }
     starts.push(0);
     let first_len = crate::find::byte(b'\n', input).map_or(input.len(), |p| p + 1);
-    let mut pos = first_len;
-    let mut lines = input[first_len..]
-        .split_inclusive(|&b| b == b'\n')
-        .peekable();
-    let mut after_blank = false;
-    while let Some(line) = lines.next() {
-        if after_blank
-            && line.starts_with(b"From ")
-            && mbox::looks_like_separator(&line[5..])
-            && lines.peek().is_some_and(|next| is_header_like(next))
-        {
-            starts.push(pos);
+    let line_end = |start: usize| {
+        crate::find::byte(b'\n', &input[start..]).map_or(input.len(), |p| start + p + 1)
+    };
+    let finder = crate::find::Finder::new(b"\nFrom ");
+    let mut at = first_len;
+    while let Some(found) = input.get(at..).and_then(|rest| finder.find(rest)) {
+        // The `From ` line starts after the newline found, at or after the
+        // second line, so the line before it is not the first, which
+        // starts `From `: it is blank if it is all a line ending.
+        let start = at + found + 1;
+        at = start;
+        if !matches!(input[..start - 1], [.., b'\n'] | [.., b'\n', b'\r']) {
+            continue;
         }
-        after_blank = line == b"\n" || line == b"\r\n";
-        pos += line.len();
+        let end = line_end(start);
+        if mbox::looks_like_separator(&input[start + 5..end])
+            && is_header_like(&input[end..line_end(end)])
+        {
+            starts.push(start);
+        }
     }
     starts
 }
@@ -821,6 +828,77 @@ mod tests {
     use super::*;
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::symlink;
+
+    /// [`separators`] as first written: line by line, the rule read off
+    /// directly.
+    fn separators_by_lines(input: &[u8]) -> Vec<usize> {
+        let mut starts = Vec::new();
+        if !input.starts_with(b"From ") {
+            return starts;
+        }
+        starts.push(0);
+        let first_len = input
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(input.len(), |p| p + 1);
+        let mut pos = first_len;
+        let mut lines = input[first_len..]
+            .split_inclusive(|&b| b == b'\n')
+            .peekable();
+        let mut after_blank = false;
+        while let Some(line) = lines.next() {
+            if after_blank
+                && line.starts_with(b"From ")
+                && mbox::looks_like_separator(&line[5..])
+                && lines.peek().is_some_and(|next| is_header_like(next))
+            {
+                starts.push(pos);
+            }
+            after_blank = line == b"\n" || line == b"\r\n";
+            pos += line.len();
+        }
+        starts
+    }
+
+    proptest::proptest! {
+        /// The separators found by searching are those the line-by-line
+        /// rule finds, on input built from the pieces that matter: `From `
+        /// lines good and bad, blank lines of both endings, header-like
+        /// lines and text.
+        #[test]
+        fn separators_are_found_as_line_by_line(
+            first in 0usize..4,
+            pieces in proptest::collection::vec(0usize..SEPARATOR_PIECES.len(), 0..24),
+        ) {
+            // Most inputs start as an mbox does, from one of the `From `
+            // pieces.
+            let input: Vec<u8> = std::iter::once(first)
+                .chain(pieces)
+                .flat_map(|p| SEPARATOR_PIECES[p].bytes())
+                .collect();
+            proptest::prop_assert_eq!(separators(&input), separators_by_lines(&input));
+        }
+    }
+
+    const SEPARATOR_PIECES: &[&str] = &[
+        "From a@b Mon Jan  1 10:00:00 2024",
+        "From b Thu Jan  1 00:00:00 1970\n",
+        "From here on, 10:30.",
+        "From ",
+        "\n\nFrom c Thu Jan  1 00:00:00 1970\nSubject: y\n",
+        "\r\n\r\nFrom d Thu Jan  1 00:00:00 1970\r\n",
+        "From",
+        "\n",
+        "\r\n",
+        "\r",
+        "\n\n",
+        "Subject: x\n",
+        "X-A:",
+        "not: a header",
+        "text",
+        " ",
+        ":",
+    ];
 
     /// Each item as "relative/path", "relative/path:offset" or "ERR message",
     /// with `root` cut out of paths.
