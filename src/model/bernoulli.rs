@@ -62,72 +62,69 @@ impl BetaPrior {
     }
 }
 
-/// Counts up to which a [`LogThetas`] keeps ln θ: every count of a model
-/// of up to this many messages per class, and for larger ones the counts
-/// of most lookups, in at most 512 KiB per class.
+/// Counts up to which a [`LogThetas`] keeps its logarithms: every count of
+/// a model of up to this many messages per class, and for larger ones the
+/// counts of most lookups, in at most 512 KiB.
 pub const LOG_THETA_TABLE: usize = 1 << 16;
 
-/// ln θ of a present token, per class and count, remembered once computed:
-/// scoring a message computes it for each of its thousand-odd known
-/// features, and a model has only as many distinct counts as it has
-/// messages, so a table turns nearly every one into a read. Each entry is
-/// [`BetaPrior::log_theta`]'s own value, computed by the same expression
-/// the first time it is needed, so the evidence is the same bit for bit.
-/// Entries fill as counts are met rather than all at opening, so
-/// classifying one message costs no more than it did. Shared by threads:
-/// an entry is written at most with the one value it can hold.
+/// ln θ of a present token, per class and count, from logarithms
+/// remembered once computed: scoring a message needs it for each of its
+/// thousand-odd known features, and a model has only as many distinct
+/// counts as it has messages, so a table turns nearly every logarithm into
+/// a read. ln θ = ln(k + a) − ln(n + a + b): the denominator is computed
+/// once per class, the numerator once per count, for both classes in one
+/// table. Each value is [`BetaPrior::log_theta`]'s own, computed by the same
+/// operations, so the evidence is the same bit for bit. Entries fill as
+/// counts are met rather than all at opening, so classifying one message
+/// costs no more than it did. Shared by threads: an entry is written at
+/// most with the one value it can hold.
 #[derive(Debug)]
 pub struct LogThetas {
     prior: BetaPrior,
     /// Messages `[ham, spam]`.
     n: [u64; 2],
-    /// Per class, ln(n + a + b): [`BetaPrior::log_theta`]'s denominator,
-    /// the same for every count, so computed once.
+    /// Per class, ln(n + a + b).
     ln_denom: [f64; 2],
-    /// Per class, the bits of ln θ for each count below the table's
-    /// length; 0 for one not yet computed (ln θ < 0 since θ < 1, and a
-    /// value that rounds to 0 is just computed each time).
-    ln: [Box<[AtomicU64]>; 2],
+    /// The bits of ln(k + a) for each count k below the table's length;
+    /// 0 for one not yet computed (a value that is 0, k + a = 1, is just
+    /// computed each time).
+    ln_count: Box<[AtomicU64]>,
 }
 
 impl LogThetas {
     /// An empty table for `prior` and `n` = `[ham, spam]` messages: one
-    /// entry per possible count, up to [`LOG_THETA_TABLE`] per class.
+    /// entry per possible count, up to [`LOG_THETA_TABLE`].
     pub fn new(prior: BetaPrior, n: [u64; 2]) -> LogThetas {
-        let table = |n: u64| {
-            let len = usize::try_from(n).map_or(LOG_THETA_TABLE, |n| {
-                n.saturating_add(1).min(LOG_THETA_TABLE)
-            });
-            (0..len).map(|_| AtomicU64::new(0)).collect()
-        };
+        let len = usize::try_from(n[0].max(n[1])).map_or(LOG_THETA_TABLE, |n| {
+            n.saturating_add(1).min(LOG_THETA_TABLE)
+        });
         let ln_denom = |n: u64| (n as f64 + prior.a + prior.b).ln();
         LogThetas {
             prior,
             n,
             ln_denom: [ln_denom(n[0]), ln_denom(n[1])],
-            ln: [table(n[0]), table(n[1])],
+            ln_count: (0..len).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
     /// ln θ for a token in `k` messages of `class` (0 ham, 1 spam): the
-    /// first of [`BetaPrior::log_theta`].
+    /// first of [`BetaPrior::log_theta`], by the same operations (a count
+    /// above the class's messages counts as all of them).
     fn ln_theta(&self, class: usize, k: u32) -> f64 {
-        // BetaPrior::log_theta's first value, by the same operations.
-        let compute = || {
-            let n = self.n[class] as f64;
-            (f64::from(k).min(n) + self.prior.a).ln() - self.ln_denom[class]
+        let k = u64::from(k).min(self.n[class]);
+        let numerator = || (k as f64 + self.prior.a).ln();
+        let ln = match self.ln_count.get(k as usize) {
+            None => numerator(),
+            Some(entry) => match entry.load(Ordering::Relaxed) {
+                0 => {
+                    let v = numerator();
+                    entry.store(v.to_bits(), Ordering::Relaxed);
+                    v
+                }
+                bits => f64::from_bits(bits),
+            },
         };
-        let Some(entry) = self.ln[class].get(k as usize) else {
-            return compute();
-        };
-        match entry.load(Ordering::Relaxed) {
-            0 => {
-                let v = compute();
-                entry.store(v.to_bits(), Ordering::Relaxed);
-                v
-            }
-            bits => f64::from_bits(bits),
-        }
+        ln - self.ln_denom[class]
     }
 
     /// The present-token LLR of a token: the first of
