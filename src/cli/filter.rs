@@ -242,7 +242,18 @@ fn pass_on(
     // At least 64 KiB, even under a smaller cap: where our fields go is read
     // off the first lines, which must be in memory whole.
     let limit = max_size.saturating_add(1).max(64 * 1024);
-    if let Err(err) = (&mut stdin).take(limit).read_to_end(&mut raw) {
+    // Read as a file, into the buffer as it is (a reader of our own would
+    // have the buffer zeroed before each read); a descriptor left
+    // non-blocking, once it would block, through `Stream`, which waits.
+    let read = match (&*stdin_file).take(limit).read_to_end(&mut raw) {
+        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+            // What was read before is in `raw`.
+            let left = limit - raw.len() as u64;
+            (&mut stdin).take(left).read_to_end(&mut raw)
+        }
+        read => read,
+    };
+    if let Err(err) = read {
         warn(&format!(
             "reading the message from standard input: {err}; nothing written"
         ));
