@@ -7,7 +7,8 @@
 //! [`Combine`]'s business (see the project's docs on why the plain sum is
 //! not the default).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -67,17 +68,32 @@ impl BetaPrior {
 /// counts of most lookups, in at most 512 KiB.
 pub const LOG_THETA_TABLE: usize = 1 << 16;
 
+/// Counts whose logarithms a [`LogThetas`] keeps from the start: the
+/// counts most tokens have, in one page.
+const DENSE_COUNTS: usize = 512;
+
+/// Logarithms of larger counts a [`LogThetas`] computes one by one before
+/// it makes a table for them: more than one message asks for (a few
+/// thousand), fewer than a few messages do.
+const TABLE_AFTER: u32 = 8192;
+
 /// ln θ of a present token, per class and count, from logarithms
 /// remembered once computed: scoring a message needs it for each of its
 /// thousand-odd known features, and a model has only as many distinct
-/// counts as it has messages, so a table turns nearly every logarithm into
-/// a read. ln θ = ln(k + a) − ln(n + a + b): the denominator is computed
-/// once per class, the numerator once per count, for both classes in one
-/// table. Each value is [`BetaPrior::log_theta`]'s own, computed by the same
-/// operations, so the evidence is the same bit for bit. Entries fill as
-/// counts are met rather than all at opening, so classifying one message
-/// costs no more than it did. Shared by threads: an entry is written at
-/// most with the one value it can hold.
+/// counts as it has messages, so over many messages a table turns nearly
+/// every logarithm into a read. ln θ = ln(k + a) − ln(n + a + b): the
+/// denominator is computed once per class, the numerator once per count,
+/// for both classes in one table. Each value is [`BetaPrior::log_theta`]'s
+/// own, computed by the same operations, so the evidence is the same bit
+/// for bit.
+///
+/// The table is made only once [`TABLE_AFTER`] logarithms of counts from
+/// [`DENSE_COUNTS`] on have been computed (the smaller ones are kept from
+/// the start, in a page): a process that scores one message would touch a
+/// page of the table for nearly every page it has (a model of 25,000
+/// messages a class needs 49), each a page fault that costs more than the
+/// logarithms it saves. Shared by threads:
+/// an entry is written at most with the one value it can hold.
 #[derive(Debug)]
 pub struct LogThetas {
     prior: BetaPrior,
@@ -85,10 +101,19 @@ pub struct LogThetas {
     n: [u64; 2],
     /// Per class, ln(n + a + b).
     ln_denom: [f64; 2],
-    /// The bits of ln(k + a) for each count k below the table's length;
-    /// 0 for one not yet computed (a value that is 0, k + a = 1, is just
-    /// computed each time).
-    ln_count: Box<[AtomicU64]>,
+    /// The bits of ln(k + a) for each count k up to the table's length,
+    /// once made; 0 for one not yet computed (a value that is 0, k + a = 1,
+    /// is just computed each time).
+    table: OnceLock<Box<[AtomicU64]>>,
+    /// The same for the counts below [`DENSE_COUNTS`], until the table is
+    /// made.
+    dense: Box<[AtomicU64]>,
+    /// Counts up to which the table keeps logarithms.
+    len: usize,
+    /// Logarithms of larger counts computed before the table was made.
+    computed: AtomicU32,
+    /// How many of those make it ([`TABLE_AFTER`]; other values in tests).
+    table_after: u32,
 }
 
 impl LogThetas {
@@ -103,7 +128,11 @@ impl LogThetas {
             prior,
             n,
             ln_denom: [ln_denom(n[0]), ln_denom(n[1])],
-            ln_count: (0..len).map(|_| AtomicU64::new(0)).collect(),
+            table: OnceLock::new(),
+            dense: zeroed(len.min(DENSE_COUNTS)),
+            len,
+            computed: AtomicU32::new(0),
+            table_after: TABLE_AFTER,
         }
     }
 
@@ -113,7 +142,7 @@ impl LogThetas {
     fn ln_theta(&self, class: usize, k: u32) -> f64 {
         let k = u64::from(k).min(self.n[class]);
         let numerator = || (k as f64 + self.prior.a).ln();
-        let ln = match self.ln_count.get(k as usize) {
+        let ln = match self.entry(k as usize) {
             None => numerator(),
             Some(entry) => match entry.load(Ordering::Relaxed) {
                 0 => {
@@ -127,13 +156,41 @@ impl LogThetas {
         ln - self.ln_denom[class]
     }
 
+    /// Where the logarithm of count `k` is kept, if it is (yet).
+    fn entry(&self, k: usize) -> Option<&AtomicU64> {
+        match self.table.get() {
+            Some(table) => table.get(k),
+            None => self.entry_before_table(k),
+        }
+    }
+
+    /// [`LogThetas::entry`] while there is no table (yet): the dense
+    /// counts' entries; the table made once [`TABLE_AFTER`] logarithms of
+    /// other counts have been computed.
+    #[inline(never)]
+    fn entry_before_table(&self, k: usize) -> Option<&AtomicU64> {
+        if k < DENSE_COUNTS {
+            return self.dense.get(k);
+        }
+        if k >= self.len || self.computed.fetch_add(1, Ordering::Relaxed) < self.table_after {
+            return None;
+        }
+        self.table.get_or_init(|| zeroed(self.len)).get(k)
+    }
+
     /// The present-token LLR of a token: the first of
     /// [`BetaPrior::token_llr`], bit for bit.
+    #[inline]
     pub fn present_llr(&self, c: TokenCounts) -> f64 {
         #[cfg(test)]
         LLRS.with(|k| k.set(k.get() + 1));
         self.ln_theta(1, c.spam) - self.ln_theta(0, c.ham)
     }
+}
+
+/// `len` entries, each 0.
+fn zeroed(len: usize) -> Box<[AtomicU64]> {
+    (0..len).map(|_| AtomicU64::new(0)).collect()
 }
 
 impl Clone for LogThetas {
@@ -374,7 +431,8 @@ mod tests {
     /// The table gives [`BetaPrior::token_llr`]'s present-token LLR bit
     /// for bit: for every count up to the table's end and beyond it, for
     /// counts above the class total, read before and after the entry is
-    /// filled, with a prior whose ln θ rounds to 0 (never a filled entry).
+    /// filled, with a prior whose ln θ rounds to 0 (never a filled entry),
+    /// the table of larger counts made at once, after a while, or never.
     #[test]
     fn log_theta_table_is_the_plain_computation() {
         let cap = LOG_THETA_TABLE as u32;
@@ -382,8 +440,14 @@ mod tests {
         let totals = [[0, 0], [7, 3], [4150, 1896], [u64::from(cap) + 5, 1]];
         for (a, b) in priors {
             let prior = BetaPrior::new(a, b).unwrap();
-            for n in totals {
-                let table = LogThetas::new(prior, n);
+            for (n, table_after) in totals
+                .into_iter()
+                .flat_map(|n| [(n, 0), (n, 100), (n, u32::MAX)])
+            {
+                let table = LogThetas {
+                    table_after,
+                    ..LogThetas::new(prior, n)
+                };
                 let top = n[0].max(n[1]).min(u64::from(cap)) as u32;
                 let ks = (0..=top + 3).chain([cap - 1, cap, cap + 1, u32::MAX]);
                 for k in ks {
@@ -395,6 +459,8 @@ mod tests {
                         }
                     }
                 }
+                let made = table.len > DENSE_COUNTS && table_after != u32::MAX;
+                assert_eq!(table.table.get().is_some(), made, "{n:?} {table_after}");
             }
         }
     }
