@@ -782,10 +782,10 @@ impl Snapshot {
     }
 
     /// Calls `found` with each of `tokens`, in order, and its counts: what
-    /// [`Snapshot::lookup`] answers for it. A word's lookup waits on memory three times in
-    /// turn (its slot; its offsets and counts; its key), and looked up one
-    /// after another, the words of a message each wait all three times on
-    /// a model not yet in the cache. Here the tokens go in batches, each
+    /// [`Snapshot::lookup`] answers for it. A word's lookup waits on memory
+    /// three times in turn (its slot; its offsets and counts; its key), and
+    /// looked up one after another, the words of a message each wait all
+    /// three times on a model not yet in the cache. Here the tokens go in batches, each
     /// step taken for the whole batch before the next and asking ahead for
     /// the memory the next step reads, so the waits of a batch overlap. A
     /// step that meets anything but the plain case (a tag shared by
@@ -1756,6 +1756,23 @@ mod tests {
         let mut all = Vec::new();
         snap.lookup_all(tokens.iter().map(String::as_str), |t, c| all.push((t, c)));
         assert_eq!(all, one_by_one);
+    }
+
+    /// Many batches: a vocabulary of thousands, looked up with as many
+    /// absent tokens, interleaved.
+    #[test]
+    fn lookup_all_answers_as_lookup_over_many_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        let counts = |i: u32| TokenCounts { ham: i, spam: 1 };
+        let vocabulary = (0..3000u32).map(|i| (format!("w{i}"), counts(i)));
+        write_snapshot(&path, &header(), vocabulary).unwrap();
+        let snap = Snapshot::open(&path).unwrap();
+        let tokens: Vec<String> = (0..6001)
+            .map(|i| format!("{}{}", if i % 2 == 0 { "w" } else { "x" }, i / 2))
+            .collect();
+        assert_lookup_all_agrees(&snap, &tokens);
+        assert_eq!(snap.lookup("w2999"), Some(counts(2999)));
     }
 
     proptest! {
