@@ -705,8 +705,8 @@ pub fn first_of_several(input: &[u8]) -> Option<&[u8]> {
 /// Byte offsets of the separator lines of `input` by the rule of
 /// [`looks_like_several_messages`] (the first line included, if it starts
 /// with `From `). Only the places where a line starting `From ` follows a
-/// blank line are looked at closely, found by a search for "\nFrom ";
-/// `filter` asks this of every message it passes on.
+/// blank line are looked at closely, found by a search for "\nFrom ": a
+/// delivery hook asks this of every message it passes on.
 fn separators(input: &[u8]) -> Vec<usize> {
     let mut starts = Vec::new();
     if !input.starts_with(b"From ") {
