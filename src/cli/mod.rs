@@ -160,19 +160,18 @@ fn parse_filter_line(
     if !in_filter || (global.quiet && global.verbose) {
         return None;
     }
-    // The environment stands in for an option not given; an empty value
-    // is clap's to refuse.
+    // The environment stands in for an option not given. An empty value
+    // is clap's to refuse, even beside the option: clap reads the
+    // environment for the level (program or `filter`) where the option
+    // was not given, and refuses the empty value there.
     let from_env = |name| match env(name) {
         None => Some(None),
         Some(v) if v.is_empty() => None,
         Some(v) => Some(Some(PathBuf::from(v))),
     };
-    if global.db.is_none() {
-        global.db = from_env("BAYESMAIL_DB")?;
-    }
-    if global.config.is_none() {
-        global.config = from_env("BAYESMAIL_CONFIG")?;
-    }
+    let (db, config) = (from_env("BAYESMAIL_DB")?, from_env("BAYESMAIL_CONFIG")?);
+    global.db = global.db.or(db);
+    global.config = global.config.or(config);
     Some(Cli {
         global,
         command: Command::Filter(Deferred(filter)),
@@ -1055,10 +1054,10 @@ mod tests {
         );
         assert_eq!(parsed(&["filter"], Some(""), None), None);
         assert_eq!(parsed(&["filter"], None, Some("")), None);
-        assert_eq!(
-            parsed(&["--db", "d", "filter"], Some(""), None),
-            Some((path("d"), None))
-        );
+        // clap refuses an empty value even beside the option it stands
+        // in for.
+        assert_eq!(parsed(&["--db", "d", "filter"], Some(""), None), None);
+        assert_eq!(parsed(&["filter", "--config=f"], None, Some("")), None);
     }
 
     proptest::proptest! {

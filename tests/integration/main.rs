@@ -23,6 +23,7 @@ mod learning;
 mod properties;
 mod prune;
 mod recipes;
+mod review_speed;
 mod scale;
 mod split;
 mod train;
