@@ -880,6 +880,34 @@ mod tests {
         }
     }
 
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        /// The same on byte soup: the pieces above mixed with runs of the
+        /// bytes that matter (line endings, `From `'s letters, ':'), so
+        /// that candidates overlap, lines end bare or not at all, and
+        /// "\nFrom " follows "\r", "\r\n" or the first line.
+        #[test]
+        fn separators_are_found_as_line_by_line_in_byte_soup(
+            mbox in proptest::prelude::any::<bool>(),
+            pieces in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::sample::select(SEPARATOR_PIECES).prop_map(|s| s.as_bytes().to_vec()),
+                    proptest::collection::vec(proptest::sample::select(&b"\n\rFrom :aX \t1"[..]), 0..6),
+                ],
+                0..30,
+            ),
+        ) {
+            let mut input = if mbox {
+                b"From a@b Mon Jan  1 10:00:00 2024".to_vec()
+            } else {
+                Vec::new()
+            };
+            input.extend(pieces.concat());
+            proptest::prop_assert_eq!(separators(&input), separators_by_lines(&input));
+        }
+    }
+
     const SEPARATOR_PIECES: &[&str] = &[
         "From a@b Mon Jan  1 10:00:00 2024",
         "From b Thu Jan  1 00:00:00 1970\n",

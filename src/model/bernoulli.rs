@@ -465,6 +465,45 @@ mod tests {
         }
     }
 
+    /// One table shared by threads, as rayon's workers share a model:
+    /// every thread reads [`BetaPrior::token_llr`]'s bits while others
+    /// fill entries and one makes the table of larger counts, for totals
+    /// past 2^53 too (where a count and the total round apart as floats).
+    #[test]
+    fn log_theta_table_shared_by_threads_is_the_plain_computation() {
+        let prior = BetaPrior::new(0.5, 2.0).unwrap();
+        for (n, table_after) in [
+            ([30_000, 20_000], 0),
+            ([30_000, 20_000], 10),
+            ([70_000, 600], TABLE_AFTER),
+            ([(1 << 53) + 1, u64::MAX], 10),
+        ] {
+            let table = LogThetas {
+                table_after,
+                ..LogThetas::new(prior, n)
+            };
+            std::thread::scope(|s| {
+                for thread in 0..4u32 {
+                    let table = &table;
+                    s.spawn(move || {
+                        for i in 0..20_000u32 {
+                            let x = (i ^ thread).wrapping_mul(2_654_435_761);
+                            let c = tc(x % 70_001, (x >> 7) % 40_000);
+                            let plain = prior.token_llr(c, n).0;
+                            assert_eq!(
+                                table.present_llr(c).to_bits(),
+                                plain.to_bits(),
+                                "{n:?} {c:?}"
+                            );
+                        }
+                    });
+                }
+            });
+            // The table was made while the threads read.
+            assert!(table.table.get().is_some(), "{n:?}");
+        }
+    }
+
     #[test]
     fn tempered_one_at_a_time_is_tempered() {
         let llrs = [0.5, -2.0, 3.25, -0.1, 1.0, 7.0];

@@ -1798,6 +1798,72 @@ mod tests {
         }
     }
 
+    /// A token of a random model: short words (many sharing prefixes),
+    /// byte-view buckets, and names that are almost buckets.
+    fn model_token() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[abc]{0,4}",
+            "[a-z\u{e9}]{1,8}",
+            (0..1u32 << BUCKET_BITS).prop_map(grams::key),
+            "\u{1}[0-9a-fA-F]{4,6}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// On random models of either layout read (version 3 and the
+        /// current one), with slots forged to carry a wanted token's tag
+        /// and any index and then random damage, `lookup_all` answers what
+        /// `lookup` answers for tokens present and absent.
+        #[test]
+        fn lookup_all_answers_as_lookup_on_random_models_with_forged_slots(
+            tokens in prop::collection::btree_map(model_token(), (0u32..4, 0u32..4), 0..300),
+            absent in prop::collection::vec(model_token(), 0..60),
+            forged in prop::collection::vec(
+                (any::<prop::sample::Index>(), any::<u32>(), any::<prop::sample::Index>()),
+                0..8,
+            ),
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+            v3 in any::<bool>(),
+        ) {
+            let tokens: Vec<(String, TokenCounts)> = tokens
+                .into_iter()
+                .filter(|(_, (ham, spam))| ham + spam > 0)
+                .map(|(t, (ham, spam))| (t, TokenCounts { ham, spam }))
+                .collect();
+            let header = serde_json::to_vec(&header()).unwrap();
+            let mut bytes = if v3 {
+                encode_v3(&header, &tokens)
+            } else {
+                encode(&header, &tokens).unwrap()
+            };
+            let mut wanted: Vec<String> = tokens.into_iter().rev().map(|(t, _)| t).collect();
+            wanted.extend(absent);
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("model.bin");
+            fs::write(&path, &bytes).unwrap();
+            let snap = Snapshot::open(&path).unwrap();
+            if !wanted.is_empty() {
+                for (slot, index, token) in forged {
+                    let hash = token_hash(wanted[token.index(wanted.len())].as_bytes());
+                    let (mask, tag) = slot_tag(snap.version, snap.n, hash);
+                    let at = snap.slots + 4 * slot.index(snap.m);
+                    bytes[at..at + 4].copy_from_slice(&(tag | (index & mask)).to_le_bytes());
+                }
+            }
+            let body = PREAMBLE + header.len();
+            for (at, value) in flips {
+                let at = body + at.index(bytes.len() - 8 - body);
+                bytes[at] = value;
+            }
+            drop(snap);
+            fs::write(&path, resealed(bytes)).unwrap();
+            if let Ok(snap) = Snapshot::open(&path) {
+                assert_lookup_all_agrees(&snap, &wanted);
+            }
+        }
+    }
+
     /// Where a slot carries the wanted token's tag but another token's
     /// index, `lookup_all` probes on as `lookup` does: it finds a token
     /// further on and reports an absent one absent.
