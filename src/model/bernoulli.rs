@@ -92,8 +92,8 @@ const TABLE_AFTER: u32 = 8192;
 /// the start, in a page): a process that scores one message would touch a
 /// page of the table for nearly every page it has (a model of 25,000
 /// messages a class needs 49), each a page fault that costs more than the
-/// logarithms it saves. Shared by threads:
-/// an entry is written at most with the one value it can hold.
+/// logarithms it saves. Shared by threads: an entry is written at most
+/// with the one value it can hold.
 #[derive(Debug)]
 pub struct LogThetas {
     prior: BetaPrior,
