@@ -228,14 +228,19 @@ impl Classifier {
                 reason: format!("it does not apply to the model: {e}"),
             };
             let delta = journal.delta();
-            header.totals = store::apply_totals(&header.totals, &delta).map_err(bad)?;
+            // Counts the journal cannot take back exactly become zero, as
+            // they do in the count store when it takes the journal in.
+            let mut inexact = 0;
+            header.totals =
+                store::apply_totals(&header.totals, &delta, &mut inexact).map_err(bad)?;
             for (token, d) in delta.tokens {
                 let bucket = grams::parse(&token);
                 let old = match bucket {
                     Some(b) => snapshot.gram(b),
                     None => snapshot.lookup(&token),
                 };
-                let new = store::apply_token(&token, old.unwrap_or_default(), d).map_err(bad)?;
+                let new = store::apply_token(&token, old.unwrap_or_default(), d, &mut inexact)
+                    .map_err(bad)?;
                 match (old.is_some(), new.is_zero()) {
                     (false, false) => vocabulary += 1,
                     (true, true) => vocabulary -= 1,

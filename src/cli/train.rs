@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use bayesmail::db::{Labelled, TrainSummary, Trainer};
 use bayesmail::features::Extractor;
 use bayesmail::mailbox::RawMessage;
+use bayesmail::message::Identity;
 use bayesmail::model::Label;
 use bayesmail::sanitize::for_terminal;
 use bayesmail::store::DEFAULT_JOURNAL_LIMIT;
@@ -170,6 +171,20 @@ fn missing_class(totals: [u64; 2]) -> Option<String> {
     }
 }
 
+/// Says, once, that counts of `what` could not be taken back exactly.
+fn inexact_note(what: &str, inexact: u64) {
+    if inexact > 0 {
+        note!(
+            "bayesmail: note: {}: {inexact} count{} could not be taken back exactly (words \
+             removed by prune, or counted by an older bayesmail) and {} set to \
+             zero; the rest of the database is unchanged",
+            for_terminal(what),
+            if inexact == 1 { "" } else { "s" },
+            if inexact == 1 { "was" } else { "were" },
+        );
+    }
+}
+
 /// ", N duplicates" when a run was given the same message more than once.
 fn duplicates_note(summary: &TrainSummary) -> String {
     if summary.duplicates > 0 {
@@ -185,7 +200,7 @@ struct ReadForTraining {
     /// Its size.
     bytes: usize,
     features: Result<bayesmail::features::Features, message::Error>,
-    digest: bayesmail::model::Digest,
+    identity: Identity,
 }
 
 /// Extracts what training needs of `raw` on a reading worker, which also
@@ -193,7 +208,7 @@ struct ReadForTraining {
 fn read_for_training(ex: &mut Extractor, raw: RawMessage) -> ReadForTraining {
     ReadForTraining {
         features: ex.extract(&raw.bytes),
-        digest: message::digest(&raw.bytes),
+        identity: Identity::of(&raw.bytes),
         bytes: raw.bytes.len(),
         id: raw.id,
     }
@@ -237,7 +252,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
                         read_count += 1;
                         let message = Labelled {
                             features,
-                            digest: e.digest,
+                            identity: e.identity,
                             label,
                         };
                         trainer.add_to_run(&mut run, &message, &e.id)?;
@@ -313,6 +328,10 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     let stored = run.len();
     let storing = Instant::now();
     let mut summary = trainer.store_run(run)?;
+    inexact_note(
+        "the messages that moved to the other label",
+        summary.inexact,
+    );
     detail!("stored in {:.1}s", storing.elapsed().as_secs_f64());
     let missing = missing_class(summary.totals);
     // A journal left by `learn` is folded too: `train` always leaves one
@@ -458,7 +477,7 @@ fn read_messages(path: &Path, command: &str) -> Result<(Vec<(String, Labelled)>,
                 id,
                 Labelled {
                     features,
-                    digest: message::digest(&raw.bytes),
+                    identity: Identity::of(&raw.bytes),
                     label: Label::Ham,
                 },
             ))
@@ -526,6 +545,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     for (_, m) in &mut messages {
         m.label = label;
     }
+    let names: Vec<String> = messages.iter().map(|(id, _)| id.clone()).collect();
     let labelled: Vec<Labelled> = messages.into_iter().map(|(_, m)| m).collect();
     let wait = Duration::from_secs(args.wait);
     let (summary, no_model) =
@@ -537,6 +557,11 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
                 (summary, rebuild(ctx, &mut trainer)?)
             }
         };
+    let moved = match names.as_slice() {
+        [one] => one.clone(),
+        _ => format!("the messages moved to {label}"),
+    };
+    inexact_note(&moved, summary.inexact);
     let action = if summary.relearned > 0 {
         "moved"
     } else if summary.learned > 0 {
@@ -610,16 +635,26 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     let wait = Duration::from_secs(args.wait);
     let given: Vec<_> = messages
         .iter()
-        .map(|(_, m)| (&m.features, m.digest))
+        .map(|(_, m)| (&m.features, m.identity))
         .collect();
     let quick = bayesmail::trainer::quick::unlearn(&ctx.db, wait, &given, journal_limit())?;
     let (results, no_model) = match quick {
-        Some(results) => (results, None),
+        Some((results, inexact)) => {
+            let what = match messages.as_slice() {
+                [(one, _)] => one.clone(),
+                _ => "the messages unlearned".to_string(),
+            };
+            inexact_note(&what, inexact);
+            (results, None)
+        }
         None => {
             let mut trainer = Trainer::open(&ctx.db, wait)?;
             let mut results = Vec::new();
-            for (features, digest) in &given {
-                let result = trainer.unlearn(features, *digest);
+            for ((id, _), (features, identity)) in messages.iter().zip(&given) {
+                let result = trainer.unlearn(features, identity).map(|(was, inexact)| {
+                    inexact_note(id, inexact);
+                    was
+                });
                 let stop =
                     matches!(&result, Err(e) if !matches!(e, bayesmail::db::Error::NotLearned));
                 results.push(result);

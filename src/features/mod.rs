@@ -54,7 +54,7 @@ pub const METADATA_LEN: usize = 12;
 ///
 /// | name | value |
 /// |---|---|
-/// | `log_size` | ln(1 + message size in bytes, line ends counted as one byte) |
+/// | `log_size` | ln(1 + size in bytes of the message's canonical form: line ends counted as one byte, volatile fields and trailing blank lines left out) |
 /// | `log_text_chars` | ln(1 + characters of decoded text) |
 /// | `log_urls` | ln(1 + URLs in text and HTML link targets) |
 /// | `log_url_hosts` | ln(1 + distinct URL hosts) |
@@ -137,7 +137,10 @@ impl Extractor {
         Self::default()
     }
 
-    /// Parses raw message bytes and extracts their features.
+    /// Parses raw message bytes and extracts their features, from the
+    /// message's [`message::canonical`] bytes (our `X-Spam-*` fields and
+    /// other volatile fields, an mbox envelope line and trailing blank lines
+    /// are not part of it).
     ///
     /// ```
     /// let f = bayesmail::features::Extractor::new()
@@ -148,8 +151,11 @@ impl Extractor {
     /// assert!(f.tokens.contains("noon"));
     /// ```
     pub fn extract(&mut self, raw: &[u8]) -> Result<Features, message::Error> {
-        let mut features = self.from_message(&message::parse(raw)?);
-        features.grams = grams::buckets(raw);
+        // The message as it identifies itself: what is counted for it is
+        // then the same however it was stored, read or delivered.
+        let raw = message::canonical(raw);
+        let mut features = self.from_message(&message::parse(&raw)?);
+        features.grams = grams::buckets(&raw);
         Ok(features)
     }
 

@@ -34,8 +34,10 @@
 
 pub mod decode;
 pub mod html;
+mod identity;
 mod split;
 
+pub use identity::{Identity, canonical, digest, legacy_digest};
 pub use split::split_header;
 
 use std::borrow::Cow;
@@ -210,7 +212,7 @@ pub fn parse(raw: &[u8]) -> Result<Message> {
 
 /// CRLF → LF, so every later step sees one convention (and a message and its
 /// CRLF twin give the same features). Lone CRs are kept.
-fn normalize_line_ends(raw: &[u8]) -> Cow<'_, [u8]> {
+pub(crate) fn normalize_line_ends(raw: &[u8]) -> Cow<'_, [u8]> {
     let Some(first) = find_crlf(raw) else {
         return Cow::Borrowed(raw);
     };
@@ -632,62 +634,6 @@ fn push_text(msg: &mut Message, bytes: &[u8], charset: Option<String>, kind: Tex
         charset,
         truncated: false,
     });
-}
-
-/// Headers that mail software adds or rewrites while a message sits in a
-/// mailbox (read flags, IMAP bookkeeping, filter verdicts, our own headers):
-/// left out of [`digest`], so moving a message between folders, reading it
-/// or filtering it again does not make it a different message.
-const VOLATILE_HEADERS: &[&str] = &[
-    "status",
-    "x-status",
-    "x-keywords",
-    "x-uid",
-    "x-imap",
-    "x-imapbase",
-    "content-length",
-    "lines",
-    "x-mozilla-status",
-    "x-mozilla-status2",
-    "x-mozilla-keys",
-    "x-spam-flag",
-    "x-spam-status",
-    "x-spam-level",
-    "x-spam-checker-version",
-    "x-bogosity",
-    "old-x-spam-flag",
-    "old-x-spam-status",
-];
-
-/// A SHA-256 digest identifying a message for the learned-message registry:
-/// over the bytes with line ends as LF, without an mbox envelope line and
-/// without the fields of the header block (as [`split_header`] finds it)
-/// that mail software rewrites in a mailbox (`Status`,
-/// `X-Keywords`, `X-Spam-*`, … and any `X-Bayesmail-*`). Stable across
-/// CRLF/LF storage, folder moves and re-filtering.
-pub fn digest(raw: &[u8]) -> [u8; 32] {
-    use sha2::{Digest as _, Sha256};
-    let raw = normalize_line_ends(raw);
-    let raw = split::strip_envelope(&raw);
-    // The empty line that ends the header block is hashed with the body, as
-    // it always was, so the digest of a message with one does not change.
-    let (head_end, _) = split::split_entity(raw);
-    let (head, body) = raw.split_at(head_end);
-    let mut hasher = Sha256::new();
-    let mut skipping = false;
-    for line in head.split_inclusive(|&b| b == b'\n') {
-        let continuation = line.first().is_some_and(|b| *b == b' ' || *b == b'\t');
-        if !continuation {
-            let name = line.split(|&b| b == b':').next().unwrap_or(b"");
-            let name = String::from_utf8_lossy(name).trim().to_ascii_lowercase();
-            skipping = VOLATILE_HEADERS.contains(&name.as_str()) || name.starts_with("x-bayesmail");
-        }
-        if !skipping {
-            hasher.update(line);
-        }
-    }
-    hasher.update(body);
-    hasher.finalize().into()
 }
 
 #[cfg(test)]

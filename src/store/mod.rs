@@ -19,7 +19,11 @@
 //! [`Snapshot`] written atomically after training ([`snapshot`]).
 //!
 //! This module knows nothing of messages, tokenization or scoring: it stores
-//! integers exactly and checks that they never go negative or overflow.
+//! integers exactly and checks that they never overflow. A change that would
+//! take a count below zero (a message unlearned after `prune` removed some
+//! of its words, or learned by a version that counted other features) sets
+//! it to zero instead and is counted as inexact: retraining must never jam
+//! on a count it cannot take back exactly.
 
 pub mod journal;
 pub mod mapped;
@@ -101,18 +105,12 @@ pub enum Error {
         /// The engine's error (its type is deliberately hidden).
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// Applying a delta would make a count negative: something is unlearned
-    /// that was never learned. `token` is the token, or for the per-class
-    /// totals a description in angle brackets such as `<spam messages>`.
-    #[error("unlearning would make a count negative: {token} (was it ever learned?)")]
-    Negative {
-        /// The token or total concerned.
-        token: String,
-    },
     /// Applying a delta would make a count exceed what it can hold.
+    /// `token` is the token, or for the per-class totals a description in
+    /// angle brackets such as `<spam messages>`.
     #[error("a count would overflow: {token}")]
     Overflow {
-        /// The token or total concerned (see [`Error::Negative`]).
+        /// The token or total concerned.
         token: String,
     },
     /// The caller passed something that cannot be stored.
@@ -151,11 +149,13 @@ pub trait Store {
     fn registry_len(&self) -> Result<u64>;
     /// Every token with non-zero counts, in byte order of the token.
     fn for_each_token(&self, f: &mut dyn FnMut(&str, TokenCounts)) -> Result<()>;
-    /// Applies a delta atomically: all of it or, on error (e.g. a count
-    /// would go negative, or I/O), none of it. Tokens whose counts reach
-    /// zero are removed. Registry: `Some(label)` sets, `None` removes; later
-    /// entries for the same digest win.
-    fn apply(&mut self, delta: &Delta) -> Result<()>;
+    /// Applies a delta atomically: all of it or, on error (a count would
+    /// overflow, or I/O), none of it. A count the delta would take below
+    /// zero becomes zero; returns how many counts did (see
+    /// [`apply_token`]). Tokens whose counts reach zero are removed.
+    /// Registry: `Some(label)` sets, `None` removes; later entries for the
+    /// same digest win.
+    fn apply(&mut self, delta: &Delta) -> Result<u64>;
     /// Makes applied changes durable.
     fn flush(&mut self) -> Result<()>;
 }
@@ -218,17 +218,18 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    fn apply(&mut self, delta: &Delta) -> Result<()> {
+    fn apply(&mut self, delta: &Delta) -> Result<u64> {
         // Check everything before changing anything, so an error leaves the
         // store as it was.
-        let totals = apply_totals(&self.totals, delta)?;
+        let mut inexact = 0;
+        let totals = apply_totals(&self.totals, delta, &mut inexact)?;
         let mut tokens = Vec::with_capacity(delta.tokens.len());
         for (token, &d) in &delta.tokens {
             if d == [0, 0] {
                 continue;
             }
             let old = self.tokens.get(token.as_str()).copied().unwrap_or_default();
-            tokens.push((token, apply_token(token, old, d)?));
+            tokens.push((token, apply_token(token, old, d, &mut inexact)?));
         }
 
         self.totals = totals;
@@ -245,7 +246,7 @@ impl Store for MemoryStore {
                 None => self.registry.remove(digest),
             };
         }
-        Ok(())
+        Ok(inexact)
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -253,49 +254,70 @@ impl Store for MemoryStore {
     }
 }
 
-/// The counts of `token` after adding `d` (`[ham, spam]`), or the reason
-/// that is impossible.
-pub(crate) fn apply_token(token: &str, old: TokenCounts, d: [i64; 2]) -> Result<TokenCounts> {
+/// The counts of `token` after adding `d` (`[ham, spam]`), or an error if
+/// one would overflow. A count that would go below zero becomes zero and
+/// adds one to `inexact`: it cannot be taken back exactly (the token was
+/// pruned, or the message was counted with other features), and a count
+/// that stays consistent is worth more than a retraining that jams.
+pub(crate) fn apply_token(
+    token: &str,
+    old: TokenCounts,
+    d: [i64; 2],
+    inexact: &mut u64,
+) -> Result<TokenCounts> {
     Ok(TokenCounts {
-        ham: add_u32(old.ham, d[0], || token.to_owned())?,
-        spam: add_u32(old.spam, d[1], || token.to_owned())?,
+        ham: add_u32(old.ham, d[0], inexact, || token.to_owned())?,
+        spam: add_u32(old.spam, d[1], inexact, || token.to_owned())?,
     })
 }
 
-fn add_u32(old: u32, d: i64, what: impl Fn() -> String) -> Result<u32> {
+fn add_u32(old: u32, d: i64, inexact: &mut u64, what: impl Fn() -> String) -> Result<u32> {
     let new = i64::from(old)
         .checked_add(d)
         .ok_or_else(|| Error::Overflow { token: what() })?;
     if new < 0 {
-        return Err(Error::Negative { token: what() });
+        *inexact += 1;
+        return Ok(0);
     }
     u32::try_from(new).map_err(|_| Error::Overflow { token: what() })
 }
 
-/// The totals after applying the message and metadata parts of `delta`.
-pub(crate) fn apply_totals(old: &Totals, delta: &Delta) -> Result<Totals> {
+/// The totals after applying the message and metadata parts of `delta`; a
+/// total that would go below zero becomes zero (see [`apply_token`]).
+pub(crate) fn apply_totals(old: &Totals, delta: &Delta, inexact: &mut u64) -> Result<Totals> {
     let mut new = old.clone();
     for label in Label::ALL {
         let c = label.index();
         let what = || format!("<{label} messages>");
         let n = i128::from(old.messages[c]) + i128::from(delta.messages[c]);
         if n < 0 {
-            return Err(Error::Negative { token: what() });
+            *inexact += 1;
         }
-        new.messages[c] = u64::try_from(n).map_err(|_| Error::Overflow { token: what() })?;
+        new.messages[c] = u64::try_from(n.max(0)).map_err(|_| Error::Overflow { token: what() })?;
         for k in 0..METADATA_LEN {
-            new.gauss[c][k] = add_gauss(&old.gauss[c][k], &delta.gauss[c][k], label, k)?;
+            new.gauss[c][k] = add_gauss(&old.gauss[c][k], &delta.gauss[c][k], label, k, inexact)?;
         }
     }
     Ok(new)
 }
 
-fn add_gauss(old: &GaussStats, d: &GaussStats, label: Label, k: usize) -> Result<GaussStats> {
+/// Sufficient statistics after adding `d`. Statistics of no messages are
+/// zero, whatever a change that did not take them back exactly left.
+fn add_gauss(
+    old: &GaussStats,
+    d: &GaussStats,
+    label: Label,
+    k: usize,
+    inexact: &mut u64,
+) -> Result<GaussStats> {
     let what = || format!("<{label} metadata feature {k}>");
     let overflow = || Error::Overflow { token: what() };
     let n = old.n.checked_add(d.n).ok_or_else(overflow)?;
-    if n < 0 {
-        return Err(Error::Negative { token: what() });
+    if n <= 0 {
+        if n < 0 || old.sum.checked_add(d.sum) != Some(0) {
+            *inexact += 1;
+        }
+        return Ok(GaussStats::default());
     }
     Ok(GaussStats {
         n,
@@ -371,32 +393,31 @@ mod tests {
     }
 
     #[test]
-    fn negative_counts_are_refused_and_change_nothing() {
+    fn counts_that_cannot_be_taken_back_exactly_become_zero_and_are_counted() {
         let mut store = MemoryStore::new();
         store.apply(&learn(&["a", "b"], Label::Spam, 1, 1)).unwrap();
-        let before = store.clone();
+        store.apply(&learn(&["a"], Label::Spam, 1, 2)).unwrap();
 
-        // "c" was never learned: the whole delta is refused, "a" included.
-        let err = store
+        // "c" was never counted (pruned, or counted by another version):
+        // it stays at zero, the rest is taken back, and it is said once.
+        let inexact = store
             .apply(&learn(&["a", "c"], Label::Spam, -1, 1))
-            .unwrap_err();
-        assert!(
-            matches!(&err, Error::Negative { token } if token == "c"),
-            "{err}"
+            .unwrap();
+        assert_eq!(inexact, 1);
+        assert_eq!(
+            tokens_of(&store),
+            [("a".into(), counts(0, 1)), ("b".into(), counts(0, 1))]
         );
-        assert!(
-            err.to_string()
-                .starts_with("unlearning would make a count negative: c")
-        );
-        assert_eq!(store, before);
+        assert_eq!(store.totals().unwrap().messages, [0, 1]);
+        assert_eq!(store.label_of(&[1; 32]).unwrap(), None);
 
-        let err = store.apply(&learn(&[], Label::Ham, -1, 1)).unwrap_err();
-        assert!(
-            matches!(&err, Error::Negative { token } if token == "<ham messages>"),
-            "{err}"
-        );
-        assert_eq!(store, before);
+        // A class with no messages left has no metadata statistics.
+        let inexact = store.apply(&learn(&[], Label::Ham, -1, 9)).unwrap();
+        assert_eq!(inexact, 2, "the ham total and its metadata statistics");
+        assert_eq!(store.totals().unwrap().messages, [0, 1]);
+        assert_eq!(store.totals().unwrap().gauss[0][0], GaussStats::default());
 
+        let before = store.clone();
         let mut d = Delta::default();
         d.tokens.insert("a".into(), [0, i64::from(u32::MAX)]);
         assert!(matches!(store.apply(&d), Err(Error::Overflow { .. })));

@@ -21,6 +21,7 @@ use crate::classifier::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
 use crate::decision::Calibrator;
 use crate::features::{Features, grams};
+use crate::message::Identity;
 use crate::model::{
     BYTES_PREFIX, Combine, Delta, Digest, Label, Params, TokenCounts, VIEWS, View, bernoulli,
 };
@@ -41,8 +42,8 @@ pub const CHUNK_MESSAGES: usize = 500;
 pub struct Labelled {
     /// Its features.
     pub features: Features,
-    /// Its registry digest.
-    pub digest: Digest,
+    /// Who it is for the registry.
+    pub identity: Identity,
     /// Its label.
     pub label: Label,
 }
@@ -62,6 +63,10 @@ pub struct TrainSummary {
     pub conflicting: usize,
     /// Messages learned per class after the run, `[ham, spam]`.
     pub totals: [u64; 2],
+    /// Counts that a move to the other label could not take back exactly
+    /// (the message's words were pruned, or it was counted by a version
+    /// that saw other features): they were set to zero.
+    pub inexact: u64,
     /// Whether a new snapshot was written.
     pub snapshot_written: bool,
 }
@@ -169,13 +174,13 @@ impl Trainer {
     /// Applies `delta` to the store, the only way this writer changes it:
     /// the registry file goes first (once), since it must never stand for
     /// a state the store has left.
-    fn change_store(&mut self, delta: &Delta) -> Result<()> {
+    /// Returns how many counts it could not take back exactly.
+    fn change_store(&mut self, delta: &Delta) -> Result<u64> {
         if !self.registry_removed {
             store::registry::remove(&self.paths.registry())?;
             self.registry_removed = true;
         }
-        self.store.apply(delta)?;
-        Ok(())
+        Ok(self.store.apply(delta)?)
     }
 
     /// See [`Trainer::open`].
@@ -247,13 +252,13 @@ impl Trainer {
         // same label counts once, with both labels not at all.
         let mut wanted: HashMap<Digest, Option<Label>> = HashMap::new();
         for m in messages {
-            match wanted.get(&m.digest) {
+            match wanted.get(&m.identity.digest) {
                 None => {
-                    wanted.insert(m.digest, Some(m.label));
+                    wanted.insert(m.identity.digest, Some(m.label));
                 }
                 Some(Some(l)) if *l == m.label => summary.duplicates += 1,
                 Some(Some(_)) => {
-                    wanted.insert(m.digest, None);
+                    wanted.insert(m.identity.digest, None);
                     summary.conflicting += 1;
                 }
                 Some(None) => summary.conflicting += 1,
@@ -263,23 +268,24 @@ impl Trainer {
         let mut delta = Delta::default();
         let mut in_chunk = 0;
         for (i, m) in messages.iter().enumerate() {
-            if wanted.get(&m.digest) != Some(&Some(m.label)) || !seen.insert(m.digest) {
+            let digest = m.identity.digest;
+            if wanted.get(&digest) != Some(&Some(m.label)) || !seen.insert(digest) {
                 continue;
             }
-            let now = self.store.label_of(&m.digest)?;
+            let now = self.registered(&m.identity)?;
             if !learn_into(&mut delta, &mut summary, m, now) {
                 continue;
             }
             in_chunk += 1;
             if in_chunk == CHUNK_MESSAGES {
                 let chunk = std::mem::take(&mut delta);
-                self.change_store(&chunk)?;
+                summary.inexact += self.change_store(&chunk)?;
                 in_chunk = 0;
                 progress(i + 1);
             }
         }
         if in_chunk > 0 {
-            self.change_store(&delta)?;
+            summary.inexact += self.change_store(&delta)?;
         }
         progress(messages.len());
         self.store.flush()?;
@@ -318,16 +324,29 @@ impl Trainer {
         Ok(true)
     }
 
-    /// Unlearns one message; [`Error::NotLearned`] if the registry does not
-    /// know it.
-    pub fn unlearn(&mut self, features: &Features, digest: Digest) -> Result<Label> {
-        let label = self.store.label_of(&digest)?.ok_or(Error::NotLearned)?;
+    /// The label the registry knows a message under, and the digest it
+    /// knows it by (a registry written before the canonical digest may know
+    /// it by the legacy one).
+    fn registered(&self, identity: &Identity) -> Result<Option<(Label, Digest)>> {
+        for digest in identity.digests() {
+            if let Some(label) = self.store.label_of(&digest)? {
+                return Ok(Some((label, digest)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Unlearns one message: the label it had and how many counts could not
+    /// be taken back exactly (see [`TrainSummary::inexact`]);
+    /// [`Error::NotLearned`] if the registry does not know it.
+    pub fn unlearn(&mut self, features: &Features, identity: &Identity) -> Result<(Label, u64)> {
+        let (label, known_as) = self.registered(identity)?.ok_or(Error::NotLearned)?;
         let mut delta = Delta::default();
         delta.add_message(features, label, -1);
-        delta.registry.push((digest, None));
-        self.change_store(&delta)?;
+        delta.registry.push((known_as, None));
+        let inexact = self.change_store(&delta)?;
         self.store.flush()?;
-        Ok(label)
+        Ok((label, inexact))
     }
 
     /// Adds one message read by a training run to `run`: skipped if the
@@ -341,7 +360,8 @@ impl Trainer {
         m: &Labelled,
         source: impl std::fmt::Display,
     ) -> Result<()> {
-        match run.labels.get(&m.digest) {
+        let digest = m.identity.digest;
+        match run.labels.get(&digest) {
             Some(&l) if l == m.label => {
                 run.summary.duplicates += 1;
                 return Ok(());
@@ -353,28 +373,38 @@ impl Trainer {
             }
             None => {}
         }
-        run.labels.insert(m.digest, m.label);
+        run.labels.insert(digest, m.label);
         let ex = run.intern(&m.features, m.label);
         run.counts.add(&ex, 1);
-        let key = u64::from_le_bytes(m.digest[..8].try_into().expect("8 bytes"));
+        let key = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
         // The store takes each message's counts under its label (the run's
         // counts) but for those set apart: a message it holds already, and
         // the old label of one that moves.
-        match self.store.label_of(&m.digest)? {
-            Some(old) if old == m.label => {
+        let now = self.registered(&m.identity)?;
+        if let Some((_, known_as)) = now
+            && known_as != digest
+        {
+            // Known by its legacy digest: from now on by its own.
+            run.registry.push((known_as, None));
+        }
+        match now {
+            Some((old, known_as)) if old == m.label => {
                 run.set_apart(&ex, m.label);
                 run.summary.unchanged += 1;
+                if known_as != digest {
+                    run.registry.push((digest, Some(m.label)));
+                }
             }
-            Some(old) => {
+            Some((old, _)) => {
                 run.set_apart(&ex, old);
                 run.change(&ex, old, -1);
                 run.change(&ex, m.label, 1);
-                run.registry.push((m.digest, Some(m.label)));
+                run.registry.push((digest, Some(m.label)));
                 run.summary.relearned += 1;
             }
             None => {
                 run.change(&ex, m.label, 1);
-                run.registry.push((m.digest, Some(m.label)));
+                run.registry.push((digest, Some(m.label)));
                 run.summary.learned += 1;
             }
         }
@@ -392,7 +422,7 @@ impl Trainer {
             summary.totals = self.store.totals()?.messages;
             return Ok(summary);
         }
-        self.change_store(&delta)?;
+        summary.inexact = self.change_store(&delta)?;
         // Freed before sled writes its log: that is when its memory peaks.
         drop(delta);
         release_freed_memory();
@@ -883,28 +913,39 @@ impl Trainer {
 }
 
 /// Adds the change that learns `m` to `delta`, given the label it has now
-/// (`None`: not learned), and counts it in `summary`: nothing if it has
-/// that label already, a move if it has the other. Returns whether
-/// anything changed.
+/// and the digest the registry knows it by (`None`: not learned), and
+/// counts it in `summary`: nothing if it has that label already (but a
+/// registry entry under its legacy digest moves to its own), a move if it
+/// has the other. Returns whether anything changed.
 pub(crate) fn learn_into(
     delta: &mut Delta,
     summary: &mut TrainSummary,
     m: &Labelled,
-    now: Option<Label>,
+    now: Option<(Label, Digest)>,
 ) -> bool {
+    let digest = m.identity.digest;
+    if let Some((_, known_as)) = now
+        && known_as != digest
+    {
+        delta.registry.push((known_as, None));
+    }
     match now {
-        Some(old) if old == m.label => {
+        Some((old, known_as)) if old == m.label => {
             summary.unchanged += 1;
-            return false;
+            if known_as == digest {
+                return false;
+            }
+            delta.registry.push((digest, Some(m.label)));
+            return true;
         }
-        Some(old) => {
+        Some((old, _)) => {
             delta.add_message(&m.features, old, -1);
             summary.relearned += 1;
         }
         None => summary.learned += 1,
     }
     delta.add_message(&m.features, m.label, 1);
-    delta.registry.push((m.digest, Some(m.label)));
+    delta.registry.push((digest, Some(m.label)));
     true
 }
 
@@ -1025,7 +1066,7 @@ mod tests {
         let raw = format!("Subject: {text}\n\n{text} body\n");
         Labelled {
             features: Extractor::new().extract(raw.as_bytes()).unwrap(),
-            digest: crate::message::digest(raw.as_bytes()),
+            identity: Identity::of(raw.as_bytes()),
             label,
         }
     }
@@ -1281,7 +1322,7 @@ mod tests {
         let mut trainer = Trainer::open(&paths, WAIT).unwrap();
         let m = labelled("cheap meds", Label::Spam);
         // Unlearned in the store, the model not yet compiled (as if killed).
-        trainer.unlearn(&m.features, m.digest).unwrap();
+        trainer.unlearn(&m.features, &m.identity).unwrap();
         drop(trainer);
         let trainer = Trainer::open(&paths, WAIT).unwrap();
         assert!(trainer.model_is_stale().unwrap());

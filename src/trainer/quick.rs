@@ -16,6 +16,7 @@ use super::{Labelled, TrainSummary, WriterLock};
 use crate::classifier::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
 use crate::features::Features;
+use crate::message::Identity;
 use crate::model::{Combine, Delta, Digest, Label};
 use crate::store::Snapshot;
 use crate::store::journal::{self, Entry, Journal};
@@ -82,84 +83,88 @@ impl State {
         }
     }
 
+    /// The label a message is learned under now and the digest it is known
+    /// by (see [`super::Trainer::registered`]).
+    fn registered(&self, identity: &Identity) -> Option<(Label, Digest)> {
+        identity
+            .digests()
+            .find_map(|d| self.label_of(&d).map(|label| (label, d)))
+    }
+
     /// Messages per class now, before `delta`.
     fn messages(&self) -> [u64; 2] {
         let d = self.journal_delta.as_ref().map_or([0, 0], |j| j.messages);
         [0, 1].map(|c| (self.registry.messages[c] as i64 + d[c]).max(0) as u64)
     }
 
-    /// Whether `delta` applies to the model without a count going
-    /// negative or overflowing. A copy of a message with other features
-    /// than the one learned (headers that the digest ignores, added since)
-    /// would not: the full path then refuses it, where an entry in the
-    /// journal would make the model unreadable.
-    fn applies(&self, paths: &DbPaths, delta: &Delta) -> bool {
-        // Only a count that goes down can go negative: a plain learn needs
+    /// How many counts `delta` cannot take back exactly in the model as
+    /// readers see it (they become zero, as in the count store; see
+    /// [`crate::store::apply_token`]), or `None` if it does not apply: a
+    /// count would overflow, or the model is not the one the registry
+    /// stands for or is damaged.
+    fn inexact(&self, paths: &DbPaths, delta: &Delta) -> Option<u64> {
+        // Only a count that goes down can be inexact: a plain learn needs
         // no look at the model (a count of 2^32 messages is out of reach).
         let lowers = |d: &[i64; 2]| d[0] < 0 || d[1] < 0;
         if !lowers(&delta.messages) && !delta.tokens.values().any(lowers) {
-            return true;
+            return Some(0);
         }
         // The counts as readers see them, for this message's features
         // only: the snapshot's, plus the journal's changes.
-        let Ok(snapshot) = Snapshot::open_unverified(&paths.snapshot()) else {
-            return false;
-        };
-        let Ok(header) = snapshot.header::<ModelHeader>() else {
-            return false;
-        };
+        let snapshot = Snapshot::open_unverified(&paths.snapshot()).ok()?;
+        let header = snapshot.header::<ModelHeader>().ok()?;
         if header.store.as_ref() != Some(&self.registry.base) {
-            return false;
+            return None;
         }
         let empty = Delta::default();
         let journal = self.journal_delta.as_ref().unwrap_or(&empty);
-        let Ok(totals) = crate::store::apply_totals(&header.totals, journal) else {
-            return false;
-        };
-        if crate::store::apply_totals(&totals, delta).is_err() {
-            return false;
-        }
-        delta.tokens.iter().all(|(token, &d)| {
+        // What the journal itself left inexact is not this change's doing.
+        let mut before = 0;
+        let mut inexact = 0;
+        let totals = crate::store::apply_totals(&header.totals, journal, &mut before).ok()?;
+        crate::store::apply_totals(&totals, delta, &mut inexact).ok()?;
+        for (token, &d) in &delta.tokens {
             let stored = match crate::features::grams::parse(token) {
                 Some(b) => snapshot.gram(b),
                 None => snapshot.lookup(token),
-            };
+            }
+            .unwrap_or_default();
             let old = match journal.tokens.get(token) {
-                Some(&j) => match crate::store::apply_token(token, stored.unwrap_or_default(), j) {
-                    Ok(c) => c,
-                    Err(_) => return false,
-                },
-                None => stored.unwrap_or_default(),
+                Some(&j) => crate::store::apply_token(token, stored, j, &mut before).ok()?,
+                None => stored,
             };
-            crate::store::apply_token(token, old, d).is_ok()
-        }) && snapshot.intact().is_ok()
+            crate::store::apply_token(token, old, d, &mut inexact).ok()?;
+        }
+        snapshot.intact().ok()?;
+        Some(inexact)
     }
 
-    /// Appends `delta` as one entry; `false` (nothing written) if it does
-    /// not apply to the model, does not fit the journal or would take it
-    /// past `limit` bytes.
-    fn append(&self, paths: &DbPaths, delta: &Delta, limit: u64) -> Result<bool> {
-        if !self.applies(paths, delta) {
-            return Ok(false);
-        }
+    /// Appends `delta` as one entry and returns how many counts it could
+    /// not take back exactly; `None` (nothing written) if it does not apply
+    /// to the model, does not fit the journal or would take it past
+    /// `limit` bytes.
+    fn append(&self, paths: &DbPaths, delta: &Delta, limit: u64) -> Result<Option<u64>> {
+        let Some(inexact) = self.inexact(paths, delta) else {
+            return Ok(None);
+        };
         let from = self
             .journal
             .as_ref()
             .map_or(self.registry.base.generation, |j| j.end().generation);
         let Some(entry) = Entry::from_delta(from, from + 1, delta) else {
-            return Ok(false);
+            return Ok(None);
         };
         let encoded = entry.encode().len() as u64;
         match &self.journal {
             Some(j) => {
                 if j.file_len + encoded > limit {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 journal::append(&paths.journal(), &entry)?;
             }
             None => {
                 if encoded > limit {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 journal::start(&paths.journal(), &self.registry.base, &entry)?;
             }
@@ -168,7 +173,7 @@ impl State {
         // change time) is checked whole by every reader until a record
         // vouches for it again.
         crate::store::snapshot::refresh_checked(&paths.snapshot());
-        Ok(true)
+        Ok(Some(inexact))
     }
 }
 
@@ -188,62 +193,67 @@ pub fn learn(
     let mut delta = Delta::default();
     let mut given: std::collections::HashMap<Digest, Label> = Default::default();
     for m in messages {
-        match given.get(&m.digest) {
+        match given.get(&m.identity.digest) {
             Some(l) if *l == m.label => summary.duplicates += 1,
             // Both labels in one call: the full path reports it.
             Some(_) => return Ok(None),
             None => {
-                given.insert(m.digest, m.label);
+                given.insert(m.identity.digest, m.label);
             }
         }
     }
     let mut seen = HashSet::new();
     for m in messages {
-        if !seen.insert(m.digest) {
+        if !seen.insert(m.identity.digest) {
             continue;
         }
-        super::learn_into(&mut delta, &mut summary, m, state.label_of(&m.digest));
+        super::learn_into(&mut delta, &mut summary, m, state.registered(&m.identity));
     }
     let before = state.messages();
     summary.totals = [0, 1].map(|c| (before[c] as i64 + delta.messages[c]) as u64);
     if delta.is_empty() {
         return Ok(Some(summary));
     }
-    if summary.totals.contains(&0) || !state.append(paths, &delta, limit)? {
+    if summary.totals.contains(&0) {
         return Ok(None);
     }
+    let Some(inexact) = state.append(paths, &delta, limit)? else {
+        return Ok(None);
+    };
+    summary.inexact = inexact;
     Ok(Some(summary))
 }
 
-/// Unlearns messages (features and digest) through the journal alone: one
-/// result per message, [`Error::NotLearned`] for one that is not learned;
-/// `None` if the quick path cannot be taken (then nothing was written),
-/// including when a class would be left empty (the full path removes the
-/// model then).
+/// Unlearns messages (features and identity) through the journal alone:
+/// one result per message, [`Error::NotLearned`] for one that is not
+/// learned, and how many counts could not be taken back exactly; `None` if
+/// the quick path cannot be taken (then nothing was written), including
+/// when a class would be left empty (the full path removes the model
+/// then).
 pub fn unlearn(
     paths: &DbPaths,
     wait: Duration,
-    messages: &[(&Features, Digest)],
+    messages: &[(&Features, Identity)],
     limit: u64,
-) -> Result<Option<Vec<Result<Label>>>> {
+) -> Result<Option<(Vec<Result<Label>>, u64)>> {
     let Some(state) = State::read(paths, wait)? else {
         return Ok(None);
     };
     let mut delta = Delta::default();
     let mut results = Vec::with_capacity(messages.len());
     let mut done: std::collections::HashMap<Digest, Label> = Default::default();
-    for (features, digest) in messages {
-        let now = if done.contains_key(digest) {
+    for (features, identity) in messages {
+        let now = if done.contains_key(&identity.digest) {
             None
         } else {
-            state.label_of(digest)
+            state.registered(identity)
         };
         match now {
             None => results.push(Err(Error::NotLearned)),
-            Some(label) => {
+            Some((label, known_as)) => {
                 delta.add_message(features, label, -1);
-                delta.registry.push((*digest, None));
-                done.insert(*digest, label);
+                delta.registry.push((known_as, None));
+                done.insert(identity.digest, label);
                 results.push(Ok(label));
             }
         }
@@ -251,10 +261,12 @@ pub fn unlearn(
     let before = state.messages();
     let after = [0, 1].map(|c| before[c] as i64 + delta.messages[c]);
     if delta.is_empty() {
-        return Ok(Some(results));
+        return Ok(Some((results, 0)));
     }
-    if after.contains(&0) || !state.append(paths, &delta, limit)? {
+    if after.contains(&0) {
         return Ok(None);
     }
-    Ok(Some(results))
+    Ok(state
+        .append(paths, &delta, limit)?
+        .map(|inexact| (results, inexact)))
 }

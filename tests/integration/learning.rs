@@ -137,7 +137,7 @@ fn relearning_the_same_messages_is_a_no_op() {
                 grams: vec![u32::from(i % 5)],
                 metadata: Metadata([f64::from(i); METADATA_LEN]),
             },
-            digest: [i; 32],
+            identity: [i; 32].into(),
             label: if i % 2 == 0 { Label::Spam } else { Label::Ham },
         })
         .collect();

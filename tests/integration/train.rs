@@ -637,7 +637,7 @@ fn a_rerun_after_a_kill_before_the_snapshot_writes_the_model() {
         let raw = NEW_SPAM.as_bytes();
         let message = Labelled {
             features: features(raw),
-            digest: bayesmail::message::digest(raw),
+            identity: bayesmail::message::Identity::of(raw),
             label: Label::Spam,
         };
         let summary = trainer.learn(&[message], &mut |_| {}).unwrap();
