@@ -171,6 +171,21 @@ fn missing_class(totals: [u64; 2]) -> Option<String> {
     }
 }
 
+/// A writer's error, with what to do when it is a damaged journal: no
+/// writer but `train` touches one.
+fn hint(ctx: &Context, err: bayesmail::db::Error) -> anyhow::Error {
+    use bayesmail::{db::Error, store};
+    match &err {
+        Error::Store(store::Error::Corrupt { path, .. }) if *path == ctx.db.journal() => {
+            anyhow::anyhow!(
+                "{err}; nothing was changed. `bayesmail train` over your folders sets the damaged \
+                 journal aside and rebuilds the model"
+            )
+        }
+        _ => err.into(),
+    }
+}
+
 /// Says, once, that counts of `what` could not be taken back exactly.
 fn inexact_note(what: &str, inexact: u64) {
     if inexact > 0 {
@@ -224,7 +239,17 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     // Ctrl-C from here on stops at a point where nothing is half done.
     let sigint = CatchSigint::install();
     // Take the writer's lock first: fail fast, before reading any mail.
-    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
+    let (mut trainer, set_aside) =
+        Trainer::open_rebuilding(&ctx.db, Duration::from_secs(args.wait))?;
+    if let Some(aside) = set_aside {
+        eprintln!(
+            "bayesmail: {}: {}; set aside as {}: what learn and unlearn recorded there since \
+             the last train is not in the model until the folders are learned again",
+            ctx.db.journal().display(),
+            aside.reason,
+            aside.path.display()
+        );
+    }
     let opts = args.mailbox.options();
 
     let all_paths: Vec<_> = args.ham.iter().chain(&args.spam).cloned().collect();
@@ -414,7 +439,8 @@ pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
             ctx.db.dir().display()
         );
     }
-    let mut trainer = Trainer::open(&ctx.db, Duration::from_secs(args.wait))?;
+    let mut trainer =
+        Trainer::open(&ctx.db, Duration::from_secs(args.wait)).map_err(|e| hint(ctx, e))?;
     let removed = trainer.prune(args.max_count, args.min_age)?;
     let no_model = rebuild(ctx, &mut trainer)?;
     let left = bayesmail::store::Store::token_count(trainer.store())?;
@@ -549,10 +575,12 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     let labelled: Vec<Labelled> = messages.into_iter().map(|(_, m)| m).collect();
     let wait = Duration::from_secs(args.wait);
     let (summary, no_model) =
-        match bayesmail::trainer::quick::learn(&ctx.db, wait, &labelled, journal_limit())? {
+        match bayesmail::trainer::quick::learn(&ctx.db, wait, &labelled, journal_limit())
+            .map_err(|e| hint(ctx, e))?
+        {
             Some(summary) => (summary, None),
             None => {
-                let mut trainer = Trainer::open(&ctx.db, wait)?;
+                let mut trainer = Trainer::open(&ctx.db, wait).map_err(|e| hint(ctx, e))?;
                 let summary = trainer.learn(&labelled, &mut |_| {})?;
                 (summary, rebuild(ctx, &mut trainer)?)
             }
@@ -637,7 +665,8 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         .iter()
         .map(|(_, m)| (&m.features, m.identity))
         .collect();
-    let quick = bayesmail::trainer::quick::unlearn(&ctx.db, wait, &given, journal_limit())?;
+    let quick = bayesmail::trainer::quick::unlearn(&ctx.db, wait, &given, journal_limit())
+        .map_err(|e| hint(ctx, e))?;
     let (results, no_model) = match quick {
         Some((results, inexact)) => {
             let what = match messages.as_slice() {
@@ -648,7 +677,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
             (results, None)
         }
         None => {
-            let mut trainer = Trainer::open(&ctx.db, wait)?;
+            let mut trainer = Trainer::open(&ctx.db, wait).map_err(|e| hint(ctx, e))?;
             let mut results = Vec::new();
             for ((id, _), (features, identity)) in messages.iter().zip(&given) {
                 let result = trainer.unlearn(features, identity).map(|(was, inexact)| {

@@ -45,8 +45,9 @@
 //! | bytes | content |
 //! |---|---|
 //! | 4 | `u32` length `p` of the payload |
+//! | 4 | the low 32 bits of the checksum of those 4 bytes (from version 3) |
 //! | `p` | payload |
-//! | 8 | `u64` checksum of the length and the payload |
+//! | 8 | `u64` checksum of the bytes above of this entry |
 //!
 //! The payload: `u64` generation before, `u64` generation after, 2 × `i64`
 //! message-count changes (ham, spam), for ham then spam and each metadata
@@ -55,8 +56,18 @@
 //! change; then `u32` number of registry changes, each the message digest
 //! (32 bytes) and one byte: 0 learned as ham, 1 as spam, 2 forgotten.
 //! Version 1 had no registry changes (its counts were in the count store
-//! already): readers still apply it; writers do not append to it, and the
-//! next writer rewrites the snapshot.
+//! already), versions 1 and 2 no check of an entry's length: readers still
+//! apply them; writers do not append to them, and the next writer rewrites
+//! the snapshot.
+//!
+//! # Damage
+//! An entry whose length, checksum or chain is wrong, or bytes after the
+//! last entry that are not one, make the journal damaged: readers fail
+//! (`filter` passes the message on with a reason) and writers neither fold
+//! nor delete it (see [`crate::trainer::Trainer::open`]). Only a last entry
+//! cut short, which a writer killed while appending leaves and never
+//! acknowledged, is left out without an error; the length check tells it
+//! from a damaged length.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
@@ -68,7 +79,7 @@ use crate::features::METADATA_LEN;
 use crate::model::{Delta, Digest, GaussStats, Label};
 
 /// Version of the journal layout.
-pub const JOURNAL_VERSION: u32 = 2;
+pub const JOURNAL_VERSION: u32 = 3;
 
 /// First bytes of every journal file.
 pub const JOURNAL_MAGIC: &[u8; 8] = b"BAYESJNL";
@@ -77,6 +88,10 @@ pub const JOURNAL_MAGIC: &[u8; 8] = b"BAYESJNL";
 /// instead of appending: readers parse the whole journal on every open, so
 /// this bounds what a `filter` pays for recent learning.
 pub const DEFAULT_JOURNAL_LIMIT: u64 = 1 << 20;
+
+/// The most a journal ever holds, whatever limit its writer was given:
+/// readers refuse a larger file without reading it.
+pub const MAX_JOURNAL_BYTES: u64 = 16 << 20;
 
 /// One change: what one writer's session did to the counts.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -143,8 +158,9 @@ impl Entry {
             .sum::<usize>()
             + 4
             + 33 * self.registry.len();
-        let mut p = Vec::with_capacity(4 + 16 + 16 + 2 * METADATA_LEN * 40 + 4 + size + 8);
-        p.extend_from_slice(&[0; 4]);
+        let head = frame_head(JOURNAL_VERSION);
+        let mut p = Vec::with_capacity(head + 16 + 16 + 2 * METADATA_LEN * 40 + 4 + size + 8);
+        p.extend_from_slice(&[0; 8][..head]);
         p.extend_from_slice(&self.from.to_le_bytes());
         p.extend_from_slice(&self.to.to_le_bytes());
         for m in self.messages {
@@ -174,8 +190,9 @@ impl Entry {
                 None => 2,
             });
         }
-        let len = (p.len() - 4) as u32;
+        let len = (p.len() - head) as u32;
         p[..4].copy_from_slice(&len.to_le_bytes());
+        p[4..8].copy_from_slice(&length_check(len).to_le_bytes());
         let sum = checksum(&p);
         p.extend_from_slice(&sum.to_le_bytes());
         p
@@ -280,9 +297,14 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Reads the journal at `path`: `Ok(None)` if there is none, or if its
-    /// header is not one this version writes (nothing then applies; the
-    /// next writer folds it away).
+    /// Reads the journal at `path`: `Ok(None)` if there is none. A journal
+    /// that is damaged (a header or an entry whose checksum does not match,
+    /// entries that do not chain, bytes after the last entry that are no
+    /// entry) or larger than [`MAX_JOURNAL_BYTES`] is an [`Error::Corrupt`]:
+    /// the entries after the damage cannot be read, so applying or folding
+    /// the ones before it would silently drop the rest. Only a last entry
+    /// cut short (a writer killed while appending, which is never
+    /// acknowledged) is left out without an error.
     pub fn read(path: &Path) -> Result<Option<Journal>> {
         let mut file = match OpenOptions::new().read(true).open(path) {
             Ok(f) => f,
@@ -294,62 +316,103 @@ impl Journal {
                 });
             }
         };
-        if !file.metadata().is_ok_and(|m| m.is_file()) {
-            return Ok(None);
-        }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(|source| Error::Io {
+        let corrupt = |reason: String| Error::Corrupt {
             path: path.to_owned(),
-            source,
-        })?;
-        Ok(Journal::parse(&bytes))
+            reason,
+        };
+        let len = match file.metadata() {
+            Ok(m) if m.is_file() => m.len(),
+            _ => return Err(corrupt("it is not a regular file".into())),
+        };
+        if len > MAX_JOURNAL_BYTES {
+            return Err(corrupt(format!(
+                "it holds {len} bytes, more than a journal ever does ({MAX_JOURNAL_BYTES})"
+            )));
+        }
+        let mut bytes = Vec::with_capacity(len as usize);
+        (&mut file)
+            .take(MAX_JOURNAL_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|source| Error::Io {
+                path: path.to_owned(),
+                source,
+            })?;
+        if bytes.len() as u64 > MAX_JOURNAL_BYTES {
+            return Err(corrupt(format!(
+                "it holds more than a journal ever does ({MAX_JOURNAL_BYTES} bytes)"
+            )));
+        }
+        Journal::parse(&bytes).map(Some).map_err(corrupt)
     }
 
-    /// Parses journal bytes; see [`Journal::read`].
-    pub fn parse(bytes: &[u8]) -> Option<Journal> {
+    /// Parses journal bytes; the error says what is damaged (see
+    /// [`Journal::read`]).
+    pub fn parse(bytes: &[u8]) -> std::result::Result<Journal, String> {
+        let short = || "it is damaged in its header (cut short, or a length is wrong)".to_string();
         let mut r = Cursor(bytes);
-        if r.bytes(8)? != JOURNAL_MAGIC {
-            return None;
+        if r.bytes(8).ok_or_else(short)? != JOURNAL_MAGIC {
+            return Err("it does not start as a journal does".into());
         }
-        let version = u32::from_le_bytes(r.take()?);
-        if !(1..=JOURNAL_VERSION).contains(&version) {
-            return None;
-        }
-        let k = u32::from_le_bytes(r.take()?) as usize;
-        let id = std::str::from_utf8(r.bytes(k)?).ok()?.to_owned();
-        let generation = r.u64()?;
+        let version = u32::from_le_bytes(r.take().ok_or_else(short)?);
+        let k = u32::from_le_bytes(r.take().ok_or_else(short)?) as usize;
+        let id = r.bytes(k).ok_or_else(short)?;
+        let id = std::str::from_utf8(id).unwrap_or_default().to_owned();
+        let generation = r.u64().ok_or_else(short)?;
         let header_len = bytes.len() - r.0.len();
-        if r.u64()? != checksum(&bytes[..header_len]) {
-            return None;
+        if r.u64().ok_or_else(short)? != checksum(&bytes[..header_len]) {
+            return Err("it is damaged in its header (checksum mismatch)".into());
+        }
+        if !(1..=JOURNAL_VERSION).contains(&version) {
+            return Err(format!(
+                "its format version is {version}, not one this bayesmail reads (1 to {JOURNAL_VERSION})"
+            ));
         }
         let mut at = header_len + 8;
         let mut entries: Vec<Entry> = Vec::new();
         let mut end = generation;
-        while let Some(len) = bytes.get(at..at + 4) {
-            let len = u32::from_le_bytes(len.try_into().ok()?) as usize;
-            let Some(framed) = bytes.get(at..at + 4 + len) else {
+        while at < bytes.len() {
+            let damaged = |what: &str| {
+                format!(
+                    "it is damaged at byte {at}, entry {} of those since the model was \
+                     written: {what}",
+                    entries.len() + 1
+                )
+            };
+            // A last entry cut short: a writer killed while appending.
+            let head = frame_head(version);
+            let Some(frame) = bytes.get(at..at + head) else {
                 break;
             };
-            let Some(sum) = bytes.get(at + 4 + len..at + 4 + len + 8) else {
-                break;
-            };
-            if u64::from_le_bytes(sum.try_into().ok()?) != checksum(framed) {
-                break;
+            let len = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes"));
+            if head == 8 && frame[4..8] != length_check(len).to_le_bytes() {
+                return Err(damaged("its length is damaged"));
             }
-            match Entry::decode(&framed[4..], version) {
+            let len = len as usize;
+            if len as u64 > MAX_JOURNAL_BYTES {
+                return Err(damaged("its length is impossible"));
+            }
+            let Some(sum) = bytes.get(at + head + len..at + head + len + 8) else {
+                break;
+            };
+            let framed = &bytes[at..at + head + len];
+            if u64::from_le_bytes(sum.try_into().expect("8 bytes")) != checksum(framed) {
+                return Err(damaged("its checksum does not match"));
+            }
+            match Entry::decode(&framed[head..], version) {
                 Some(e) if e.from == end && e.to > e.from => {
                     end = e.to;
                     entries.push(e);
                 }
-                _ => break,
+                Some(_) => return Err(damaged("it does not follow the entry before it")),
+                None => return Err(damaged("it does not decode")),
             }
-            at += 4 + len + 8;
+            at += head + len + 8;
         }
-        Some(Journal {
+        Ok(Journal {
             version,
             base: StoreIdentity { id, generation },
             entries,
-            valid_len: at as u64,
+            valid_len: at.min(bytes.len()) as u64,
             file_len: bytes.len() as u64,
         })
     }
@@ -387,6 +450,18 @@ impl Journal {
         }
         delta
     }
+}
+
+/// Bytes in front of an entry's payload in a journal of format `version`:
+/// its length and, from version 3, a check of the length, so that a
+/// damaged length is told apart from an entry cut short.
+fn frame_head(version: u32) -> usize {
+    if version >= 3 { 8 } else { 4 }
+}
+
+/// The check written after an entry's length.
+fn length_check(len: u32) -> u32 {
+    checksum(&len.to_le_bytes()) as u32
 }
 
 /// The header bytes of a journal for the snapshot at `base`.
@@ -467,7 +542,7 @@ mod tests {
         // Version 1: the same entries without the registry section.
         let e = entry(7, 8, "cash", 1);
         let framed = e.encode();
-        let payload = &framed[4..framed.len() - 8 - 4];
+        let payload = &framed[8..framed.len() - 8 - 4];
         let mut v1 = Vec::new();
         v1.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         v1.extend_from_slice(payload);
@@ -518,7 +593,7 @@ mod tests {
     }
 
     #[test]
-    fn a_torn_or_damaged_tail_ends_the_journal() {
+    fn a_torn_tail_is_left_out_and_damage_anywhere_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.journal");
         start(&path, &base(), &entry(7, 8, "a", 1)).unwrap();
@@ -533,33 +608,55 @@ mod tests {
             assert_eq!(j.valid_len as usize, first_end);
             assert!(!j.is_clean() || cut == first_end);
         }
-        // A flipped byte in the second entry drops it, never the first.
-        for at in first_end..whole.len() {
+        // A flipped byte anywhere (header or either entry) is damage, not
+        // a shorter journal: nothing is applied or folded.
+        for at in 0..whole.len() {
             let mut bad = whole.clone();
             bad[at] ^= 0x40;
-            let j = Journal::parse(&bad).unwrap();
-            assert_eq!(j.entries.len(), 1, "flip at {at}");
+            // A flip in the last length can make the entry look cut short.
+            if let Ok(j) = Journal::parse(&bad) {
+                assert!(
+                    (first_end..first_end + 4).contains(&at) && !j.is_clean(),
+                    "flip at {at} read as {} entries",
+                    j.entries.len()
+                );
+                continue;
+            }
+            let err = Journal::parse(&bad).unwrap_err();
+            assert!(err.contains("damaged") || err.contains("start"), "{err}");
         }
-        // A damaged header: nothing applies.
-        let mut bad = whole.clone();
-        bad[20] ^= 1;
-        assert_eq!(Journal::parse(&bad), None);
+        // Junk after the last entry is damage too.
+        let mut junk = whole.clone();
+        junk.extend_from_slice(&[0; 64]);
+        assert!(Journal::parse(&junk).unwrap_err().contains("damaged"));
+        fs::write(&path, &junk).unwrap();
+        let err = Journal::read(&path).unwrap_err().to_string();
+        assert!(err.contains("model.journal is corrupt"), "{err}");
     }
 
     #[test]
-    fn entries_that_do_not_chain_are_not_applied() {
+    fn a_journal_larger_than_any_writer_makes_is_refused_unread() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.journal");
         start(&path, &base(), &entry(7, 8, "a", 1)).unwrap();
-        // Skips generation 8..9: it and anything after it are dropped.
+        let file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.set_len(MAX_JOURNAL_BYTES + 1).unwrap();
+        let err = Journal::read(&path).unwrap_err().to_string();
+        assert!(err.contains("more than a journal ever does"), "{err}");
+    }
+
+    #[test]
+    fn entries_that_do_not_chain_are_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.journal");
+        start(&path, &base(), &entry(7, 8, "a", 1)).unwrap();
+        // Skips generation 8..9.
         append(&path, &entry(9, 10, "b", 1)).unwrap();
-        append(&path, &entry(10, 11, "c", 1)).unwrap();
-        let j = Journal::read(&path).unwrap().unwrap();
-        assert_eq!(j.entries.len(), 1);
-        assert!(!j.is_clean());
-        // An entry that does not start at the header's generation: none.
+        let err = Journal::read(&path).unwrap_err().to_string();
+        assert!(err.contains("does not follow"), "{err}");
+        // An entry that does not start at the header's generation.
         start(&path, &base(), &entry(6, 8, "a", 1)).unwrap();
-        assert!(Journal::read(&path).unwrap().unwrap().entries.is_empty());
+        assert!(Journal::read(&path).is_err());
     }
 
     #[test]

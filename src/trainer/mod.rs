@@ -71,6 +71,36 @@ pub struct TrainSummary {
     pub snapshot_written: bool,
 }
 
+/// A damaged journal a writer set aside: where it is now, and what was
+/// wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    /// The file it was renamed to.
+    pub path: std::path::PathBuf,
+    /// What is damaged.
+    pub reason: String,
+}
+
+/// A name beside `path` for a damaged file set aside: `NAME.damaged`, or
+/// `NAME.damaged.N` for the first N that is free.
+fn aside(path: &std::path::Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".damaged");
+    let first = std::path::PathBuf::from(&name);
+    (1..)
+        .map(|n| {
+            if n == 1 {
+                first.clone()
+            } else {
+                let mut numbered = name.clone();
+                numbered.push(format!(".{n}"));
+                numbered.into()
+            }
+        })
+        .find(|p: &std::path::PathBuf| std::fs::symlink_metadata(p).is_err())
+        .expect("a free name")
+}
+
 /// The write side: holds the sled store's lock for as long as it lives.
 pub struct Trainer {
     paths: DbPaths,
@@ -102,7 +132,28 @@ impl Trainer {
     ///
     /// A directory it creates is private to the user (0700), the count
     /// store's files too; existing ones keep their permissions.
+    ///
+    /// A damaged journal ([`Journal::read`]) is an error: its entries are
+    /// neither folded nor deleted (see [`Trainer::open_rebuilding`]).
     pub fn open(paths: &DbPaths, wait: Duration) -> Result<Trainer> {
+        Self::open_with(paths, wait, false).map(|(trainer, _)| trainer)
+    }
+
+    /// [`Trainer::open`] for a writer that rebuilds the model from the
+    /// count store and the folders it is given: a damaged journal is set
+    /// aside (renamed, never deleted) instead of being an error, and
+    /// returned. What `learn` and `unlearn` recorded only there since the
+    /// model was last compiled is then not in the counts; learning the
+    /// folders again puts it back.
+    pub fn open_rebuilding(paths: &DbPaths, wait: Duration) -> Result<(Trainer, Option<SetAside>)> {
+        Self::open_with(paths, wait, true)
+    }
+
+    fn open_with(
+        paths: &DbPaths,
+        wait: Duration,
+        set_aside_damage: bool,
+    ) -> Result<(Trainer, Option<SetAside>)> {
         let create = |path: &std::path::Path| {
             private_dir(path).map_err(|source| Error::Create {
                 path: path.to_path_buf(),
@@ -134,7 +185,19 @@ impl Trainer {
         let header: Option<ModelHeader> = Snapshot::open(&paths.snapshot())
             .ok()
             .and_then(|s| s.header().ok());
-        let journal = Journal::read(&paths.journal())?;
+        let mut set_aside = None;
+        let journal = match Journal::read(&paths.journal()) {
+            Err(store::Error::Corrupt { path, reason }) if set_aside_damage => {
+                let to = aside(&path);
+                std::fs::rename(&path, &to).map_err(|source| store::Error::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                set_aside = Some(SetAside { path: to, reason });
+                None
+            }
+            other => other?,
+        };
         // What `learn` appended to the journal alone goes into the store
         // first (store + journal are the truth until then): the entries
         // past the store's generation. The registry file goes first: once
@@ -168,7 +231,7 @@ impl Trainer {
             journal,
         };
         trainer.check_history()?;
-        Ok(trainer)
+        Ok((trainer, set_aside))
     }
 
     /// Applies `delta` to the store, the only way this writer changes it:

@@ -144,6 +144,7 @@ impl State {
     /// to the model, does not fit the journal or would take it past
     /// `limit` bytes.
     fn append(&self, paths: &DbPaths, delta: &Delta, limit: u64) -> Result<Option<u64>> {
+        let limit = limit.min(journal::MAX_JOURNAL_BYTES);
         let Some(inexact) = self.inexact(paths, delta) else {
             return Ok(None);
         };
