@@ -65,10 +65,16 @@ pub struct TrainSummary {
     pub totals: [u64; 2],
     /// Counts that a move to the other label could not take back exactly
     /// (the message's words were pruned, or it was counted by a version
-    /// that saw other features): they were set to zero.
+    /// that saw other features): they were set to zero. Left out of JSON
+    /// when zero.
+    #[serde(skip_serializing_if = "is_zero")]
     pub inexact: u64,
     /// Whether a new snapshot was written.
     pub snapshot_written: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A damaged journal a writer set aside: where it is now, and what was

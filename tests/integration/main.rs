@@ -18,6 +18,7 @@ mod hostile;
 mod hostile_message;
 mod hostile_scan;
 mod hostile_store;
+mod identity;
 mod journal;
 mod learning;
 mod properties;
