@@ -585,117 +585,6 @@ pub fn release_freed_memory() {
 /// No id yet.
 const NO_ID: u32 = u32::MAX;
 
-/// A fast hash for interning a run's feature names: a word-at-a-time
-/// multiply-rotate, seeded at random per run so that names crafted to
-/// collide cannot be planned. SipHash, the standard one, was most of the
-/// time a run spends counting.
-#[derive(Clone)]
-struct FastHash(u64);
-
-impl Default for FastHash {
-    fn default() -> Self {
-        use std::hash::{BuildHasher, RandomState};
-        FastHash(RandomState::new().hash_one(0x5eed_u64) | 1)
-    }
-}
-
-impl std::hash::BuildHasher for FastHash {
-    type Hasher = FastHasher;
-    fn build_hasher(&self) -> FastHasher {
-        FastHasher(self.0)
-    }
-}
-
-/// See [`FastHash`].
-struct FastHasher(u64);
-
-impl FastHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-impl std::hash::Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            self.add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-        }
-        let rest = words.remainder();
-        let mut last = [0u8; 8];
-        last[..rest.len()].copy_from_slice(rest);
-        self.add(u64::from_le_bytes(last) ^ ((rest.len() as u64) << 59));
-    }
-
-    fn write_u8(&mut self, b: u8) {
-        self.add(u64::from(b));
-    }
-
-    fn finish(&self) -> u64 {
-        // The table takes the top bits for its groups: fold the high
-        // bits' entropy down as well.
-        self.0 ^ (self.0 >> 29)
-    }
-}
-
-/// Bytes of a feature name kept in the table's slot itself.
-const INLINE_NAME: usize = 22;
-
-/// A feature name as a run's table keeps it: a short one (most are) in
-/// the slot itself, so that finding a name compares it without reading
-/// memory elsewhere; a long one on the heap.
-enum Name {
-    Inline { len: u8, bytes: [u8; INLINE_NAME] },
-    Heap(Box<str>),
-}
-
-impl Name {
-    fn new(name: &str) -> Name {
-        if name.len() <= INLINE_NAME {
-            let mut bytes = [0; INLINE_NAME];
-            bytes[..name.len()].copy_from_slice(name.as_bytes());
-            Name::Inline {
-                len: name.len() as u8,
-                bytes,
-            }
-        } else {
-            Name::Heap(name.into())
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        match self {
-            // SAFETY: the bytes were copied whole from a `str` (`new`).
-            Name::Inline { len, bytes } => unsafe {
-                std::str::from_utf8_unchecked(&bytes[..usize::from(*len)])
-            },
-            Name::Heap(name) => name,
-        }
-    }
-}
-
-// Hashed and compared as the `str` it holds, so that the table can be
-// searched by `&str`.
-impl std::borrow::Borrow<str> for Name {
-    fn borrow(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl std::hash::Hash for Name {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state);
-    }
-}
-
-impl PartialEq for Name {
-    fn eq(&self, other: &Name) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for Name {}
-
 /// One training run, read as a stream of messages and reduced as it goes:
 /// its features interned once, the counts of its messages (what the stacker
 /// is fitted on), the change it makes to the store, and a bounded
@@ -704,8 +593,10 @@ impl Eq for Name {}
 /// that make a run idempotent and find duplicates), not with the messages'
 /// features: those of a message are dropped once counted, unless sampled.
 pub struct Run {
-    /// Ids of the named features.
-    ids: HashMap<Name, u32, FastHash>,
+    /// Ids of the named features. foldhash, seeded at random per run (so
+    /// names crafted to collide cannot be planned): SipHash, the standard
+    /// one, was most of the time a run spends counting.
+    ids: HashMap<Box<str>, u32, foldhash::fast::RandomState>,
     /// Ids of the byte view's buckets ([`NO_ID`]: none yet), indexed by
     /// bucket: most features are buckets, and an index beats hashing a name.
     gram_ids: Vec<u32>,
@@ -820,7 +711,7 @@ impl Run {
             return id;
         }
         let id = self.next_id(View::of(token));
-        self.ids.insert(Name::new(token), id);
+        self.ids.insert(token.into(), id);
         id
     }
 
@@ -954,7 +845,7 @@ impl Run {
         rest.tokens = HashMap::with_capacity(changed);
         rest.tokens.extend(
             ids.into_iter()
-                .filter_map(|(name, id)| Some((String::from(name.as_str()), change(id)?)))
+                .filter_map(|(name, id)| Some((String::from(&*name), change(id)?)))
                 .chain(grams),
         );
         rest.registry = registry;
@@ -1268,29 +1159,6 @@ mod tests {
             .unwrap();
         assert_eq!(stored, expected);
         assert_eq!(stored[&grams::key(5)].ham, 1);
-    }
-
-    /// A run's table finds a name by its text, kept in the slot or not.
-    #[test]
-    fn names_are_found_by_their_text_whatever_their_length() {
-        let names = [
-            String::new(),
-            "a".repeat(INLINE_NAME),
-            "b".repeat(INLINE_NAME + 1),
-            "SUBJ:déjà-vu→".to_string(),
-            "URL:".to_string() + &"é".repeat(INLINE_NAME),
-        ];
-        let mut table: HashMap<Name, u32, FastHash> = HashMap::default();
-        for (id, name) in names.iter().enumerate() {
-            assert_eq!(Name::new(name).as_str(), name);
-            table.insert(Name::new(name), id as u32);
-        }
-        for (id, name) in names.iter().enumerate() {
-            assert_eq!(table.get(name.as_str()), Some(&(id as u32)));
-        }
-        assert_eq!(table.get("a"), None);
-        assert!(matches!(Name::new(&names[1]), Name::Inline { .. }));
-        assert!(matches!(Name::new(&names[2]), Name::Heap(_)));
     }
 
     /// A database trained on a few messages, its model compiled.
