@@ -58,13 +58,14 @@
 //! already): readers still apply it; writers do not append to it, and the
 //! next writer rewrites the snapshot.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
 use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
 use crate::features::METADATA_LEN;
+use crate::fsutil;
 use crate::model::{Delta, Digest, GaussStats, Label};
 
 /// Version of the journal layout.
@@ -282,9 +283,10 @@ pub struct Journal {
 impl Journal {
     /// Reads the journal at `path`: `Ok(None)` if there is none, or if its
     /// header is not one this version writes (nothing then applies; the
-    /// next writer folds it away).
+    /// next writer folds it away). Anything but a regular file there is
+    /// an error, found without blocking on it.
     pub fn read(path: &Path) -> Result<Option<Journal>> {
-        let mut file = match OpenOptions::new().read(true).open(path) {
+        let mut file = match fsutil::open_regular(path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => {
@@ -294,9 +296,6 @@ impl Journal {
                 });
             }
         };
-        if !file.metadata().is_ok_and(|m| m.is_file()) {
-            return Ok(None);
-        }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(|source| Error::Io {
             path: path.to_owned(),
@@ -419,7 +418,7 @@ pub fn append(path: &Path, entry: &Entry) -> Result<()> {
         path: path.to_owned(),
         source,
     };
-    let mut file = OpenOptions::new().append(true).open(path).map_err(io)?;
+    let mut file = fsutil::open_append(path).map_err(io)?;
     file.write_all(&entry.encode()).map_err(io)?;
     file.sync_data().map_err(io)
 }

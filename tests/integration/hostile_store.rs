@@ -277,3 +277,135 @@ fn the_next_model_write_removes_temporaries_of_killed_writers() {
     assert!(!stale.exists(), "a dead writer's temporary file survived");
     assert!(live.exists());
 }
+
+/// Makes a FIFO at `path`.
+fn mkfifo(path: &std::path::Path) {
+    let made = Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+}
+
+/// Asserts that a writer's run failed at once with one line that names
+/// `file` and says what it is.
+fn assert_refused(out: &Output, what: &[&str], file: &std::path::Path, kind: &str) {
+    assert_exit(out, 2, what);
+    let err = stderr(out);
+    let expected = format!("{}: not a regular file (a {kind})", file.display());
+    assert_eq!(err.lines().count(), 1, "{what:?}: {err}");
+    assert!(err.contains(&expected), "{what:?}: {err}");
+}
+
+/// Issue 26, D3: a FIFO at any file of the database fails every command
+/// at once with one line naming the file, instead of hanging it (even
+/// past `--wait`); `filter` passes the message on with
+/// `reason=model-unreadable`. Once the FIFO is gone, all is as it was.
+#[cfg(unix)]
+#[test]
+fn a_fifo_at_any_file_of_the_database_is_refused_at_once() {
+    let db = Db::new();
+    db.train_sample();
+    let msg = db.path("message.eml");
+    fs::write(&msg, MESSAGE).unwrap();
+    let msg = utf8(&msg);
+    let dir = db.dir();
+    let before = db.counts();
+
+    let journal = dir.join("model.journal");
+    mkfifo(&journal);
+    let out = run_bounded(&db, &["filter"], MESSAGE);
+    assert_passed_unscored(&out, MESSAGE, "model-unreadable");
+    let expected = format!("{}: not a regular file (a FIFO)", journal.display());
+    assert!(stderr(&out).contains(&expected), "{}", stderr(&out));
+    for args in [
+        vec!["classify", msg],
+        vec!["learn", "--spam", msg],
+        vec!["unlearn", msg],
+        vec!["train", "--spam", msg],
+    ] {
+        assert_refused(&run_bounded(&db, &args, b""), &args, &journal, "FIFO");
+    }
+    fs::remove_file(&journal).unwrap();
+
+    let registry = dir.join("model.registry");
+    let kept = db.path("registry");
+    fs::rename(&registry, &kept).unwrap();
+    mkfifo(&registry);
+    for args in [vec!["learn", "--spam", msg], vec!["unlearn", msg]] {
+        assert_refused(&run_bounded(&db, &args, b""), &args, &registry, "FIFO");
+    }
+    fs::remove_file(&registry).unwrap();
+    fs::rename(&kept, &registry).unwrap();
+
+    let lock = dir.join("lock");
+    fs::remove_file(&lock).unwrap();
+    mkfifo(&lock);
+    for args in [
+        vec!["learn", "--wait", "1", "--spam", msg],
+        vec!["unlearn", "--wait", "1", msg],
+        vec!["train", "--wait", "1", "--spam", msg],
+        vec!["prune", "--wait", "1"],
+    ] {
+        let start = Instant::now();
+        assert_refused(&run_bounded(&db, &args, b""), &args, &lock, "FIFO");
+        assert!(start.elapsed() < Duration::from_secs(20), "{args:?}");
+    }
+    fs::remove_file(&lock).unwrap();
+
+    assert_eq!(db.counts(), before);
+    db.ok(&["learn", "--spam", msg], None);
+    db.ok(&["unlearn", msg], None);
+    let summary = db.train(&[&sample_spam()], &[&sample_ham()]);
+    assert_eq!(summary["learned"], 0, "{summary}");
+    assert_eq!(db.counts(), before);
+}
+
+/// Issue 26, S3: links planted at the names bayesmail writes in the
+/// database (the lock, the journal, the registry, the model and its
+/// record) never get a byte written through them, nor a file created where
+/// they dangle: each is refused or replaced, never followed for writing.
+#[cfg(unix)]
+#[test]
+fn links_at_the_database_files_are_never_written_through() {
+    let db = Db::new();
+    db.train_sample();
+    let msg = db.path("message.eml");
+    fs::write(&msg, MESSAGE).unwrap();
+    let msg = utf8(&msg);
+    let dir = db.dir();
+    let victim = db.path("victim");
+    let nowhere = db.path("nowhere");
+    for name in [
+        "lock",
+        "model.journal",
+        "model.registry",
+        "model.bin.checked",
+        "model.bin",
+    ] {
+        let file = dir.join(name);
+        let kept = db.path(name);
+        let had = fs::rename(&file, &kept).is_ok();
+        for target in [&victim, &nowhere] {
+            fs::write(&victim, b"someone else's file").unwrap();
+            std::os::unix::fs::symlink(target, &file).unwrap();
+            for args in [
+                vec!["learn", "--spam", msg],
+                vec!["unlearn", msg],
+                vec!["train", "--spam", msg],
+            ] {
+                let _ = run_bounded(&db, &args, b"");
+                assert_eq!(
+                    fs::read(&victim).unwrap(),
+                    b"someone else's file",
+                    "{name}: {args:?} wrote through the link"
+                );
+                assert!(!nowhere.exists(), "{name}: {args:?} created the file");
+            }
+            let _ = fs::remove_file(&file);
+        }
+        if had {
+            fs::rename(&kept, &file).unwrap();
+        }
+    }
+}
