@@ -353,12 +353,58 @@ fn a_fifo_at_any_file_of_the_database_is_refused_at_once() {
     }
     fs::remove_file(&lock).unwrap();
 
+    let conf = dir.join("counts.sled").join("conf");
+    let kept = db.path("conf");
+    fs::rename(&conf, &kept).unwrap();
+    mkfifo(&conf);
+    for args in [vec!["train", "--spam", msg], vec!["prune"]] {
+        assert_refused(&run_bounded(&db, &args, b""), &args, &conf, "FIFO");
+    }
+    fs::remove_file(&conf).unwrap();
+    fs::rename(&kept, &conf).unwrap();
+
     assert_eq!(db.counts(), before);
     db.ok(&["learn", "--spam", msg], None);
     db.ok(&["unlearn", msg], None);
     let summary = db.train(&[&sample_spam()], &[&sample_ham()]);
     assert_eq!(summary["learned"], 0, "{summary}");
     assert_eq!(db.counts(), before);
+}
+
+/// Issue 26, S4: a link at the count store's files is refused before the
+/// store is opened, so nothing is written through it (to a file of
+/// someone else's, or created where a dangling link points), and the
+/// error names the file.
+#[cfg(unix)]
+#[test]
+fn a_link_in_the_count_store_is_refused_and_never_written_through() {
+    let db = Db::new();
+    db.train_sample();
+    let msg = db.path("message.eml");
+    fs::write(&msg, MESSAGE).unwrap();
+    let msg = utf8(&msg);
+    let store = db.dir().join("counts.sled");
+    let victim = db.path("victim");
+    let nowhere = db.path("nowhere");
+    for name in ["db", "conf"] {
+        let file = store.join(name);
+        let kept = db.path(&format!("kept-{name}"));
+        fs::rename(&file, &kept).unwrap();
+        for target in [&victim, &nowhere] {
+            fs::write(&victim, b"someone else's file").unwrap();
+            std::os::unix::fs::symlink(target, &file).unwrap();
+            for args in [vec!["train", "--spam", msg], vec!["prune"]] {
+                let out = run_bounded(&db, &args, b"");
+                assert_refused(&out, &args, &file, "symbolic link");
+                assert_eq!(fs::read(&victim).unwrap(), b"someone else's file");
+                assert!(!nowhere.exists(), "{args:?} created {}", nowhere.display());
+            }
+            fs::remove_file(&file).unwrap();
+        }
+        fs::rename(&kept, &file).unwrap();
+    }
+    let summary = db.train(&[&sample_spam()], &[&sample_ham()]);
+    assert_eq!(summary["learned"], 0, "{summary}");
 }
 
 /// Issue 26, S3: links planted at the names bayesmail writes in the
