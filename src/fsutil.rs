@@ -20,8 +20,9 @@
 //!
 //! [`check_kind`] checks a path that another library opens (sled opens its
 //! own files) the same way, as far as a check before the open can.
+//! [`words`] says what an I/O error was in a few words on one line.
 //!
-//! Owns: how files are opened. Not: what is in
+//! Owns: how files are opened, and what an I/O error says. Not: what is in
 //! the files, where they are ([`crate::db::DbPaths`]), or replacing a file
 //! atomically (`write_atomically` in [`crate::store::snapshot`], built on
 //! [`create_new`]).
@@ -173,6 +174,62 @@ fn describe(kind: fs::FileType) -> &'static str {
     }
 }
 
+/// What the I/O error `err` was, in words on one line: the system's
+/// message without its number, starting in lower case ("no space left on
+/// device"), or the error's own message.
+///
+/// An error that went through sled may carry the `Debug` text of the
+/// original as its message (`Os { code: 28, kind: StorageFull, … }`: sled
+/// clones an error that way); it is said in words as well.
+///
+/// ```
+/// use std::io;
+/// use bayesmail::fsutil::words;
+/// assert_eq!(words(&io::Error::from_raw_os_error(28)), "no space left on device");
+/// let cloned = io::Error::new(io::ErrorKind::StorageFull,
+///     r#"Os { code: 28, kind: StorageFull, message: "No space left on device" }"#);
+/// assert_eq!(words(&cloned), "no space left on device");
+/// ```
+pub fn words(err: &io::Error) -> String {
+    if let Some(code) = err.raw_os_error() {
+        return os_words(code);
+    }
+    let Some(inner) = err.get_ref() else {
+        return err.to_string();
+    };
+    let text = inner.to_string();
+    if let Some(code) = text
+        .strip_prefix("Os { code: ")
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|code| code.parse().ok())
+    {
+        return os_words(code);
+    }
+    if text.starts_with("Kind(") {
+        return err.kind().to_string();
+    }
+    if let Some(message) = text
+        .strip_prefix("Custom { kind: ")
+        .and_then(|rest| rest.split_once("error: \""))
+        .and_then(|(_, message)| message.rsplit_once('"'))
+    {
+        return message.0.to_string();
+    }
+    text.lines().collect::<Vec<_>>().join(" ")
+}
+
+/// The system's message for the error number `code`, without the number,
+/// starting in lower case.
+fn os_words(code: i32) -> String {
+    let text = io::Error::from_raw_os_error(code).to_string();
+    let text = text.rsplit_once(" (os error").map_or(&text[..], |(t, _)| t);
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,5 +342,34 @@ mod tests {
             check_kind(&link, true).unwrap_err().to_string(),
             "not a directory (a symbolic link)"
         );
+    }
+
+    /// D4: every way an I/O error reaches us reads as words on one line.
+    #[test]
+    fn io_errors_read_as_words() {
+        let cases = [
+            (io::Error::from_raw_os_error(13), "permission denied"),
+            (io::Error::from_raw_os_error(28), "no space left on device"),
+            (
+                io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    r#"Os { code: 28, kind: StorageFull, message: "No space left on device" }"#,
+                ),
+                "no space left on device",
+            ),
+            (
+                io::Error::new(io::ErrorKind::StorageFull, "Kind(StorageFull)"),
+                "no storage space",
+            ),
+            (
+                io::Error::other(r#"Custom { kind: Other, error: "it broke" }"#),
+                "it broke",
+            ),
+            (io::Error::other("two\nlines"), "two lines"),
+            (io::ErrorKind::StorageFull.into(), "no storage space"),
+        ];
+        for (err, said) in cases {
+            assert_eq!(words(&err), said, "{err:?}");
+        }
     }
 }

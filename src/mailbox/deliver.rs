@@ -379,7 +379,10 @@ fn exists_error(target: &Path) -> io::Error {
 }
 
 fn annotate(e: io::Error, path: &Path) -> io::Error {
-    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+    io::Error::new(
+        e.kind(),
+        format!("{}: {}", path.display(), crate::fsutil::words(&e)),
+    )
 }
 
 #[cfg(test)]

@@ -1066,6 +1066,18 @@ mod tests {
         assert_eq!(sled.registry_len().unwrap(), 2);
     }
 
+    /// Issue 26, D4: sled hands on an I/O error it keeps (a write that
+    /// failed in its flusher) as a copy whose message is the original's
+    /// `Debug` text; it is still said in words.
+    #[test]
+    fn a_full_disk_through_sled_is_said_in_words() {
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let cloned = ::sled::Error::Io(full).clone();
+        assert!(cloned.to_string().contains("Os { code: 28"), "{cloned}");
+        let err = sled_error(Path::new("counts.sled"), cloned);
+        assert_eq!(err.to_string(), "counts.sled: no space left on device");
+    }
+
     /// Issue 26, D3 and S4: the count store's files are checked before
     /// sled opens them: a FIFO is not waited on, a link is not written
     /// through (to a file or to where it dangles).

@@ -455,3 +455,127 @@ fn links_at_the_database_files_are_never_written_through() {
         }
     }
 }
+
+/// Issue 26, D4: a reader who may not enter the database directory (a
+/// delivery agent running as another user) is told that the model cannot
+/// be read and why, not that there is none; `filter` says
+/// `reason=model-unreadable`.
+#[cfg(unix)]
+#[test]
+fn a_reader_who_cannot_enter_the_database_is_told_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let db = Db::new();
+    db.train_sample();
+    // As root, permissions are not enforced: run the readers as `nobody`
+    // (the temporary directory and config opened to them, the database
+    // left private to root). Otherwise shut the owner out.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let as_reader = |args: &[&str]| -> Command {
+        let mut cmd = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(env!("CARGO_BIN_EXE_bayesmail"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        };
+        cmd.args(db.global_args()).args(args);
+        cmd
+    };
+    let dir_mode = |mode| fs::set_permissions(db.dir(), fs::Permissions::from_mode(mode)).unwrap();
+    if root {
+        let usable = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+                "true",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !usable {
+            eprintln!("running as root without setpriv to drop privileges: test skipped");
+            return;
+        }
+        let top = db.path("config.toml");
+        fs::set_permissions(top.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&top, fs::Permissions::from_mode(0o644)).unwrap();
+        dir_mode(0o700);
+    } else {
+        dir_mode(0o000);
+    }
+    let expected = format!("cannot read {}: permission denied", db.model().display());
+
+    let out = run_with_stdin(as_reader(&["filter"]), MESSAGE);
+    if !root {
+        dir_mode(0o700);
+    }
+    assert_passed_unscored(&out, MESSAGE, "model-unreadable");
+    assert!(stderr(&out).contains(&expected), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("no-model"), "{}", stderr(&out));
+
+    if !root {
+        dir_mode(0o000);
+    }
+    let out = run_with_stdin(as_reader(&["classify", "-"]), MESSAGE);
+    if !root {
+        dir_mode(0o700);
+    }
+    assert_exit(&out, 2, &["classify"]);
+    assert_eq!(stderr(&out), format!("bayesmail: {expected}\n"));
+}
+
+/// Issue 26, D4: a write that fails for want of space says so in words,
+/// on one line: through sled (which passes an error on as its `Debug`
+/// text, `Os { code: 27, … }`), writing the model, or writing stdout.
+/// The file size limit stands in for a full disk.
+#[cfg(unix)]
+#[test]
+fn a_full_disk_is_reported_in_words_on_one_line() {
+    use std::os::unix::process::CommandExt;
+    for limit in [100_000u64, 1_800_000] {
+        let db = Db::new();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args()).args([
+            "train",
+            "--spam",
+            utf8(&sample_spam()),
+            "--ham",
+            utf8(&sample_ham()),
+        ]);
+        // SAFETY: between fork and exec, only async-signal-safe calls.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let rlim = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &rlim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert_exit(&out, 2, &["train", &limit.to_string()]);
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.ends_with(": file too large\n"), "{limit}: {err}");
+        assert!(!err.contains("Os {") && !err.contains("os error"), "{err}");
+    }
+
+    let db = Db::new();
+    db.train_sample();
+    let full = fs::File::create("/dev/full").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        .args(db.global_args())
+        .args(["classify", utf8(&sample_spam())])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_exit(&out, 2, &["classify", "> /dev/full"]);
+    assert_eq!(stderr(&out), "bayesmail: no space left on device\n");
+}
