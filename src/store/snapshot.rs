@@ -342,7 +342,10 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     };
     let (tmp, mut file) = create_temp(path).map_err(io(path))?;
     let written = (|| {
-        if let Ok(existing) = fs::metadata(path) {
+        // Only a file's own permissions: a link there is replaced, and
+        // what it leads to (someone else's file, readable by all) says
+        // nothing about who may read ours.
+        if let Some(existing) = fs::symlink_metadata(path).ok().filter(|m| m.is_file()) {
             file.set_permissions(existing.permissions())
                 .map_err(io(&tmp))?;
         }
