@@ -200,8 +200,14 @@ impl Classifier {
     /// journal, if the journal was written for this snapshot.
     pub fn open(paths: &DbPaths) -> Result<Classifier> {
         let path = paths.snapshot();
-        if !path.exists() {
-            return Err(Error::NoModel(paths.dir().to_path_buf()));
+        // Only a model that is not there is no model: one that cannot be
+        // looked at (a directory the reader may not enter) is unreadable.
+        match std::fs::metadata(&path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NoModel(paths.dir().to_path_buf()));
+            }
+            Err(source) => return Err(Error::Unreadable { path, source }),
         }
         let mut tries = 0;
         let (snapshot, journal) = loop {

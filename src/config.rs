@@ -46,7 +46,7 @@ pub const DEFAULT_FILTER_MAX_SIZE: u64 = 16 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {}: {}", path.display(), crate::fsutil::words(source))]
     Read {
         /// The file.
         path: PathBuf,

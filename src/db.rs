@@ -70,8 +70,17 @@ pub enum Error {
         /// What happened to the store.
         reason: String,
     },
+    /// The model file cannot be reached, so whether there is one is not
+    /// known (a reader who may not enter the database directory, say).
+    #[error("cannot read {}: {}", path.display(), crate::fsutil::words(source))]
+    Unreadable {
+        /// The model file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Creating the database directory failed.
-    #[error("cannot create database directory {path}: {source}")]
+    #[error("cannot create database directory {}: {}", path.display(), crate::fsutil::words(source))]
     Create {
         /// The directory.
         path: PathBuf,

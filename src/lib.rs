@@ -13,6 +13,7 @@ pub mod decision;
 pub mod eval;
 pub mod features;
 pub mod find;
+pub mod fsutil;
 pub mod headers;
 pub mod mailbox;
 pub mod message;

@@ -18,6 +18,7 @@ use bayesmail::config::DEFAULT_FILTER_MAX_SIZE;
 use bayesmail::db::{self, Classifier};
 use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
+use bayesmail::fsutil::words;
 use bayesmail::headers::{HeaderBlock, Renamer};
 use bayesmail::sanitize::for_terminal;
 use bayesmail::store;
@@ -255,7 +256,8 @@ fn pass_on(
     };
     if let Err(err) = read {
         warn(&format!(
-            "reading the message from standard input: {err}; nothing written"
+            "reading the message from standard input: {}; nothing written",
+            words(&err)
         ));
         return io_failure;
     }
@@ -293,13 +295,15 @@ fn pass_on(
                 // message before reading ours could stall, which is better
                 // than a deferral that fails the same way at every retry.
                 warn(&format!(
-                    "cannot spool the rest of the message ({err}): streaming it"
+                    "cannot spool the rest of the message ({}): streaming it",
+                    words(&err)
                 ));
                 rest = Some(Box::new(stdin));
             }
             Err(err) => {
                 warn(&format!(
-                    "reading the message from standard input: {err}; nothing written"
+                    "reading the message from standard input: {}; nothing written",
+                    words(&err)
                 ));
                 return io_failure;
             }
@@ -317,7 +321,8 @@ fn pass_on(
     .unwrap_or_else(|_| Err(io::Error::other("internal error while writing")));
     if let Err(err) = written {
         warn(&format!(
-            "passing the message on failed: {err}; the delivery agent must keep it"
+            "passing the message on failed: {}; the delivery agent must keep it",
+            words(&err)
         ));
         return io_failure;
     }

@@ -901,7 +901,11 @@ fn finish(outcome: anyhow::Result<Outcome>) -> u8 {
 fn render_error(err: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in err.chain() {
-        let message = cause.to_string();
+        // An I/O error in words, as the errors that wrap one say it.
+        let message = match cause.downcast_ref::<std::io::Error>() {
+            Some(io) => bayesmail::fsutil::words(io),
+            None => cause.to_string(),
+        };
         let message = message.trim();
         if message.is_empty() || text.contains(message) {
             continue;
@@ -944,7 +948,7 @@ mod tests {
     #[test]
     fn errors_show_each_cause_once_with_real_newlines() {
         let io = std::io::Error::from_raw_os_error(17);
-        let shown = io.to_string();
+        let shown = bayesmail::fsutil::words(&io);
         let err = anyhow::Error::new(bayesmail::db::Error::Create {
             path: "db".into(),
             source: io,

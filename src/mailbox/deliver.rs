@@ -39,7 +39,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -256,14 +256,8 @@ impl Maildir {
     /// Writes `bytes` to `target` through `tmp/`: write, fsync, rename,
     /// fsync the directory.
     fn write_new(&self, target: &Path, bytes: &[u8]) -> io::Result<()> {
-        let name = target.file_name().expect("targets have a file name");
-        let tmp = self.root.join("tmp").join(name);
+        let (tmp, mut f) = self.create_temp(target).map_err(|e| annotate(e, target))?;
         let result = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?;
             f.write_all(bytes)?;
             f.sync_all()?;
             fs::rename(&tmp, target)?;
@@ -273,6 +267,31 @@ impl Maildir {
             let _ = fs::remove_file(&tmp);
         }
         result.map_err(|e| annotate(e, target))
+    }
+
+    /// Creates a new file in `tmp/` for `target`, named as `target` if
+    /// that name is free, else with this process's id and a number added.
+    /// Never opens what is there already: a link planted at the name
+    /// (which the message's bytes predict) is passed over, not written
+    /// through.
+    fn create_temp(&self, target: &Path) -> io::Result<(PathBuf, File)> {
+        let name = target.file_name().expect("targets have a file name");
+        let dir = self.root.join("tmp");
+        let mut tmp = dir.join(name);
+        for n in 0..100 {
+            match crate::fsutil::create_new(&tmp, 0o666) {
+                Ok(f) => return Ok((tmp, f)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            let mut other = name.to_os_string();
+            other.push(format!(".{}.{n}", std::process::id()));
+            tmp = dir.join(other);
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("no free temporary name in {}", dir.display()),
+        ))
     }
 }
 
@@ -301,7 +320,8 @@ fn remove_source(source: &Path, target: &Path) -> Result<(), MoveError> {
 
 /// Whether the file at `path` holds exactly `bytes`.
 fn holds(path: &Path, bytes: &[u8]) -> io::Result<bool> {
-    let mut f = match File::open(path) {
+    // Without blocking: a FIFO under the name must not stall the run.
+    let mut f = match crate::fsutil::open_regular(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(annotate(e, path)),
@@ -359,7 +379,10 @@ fn exists_error(target: &Path) -> io::Error {
 }
 
 fn annotate(e: io::Error, path: &Path) -> io::Error {
-    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+    io::Error::new(
+        e.kind(),
+        format!("{}: {}", path.display(), crate::fsutil::words(&e)),
+    )
 }
 
 #[cfg(test)]

@@ -326,7 +326,7 @@ fn describe_io(at: &MessageId, error: &io::Error) -> String {
         io::ErrorKind::NotFound => format!("no such file or directory: {at}"),
         io::ErrorKind::PermissionDenied => format!("permission denied: {at}"),
         io::ErrorKind::IsADirectory => format!("is a directory: {at}"),
-        _ => format!("{at}: {error}"),
+        _ => format!("{at}: {}", crate::fsutil::words(error)),
     }
 }
 
@@ -1182,7 +1182,10 @@ mod tests {
                 "again/b.eml".into(),
                 "ERR no such file or directory: dangling.eml".into(),
                 // "Too many levels of symbolic links", in the system's words.
-                format!("ERR self: {}", File::open(d.join("self")).unwrap_err()),
+                format!(
+                    "ERR self: {}",
+                    crate::fsutil::words(&File::open(d.join("self")).unwrap_err())
+                ),
             ]
         );
     }

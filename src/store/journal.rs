@@ -69,13 +69,14 @@
 //! acknowledged, is left out without an error; the length check tells it
 //! from a damaged length.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
 use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
 use crate::features::METADATA_LEN;
+use crate::fsutil;
 use crate::model::{Delta, Digest, GaussStats, Label};
 
 /// Version of the journal layout.
@@ -306,7 +307,7 @@ impl Journal {
     /// cut short (a writer killed while appending, which is never
     /// acknowledged) is left out without an error.
     pub fn read(path: &Path) -> Result<Option<Journal>> {
-        let mut file = match OpenOptions::new().read(true).open(path) {
+        let mut file = match fsutil::open_regular(path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => {
@@ -320,10 +321,7 @@ impl Journal {
             path: path.to_owned(),
             reason,
         };
-        let len = match file.metadata() {
-            Ok(m) if m.is_file() => m.len(),
-            _ => return Err(corrupt("it is not a regular file".into())),
-        };
+        let len = file.metadata().map_or(0, |m| m.len());
         if len > MAX_JOURNAL_BYTES {
             return Err(corrupt(format!(
                 "it holds {len} bytes, more than a journal ever does ({MAX_JOURNAL_BYTES})"
@@ -494,7 +492,7 @@ pub fn append(path: &Path, entry: &Entry) -> Result<()> {
         path: path.to_owned(),
         source,
     };
-    let mut file = OpenOptions::new().append(true).open(path).map_err(io)?;
+    let mut file = fsutil::open_append(path).map_err(io)?;
     file.write_all(&entry.encode()).map_err(io)?;
     file.sync_data().map_err(io)
 }

@@ -90,7 +90,7 @@ pub enum Error {
         reason: String,
     },
     /// An operating-system I/O error.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", path.display(), crate::fsutil::words(source))]
     Io {
         /// The file or directory involved.
         path: PathBuf,

@@ -26,12 +26,13 @@
 //! | 8 | `u64` checksum of all the bytes before it |
 
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::path::Path;
 
 use super::packed::{RegistryKey, registry_key};
 use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
+use crate::fsutil;
 use crate::model::{Digest, Label};
 
 /// Version of the registry file layout.
@@ -120,9 +121,14 @@ impl RegistryFile {
     }
 
     /// Reads the registry file at `path`: `Ok(None)` if there is none or it
-    /// does not parse.
+    /// does not parse. Anything but a regular file there is an error,
+    /// found without blocking on it.
     pub fn read(path: &Path) -> Result<Option<RegistryFile>> {
-        match fs::read(path) {
+        let read = fsutil::open_regular(path).and_then(|mut file| {
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).map(|_| bytes)
+        });
+        match read {
             Ok(bytes) => Ok(RegistryFile::parse(&bytes)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(Error::Io {

@@ -50,6 +50,7 @@ use super::packed::{self, RegistryKey, registry_key, registry_shard_of, shard_ke
 use super::{Error, FORMAT_VERSION, Result, Store, apply_token, apply_totals};
 use crate::features::METADATA_LEN;
 use crate::features::grams;
+use crate::fsutil;
 use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
 use crate::tokenize::TOKENIZER_VERSION;
 
@@ -105,6 +106,7 @@ impl SledStore {
     /// another [`FORMAT_VERSION`] or [`TOKENIZER_VERSION`] is refused with
     /// [`Error::Version`].
     pub fn open(path: &Path, wait: Duration) -> Result<SledStore> {
+        check_files(path)?;
         let start = Instant::now();
         let db = loop {
             let opened = ::sled::Config::new()
@@ -686,6 +688,39 @@ fn is_lock_error(e: &::sled::Error) -> bool {
     matches!(e, ::sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
 }
 
+/// Refuses a count store whose files are not what sled makes (regular
+/// files, and directories for the store and its `blobs`), before sled opens
+/// them: sled follows links and blocks on a FIFO, so a link at `db` would
+/// be written through and a FIFO at `conf` would hang the writer.
+fn check_files(path: &Path) -> Result<()> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| Error::Io { path, source }
+    };
+    let is_dir = |dir: &Path| fsutil::check_kind(dir, true).map_err(io(dir));
+    let file = |file: &Path| fsutil::check_kind(file, false).map(drop).map_err(io(file));
+    let entries = |dir: &Path| -> Result<Vec<PathBuf>> {
+        let list = std::fs::read_dir(dir).map_err(io(dir))?;
+        list.map(|e| e.map(|e| e.path()).map_err(io(dir))).collect()
+    };
+    if !is_dir(path)? {
+        return Ok(());
+    }
+    for entry in entries(path)? {
+        let name = entry.file_name().unwrap_or_default().as_encoded_bytes();
+        if name == b"conf" || name == b"db" || name.starts_with(b"snap.") {
+            file(&entry)?;
+        }
+    }
+    let blobs = path.join("blobs");
+    if is_dir(&blobs)? {
+        for blob in entries(&blobs)? {
+            file(&blob)?;
+        }
+    }
+    Ok(())
+}
+
 fn sled_error(path: &Path, e: ::sled::Error) -> Error {
     let path = path.to_owned();
     match e {
@@ -1037,6 +1072,60 @@ mod tests {
         }
         assert_eq!(sled.token_count().unwrap(), 4);
         assert_eq!(sled.registry_len().unwrap(), 2);
+    }
+
+    /// Issue 26, D4: sled hands on an I/O error it keeps (a write that
+    /// failed in its flusher) as a copy whose message is the original's
+    /// `Debug` text; it is still said in words.
+    #[test]
+    fn a_full_disk_through_sled_is_said_in_words() {
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let cloned = ::sled::Error::Io(full).clone();
+        assert!(cloned.to_string().contains("Os { code: 28"), "{cloned}");
+        let err = sled_error(Path::new("counts.sled"), cloned);
+        assert_eq!(err.to_string(), "counts.sled: no space left on device");
+    }
+
+    /// Issue 26, D3 and S4: the count store's files are checked before
+    /// sled opens them: a FIFO is not waited on, a link is not written
+    /// through (to a file or to where it dangles).
+    #[test]
+    fn special_files_and_links_in_the_store_are_refused_before_sled_opens_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        drop(SledStore::open(&path, WAIT).unwrap());
+        let victim = dir.path().join("victim");
+        let nowhere = dir.path().join("nowhere");
+        let fifo = |p: &Path| {
+            let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        };
+        for name in ["conf", "db", "blobs", "blobs/1", "snap.0000000000000001"] {
+            let file = path.join(name);
+            let kept = dir.path().join("kept");
+            let had = std::fs::rename(&file, &kept).is_ok();
+            for plant in ["fifo", "link", "dangling"] {
+                std::fs::write(&victim, b"someone else's file").unwrap();
+                match plant {
+                    "fifo" => fifo(&file),
+                    "link" => std::os::unix::fs::symlink(&victim, &file).unwrap(),
+                    _ => std::os::unix::fs::symlink(&nowhere, &file).unwrap(),
+                }
+                let err = SledStore::open(&path, WAIT).unwrap_err().to_string();
+                assert!(
+                    err.starts_with(&format!("{}: not a ", file.display())),
+                    "{err}"
+                );
+                assert_eq!(std::fs::read(&victim).unwrap(), b"someone else's file");
+                assert!(!nowhere.exists(), "{name}");
+                std::fs::remove_file(&file).unwrap();
+            }
+            if had {
+                std::fs::rename(&kept, &file).unwrap();
+            }
+        }
+        drop(SledStore::open(&path, WAIT).unwrap());
     }
 
     #[test]

@@ -58,7 +58,7 @@
 //! the others), `m` is the smallest power of two ≥ max(2n, 1), token `t`'s
 //! first slot is `hash(t) mod m` and slots hold no tag.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -72,6 +72,7 @@ use std::borrow::Cow;
 use super::mapped::Mapped;
 use super::{Error, Result, Store};
 use crate::features::grams::{self, BUCKET_BITS};
+use crate::fsutil::{self, open_regular};
 use crate::model::TokenCounts;
 use crate::tokenize::TOKENIZER_VERSION;
 
@@ -308,6 +309,21 @@ fn temp_path(path: &Path) -> PathBuf {
     ))
 }
 
+/// Creates a new temporary file beside `path` (mode 0600), never through
+/// a link: a name that is taken (by a link someone put there, say) is
+/// passed over for the next.
+fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
+    let mut tries = 0;
+    loop {
+        let tmp = temp_path(path);
+        match fsutil::create_new(&tmp, 0o600) {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Writes `bytes` to `path` atomically (see the [module docs](self)). A new
 /// file is private to its owner (mode 0600); one that replaces a file takes
 /// that file's permissions, so a user who loosened them keeps theirs.
@@ -320,21 +336,16 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         _ => Path::new("."),
     };
     remove_stale_temps(dir, &name.to_string_lossy());
-    let tmp = temp_path(path);
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| Error::Io { path, source }
     };
+    let (tmp, mut file) = create_temp(path).map_err(io(path))?;
     let written = (|| {
-        let mut options = OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        let mut file = options.open(&tmp).map_err(io(&tmp))?;
-        if let Ok(existing) = fs::metadata(path) {
+        // Only a file's own permissions: a link there is replaced, and
+        // what it leads to (someone else's file, readable by all) says
+        // nothing about who may read ours.
+        if let Some(existing) = fs::symlink_metadata(path).ok().filter(|m| m.is_file()) {
             file.set_permissions(existing.permissions())
                 .map_err(io(&tmp))?;
         }
@@ -1187,11 +1198,10 @@ impl Checked {
         };
         let before = FileStamp::of(&meta);
         let _ = fs::remove_file(&target);
-        let tmp = temp_path(&target);
+        let Ok((tmp, mut probe)) = create_temp(&target) else {
+            return;
+        };
         let recorded = (|| -> io::Result<bool> {
-            let mut options = OpenOptions::new();
-            options.write(true).create_new(true);
-            let mut probe = options.open(&tmp)?;
             // Readable by whoever may read the model.
             probe.set_permissions(meta.permissions())?;
             // Wait until the file system gives a change a later change time
@@ -1329,52 +1339,6 @@ impl std::ops::DerefMut for Buffer {
     }
 }
 
-/// Opens `path` for reading if it is a regular file (symlinks followed).
-/// On Unix the open does not block (`O_NONBLOCK`: opening a FIFO for
-/// reading otherwise waits for a writer) and the check is made on the open
-/// file, so nothing swapped in between a check and the open gets read.
-fn open_regular(path: &Path) -> io::Result<File> {
-    let mut options = OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // No effect on reads of a regular file.
-        options.custom_flags(libc::O_NONBLOCK);
-    }
-    let file = options.open(path)?;
-    let kind = file.metadata()?.file_type();
-    if !kind.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("not a regular file (a {})", describe(kind)),
-        ));
-    }
-    Ok(file)
-}
-
-/// A word for a kind of file that is not a regular one.
-fn describe(kind: fs::FileType) -> &'static str {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if kind.is_fifo() {
-            return "FIFO";
-        }
-        if kind.is_socket() {
-            return "socket";
-        }
-        if kind.is_block_device() || kind.is_char_device() {
-            return "device";
-        }
-    }
-    if kind.is_dir() {
-        "directory"
-    } else {
-        "special file"
-    }
-}
-
 /// The checksum a snapshot of `bytes` (at least [`MIN_LEN`] long) ends
 /// with.
 fn stored_checksum(bytes: &[u8]) -> u64 {
@@ -1422,6 +1386,7 @@ mod tests {
 
     use super::*;
     use crate::store::MemoryStore;
+    use std::fs::OpenOptions;
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Header {
@@ -1494,6 +1459,31 @@ mod tests {
         let path = dir.path().join("model.bin");
         write_snapshot(&path, &header(), sample()).unwrap();
         assert_eq!(fs::read(&path).unwrap(), sample_bytes());
+    }
+
+    /// Issue 26, S3: a link planted at the temporary names the next write
+    /// will try (they are predictable) is passed over, never written
+    /// through, and the write still lands.
+    #[test]
+    fn a_write_passes_over_links_at_its_temporary_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"someone else's file").unwrap();
+        let next = TEMP_COUNTER.load(Ordering::Relaxed);
+        let planted: Vec<PathBuf> = (next..next + 20)
+            .map(|n| {
+                let name = format!(".model.bin.{}.{n}.tmp", std::process::id());
+                dir.path().join(name)
+            })
+            .collect();
+        for link in &planted {
+            std::os::unix::fs::symlink(&victim, link).unwrap();
+        }
+        write_snapshot(&path, &header(), sample()).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"someone else's file");
+        assert_eq!(fs::read(&path).unwrap(), sample_bytes());
+        assert!(fs::symlink_metadata(&path).unwrap().is_file());
     }
 
     #[test]

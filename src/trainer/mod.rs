@@ -919,9 +919,9 @@ pub struct WriterLock {
 
 impl WriterLock {
     /// Takes the lock of the database at `paths`, waiting up to `wait` for
-    /// another writer. The directory must exist.
+    /// another writer. The directory must exist. Anything but a regular
+    /// file at `DB/lock` (a FIFO, a link) is refused at once.
     pub fn take(paths: &DbPaths, wait: Duration) -> Result<WriterLock> {
-        use std::os::unix::fs::OpenOptionsExt;
         use std::os::unix::io::AsRawFd;
         let path = paths.lock();
         let io = |source| {
@@ -930,13 +930,7 @@ impl WriterLock {
                 source,
             })
         };
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io)?;
+        let file = crate::fsutil::open_or_create(&path, 0o600).map_err(io)?;
         let start = std::time::Instant::now();
         loop {
             // SAFETY: flock on a descriptor this function owns.

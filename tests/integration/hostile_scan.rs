@@ -318,3 +318,64 @@ fn file_names_with_escapes_and_bidi_controls_are_sanitised_in_every_format() {
         }
     }
 }
+
+/// Issue 26, S3: the name a copy gets in the target's `tmp/` follows from
+/// the message's bytes, so another user can plant a link (or a FIFO)
+/// there first. The copy never writes through the link (the file it leads
+/// to keeps its bytes), never waits on the FIFO, and still lands in the
+/// target as a regular file holding the message.
+#[test]
+fn a_link_or_fifo_planted_at_the_temporary_name_is_never_written_through() {
+    let db = trained();
+    let junk = db.path("junk");
+    make_maildir(&junk);
+    let victim = db.path("victim");
+    let target = bayesmail::mailbox::Maildir::at(&junk).target(None, &spam());
+    let name = target.file_name().unwrap();
+    let planted = junk.join("tmp").join(name);
+    let source = db.path("message.eml");
+    fs::write(&source, spam()).unwrap();
+    for plant in ["link", "fifo"] {
+        fs::write(&victim, b"someone else's file").unwrap();
+        if plant == "link" {
+            symlink(&victim, &planted).unwrap();
+        } else {
+            let made = Command::new("mkfifo").arg(&planted).status().unwrap();
+            assert!(made.success());
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args()).args([
+            "scan",
+            "--json",
+            "--copy-spam-to",
+            utf8(&junk),
+            utf8(&source),
+        ]);
+        let (mut child, writer) = spawn_with_stdin(cmd, b"");
+        let start = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(60) {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                panic!("{plant}: scan did not exit: it blocked");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let _ = writer.join();
+        assert_exit(&out, 0, &["scan", plant]);
+        let lines = json_lines(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(lines[0]["action"], "copied", "{plant}: {lines:?}");
+        assert!(
+            fs::read(&victim).unwrap() == b"someone else's file",
+            "{plant}: written through"
+        );
+        let meta = fs::symlink_metadata(&target).unwrap();
+        assert!(meta.is_file(), "{plant}: {:?}", meta.file_type());
+        assert_eq!(fs::read(&target).unwrap(), spam(), "{plant}");
+        // What was planted is left alone.
+        assert!(fs::symlink_metadata(&planted).is_ok(), "{plant}");
+        fs::remove_file(&target).unwrap();
+        fs::remove_file(&planted).unwrap();
+    }
+}

@@ -277,3 +277,313 @@ fn the_next_model_write_removes_temporaries_of_killed_writers() {
     assert!(!stale.exists(), "a dead writer's temporary file survived");
     assert!(live.exists());
 }
+
+/// Makes a FIFO at `path`.
+fn mkfifo(path: &std::path::Path) {
+    let made = Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+}
+
+/// Asserts that a writer's run failed at once with one line that names
+/// `file` and says what it is.
+fn assert_refused(out: &Output, what: &[&str], file: &std::path::Path, kind: &str) {
+    assert_exit(out, 2, what);
+    let err = stderr(out);
+    let expected = format!("{}: not a regular file (a {kind})", file.display());
+    assert_eq!(err.lines().count(), 1, "{what:?}: {err}");
+    assert!(err.contains(&expected), "{what:?}: {err}");
+}
+
+/// Issue 26, D3: a FIFO at any file of the database fails every command
+/// at once with one line naming the file, instead of hanging it (even
+/// past `--wait`); `filter` passes the message on with
+/// `reason=model-unreadable`. Once the FIFO is gone, all is as it was.
+#[cfg(unix)]
+#[test]
+fn a_fifo_at_any_file_of_the_database_is_refused_at_once() {
+    let db = Db::new();
+    db.train_sample();
+    let msg = db.path("message.eml");
+    fs::write(&msg, MESSAGE).unwrap();
+    let msg = utf8(&msg);
+    let dir = db.dir();
+    let before = db.counts();
+
+    let journal = dir.join("model.journal");
+    mkfifo(&journal);
+    let out = run_bounded(&db, &["filter"], MESSAGE);
+    assert_passed_unscored(&out, MESSAGE, "model-unreadable");
+    let expected = format!("{}: not a regular file (a FIFO)", journal.display());
+    assert!(stderr(&out).contains(&expected), "{}", stderr(&out));
+    for args in [
+        vec!["classify", msg],
+        vec!["learn", "--spam", msg],
+        vec!["unlearn", msg],
+        vec!["train", "--spam", msg],
+    ] {
+        assert_refused(&run_bounded(&db, &args, b""), &args, &journal, "FIFO");
+    }
+    fs::remove_file(&journal).unwrap();
+
+    let registry = dir.join("model.registry");
+    let kept = db.path("registry");
+    fs::rename(&registry, &kept).unwrap();
+    mkfifo(&registry);
+    for args in [vec!["learn", "--spam", msg], vec!["unlearn", msg]] {
+        assert_refused(&run_bounded(&db, &args, b""), &args, &registry, "FIFO");
+    }
+    fs::remove_file(&registry).unwrap();
+    fs::rename(&kept, &registry).unwrap();
+
+    let lock = dir.join("lock");
+    fs::remove_file(&lock).unwrap();
+    mkfifo(&lock);
+    for args in [
+        vec!["learn", "--wait", "1", "--spam", msg],
+        vec!["unlearn", "--wait", "1", msg],
+        vec!["train", "--wait", "1", "--spam", msg],
+        vec!["prune", "--wait", "1"],
+    ] {
+        let start = Instant::now();
+        assert_refused(&run_bounded(&db, &args, b""), &args, &lock, "FIFO");
+        assert!(start.elapsed() < Duration::from_secs(20), "{args:?}");
+    }
+    fs::remove_file(&lock).unwrap();
+
+    let conf = dir.join("counts.sled").join("conf");
+    let kept = db.path("conf");
+    fs::rename(&conf, &kept).unwrap();
+    mkfifo(&conf);
+    for args in [vec!["train", "--spam", msg], vec!["prune"]] {
+        assert_refused(&run_bounded(&db, &args, b""), &args, &conf, "FIFO");
+    }
+    fs::remove_file(&conf).unwrap();
+    fs::rename(&kept, &conf).unwrap();
+
+    assert_eq!(db.counts(), before);
+    db.ok(&["learn", "--spam", msg], None);
+    db.ok(&["unlearn", msg], None);
+    let summary = db.train(&[&sample_spam()], &[&sample_ham()]);
+    assert_eq!(summary["learned"], 0, "{summary}");
+    assert_eq!(db.counts(), before);
+}
+
+/// Issue 26, S4: a link at the count store's files is refused before the
+/// store is opened, so nothing is written through it (to a file of
+/// someone else's, or created where a dangling link points), and the
+/// error names the file.
+#[cfg(unix)]
+#[test]
+fn a_link_in_the_count_store_is_refused_and_never_written_through() {
+    let db = Db::new();
+    db.train_sample();
+    let msg = db.path("message.eml");
+    fs::write(&msg, MESSAGE).unwrap();
+    let msg = utf8(&msg);
+    let store = db.dir().join("counts.sled");
+    let victim = db.path("victim");
+    let nowhere = db.path("nowhere");
+    for name in ["db", "conf"] {
+        let file = store.join(name);
+        let kept = db.path(&format!("kept-{name}"));
+        fs::rename(&file, &kept).unwrap();
+        for target in [&victim, &nowhere] {
+            fs::write(&victim, b"someone else's file").unwrap();
+            std::os::unix::fs::symlink(target, &file).unwrap();
+            for args in [vec!["train", "--spam", msg], vec!["prune"]] {
+                let out = run_bounded(&db, &args, b"");
+                assert_refused(&out, &args, &file, "symbolic link");
+                assert_eq!(fs::read(&victim).unwrap(), b"someone else's file");
+                assert!(!nowhere.exists(), "{args:?} created {}", nowhere.display());
+            }
+            fs::remove_file(&file).unwrap();
+        }
+        fs::rename(&kept, &file).unwrap();
+    }
+    let summary = db.train(&[&sample_spam()], &[&sample_ham()]);
+    assert_eq!(summary["learned"], 0, "{summary}");
+}
+
+/// Issue 26, S3: links planted at the names bayesmail writes in the
+/// database (the lock, the journal, the registry, the model and its
+/// record) never get a byte written through them, nor a file created where
+/// they dangle: each is refused or replaced, never followed for writing.
+#[cfg(unix)]
+#[test]
+fn links_at_the_database_files_are_never_written_through() {
+    let db = Db::new();
+    db.train_sample();
+    let msg = db.path("message.eml");
+    fs::write(&msg, MESSAGE).unwrap();
+    let msg = utf8(&msg);
+    let dir = db.dir();
+    let victim = db.path("victim");
+    let nowhere = db.path("nowhere");
+    for name in [
+        "lock",
+        "model.journal",
+        "model.registry",
+        "model.bin.checked",
+        "model.bin",
+    ] {
+        let file = dir.join(name);
+        let kept = db.path(name);
+        let had = fs::rename(&file, &kept).is_ok();
+        for target in [&victim, &nowhere] {
+            fs::write(&victim, b"someone else's file").unwrap();
+            std::os::unix::fs::symlink(target, &file).unwrap();
+            for args in [
+                vec!["learn", "--spam", msg],
+                vec!["unlearn", msg],
+                vec!["train", "--spam", msg],
+            ] {
+                let _ = run_bounded(&db, &args, b"");
+                assert_eq!(
+                    fs::read(&victim).unwrap(),
+                    b"someone else's file",
+                    "{name}: {args:?} wrote through the link"
+                );
+                assert!(!nowhere.exists(), "{name}: {args:?} created the file");
+            }
+            if name == "model.bin" {
+                // Replaced by a file of its own, as private as a new one,
+                // whatever the file the link led to allows.
+                use std::os::unix::fs::PermissionsExt;
+                let meta = fs::symlink_metadata(&file).unwrap();
+                assert!(meta.is_file());
+                assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+            }
+            let _ = fs::remove_file(&file);
+        }
+        if had {
+            fs::rename(&kept, &file).unwrap();
+        }
+    }
+}
+
+/// Issue 26, D4: a reader who may not enter the database directory (a
+/// delivery agent running as another user) is told that the model cannot
+/// be read and why, not that there is none; `filter` says
+/// `reason=model-unreadable`.
+#[cfg(unix)]
+#[test]
+fn a_reader_who_cannot_enter_the_database_is_told_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let db = Db::new();
+    db.train_sample();
+    // As root, permissions are not enforced: run the readers as `nobody`
+    // (the temporary directory and config opened to them, the database
+    // left private to root). Otherwise shut the owner out.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let as_reader = |args: &[&str]| -> Command {
+        let mut cmd = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(env!("CARGO_BIN_EXE_bayesmail"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        };
+        cmd.args(db.global_args()).args(args);
+        cmd
+    };
+    let dir_mode = |mode| fs::set_permissions(db.dir(), fs::Permissions::from_mode(mode)).unwrap();
+    if root {
+        let usable = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+                "true",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !usable {
+            eprintln!("running as root without setpriv to drop privileges: test skipped");
+            return;
+        }
+        let top = db.path("config.toml");
+        fs::set_permissions(top.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&top, fs::Permissions::from_mode(0o644)).unwrap();
+        dir_mode(0o700);
+    } else {
+        dir_mode(0o000);
+    }
+    let expected = format!("cannot read {}: permission denied", db.model().display());
+
+    let out = run_with_stdin(as_reader(&["filter"]), MESSAGE);
+    if !root {
+        dir_mode(0o700);
+    }
+    assert_passed_unscored(&out, MESSAGE, "model-unreadable");
+    assert!(stderr(&out).contains(&expected), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("no-model"), "{}", stderr(&out));
+
+    if !root {
+        dir_mode(0o000);
+    }
+    let out = run_with_stdin(as_reader(&["classify", "-"]), MESSAGE);
+    if !root {
+        dir_mode(0o700);
+    }
+    assert_exit(&out, 2, &["classify"]);
+    assert_eq!(stderr(&out), format!("bayesmail: {expected}\n"));
+}
+
+/// Issue 26, D4: a write that fails for want of space says so in words,
+/// on one line: through sled (which passes an error on as its `Debug`
+/// text, `Os { code: 27, … }`), writing the model, or writing stdout.
+/// The file size limit stands in for a full disk.
+#[cfg(unix)]
+#[test]
+fn a_full_disk_is_reported_in_words_on_one_line() {
+    use std::os::unix::process::CommandExt;
+    for limit in [100_000u64, 1_800_000] {
+        let db = Db::new();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args()).args([
+            "train",
+            "--spam",
+            utf8(&sample_spam()),
+            "--ham",
+            utf8(&sample_ham()),
+        ]);
+        // SAFETY: between fork and exec, only async-signal-safe calls.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let rlim = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &rlim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert_exit(&out, 2, &["train", &limit.to_string()]);
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.ends_with(": file too large\n"), "{limit}: {err}");
+        assert!(!err.contains("Os {") && !err.contains("os error"), "{err}");
+    }
+
+    let db = Db::new();
+    db.train_sample();
+    let full = fs::File::create("/dev/full").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        .args(db.global_args())
+        .args(["classify", utf8(&sample_spam())])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_exit(&out, 2, &["classify", "> /dev/full"]);
+    assert_eq!(stderr(&out), "bayesmail: no space left on device\n");
+}

@@ -1,0 +1,375 @@
+//! Opening and creating the files bayesmail keeps: the database's (model,
+//! journal, registry, lock, the count store's files) and the messages it
+//! writes into a Maildir. Every such open goes through here, so each keeps
+//! the same three promises:
+//!
+//! - **No open blocks.** Files are opened with `O_NONBLOCK`, so a FIFO put
+//!   where a file of ours belongs is opened at once (or refused) instead of
+//!   waiting for a reader or writer that never comes; the descriptor handed
+//!   back is blocking again.
+//! - **Only regular files.** The open file is checked (`fstat`, so nothing
+//!   swapped in between a check and the open is used) and anything else is
+//!   refused with an error that says what it is: "not a regular file (a
+//!   FIFO)".
+//! - **Nothing is written through a link.** A file is created with
+//!   `O_CREAT | O_EXCL`, which never follows a link and never reuses what is
+//!   there, and a file written in place is opened with `O_NOFOLLOW`. A link
+//!   planted at a name bayesmail will write (the names are predictable)
+//!   cannot make it overwrite the file the link leads to. Reads follow
+//!   links: reading through one changes nothing.
+//!
+//! [`check_kind`] checks a path that another library opens (sled opens its
+//! own files) the same way, as far as a check before the open can.
+//! [`words`] says what an I/O error was in a few words on one line.
+//!
+//! Owns: how files are opened, and what an I/O error says. Not: what is in
+//! the files, where they are ([`crate::db::DbPaths`]), or replacing a file
+//! atomically (`write_atomically` in [`crate::store::snapshot`], built on
+//! [`create_new`]).
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+/// Opens `path` for reading if it is a regular file (a link is followed).
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("f");
+/// std::fs::write(&path, b"x").unwrap();
+/// assert!(bayesmail::fsutil::open_regular(&path).is_ok());
+/// let err = bayesmail::fsutil::open_regular(dir.path()).unwrap_err();
+/// assert_eq!(err.to_string(), "not a regular file (a directory)");
+/// ```
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    open(path, OpenOptions::new().read(true), Follow::Yes)
+}
+
+/// Opens the existing regular file `path` for appending, never through a
+/// link.
+pub fn open_append(path: &Path) -> io::Result<File> {
+    // Read access too: a FIFO opened for writing alone without blocking
+    // fails (ENXIO) instead of opening and being refused by kind.
+    open(path, OpenOptions::new().read(true).append(true), Follow::No)
+}
+
+/// Opens the regular file `path` for reading and writing, creating it with
+/// `mode` if it is missing (a lock file, which stays), never through a
+/// link.
+pub fn open_or_create(path: &Path, mode: u32) -> io::Result<File> {
+    open(
+        path,
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(mode),
+        Follow::No,
+    )
+}
+
+/// Creates the new file `path` with `mode` for writing: fails with
+/// [`io::ErrorKind::AlreadyExists`] if anything (a link included) is
+/// there.
+pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
+    open(
+        path,
+        OpenOptions::new().write(true).create_new(true).mode(mode),
+        Follow::No,
+    )
+}
+
+/// Whether an open follows a link at the path's last component.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Follow {
+    Yes,
+    No,
+}
+
+fn open(path: &Path, options: &mut OpenOptions, follow: Follow) -> io::Result<File> {
+    let mut flags = libc::O_NONBLOCK;
+    if follow == Follow::No {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = options
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| explain(path, e, follow))?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(not_regular(kind));
+    }
+    // SAFETY: fcntl on a descriptor `file` owns, reading and setting its
+    // status flags only.
+    unsafe {
+        let fd = file.as_raw_fd();
+        let status = libc::fcntl(fd, libc::F_GETFL);
+        if status == -1 || libc::fcntl(fd, libc::F_SETFL, status & !libc::O_NONBLOCK) == -1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(file)
+}
+
+/// The error of an open that failed because of what is at `path`: a link
+/// refused by `O_NOFOLLOW` (ELOOP) or a socket or FIFO that cannot be
+/// opened so (ENXIO) is named for what it is.
+fn explain(path: &Path, err: io::Error, follow: Follow) -> io::Error {
+    if !matches!(err.raw_os_error(), Some(libc::ELOOP | libc::ENXIO)) {
+        return err;
+    }
+    let meta = match follow {
+        Follow::Yes => fs::metadata(path),
+        Follow::No => fs::symlink_metadata(path),
+    };
+    match meta {
+        Ok(m) if !m.file_type().is_file() => not_regular(m.file_type()),
+        _ => err,
+    }
+}
+
+/// Checks what is at `path` without following a link, for a file that
+/// another library opens: `Ok(false)` if nothing is there, `Ok(true)` if
+/// it is a directory (`dir`) or a regular file (not `dir`), else an error
+/// that says what it is.
+pub fn check_kind(path: &Path, dir: bool) -> io::Result<bool> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() == dir && m.is_file() != dir => Ok(true),
+        Ok(m) if dir => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a directory (a {})", describe(m.file_type())),
+        )),
+        Ok(m) => Err(not_regular(m.file_type())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn not_regular(kind: fs::FileType) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("not a regular file (a {})", describe(kind)),
+    )
+}
+
+/// A word for a kind of file.
+fn describe(kind: fs::FileType) -> &'static str {
+    if kind.is_symlink() {
+        "symbolic link"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_socket() {
+        "socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "device"
+    } else if kind.is_dir() {
+        "directory"
+    } else if kind.is_file() {
+        "regular file"
+    } else {
+        "special file"
+    }
+}
+
+/// What the I/O error `err` was, in words on one line: the system's
+/// message without its number, starting in lower case ("no space left on
+/// device"), or the error's own message.
+///
+/// An error that went through sled may carry the `Debug` text of the
+/// original as its message (`Os { code: 28, kind: StorageFull, … }`: sled
+/// clones an error that way); it is said in words as well.
+///
+/// ```
+/// use std::io;
+/// use bayesmail::fsutil::words;
+/// assert_eq!(words(&io::Error::from_raw_os_error(28)), "no space left on device");
+/// let cloned = io::Error::new(io::ErrorKind::StorageFull,
+///     r#"Os { code: 28, kind: StorageFull, message: "No space left on device" }"#);
+/// assert_eq!(words(&cloned), "no space left on device");
+/// ```
+pub fn words(err: &io::Error) -> String {
+    if let Some(code) = err.raw_os_error() {
+        return os_words(code);
+    }
+    let Some(inner) = err.get_ref() else {
+        return err.to_string();
+    };
+    let text = inner.to_string();
+    if let Some(code) = text
+        .strip_prefix("Os { code: ")
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|code| code.parse().ok())
+    {
+        return os_words(code);
+    }
+    if text.starts_with("Kind(") {
+        return err.kind().to_string();
+    }
+    if let Some(message) = text
+        .strip_prefix("Custom { kind: ")
+        .and_then(|rest| rest.split_once("error: \""))
+        .and_then(|(_, message)| message.rsplit_once('"'))
+    {
+        return message.0.to_string();
+    }
+    text.lines().collect::<Vec<_>>().join(" ")
+}
+
+/// The system's message for the error number `code`, without the number,
+/// starting in lower case.
+fn os_words(code: i32) -> String {
+    let text = io::Error::from_raw_os_error(code).to_string();
+    let text = text.rsplit_once(" (os error").map_or(&text[..], |(t, _)| t);
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn fifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+
+    /// D3: a FIFO is refused by every open, at once, whatever the access.
+    #[test]
+    fn a_fifo_is_refused_by_every_open_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fifo");
+        fifo(&path);
+        type Open = fn(&Path) -> io::Result<File>;
+        let opens: [(&str, Open); 4] = [
+            ("read", open_regular),
+            ("append", open_append),
+            ("open or create", |p| open_or_create(p, 0o600)),
+            ("create", |p| create_new(p, 0o600)),
+        ];
+        for (what, open) in opens {
+            let err = open(&path).unwrap_err();
+            let expected = if what == "create" {
+                io::ErrorKind::AlreadyExists
+            } else {
+                io::ErrorKind::InvalidInput
+            };
+            assert_eq!(err.kind(), expected, "{what}: {err}");
+            if what != "create" {
+                assert_eq!(err.to_string(), "not a regular file (a FIFO)", "{what}");
+            }
+        }
+    }
+
+    /// S3, S4: nothing is written through a link, dangling or not; a read
+    /// follows it.
+    #[test]
+    fn nothing_is_written_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"keep").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        for path in [&link, &dangling] {
+            let err = open_append(path).unwrap_err();
+            assert_eq!(err.to_string(), "not a regular file (a symbolic link)");
+            let err = open_or_create(path, 0o600).unwrap_err();
+            assert_eq!(err.to_string(), "not a regular file (a symbolic link)");
+            let err = create_new(path, 0o600).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        }
+        assert_eq!(fs::read(&victim).unwrap(), b"keep");
+        assert!(!dir.path().join("nowhere").exists());
+        let mut text = String::new();
+        open_regular(&link)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "keep");
+    }
+
+    /// What is opened is a blocking descriptor of the regular file, created
+    /// with the mode asked for.
+    #[test]
+    fn regular_files_open_blocking_and_are_created_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut file = create_new(&path, 0o600).unwrap();
+        file.write_all(b"a").unwrap();
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        open_append(&path).unwrap().write_all(b"b").unwrap();
+        let lock = open_or_create(&dir.path().join("lock"), 0o600).unwrap();
+        for file in [open_regular(&path).unwrap(), lock] {
+            // SAFETY: reading the status flags of an open descriptor.
+            let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+            assert_eq!(flags & libc::O_NONBLOCK, 0);
+        }
+        assert_eq!(fs::read(&path).unwrap(), b"ab");
+    }
+
+    #[test]
+    fn check_kind_tells_files_directories_links_and_nothing_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        fs::write(&file, b"").unwrap();
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert!(check_kind(dir.path(), true).unwrap());
+        assert!(check_kind(&file, false).unwrap());
+        assert!(!check_kind(&dir.path().join("none"), false).unwrap());
+        assert_eq!(
+            check_kind(&file, true).unwrap_err().to_string(),
+            "not a directory (a regular file)"
+        );
+        assert_eq!(
+            check_kind(dir.path(), false).unwrap_err().to_string(),
+            "not a regular file (a directory)"
+        );
+        assert_eq!(
+            check_kind(&link, true).unwrap_err().to_string(),
+            "not a directory (a symbolic link)"
+        );
+    }
+
+    /// D4: every way an I/O error reaches us reads as words on one line.
+    #[test]
+    fn io_errors_read_as_words() {
+        let cases = [
+            (io::Error::from_raw_os_error(13), "permission denied"),
+            (io::Error::from_raw_os_error(28), "no space left on device"),
+            (
+                io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    r#"Os { code: 28, kind: StorageFull, message: "No space left on device" }"#,
+                ),
+                "no space left on device",
+            ),
+            (
+                io::Error::new(io::ErrorKind::StorageFull, "Kind(StorageFull)"),
+                "no storage space",
+            ),
+            (
+                io::Error::other(r#"Custom { kind: Other, error: "it broke" }"#),
+                "it broke",
+            ),
+            (io::Error::other("two\nlines"), "two lines"),
+            (io::ErrorKind::StorageFull.into(), "no storage space"),
+        ];
+        for (err, said) in cases {
+            assert_eq!(words(&err), said, "{err:?}");
+        }
+    }
+}
