@@ -9,7 +9,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use crate::common::{Db, assert_exit, root, run_with_stdin, sample_files, sample_spam, utf8};
+use crate::common::{
+    Db, assert_exit, root, run_with_stdin, sample_files, sample_spam, to_crlf, utf8,
+};
 
 /// The body of the first code block fenced as ```` ```TAG ```` in README.md.
 fn readme_block(tag: &str) -> String {
@@ -62,7 +64,8 @@ fn sieve_filter_program() -> String {
 }
 
 /// A user's home with the `bayesmail` binary in `~/bin`, a Maildir with a
-/// `.Junk` folder, and a database trained on the sample corpus.
+/// `.Junk` folder, and a trained database (on the sample corpus unless
+/// given another).
 struct Home {
     db: Db,
 }
@@ -71,6 +74,11 @@ impl Home {
     fn new() -> Home {
         let db = Db::new();
         db.train_sample();
+        Home::with(db)
+    }
+
+    /// The same home with the trained database `db`.
+    fn with(db: Db) -> Home {
         let home = Home { db };
         fs::create_dir_all(home.dir().join("bin")).unwrap();
         std::os::unix::fs::symlink(
@@ -110,16 +118,36 @@ impl Home {
         c
     }
 
-    /// procmail with the rcfile `rc`, as a delivery agent runs it: `-m` as
-    /// a general mail filter with this rcfile, `-p` keeps PATH and the
-    /// database settings, HOME as the delivery agent sets it.
-    fn procmail(&self, rc: &std::path::Path) -> Command {
-        let mut cmd = self.command("procmail");
-        cmd.arg("-p")
-            .arg("-m")
-            .arg(format!("HOME={}", utf8(&self.dir())))
-            .arg(rc);
-        cmd
+    /// Delivers `message` with the recipe of `agent` (for procmail,
+    /// contrib/procmailrc as `~/.procmailrc`, `-p` keeping PATH and the
+    /// database settings, HOME as the delivery agent sets it), checking
+    /// that the agent reports success.
+    fn deliver(&self, agent: Agent, message: &[u8]) {
+        let out = match agent {
+            Agent::ProcmailFilter | Agent::ProcmailDelivery => {
+                let rc = self.dir().join(".procmailrc");
+                fs::write(&rc, contrib("procmailrc")).unwrap();
+                let mut cmd = self.command("procmail");
+                cmd.arg("-p");
+                if agent == Agent::ProcmailFilter {
+                    cmd.arg("-m");
+                } else {
+                    // As the delivery agent procmail sets PATH itself, to
+                    // $HOME/bin and the system's directories of the user's
+                    // passwd entry (root's here): the user's is given back.
+                    cmd.args(["-f", "sender@example.org"])
+                        .arg(format!("PATH={}", self.path_var()));
+                }
+                cmd.arg(format!("HOME={}", utf8(&self.dir()))).arg(&rc);
+                run_with_stdin(cmd, message)
+            }
+            Agent::Maildrop => {
+                let mut cmd = self.command("maildrop");
+                cmd.arg(self.mailfilter());
+                run_with_stdin(cmd, message)
+            }
+        };
+        assert_exit(&out, 0, &[agent.name()]);
     }
 
     /// The README's maildrop recipe as `~/.mailfilter`. maildrop sets PATH
@@ -149,6 +177,41 @@ impl Home {
             }
         }
         out
+    }
+}
+
+/// A delivery agent running its recipe from contrib/.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agent {
+    /// procmail as a general mail filter (`-m`, as Postfix's
+    /// `mailbox_command` or fetchmail's `mda` may run it): the message as it
+    /// came.
+    ProcmailFilter,
+    /// procmail as the delivery agent (`-f sender`): it puts a `From `
+    /// envelope line on top of the message before the recipes see it.
+    ProcmailDelivery,
+    Maildrop,
+}
+
+impl Agent {
+    fn name(self) -> &'static str {
+        match self {
+            Agent::ProcmailFilter => "procmail -m",
+            Agent::ProcmailDelivery => "procmail -f",
+            Agent::Maildrop => "maildrop",
+        }
+    }
+
+    /// The agents whose programs are installed.
+    fn installed() -> Vec<Agent> {
+        let mut agents = Vec::new();
+        if have("procmail") {
+            agents.extend([Agent::ProcmailFilter, Agent::ProcmailDelivery]);
+        }
+        if have("maildrop") {
+            agents.push(Agent::Maildrop);
+        }
+        agents
     }
 }
 
@@ -199,24 +262,27 @@ fn status_line(message: &[u8]) -> String {
 }
 
 #[test]
-fn procmail_recipe_files_spam_into_junk() {
+fn procmail_recipe_files_spam_into_junk_and_ham_into_the_maildir_inbox() {
     if !have("procmail") {
         return;
     }
-    let home = Home::new();
-    let rc = home.dir().join(".procmailrc");
-    fs::write(&rc, contrib("procmailrc")).unwrap();
-    let (spam, ham) = spam_and_ham(&home.db);
-    for message in [&spam, &ham] {
-        let out = run_with_stdin(home.procmail(&rc), message);
-        // Falling off the end of the rcfile in -m mode is EX_CANTCREAT (73)
-        // after the message was filtered but not delivered (ham).
-        assert!(matches!(out.status.code(), Some(0 | 73)), "{out:?}");
+    // As a general filter and as the delivery agent: either way ham lands
+    // in the Maildir the recipe assumes, not in /var/mail (or bounced
+    // back with -m, procmail's EX_CANTCREAT when it falls off the end).
+    for agent in [Agent::ProcmailFilter, Agent::ProcmailDelivery] {
+        let home = Home::new();
+        let (spam, ham) = spam_and_ham(&home.db);
+        for message in [&spam, &ham] {
+            home.deliver(agent, message);
+        }
+        let (junk, inbox) = (home.delivered(".Junk"), home.delivered(""));
+        assert_eq!((junk.len(), inbox.len()), (1, 1), "{agent:?}");
+        assert!(has_line(&junk[0], "X-Spam-Flag: YES"));
+        assert!(status_line(&junk[0]).starts_with("X-Spam-Status: Yes, probability="));
+        assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
+        let new = home.dir().join("Maildir/new");
+        assert_eq!(fs::read_dir(new).unwrap().count(), 1, "{agent:?}");
     }
-    let junk = home.delivered(".Junk");
-    assert_eq!(junk.len(), 1, "the spam, and only it, is in Junk");
-    assert!(has_line(&junk[0], "X-Spam-Flag: YES"));
-    assert!(status_line(&junk[0]).starts_with("X-Spam-Status: Yes, probability="));
 }
 
 #[test]
@@ -434,26 +500,14 @@ fn forged_flag_after_malformed_lines_does_not_junk_ham() {
     let home = Home::new();
     let (_, ham) = spam_and_ham(&home.db);
     let forged = forged_after_malformed(&ham);
-    if have("procmail") {
-        let rc = home.dir().join(".procmailrc");
-        fs::write(&rc, contrib("procmailrc")).unwrap();
+    for agent in Agent::installed() {
         for message in &forged {
-            let out = run_with_stdin(home.procmail(&rc), message);
-            assert!(matches!(out.status.code(), Some(0 | 73)), "{out:?}");
+            home.deliver(agent, message);
         }
-        assert_eq!(home.delivered(".Junk").len(), 0, "procmail junked a ham");
+        assert_eq!(home.delivered(".Junk").len(), 0, "{agent:?} junked a ham");
     }
-    if have("maildrop") {
-        let rc = home.mailfilter();
-        for message in &forged {
-            let mut cmd = home.command("maildrop");
-            cmd.arg(&rc);
-            let out = run_with_stdin(cmd, message);
-            assert_exit(&out, 0, &["maildrop"]);
-        }
-        assert_eq!(home.delivered(".Junk").len(), 0, "maildrop junked a ham");
-        assert_eq!(home.delivered("").len(), forged.len());
-    }
+    let agents = Agent::installed().len();
+    assert_eq!(home.delivered("").len(), agents * forged.len());
 }
 
 /// Pigeonhole's `sieve-test` running contrib/bayesmail.sieve, with
@@ -596,6 +650,79 @@ fn sieve_recipe_creates_a_missing_junk_folder_and_delivers_with_our_fields() {
     let inbox = sieve.deliver(&ham, "");
     assert_eq!(inbox.len(), 1);
     assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
+}
+
+/// Hams with a forged flag where `filter` has ended the header block but a
+/// delivery agent may read on (procmail reads LF lines: a `\r\n` line is
+/// not empty to it), or spelled so that an agent reads it as ours (maildrop
+/// deletes CRs), each with what it is.
+fn forged_where_an_agent_reads_on(ham: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let crlf = to_crlf(ham);
+    let blank = crlf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let (head, body) = crlf.split_at(blank);
+    let flag = &b"X-Spam-Flag: YES\r\n"[..];
+    let crs = vec![b'\r'; 300];
+    let spread = [b"X-Spam-", &crs[..], b"Flag: YES"].concat();
+    vec![
+        ("CRLF, flag first in the body", [head, flag, body].concat()),
+        (
+            "CRLF, flag and a header line first in the body",
+            [head, flag, b"Subject: hi\r\n\r\n", body].concat(),
+        ),
+        (
+            "CRLF, flag at the end of the body",
+            [&crlf[..], b"\r\n", flag].concat(),
+        ),
+        (
+            "LF, flag after a \\r\\n line in the header",
+            [b"X-Mailer: x\n\r\nX-Spam-Flag: YES\n", ham].concat(),
+        ),
+        (
+            "LF, X-Spam- 300 CRs Flag",
+            [&spread[..], b"\n", ham].concat(),
+        ),
+        (
+            "CRLF, X-Spam- 300 CRs Flag",
+            [&spread[..], b"\r\n", &crlf[..]].concat(),
+        ),
+    ]
+}
+
+#[test]
+fn every_recipe_junks_spam_and_no_forged_flag_crlf_or_not() {
+    let home = Home::new();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let hams = forged_where_an_agent_reads_on(&ham);
+    let spams = [("LF", spam.clone()), ("CRLF", to_crlf(&spam))];
+    let mut wrong = Vec::new();
+    for agent in Agent::installed() {
+        for (what, message, spam) in hams
+            .iter()
+            .map(|(w, m)| (w, m, false))
+            .chain(spams.iter().map(|(w, m)| (w, m, true)))
+        {
+            let before = home.delivered(".Junk").len();
+            home.deliver(agent, message);
+            let junked = home.delivered(".Junk").len() > before;
+            if junked != spam {
+                wrong.push(format!("{agent:?}: {what}: junked {junked}"));
+            }
+        }
+    }
+    if have("sieve-test") {
+        let sieve = SieveTest::new(&home);
+        for (what, message) in &hams {
+            if sieve.folder(message) != "INBOX" {
+                wrong.push(format!("sieve: {what}: junked"));
+            }
+        }
+        for (what, message) in &spams {
+            if sieve.folder(message) != "Junk" {
+                wrong.push(format!("sieve: {what}: not junked"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 /// Runs `tmux` on a server of this test's own (its own socket), so no
