@@ -409,35 +409,46 @@ fn mutt_macros() -> Vec<(String, String)> {
         .collect()
 }
 
+/// Where `what` starts in `text`, each time it occurs.
+fn at(text: &str, what: &str) -> Vec<usize> {
+    text.match_indices(what).map(|(i, _)| i).collect()
+}
+
 #[test]
-fn mutt_macros_save_to_the_maildirplusplus_junk_and_do_not_wait_for_a_key() {
+fn mutt_macros_move_to_the_maildirplusplus_folders_without_questions() {
     let macros = mutt_macros();
     let keys: Vec<&str> = macros.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys, ["S", "H"]);
-    for (key, text) in &macros {
-        // wait_key off before the pipe, back on after it.
-        let off = text.find("<enter-command>set wait_key=no<enter>");
-        let pipe = text.find("<pipe-message>");
-        let on = text.find("<enter-command>set wait_key=yes<enter>");
-        assert!(
-            matches!((off, pipe, on), (Some(a), Some(b), Some(c)) if a < b && b < c),
-            "{key}: {text}"
-        );
-    }
     // S saves where procmail and maildrop deliver spam: ~/Maildir/.Junk,
-    // which is =.Junk when folder=~/Maildir.
-    let spam = &macros[0].1;
-    let saves: Vec<&str> = spam
-        .match_indices("<save-message>")
-        .map(|(i, m)| {
-            let rest = &spam[i + m.len()..];
-            &rest[..rest.find("<enter>").unwrap()]
-        })
-        .collect();
-    assert_eq!(saves, ["=.Junk"]);
+    // which is =.Junk when folder=~/Maildir; H where they deliver ham:
+    // ~/Maildir, which is =. A message learned as ham and left in Junk
+    // would be learned as spam again by the next `train`.
     assert!(contrib("procmailrc").contains("$HOME/Maildir/.Junk/"));
+    assert!(contrib("procmailrc").contains("DEFAULT=$MAILDIR/"));
+    assert!(contrib("procmailrc").contains("MAILDIR=$HOME/Maildir\n"));
     assert!(contrib("mailfilter").contains("$HOME/Maildir/.Junk/"));
-    assert!(!macros[1].1.contains("<save-message>"));
+    assert!(contrib("mailfilter").contains("to \"$HOME/Maildir/\""));
+    for ((key, text), folder) in macros.iter().zip(["=.Junk", "="]) {
+        let step = |what: &str| {
+            let found = at(text, what);
+            assert_eq!(found.len(), 1, "{key}: one {what} in {text}");
+            found[0]
+        };
+        // wait_key off before the pipe, back on after it; the questions
+        // that would take the macro's next keys as their answer off
+        // before the save, back on after it; then a line saying what was
+        // done.
+        let order = [
+            step("<enter-command>set wait_key=no<enter>"),
+            step("<pipe-message>"),
+            step("<enter-command>set wait_key=yes confirmappend=no confirmcreate=no<enter>"),
+            step(&format!("<save-message>{folder}<enter>")),
+            step("<enter-command>set confirmappend=yes confirmcreate=yes<enter>"),
+            step("<enter-command>echo 'bayesmail: learned as "),
+        ];
+        assert!(order.is_sorted(), "{key}: {text}");
+        assert_eq!(at(text, "<save-message>").len(), 1, "{key}: {text}");
+    }
 }
 
 #[test]
@@ -805,35 +816,33 @@ fn tmux(socket: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn mutt_runs_the_spam_macro_to_the_end_without_a_key_press() {
-    if !have("mutt") || !have("tmux") {
-        return;
-    }
-    let home = Home::new();
-    let (spam, _) = spam_and_ham(&home.db);
-    // A message not learned yet, in the inbox.
-    let new = [
-        b"Subject: a new one\nFrom: x@new.example\n\n".as_ref(),
-        &spam,
-    ]
-    .concat();
-    fs::write(home.dir().join("Maildir/cur/1.test:2,S"), &new).unwrap();
-    let before = home.db.counts();
+/// Runs mutt under tmux (a terminal of its own) on `folder` of `home`'s
+/// Maildir, with contrib/muttrc and nothing else but the README's
+/// `folder=~/Maildir` (mutt's questions at their defaults), presses `key`
+/// once the index shows `subject`, and waits for a message to be saved into
+/// `target`'s `cur/`. Returns the files new there and the screen once the
+/// macro's last line shows (or after a bounded wait).
+fn mutt_macro(
+    home: &Home,
+    folder: &str,
+    key: &str,
+    subject: &str,
+    target: &str,
+) -> (Vec<PathBuf>, String) {
     let rc = home.dir().join("muttrc");
     fs::write(
         &rc,
         format!(
             "set folder=~/Maildir\nset spoolfile=~/Maildir\nset mbox_type=Maildir\n\
-             set confirmappend=no\nset delete=yes\nsource {}\n",
+             set delete=yes\nsource {}\n",
             utf8(&root().join("contrib/muttrc"))
         ),
     )
     .unwrap();
-    let socket = format!("bayesmail-test-{}", std::process::id());
+    let socket = format!("bayesmail-test-{}-{key}", std::process::id());
     let mutt = format!(
         "env -i HOME='{}' TERM=xterm PATH='{}' BAYESMAIL_DB='{}' BAYESMAIL_CONFIG='{}' \
-         mutt -n -F '{}'",
+         mutt -n -F '{}' -f '{folder}'",
         utf8(&home.dir()),
         home.path_var(),
         utf8(&home.db.dir()),
@@ -859,36 +868,91 @@ fn mutt_runs_the_spam_macro_to_the_end_without_a_key_press() {
         || String::from_utf8_lossy(&tmux(&socket, &["capture-pane", "-p"]).stdout).into_owned();
     let pause = || std::thread::sleep(std::time::Duration::from_millis(50));
     // Bounded polling, not a timing assertion: mutt shows the index, then
-    // the macro runs and saves.
+    // the macro runs, saves and says so.
     for _ in 0..200 {
-        if screen().contains("a new one") {
+        if screen().contains(subject) {
             break;
         }
         pause();
     }
-    tmux(&socket, &["send-keys", "-t", "mutt", "S"]);
-    let junk = home.dir().join("Maildir/.Junk/cur");
-    let mut saved = Vec::new();
-    for _ in 0..200 {
-        saved = fs::read_dir(&junk)
+    tmux(&socket, &["send-keys", "-t", "mutt", key]);
+    let cur = home.dir().join("Maildir").join(target).join("cur");
+    let files = || -> Vec<PathBuf> {
+        fs::read_dir(&cur)
             .unwrap()
             .map(|e| e.unwrap().path())
-            .collect();
+            .collect()
+    };
+    let there = files();
+    let mut saved = Vec::new();
+    for _ in 0..200 {
+        saved = files();
+        saved.retain(|f| !there.contains(f));
         if !saved.is_empty() {
             break;
         }
         pause();
     }
+    let mut shown = screen();
+    for _ in 0..200 {
+        if shown.contains("bayesmail: learned as") {
+            break;
+        }
+        pause();
+        shown = screen();
+    }
     // A waiting "Press any key" would show now, after the save.
     pause();
-    let shown = screen();
+    shown += &screen();
     tmux(&socket, &["kill-server"]);
+    (saved, shown)
+}
+
+#[test]
+fn mutt_runs_each_macro_to_the_end_without_a_key_press_and_says_so() {
+    if !have("mutt") || !have("tmux") {
+        return;
+    }
+    let home = Home::new();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let before = home.db.counts();
+
+    // S on a message not learned yet, in the inbox: learned as spam,
+    // moved to =.Junk.
+    let new_spam = [
+        b"Subject: a new one\nFrom: x@new.example\n\n".as_ref(),
+        &spam,
+    ]
+    .concat();
+    fs::write(home.dir().join("Maildir/cur/1.test:2,S"), &new_spam).unwrap();
+    let (saved, shown) = mutt_macro(&home, "=", "S", "a new one", ".Junk");
     assert_eq!(saved.len(), 1, "the message is in =.Junk\n{shown}");
     assert!(!shown.contains("Press any key"), "{shown}");
-    let after = home.db.counts();
-    assert_eq!(
-        [after[0] - before[0], after[1] - before[1]],
-        [0, 1],
+    assert!(
+        shown.contains("bayesmail: learned as spam (unless an error was shown), moved to =.Junk"),
         "{shown}"
     );
+    let after = home.db.counts();
+    assert_eq!([after[0] - before[0], after[1] - before[1]], [0, 1]);
+
+    // H on a message the filter put in Junk (alone there, so it is the
+    // one under the cursor): learned as ham, moved to the inbox, where the
+    // next `train` finds it as ham.
+    for f in saved {
+        fs::remove_file(f).unwrap();
+    }
+    let new_ham = [b"Subject: not junk\nFrom: y@new.example\n\n".as_ref(), &ham].concat();
+    fs::write(home.dir().join("Maildir/.Junk/cur/2.test:2,S"), &new_ham).unwrap();
+    let (saved, shown) = mutt_macro(&home, "=.Junk", "H", "not junk", "");
+    assert_eq!(saved.len(), 1, "the message is in the inbox\n{shown}");
+    // mutt adds a Content-Length field when it saves; the rest is as it was.
+    let moved = fs::read(&saved[0]).unwrap();
+    assert!(moved.starts_with(b"Subject: not junk\n") && moved.ends_with(&ham));
+    assert!(!shown.contains("Press any key"), "{shown}");
+    assert!(
+        shown.contains("bayesmail: learned as ham (unless an error was shown), moved to the inbox"),
+        "{shown}"
+    );
+    let after = home.db.counts();
+    assert_eq!([after[0] - before[0], after[1] - before[1]], [1, 1]);
 }
