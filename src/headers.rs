@@ -12,10 +12,12 @@
 //!   long or malformed the rest of the header block is, and where the
 //!   header block ends does not matter.
 //! - **Forged fields are renamed.** A line of the header region that starts
-//!   with the name of one of [`OURS`] (any case) followed by `:`, a space or
-//!   a tab (say a spammer's `X-Spam-Flag: YES`) gets [`RENAMED_PREFIX`] in
-//!   front (`Old-X-Spam-Flag: YES`), the convention of `formail -i`. Rules
-//!   that match `^X-Spam-Flag:` then see only ours, and the old value stays
+//!   with the name of one of [`OURS`] followed by `:`, a space, a tab or a
+//!   NUL (where Dovecot ends a name), in any case and with any number of
+//!   CRs anywhere in it (maildrop deletes them), say a spammer's
+//!   `X-Spam-Flag: YES`, gets [`RENAMED_PREFIX`] in front
+//!   (`Old-X-Spam-Flag: YES`), the convention of `formail -i`. Rules that
+//!   match `^X-Spam-Flag:` then see only ours, and the old value stays
 //!   readable. The header region here is the widest any consumer reads: it
 //!   runs to the first empty line (`\n`, or `\r\n` in a message whose
 //!   lines end in CRLF: procmail reads an LF message's header on past a
@@ -148,9 +150,10 @@ impl HeaderBlock {
 
 /// Writes a message's header region through, renaming fields named like
 /// ours (see the module documentation); everything after the first empty
-/// line goes through as it is. Takes the message in chunks of any size and
-/// holds back at most the start of one line (a few bytes), so memory stays
-/// bounded whatever the input.
+/// line goes through as it is. Takes the message in chunks of any size, and
+/// decides each line on its whole field name however long (CRs in it
+/// included) with constant work per byte and a few bytes of memory: the CRs
+/// held back with the start of a line are counted, not kept.
 /// Wider than [`crate::message::split_header`]'s block on purpose: procmail's view, not ours.
 #[derive(Debug, Default)]
 pub struct Renamer {
@@ -160,13 +163,17 @@ pub struct Renamer {
     crlf: bool,
     state: State,
     /// The start of the current line, held until it is known whether it
-    /// names a field of ours (at most the longest name and one byte).
-    pending: Vec<u8>,
+    /// names a field of ours: each byte other than CR with the number of
+    /// CRs before it (at most the longest name and one byte).
+    held: Vec<(u64, u8)>,
+    /// CRs held after the last byte of `held`.
+    crs: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// At the start of a header line (`pending` holds what was read of it).
+    /// At the start of a header line (`held` and `crs` hold what was read
+    /// of it).
     #[default]
     LineStart,
     /// Inside a header line that has been decided.
@@ -198,9 +205,14 @@ impl Renamer {
                     None => return out.write_all(chunk),
                 },
                 State::LineStart => {
-                    self.pending.push(chunk[0]);
-                    chunk = &chunk[1..];
-                    self.decide(out)?;
+                    let crs = chunk.iter().take_while(|&&b| b == b'\r').count();
+                    self.crs += crs as u64;
+                    chunk = &chunk[crs..];
+                    if let Some((&byte, rest)) = chunk.split_first() {
+                        chunk = rest;
+                        self.held.push((std::mem::take(&mut self.crs), byte));
+                        self.decide(out)?;
+                    }
                 }
             }
         }
@@ -209,48 +221,69 @@ impl Renamer {
 
     /// Writes what is held back at the end of the message.
     pub fn finish(&mut self, out: &mut dyn Write) -> io::Result<()> {
-        out.write_all(&self.pending)?;
-        self.pending.clear();
-        Ok(())
+        self.release(out)
     }
 
-    /// Looks at the start of the current line and, once it tells, writes it
-    /// (renamed if it names a field of ours) and moves on.
+    /// Looks at the start of the current line, its last byte just added to
+    /// `held`, and once it tells, writes it (renamed if it names a field of
+    /// ours) and moves on.
     fn decide(&mut self, out: &mut dyn Write) -> io::Result<()> {
-        let line = self.pending.as_slice();
-        let next = match line {
-            b"\n" => State::Body,
-            b"\r\n" if self.crlf => State::Body,
-            b"\r" => return Ok(()),
-            _ => match names_ours(line) {
-                None => return Ok(()),
-                Some(true) => {
-                    out.write_all(RENAMED_PREFIX.as_bytes())?;
-                    State::InLine
+        let next = match self.held[..] {
+            [(0, b'\n')] => State::Body,
+            [(1, b'\n')] if self.crlf => State::Body,
+            _ => {
+                let mut name = [0; NAME_HELD];
+                for (slot, &(_, byte)) in name.iter_mut().zip(&self.held) {
+                    *slot = byte;
                 }
-                Some(false) if line.ends_with(b"\n") => State::LineStart,
-                Some(false) => State::InLine,
-            },
+                match names_ours(&name[..self.held.len()]) {
+                    None => return Ok(()),
+                    Some(true) => {
+                        out.write_all(RENAMED_PREFIX.as_bytes())?;
+                        State::InLine
+                    }
+                    Some(false) if self.held.last().is_some_and(|&(_, b)| b == b'\n') => {
+                        State::LineStart
+                    }
+                    Some(false) => State::InLine,
+                }
+            }
         };
-        out.write_all(&self.pending)?;
-        self.pending.clear();
+        self.release(out)?;
         self.state = next;
         Ok(())
     }
+
+    /// Writes the held start of the line as it came, and forgets it.
+    fn release(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        for (crs, byte) in std::mem::take(&mut self.held) {
+            write_crs(out, crs)?;
+            out.write_all(&[byte])?;
+        }
+        write_crs(out, std::mem::take(&mut self.crs))
+    }
 }
 
-/// At most this many bytes of a line's start are held back to decide it.
-const MAX_PENDING: usize = 256;
-
-/// Whether a line starting with `start` names a field of ours: `Some(true)`
-/// if it does, `Some(false)` if it cannot, `None` if more bytes are needed.
-/// CRs are left out before comparing (maildrop deletes them before it
-/// matches), and a NUL ends a name as `:` does (Dovecot reads it so).
-fn names_ours(start: &[u8]) -> Option<bool> {
-    if start.len() > MAX_PENDING {
-        return Some(false);
+/// Writes `n` CRs.
+fn write_crs(out: &mut dyn Write, mut n: u64) -> io::Result<()> {
+    const CRS: [u8; 64] = [b'\r'; 64];
+    while n > 0 {
+        let k = n.min(CRS.len() as u64);
+        out.write_all(&CRS[..k as usize])?;
+        n -= k;
     }
-    let start: Vec<u8> = start.iter().copied().filter(|&b| b != b'\r').collect();
+    Ok(())
+}
+
+/// The most bytes (CRs left out) a line's start can have before
+/// [`names_ours`] decides it: the longest name and the byte after it.
+const NAME_HELD: usize = 14;
+
+/// Whether a line starting with `start` (its CRs left out: maildrop deletes
+/// them before it matches) names a field of ours: `Some(true)` if it does,
+/// `Some(false)` if it cannot, `None` if more bytes are needed. A NUL ends a
+/// name as `:` does (Dovecot reads it so).
+fn names_ours(start: &[u8]) -> Option<bool> {
     let mut undecided = false;
     for name in OURS {
         let name = name.as_bytes();
@@ -368,6 +401,63 @@ mod tests {
             let want = [OURS_LINE, b"\nSubject: hi\nOld-", forged, b"\nbody\n"].concat();
             assert_eq!(out, want, "{:?}", String::from_utf8_lossy(forged));
         }
+    }
+
+    #[test]
+    fn renames_a_name_spread_over_any_number_of_crs() {
+        // maildrop deletes every CR, however many: the whole name decides,
+        // not its first few hundred bytes.
+        for crs in [1, 255, 256, 300, 100_000] {
+            let cr = vec![b'\r'; crs];
+            for forged in [
+                [b"X-Spam-", &cr[..], b"Flag: YES\n"].concat(),
+                [&cr[..], b"x-spam-status: No\n"].concat(),
+                [b"X-Spam-Flag", &cr[..], b": YES\n"].concat(),
+                [b"X", &cr[..], b"-Spam-Flag", &cr[..], b"\0: YES\n"].concat(),
+            ] {
+                let raw = [b"Subject: hi\n", &forged[..], b"\nX-Spam-Flag: body\n"].concat();
+                let want = [
+                    OURS_LINE,
+                    b"\nSubject: hi\nOld-",
+                    &forged[..],
+                    b"\nX-Spam-Flag: body\n",
+                ]
+                .concat();
+                let block = HeaderBlock::locate(&raw).unwrap();
+                for size in [1, 7, 4096, raw.len()] {
+                    let mut out = Vec::new();
+                    let mut renamer = block
+                        .start(&mut out, &raw, &[("X-Spam-Status", "No, probability=0.01")])
+                        .unwrap();
+                    for chunk in raw.chunks(size) {
+                        renamer.write(&mut out, chunk).unwrap();
+                    }
+                    renamer.finish(&mut out).unwrap();
+                    assert!(
+                        out == want,
+                        "{crs} CRs, chunks of {size}: {:?}",
+                        &forged[..20.min(forged.len())]
+                    );
+                }
+            }
+            // Look-alikes and an empty line made of CRs stay as they are.
+            for alike in [
+                [b"X-Spam-", &cr[..], b"Flagged: x\n"].concat(),
+                [b"X-Spam-Flag", &cr[..], b"\n"].concat(),
+            ] {
+                let raw = [b"A: 1\n", &alike[..], b"\nbody\n"].concat();
+                assert!(
+                    annotate(&raw).unwrap() == with_ours_at(&raw, 0, b"\n"),
+                    "{crs}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_longest_name_and_a_byte_are_all_that_is_held() {
+        let longest = OURS.iter().map(|n| n.len()).max().unwrap();
+        assert_eq!(NAME_HELD, longest + 1);
     }
 
     #[test]

@@ -479,23 +479,11 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
             });
         }
     };
-    // An mbox of several messages (mutt's pipe-message on tagged messages
-    // without pipe_split, a script feeding a whole folder) is not one
-    // message. The verdict is the first message's: the end of the input is
-    // the sender's to write (delivery agents pass body lines starting with
-    // "From " unescaped), so passing such input unscored would let any spam
-    // skip the filter by adding a separator and a header line to its body.
-    let raw = match bayesmail::mailbox::first_of_several(raw) {
-        Some(first) => {
-            warn(
-                "the input holds several messages (an mbox): filter takes one message, \
-                 so only the first was judged; all pass through unchanged (to judge each, \
-                 use `bayesmail classify -`)",
-            );
-            first
-        }
-        None => raw,
-    };
+    // What a delivery agent hands us is one message, whatever its body
+    // holds: agents pass body lines starting with "From " unescaped, so a
+    // line that looks like an mbox separator is the sender's to write, and
+    // judging only what comes before it would let a spam hide behind a
+    // harmless first part.
     let features = match Extractor::new().extract(raw) {
         Ok(features) => features,
         Err(err) => {

@@ -265,13 +265,11 @@ enum Command {
     /// larger than --max-size, the message goes out unchanged with
     /// `X-Spam-Status: Unknown, reason=R` (R one of no-model, model-version,
     /// model-unreadable, config-error, unparseable, too-large,
-    /// internal-error), and the reason goes to stderr. Input that is
-    /// clearly an mbox of several messages (a first `From ` line, and a
-    /// later `From sender date-with-time` line after a blank line and
-    /// followed by a header line) is passed through with
-    /// `reason=unparseable`. Empty input and
-    /// input whose first line starts with a space or tab go out without our
-    /// fields.
+    /// internal-error), and the reason goes to stderr. The input is one
+    /// message, judged whole: a body line that looks like an mbox separator
+    /// is part of it (to judge each message of an mbox, use `classify -`).
+    /// Empty input and input whose first line starts with a space or tab go
+    /// out without our fields.
     ///
     /// Exit status, by default: 0 whenever the message was passed on,
     /// whatever the verdict; 75 (EX_TEMPFAIL: keep the message and retry) if

@@ -687,26 +687,11 @@ fn split_input(
     out
 }
 
-/// The first message of `input`, envelope line included, when `input` is
-/// clearly an mbox of several messages ([`looks_like_several_messages`]);
-/// `None` otherwise.
-///
-/// ```
-/// use bayesmail::mailbox::first_of_several;
-/// let two = b"From a Mon Jan  1 10:00:00 2024\nSubject: 1\n\none\n\nFrom b Mon Jan  1 10:00:00 2024\nSubject: 2\n\ntwo\n";
-/// let first = first_of_several(two).unwrap();
-/// assert!(two.starts_with(first) && first.ends_with(b"one\n\n"));
-/// assert_eq!(first_of_several(b"Subject: 1\n\none\n"), None);
-/// ```
-pub fn first_of_several(input: &[u8]) -> Option<&[u8]> {
-    separators(input).get(1).map(|&second| &input[..second])
-}
-
 /// Byte offsets of the separator lines of `input` by the rule of
 /// [`looks_like_several_messages`] (the first line included, if it starts
 /// with `From `). Only the places where a line starting `From ` follows a
-/// blank line are looked at closely, found by a search for "\nFrom ": a
-/// delivery hook asks this of every message it passes on.
+/// blank line are looked at closely, found by a search for "\nFrom ", so
+/// a long message read from standard input costs one vector search.
 fn separators(input: &[u8]) -> Vec<usize> {
     let mut starts = Vec::new();
     if !input.starts_with(b"From ") {

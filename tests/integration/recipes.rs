@@ -9,7 +9,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use crate::common::{Db, assert_exit, root, run_with_stdin, sample_files, sample_spam, utf8};
+use crate::common::{
+    Db, assert_exit, root, run_with_stdin, sample_files, sample_spam, to_crlf, utf8,
+};
 
 /// The body of the first code block fenced as ```` ```TAG ```` in README.md.
 fn readme_block(tag: &str) -> String {
@@ -62,7 +64,8 @@ fn sieve_filter_program() -> String {
 }
 
 /// A user's home with the `bayesmail` binary in `~/bin`, a Maildir with a
-/// `.Junk` folder, and a database trained on the sample corpus.
+/// `.Junk` folder, and a trained database (on the sample corpus unless
+/// given another).
 struct Home {
     db: Db,
 }
@@ -71,6 +74,11 @@ impl Home {
     fn new() -> Home {
         let db = Db::new();
         db.train_sample();
+        Home::with(db)
+    }
+
+    /// The same home with the trained database `db`.
+    fn with(db: Db) -> Home {
         let home = Home { db };
         fs::create_dir_all(home.dir().join("bin")).unwrap();
         std::os::unix::fs::symlink(
@@ -110,16 +118,36 @@ impl Home {
         c
     }
 
-    /// procmail with the rcfile `rc`, as a delivery agent runs it: `-m` as
-    /// a general mail filter with this rcfile, `-p` keeps PATH and the
-    /// database settings, HOME as the delivery agent sets it.
-    fn procmail(&self, rc: &std::path::Path) -> Command {
-        let mut cmd = self.command("procmail");
-        cmd.arg("-p")
-            .arg("-m")
-            .arg(format!("HOME={}", utf8(&self.dir())))
-            .arg(rc);
-        cmd
+    /// Delivers `message` with the recipe of `agent` (for procmail,
+    /// contrib/procmailrc as `~/.procmailrc`, `-p` keeping PATH and the
+    /// database settings, HOME as the delivery agent sets it), checking
+    /// that the agent reports success.
+    fn deliver(&self, agent: Agent, message: &[u8]) {
+        let out = match agent {
+            Agent::ProcmailFilter | Agent::ProcmailDelivery => {
+                let rc = self.dir().join(".procmailrc");
+                fs::write(&rc, contrib("procmailrc")).unwrap();
+                let mut cmd = self.command("procmail");
+                cmd.arg("-p");
+                if agent == Agent::ProcmailFilter {
+                    cmd.arg("-m");
+                } else {
+                    // As the delivery agent procmail sets PATH itself, to
+                    // $HOME/bin and the system's directories of the user's
+                    // passwd entry (root's here): the user's is given back.
+                    cmd.args(["-f", "sender@example.org"])
+                        .arg(format!("PATH={}", self.path_var()));
+                }
+                cmd.arg(format!("HOME={}", utf8(&self.dir()))).arg(&rc);
+                run_with_stdin(cmd, message)
+            }
+            Agent::Maildrop => {
+                let mut cmd = self.command("maildrop");
+                cmd.arg(self.mailfilter());
+                run_with_stdin(cmd, message)
+            }
+        };
+        assert_exit(&out, 0, &[agent.name()]);
     }
 
     /// The README's maildrop recipe as `~/.mailfilter`. maildrop sets PATH
@@ -149,6 +177,41 @@ impl Home {
             }
         }
         out
+    }
+}
+
+/// A delivery agent running its recipe from contrib/.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agent {
+    /// procmail as a general mail filter (`-m`, as Postfix's
+    /// `mailbox_command` or fetchmail's `mda` may run it): the message as it
+    /// came.
+    ProcmailFilter,
+    /// procmail as the delivery agent (`-f sender`): it puts a `From `
+    /// envelope line on top of the message before the recipes see it.
+    ProcmailDelivery,
+    Maildrop,
+}
+
+impl Agent {
+    fn name(self) -> &'static str {
+        match self {
+            Agent::ProcmailFilter => "procmail -m",
+            Agent::ProcmailDelivery => "procmail -f",
+            Agent::Maildrop => "maildrop",
+        }
+    }
+
+    /// The agents whose programs are installed.
+    fn installed() -> Vec<Agent> {
+        let mut agents = Vec::new();
+        if have("procmail") {
+            agents.extend([Agent::ProcmailFilter, Agent::ProcmailDelivery]);
+        }
+        if have("maildrop") {
+            agents.push(Agent::Maildrop);
+        }
+        agents
     }
 }
 
@@ -199,24 +262,27 @@ fn status_line(message: &[u8]) -> String {
 }
 
 #[test]
-fn procmail_recipe_files_spam_into_junk() {
+fn procmail_recipe_files_spam_into_junk_and_ham_into_the_maildir_inbox() {
     if !have("procmail") {
         return;
     }
-    let home = Home::new();
-    let rc = home.dir().join(".procmailrc");
-    fs::write(&rc, contrib("procmailrc")).unwrap();
-    let (spam, ham) = spam_and_ham(&home.db);
-    for message in [&spam, &ham] {
-        let out = run_with_stdin(home.procmail(&rc), message);
-        // Falling off the end of the rcfile in -m mode is EX_CANTCREAT (73)
-        // after the message was filtered but not delivered (ham).
-        assert!(matches!(out.status.code(), Some(0 | 73)), "{out:?}");
+    // As a general filter and as the delivery agent: either way ham lands
+    // in the Maildir the recipe assumes, not in /var/mail (or bounced
+    // back with -m, procmail's EX_CANTCREAT when it falls off the end).
+    for agent in [Agent::ProcmailFilter, Agent::ProcmailDelivery] {
+        let home = Home::new();
+        let (spam, ham) = spam_and_ham(&home.db);
+        for message in [&spam, &ham] {
+            home.deliver(agent, message);
+        }
+        let (junk, inbox) = (home.delivered(".Junk"), home.delivered(""));
+        assert_eq!((junk.len(), inbox.len()), (1, 1), "{agent:?}");
+        assert!(has_line(&junk[0], "X-Spam-Flag: YES"));
+        assert!(status_line(&junk[0]).starts_with("X-Spam-Status: Yes, probability="));
+        assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
+        let new = home.dir().join("Maildir/new");
+        assert_eq!(fs::read_dir(new).unwrap().count(), 1, "{agent:?}");
     }
-    let junk = home.delivered(".Junk");
-    assert_eq!(junk.len(), 1, "the spam, and only it, is in Junk");
-    assert!(has_line(&junk[0], "X-Spam-Flag: YES"));
-    assert!(status_line(&junk[0]).starts_with("X-Spam-Status: Yes, probability="));
 }
 
 #[test]
@@ -343,35 +409,46 @@ fn mutt_macros() -> Vec<(String, String)> {
         .collect()
 }
 
+/// Where `what` starts in `text`, each time it occurs.
+fn at(text: &str, what: &str) -> Vec<usize> {
+    text.match_indices(what).map(|(i, _)| i).collect()
+}
+
 #[test]
-fn mutt_macros_save_to_the_maildirplusplus_junk_and_do_not_wait_for_a_key() {
+fn mutt_macros_move_to_the_maildirplusplus_folders_without_questions() {
     let macros = mutt_macros();
     let keys: Vec<&str> = macros.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys, ["S", "H"]);
-    for (key, text) in &macros {
-        // wait_key off before the pipe, back on after it.
-        let off = text.find("<enter-command>set wait_key=no<enter>");
-        let pipe = text.find("<pipe-message>");
-        let on = text.find("<enter-command>set wait_key=yes<enter>");
-        assert!(
-            matches!((off, pipe, on), (Some(a), Some(b), Some(c)) if a < b && b < c),
-            "{key}: {text}"
-        );
-    }
     // S saves where procmail and maildrop deliver spam: ~/Maildir/.Junk,
-    // which is =.Junk when folder=~/Maildir.
-    let spam = &macros[0].1;
-    let saves: Vec<&str> = spam
-        .match_indices("<save-message>")
-        .map(|(i, m)| {
-            let rest = &spam[i + m.len()..];
-            &rest[..rest.find("<enter>").unwrap()]
-        })
-        .collect();
-    assert_eq!(saves, ["=.Junk"]);
+    // which is =.Junk when folder=~/Maildir; H where they deliver ham:
+    // ~/Maildir, which is =. A message learned as ham and left in Junk
+    // would be learned as spam again by the next `train`.
     assert!(contrib("procmailrc").contains("$HOME/Maildir/.Junk/"));
+    assert!(contrib("procmailrc").contains("DEFAULT=$MAILDIR/"));
+    assert!(contrib("procmailrc").contains("MAILDIR=$HOME/Maildir\n"));
     assert!(contrib("mailfilter").contains("$HOME/Maildir/.Junk/"));
-    assert!(!macros[1].1.contains("<save-message>"));
+    assert!(contrib("mailfilter").contains("to \"$HOME/Maildir/\""));
+    for ((key, text), folder) in macros.iter().zip(["=.Junk", "="]) {
+        let step = |what: &str| {
+            let found = at(text, what);
+            assert_eq!(found.len(), 1, "{key}: one {what} in {text}");
+            found[0]
+        };
+        // wait_key off before the pipe, back on after it; the questions
+        // that would take the macro's next keys as their answer off
+        // before the save, back on after it; then a line saying what was
+        // done.
+        let order = [
+            step("<enter-command>set wait_key=no<enter>"),
+            step("<pipe-message>"),
+            step("<enter-command>set wait_key=yes confirmappend=no confirmcreate=no<enter>"),
+            step(&format!("<save-message>{folder}<enter>")),
+            step("<enter-command>set confirmappend=yes confirmcreate=yes<enter>"),
+            step("<enter-command>echo 'bayesmail: learned as "),
+        ];
+        assert!(order.is_sorted(), "{key}: {text}");
+        assert_eq!(at(text, "<save-message>").len(), 1, "{key}: {text}");
+    }
 }
 
 #[test]
@@ -434,26 +511,14 @@ fn forged_flag_after_malformed_lines_does_not_junk_ham() {
     let home = Home::new();
     let (_, ham) = spam_and_ham(&home.db);
     let forged = forged_after_malformed(&ham);
-    if have("procmail") {
-        let rc = home.dir().join(".procmailrc");
-        fs::write(&rc, contrib("procmailrc")).unwrap();
+    for agent in Agent::installed() {
         for message in &forged {
-            let out = run_with_stdin(home.procmail(&rc), message);
-            assert!(matches!(out.status.code(), Some(0 | 73)), "{out:?}");
+            home.deliver(agent, message);
         }
-        assert_eq!(home.delivered(".Junk").len(), 0, "procmail junked a ham");
+        assert_eq!(home.delivered(".Junk").len(), 0, "{agent:?} junked a ham");
     }
-    if have("maildrop") {
-        let rc = home.mailfilter();
-        for message in &forged {
-            let mut cmd = home.command("maildrop");
-            cmd.arg(&rc);
-            let out = run_with_stdin(cmd, message);
-            assert_exit(&out, 0, &["maildrop"]);
-        }
-        assert_eq!(home.delivered(".Junk").len(), 0, "maildrop junked a ham");
-        assert_eq!(home.delivered("").len(), forged.len());
-    }
+    let agents = Agent::installed().len();
+    assert_eq!(home.delivered("").len(), agents * forged.len());
 }
 
 /// Pigeonhole's `sieve-test` running contrib/bayesmail.sieve, with
@@ -598,6 +663,149 @@ fn sieve_recipe_creates_a_missing_junk_folder_and_delivers_with_our_fields() {
     assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
 }
 
+/// Hams with a forged flag where `filter` has ended the header block but a
+/// delivery agent may read on (procmail reads LF lines: a `\r\n` line is
+/// not empty to it), or spelled so that an agent reads it as ours (maildrop
+/// deletes CRs), each with what it is.
+fn forged_where_an_agent_reads_on(ham: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let crlf = to_crlf(ham);
+    let blank = crlf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let (head, body) = crlf.split_at(blank);
+    let flag = &b"X-Spam-Flag: YES\r\n"[..];
+    let crs = vec![b'\r'; 300];
+    let spread = [b"X-Spam-", &crs[..], b"Flag: YES"].concat();
+    vec![
+        ("CRLF, flag first in the body", [head, flag, body].concat()),
+        (
+            "CRLF, flag and a header line first in the body",
+            [head, flag, b"Subject: hi\r\n\r\n", body].concat(),
+        ),
+        (
+            "CRLF, flag at the end of the body",
+            [&crlf[..], b"\r\n", flag].concat(),
+        ),
+        (
+            "LF, flag after a \\r\\n line in the header",
+            [b"X-Mailer: x\n\r\nX-Spam-Flag: YES\n", ham].concat(),
+        ),
+        (
+            "LF, X-Spam- 300 CRs Flag",
+            [&spread[..], b"\n", ham].concat(),
+        ),
+        (
+            "CRLF, X-Spam- 300 CRs Flag",
+            [&spread[..], b"\r\n", &crlf[..]].concat(),
+        ),
+    ]
+}
+
+#[test]
+fn every_recipe_junks_spam_and_no_forged_flag_crlf_or_not() {
+    let home = Home::new();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let hams = forged_where_an_agent_reads_on(&ham);
+    let spams = [("LF", spam.clone()), ("CRLF", to_crlf(&spam))];
+    let mut wrong = Vec::new();
+    for agent in Agent::installed() {
+        for (what, message, spam) in hams
+            .iter()
+            .map(|(w, m)| (w, m, false))
+            .chain(spams.iter().map(|(w, m)| (w, m, true)))
+        {
+            let before = home.delivered(".Junk").len();
+            home.deliver(agent, message);
+            let junked = home.delivered(".Junk").len() > before;
+            if junked != spam {
+                wrong.push(format!("{agent:?}: {what}: junked {junked}"));
+            }
+        }
+    }
+    if have("sieve-test") {
+        let sieve = SieveTest::new(&home);
+        for (what, message) in &hams {
+            if sieve.folder(message) != "INBOX" {
+                wrong.push(format!("sieve: {what}: junked"));
+            }
+        }
+        for (what, message) in &spams {
+            if sieve.folder(message) != "Junk" {
+                wrong.push(format!("sieve: {what}: not junked"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// What a delivery agent hands `filter` is one message, whatever its body
+/// holds: a spam after a harmless message and a line that looks like an
+/// mbox separator (`From sender date`, after a blank line, before header
+/// lines) is judged whole, so it still reaches Junk. procmail as the
+/// delivery agent puts an envelope line on top, which made `filter` take
+/// such input for an mbox and judge only its harmless first part. Needs a
+/// model trained on real mail: the sample corpus's model judges by the
+/// header alone (its body view has no weight), and the header here is the
+/// harmless one.
+#[test]
+fn spam_after_a_fake_mbox_separator_reaches_junk_through_every_recipe() {
+    let Some(corpus) = crate::common::public_corpus() else {
+        return;
+    };
+    let db = Db::new();
+    db.train(&[&corpus.join("spam-2")], &[&corpus.join("easy-ham-2")]);
+    // A first part the model does not call spam on its own, then a line
+    // like an mbox separator.
+    let harmless = &b"From: alice@example.org\nSubject: lunch\n\nok\n\n"[..];
+    let file = db.path("whole.eml");
+    fs::write(&file, harmless).unwrap();
+    assert_ne!(db.classify(&[&file])[0]["verdict"], "spam");
+    let harmless = [harmless, b"From bob@example.com Wed Aug 16 00:29:00 2023\n"].concat();
+    // Spam the model has not seen (the corpus's envelope line left off),
+    // after the harmless part: those that `classify`, given each as a file
+    // of one message, calls spam. The delivery agents must agree.
+    let mut files: Vec<PathBuf> = fs::read_dir(corpus.join("spam-1"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let messages: Vec<(String, Vec<u8>)> = files
+        .iter()
+        .step_by(50)
+        .filter_map(|f| {
+            let spam = fs::read(f).unwrap();
+            let spam = match spam.strip_prefix(b"From ") {
+                Some(rest) => &rest[rest.iter().position(|&b| b == b'\n')? + 1..],
+                None => &spam[..],
+            };
+            let whole = [&harmless[..], spam].concat();
+            fs::write(&file, &whole).unwrap();
+            (db.classify(&[&file])[0]["verdict"] == "spam").then(|| (utf8(f).to_string(), whole))
+        })
+        .take(3)
+        .flat_map(|(name, whole)| [(format!("{name}, CRLF"), to_crlf(&whole)), (name, whole)])
+        .collect();
+    assert_eq!(messages.len(), 6);
+    let home = Home::with(db);
+    let mut missed = Vec::new();
+    for agent in Agent::installed() {
+        for (what, message) in &messages {
+            let before = home.delivered(".Junk").len();
+            home.deliver(agent, message);
+            if home.delivered(".Junk").len() == before {
+                missed.push(format!("{agent:?}: {what}"));
+            }
+        }
+    }
+    if have("sieve-test") {
+        let sieve = SieveTest::new(&home);
+        for (what, message) in &messages {
+            if sieve.folder(message) != "Junk" {
+                missed.push(format!("sieve: {what}"));
+            }
+        }
+    }
+    assert!(missed.is_empty(), "not junked: {missed:#?}");
+}
+
 /// Runs `tmux` on a server of this test's own (its own socket), so no
 /// other tmux session on the machine is touched.
 fn tmux(socket: &str, args: &[&str]) -> std::process::Output {
@@ -608,35 +816,33 @@ fn tmux(socket: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn mutt_runs_the_spam_macro_to_the_end_without_a_key_press() {
-    if !have("mutt") || !have("tmux") {
-        return;
-    }
-    let home = Home::new();
-    let (spam, _) = spam_and_ham(&home.db);
-    // A message not learned yet, in the inbox.
-    let new = [
-        b"Subject: a new one\nFrom: x@new.example\n\n".as_ref(),
-        &spam,
-    ]
-    .concat();
-    fs::write(home.dir().join("Maildir/cur/1.test:2,S"), &new).unwrap();
-    let before = home.db.counts();
+/// Runs mutt under tmux (a terminal of its own) on `folder` of `home`'s
+/// Maildir, with contrib/muttrc and nothing else but the README's
+/// `folder=~/Maildir` (mutt's questions at their defaults), presses `key`
+/// once the index shows `subject`, and waits for a message to be saved into
+/// `target`'s `cur/`. Returns the files new there and the screen once the
+/// macro's last line shows (or after a bounded wait).
+fn mutt_macro(
+    home: &Home,
+    folder: &str,
+    key: &str,
+    subject: &str,
+    target: &str,
+) -> (Vec<PathBuf>, String) {
     let rc = home.dir().join("muttrc");
     fs::write(
         &rc,
         format!(
             "set folder=~/Maildir\nset spoolfile=~/Maildir\nset mbox_type=Maildir\n\
-             set confirmappend=no\nset delete=yes\nsource {}\n",
+             set delete=yes\nsource {}\n",
             utf8(&root().join("contrib/muttrc"))
         ),
     )
     .unwrap();
-    let socket = format!("bayesmail-test-{}", std::process::id());
+    let socket = format!("bayesmail-test-{}-{key}", std::process::id());
     let mutt = format!(
         "env -i HOME='{}' TERM=xterm PATH='{}' BAYESMAIL_DB='{}' BAYESMAIL_CONFIG='{}' \
-         mutt -n -F '{}'",
+         mutt -n -F '{}' -f '{folder}'",
         utf8(&home.dir()),
         home.path_var(),
         utf8(&home.db.dir()),
@@ -662,36 +868,91 @@ fn mutt_runs_the_spam_macro_to_the_end_without_a_key_press() {
         || String::from_utf8_lossy(&tmux(&socket, &["capture-pane", "-p"]).stdout).into_owned();
     let pause = || std::thread::sleep(std::time::Duration::from_millis(50));
     // Bounded polling, not a timing assertion: mutt shows the index, then
-    // the macro runs and saves.
+    // the macro runs, saves and says so.
     for _ in 0..200 {
-        if screen().contains("a new one") {
+        if screen().contains(subject) {
             break;
         }
         pause();
     }
-    tmux(&socket, &["send-keys", "-t", "mutt", "S"]);
-    let junk = home.dir().join("Maildir/.Junk/cur");
-    let mut saved = Vec::new();
-    for _ in 0..200 {
-        saved = fs::read_dir(&junk)
+    tmux(&socket, &["send-keys", "-t", "mutt", key]);
+    let cur = home.dir().join("Maildir").join(target).join("cur");
+    let files = || -> Vec<PathBuf> {
+        fs::read_dir(&cur)
             .unwrap()
             .map(|e| e.unwrap().path())
-            .collect();
+            .collect()
+    };
+    let there = files();
+    let mut saved = Vec::new();
+    for _ in 0..200 {
+        saved = files();
+        saved.retain(|f| !there.contains(f));
         if !saved.is_empty() {
             break;
         }
         pause();
     }
+    let mut shown = screen();
+    for _ in 0..200 {
+        if shown.contains("bayesmail: learned as") {
+            break;
+        }
+        pause();
+        shown = screen();
+    }
     // A waiting "Press any key" would show now, after the save.
     pause();
-    let shown = screen();
+    shown += &screen();
     tmux(&socket, &["kill-server"]);
+    (saved, shown)
+}
+
+#[test]
+fn mutt_runs_each_macro_to_the_end_without_a_key_press_and_says_so() {
+    if !have("mutt") || !have("tmux") {
+        return;
+    }
+    let home = Home::new();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let before = home.db.counts();
+
+    // S on a message not learned yet, in the inbox: learned as spam,
+    // moved to =.Junk.
+    let new_spam = [
+        b"Subject: a new one\nFrom: x@new.example\n\n".as_ref(),
+        &spam,
+    ]
+    .concat();
+    fs::write(home.dir().join("Maildir/cur/1.test:2,S"), &new_spam).unwrap();
+    let (saved, shown) = mutt_macro(&home, "=", "S", "a new one", ".Junk");
     assert_eq!(saved.len(), 1, "the message is in =.Junk\n{shown}");
     assert!(!shown.contains("Press any key"), "{shown}");
-    let after = home.db.counts();
-    assert_eq!(
-        [after[0] - before[0], after[1] - before[1]],
-        [0, 1],
+    assert!(
+        shown.contains("bayesmail: learned as spam (unless an error was shown), moved to =.Junk"),
         "{shown}"
     );
+    let after = home.db.counts();
+    assert_eq!([after[0] - before[0], after[1] - before[1]], [0, 1]);
+
+    // H on a message the filter put in Junk (alone there, so it is the
+    // one under the cursor): learned as ham, moved to the inbox, where the
+    // next `train` finds it as ham.
+    for f in saved {
+        fs::remove_file(f).unwrap();
+    }
+    let new_ham = [b"Subject: not junk\nFrom: y@new.example\n\n".as_ref(), &ham].concat();
+    fs::write(home.dir().join("Maildir/.Junk/cur/2.test:2,S"), &new_ham).unwrap();
+    let (saved, shown) = mutt_macro(&home, "=.Junk", "H", "not junk", "");
+    assert_eq!(saved.len(), 1, "the message is in the inbox\n{shown}");
+    // mutt adds a Content-Length field when it saves; the rest is as it was.
+    let moved = fs::read(&saved[0]).unwrap();
+    assert!(moved.starts_with(b"Subject: not junk\n") && moved.ends_with(&ham));
+    assert!(!shown.contains("Press any key"), "{shown}");
+    assert!(
+        shown.contains("bayesmail: learned as ham (unless an error was shown), moved to the inbox"),
+        "{shown}"
+    );
+    let after = home.db.counts();
+    assert_eq!([after[0] - before[0], after[1] - before[1]], [1, 1]);
 }

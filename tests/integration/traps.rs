@@ -195,44 +195,41 @@ fn learn_unlearn_classify_take_each_message_of_an_mbox() {
     assert_eq!(db.counts(), before);
 }
 
-/// Trap 2: `filter` passes an mbox of several messages through unscored
-/// (`reason=unparseable`), every byte kept; one message with an envelope
-/// line and a body paragraph starting with "From " is still one message.
+/// Trap 2, for `filter`: what a delivery agent hands it is one message,
+/// and agents pass body lines starting with "From " unescaped, so input that
+/// looks like an mbox of several messages is judged whole, every byte kept,
+/// with no warning. Judging only its first part let a spam after a harmless
+/// message and a line like a separator into the inbox. An envelope line on
+/// top changes nothing.
 #[test]
-fn filter_passes_an_mbox_of_several_messages_through_with_the_first_ones_verdict() {
+fn filter_judges_input_that_looks_like_an_mbox_as_one_message() {
     let db = Db::new();
     db.train_sample();
-    let several = mbox_of(&sample_bytes("spam", 3));
-    let out = db.run(&["filter"], Some(&several));
-    assert_exit(&out, 0, &["filter"]);
-    let (restored, status, _) = strip_ours(&out.stdout);
-    assert_eq!(restored, several);
-    assert_eq!(status_word(&status), "Yes", "{status}");
-    assert!(
-        stderr(&out).contains("only the first was judged"),
-        "{}",
-        stderr(&out)
-    );
-    // A spammer cannot skip the filter by making its message look like an
-    // mbox: a separator and a header line at the end of the body change
-    // nothing.
+    let filter = |input: &[u8]| {
+        let out = db.run(&["filter"], Some(input));
+        assert_exit(&out, 0, &["filter"]);
+        assert_eq!(stderr(&out), "", "no warning");
+        let (restored, status, _) = strip_ours(&out.stdout);
+        assert!(restored == input, "every byte kept");
+        status
+    };
+    let [ham]: [Vec<u8>; 1] = sample_bytes("ham", 1).try_into().unwrap();
+    let several = mbox_of(&[vec![ham.clone()], sample_bytes("spam", 2)].concat());
+    let envelope_end = several.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let whole = filter(&several);
+    assert_eq!(whole, filter(&several[envelope_end..]), "judged whole");
+    assert_ne!(whole, filter(&mbox_of(&[ham])), "not as its first part");
+    assert_ne!(status_word(&whole), "Unknown", "{whole}");
+
+    // A separator and a header line at the end of a spam change nothing.
     let spam = mbox_of(&sample_bytes("spam", 1));
-    let alone = db.run(&["filter"], Some(&spam));
-    let (_, alone, _) = strip_ours(&alone.stdout);
     let dodge = [&spam[..], b"\nFrom x@y Mon Jan  1 10:00:00 2024\nX: y\n"].concat();
-    let out = db.run(&["filter"], Some(&dodge));
-    let (restored, status, _) = strip_ours(&out.stdout);
-    assert_eq!(restored, dodge);
-    assert_eq!(status, alone, "judged as the message alone");
-    assert_eq!(status_word(&status), "Yes", "{status}");
+    assert_eq!(status_word(&filter(&dodge)), "Yes");
 
     let one = b"From a@b.example Thu Jan  1 00:00:00 1970\nSubject: notes\n\n\
                 Hello,\n\nFrom Monday at 10:30 we meet upstairs.\nSee you there.\n"
         .to_vec();
-    let out = db.run(&["filter"], Some(&one));
-    let (restored, status, _) = strip_ours(&out.stdout);
-    assert_eq!(restored, one);
-    assert_ne!(status_word(&status), "Unknown", "{status}");
+    assert_ne!(status_word(&filter(&one)), "Unknown");
 }
 
 /// Trap 3: a file with one envelope line and one message is a message: its
