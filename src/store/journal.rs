@@ -637,7 +637,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.journal");
         start(&path, &base(), &entry(7, 8, "a", 1)).unwrap();
-        let file = OpenOptions::new().append(true).open(&path).unwrap();
+        let file = fs::OpenOptions::new().append(true).open(&path).unwrap();
         file.set_len(MAX_JOURNAL_BYTES + 1).unwrap();
         let err = Journal::read(&path).unwrap_err().to_string();
         assert!(err.contains("more than a journal ever does"), "{err}");
