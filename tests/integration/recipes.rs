@@ -9,7 +9,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use crate::common::{Db, assert_exit, root, run_with_stdin, sample_files, sample_spam, utf8};
+use crate::common::{
+    Db, assert_exit, root, run_with_stdin, sample_files, sample_spam, stderr, utf8,
+};
 
 /// The body of the first code block fenced as ```` ```TAG ```` in README.md.
 fn readme_block(tag: &str) -> String {
@@ -239,10 +241,100 @@ fn maildrop_recipe_files_spam_into_junk_and_ham_into_the_inbox() {
     assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
 }
 
+/// `contrib/bayesmail-postfix-filter` as a user installs it: `BAYESMAIL_BIN`
+/// and `SENDMAIL` set at its top to `bin` and `sendmail`.
+fn postfix_filter_program(bin: &std::path::Path, sendmail: &std::path::Path) -> String {
+    let script = contrib("bayesmail-postfix-filter");
+    let mut out = script.clone();
+    for (line, value) in [
+        ("BAYESMAIL_BIN=/usr/local/bin/bayesmail\n", bin),
+        ("SENDMAIL=/usr/sbin/sendmail\n", sendmail),
+    ] {
+        assert!(script.contains(line), "{script}");
+        let name = line.split('=').next().unwrap();
+        out = out.replace(line, &format!("{name}='{}'\n", utf8(value)));
+    }
+    out
+}
+
+/// True if this process may run a command in a mount namespace of its own
+/// (root, and `unshare` installed); if not, panics where the full CI setup
+/// is required, and otherwise says the test is skipped.
+fn can_unshare() -> bool {
+    let ok = Command::new("unshare")
+        .args(["-m", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let required =
+        std::env::var_os("CI").is_some() || std::env::var_os("BAYESMAIL_REQUIRE_CORPUS").is_some();
+    assert!(
+        ok || !required,
+        "`unshare -m` does not run here (needs root and util-linux)"
+    );
+    if !ok {
+        eprintln!("cannot unshare a mount namespace: test skipped");
+    }
+    ok
+}
+
+/// A command run as Postfix's pipe(8) runs a content filter: nothing
+/// inherited but `PATH=/usr/bin:/bin`, `LANG=C` and `MAIL_CONFIG`, no
+/// `HOME`, the working directory `spool`. The password database is this
+/// process's with the running user's home directory changed to `home`, or
+/// without the user at all (`None`): a copy bind-mounted over /etc/passwd
+/// (and an nsswitch.conf that reads only it) in a mount namespace of the
+/// command's own, so nothing outside it sees the change.
+fn as_postfix_pipe(
+    program: &std::path::Path,
+    args: &[&str],
+    spool: &std::path::Path,
+    home: Option<&std::path::Path>,
+) -> Command {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() }.to_string();
+    let passwd: String = fs::read_to_string("/etc/passwd")
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let mut f: Vec<&str> = l.split(':').collect();
+            if f.len() < 7 || f[2] != uid {
+                return Some(format!("{l}\n"));
+            }
+            let home = home?;
+            f[5] = utf8(home);
+            Some(f.join(":") + "\n")
+        })
+        .collect();
+    let copy = spool.with_extension("passwd");
+    fs::write(&copy, passwd).unwrap();
+    // Only the file: nss-systemd would make up an entry for root.
+    let nsswitch = spool.with_extension("nsswitch");
+    fs::write(&nsswitch, "passwd: files\ngroup: files\n").unwrap();
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c"])
+        .arg(
+            "mount --bind \"$1\" /etc/passwd && mount --bind \"$2\" /etc/nsswitch.conf && \
+             cd \"$3\" && shift 3 && \
+             exec env -i PATH=/usr/bin:/bin LANG=C MAIL_CONFIG=/etc/postfix \"$@\"",
+        )
+        .arg("sh")
+        .arg(&copy)
+        .arg(&nsswitch)
+        .arg(spool)
+        .arg(program)
+        .args(args);
+    cmd
+}
+
+/// Issue 26, U1: the script, installed as the README says, run as Postfix
+/// runs it (no HOME, PATH=/usr/bin:/bin, the spool directory as working
+/// directory), finds the binary and judges with the user's own database,
+/// whose home comes from the password database; a user without a home
+/// gets `reason=config-error`, never a database relative to the spool.
 #[test]
-fn postfix_filter_script_reinjects_the_filtered_message() {
+fn postfix_filter_script_reinjects_the_message_judged_by_the_users_database() {
     let home = Home::new();
-    let script = root().join("contrib/bayesmail-postfix-filter");
     assert!(
         contrib("postfix-master.cf")
             .contains("argv=/usr/local/bin/bayesmail-postfix-filter -f ${sender} -- ${recipient}")
@@ -260,40 +352,84 @@ fn postfix_filter_script_reinjects_the_filtered_message() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
-    let (spam, _) = spam_and_ham(&home.db);
-    let mut cmd = home.command(utf8(&script));
-    cmd.env("SENDMAIL", &fake)
-        .args(["-f", "from@example.org", "--", "to@example.org"]);
-    let out = run_with_stdin(cmd, &spam);
-    assert_exit(&out, 0, &["bayesmail-postfix-filter"]);
-    let reinjected = fs::read(&record).unwrap();
-    assert!(has_line(&reinjected, "X-Spam-Flag: YES"));
-    assert_eq!(
-        reinjected.len(),
-        spam.len() + "X-Spam-Flag: YES\n".len() + status_line(&reinjected).len() + 1
-    );
-    let args = fs::read_to_string(record.with_extension("args")).unwrap();
-    assert_eq!(args.trim(), "-G -i -f from@example.org -- to@example.org");
-
-    // sendmail failing: Postfix must defer (75), not bounce.
+    let script = home.dir().join("bin/bayesmail-postfix-filter");
+    let install = |bin: &std::path::Path| {
+        fs::write(&script, postfix_filter_program(bin, &fake)).unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    install(std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail")));
+    link_default_db(&home.dir(), &home.db);
+    let spool = home.db.path("spool");
+    fs::create_dir(&spool).unwrap();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let args = ["-f", "from@example.org", "--", "to@example.org"];
+    // Postfix's environment without the password database: the failures
+    // that lose nothing still defer (75) rather than bounce.
+    let pipe_env = |cmd: &mut Command| {
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("LANG", "C")
+            .env("MAIL_CONFIG", "/etc/postfix")
+            .current_dir(&spool);
+    };
     fs::write(&fake, "#!/bin/sh\ncat > /dev/null\nexit 1\n").unwrap();
-    let mut cmd = home.command(utf8(&script));
-    cmd.env("SENDMAIL", &fake)
-        .args(["-f", "a@example.org", "--", "b@example.org"]);
+    let mut cmd = Command::new(&script);
+    pipe_env(cmd.args(args));
     assert_exit(
         &run_with_stdin(cmd, &spam),
         75,
         &["bayesmail-postfix-filter", "sendmail fails"],
     );
-    // bayesmail missing: also a deferral.
-    let mut cmd = home.command(utf8(&script));
-    cmd.env("SENDMAIL", &fake)
-        .env("BAYESMAIL", home.dir().join("no-such-binary"));
+    install(&home.dir().join("no-such-binary"));
+    let mut cmd = Command::new(&script);
+    pipe_env(cmd.args(args));
     assert_exit(
         &run_with_stdin(cmd, &spam),
         75,
         &["bayesmail-postfix-filter", "no bayesmail"],
     );
+    install(std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail")));
+    fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$@\" > '{0}.args'\ncat > '{0}'\n",
+            utf8(&record)
+        ),
+    )
+    .unwrap();
+    if !can_unshare() {
+        return;
+    }
+    for (message, status) in [(&spam, "Yes"), (&ham, "No")] {
+        let cmd = as_postfix_pipe(&script, &args, &spool, Some(&home.dir()));
+        let out = run_with_stdin(cmd, message);
+        assert_exit(&out, 0, &["bayesmail-postfix-filter"]);
+        let reinjected = fs::read(&record).unwrap();
+        let line = status_line(&reinjected);
+        assert!(
+            line.starts_with(&format!("X-Spam-Status: {status}, probability=")),
+            "{line}\n{}",
+            stderr(&out)
+        );
+        assert_eq!(has_line(&reinjected, "X-Spam-Flag: YES"), status == "Yes");
+        let ours = reinjected.len() - message.len();
+        assert_eq!(ours, line.len() + 1 + usize::from(status == "Yes") * 17);
+        let sent = fs::read_to_string(record.with_extension("args")).unwrap();
+        assert_eq!(sent.trim(), "-G -i -f from@example.org -- to@example.org");
+    }
+    // No home anywhere: the message goes on, unjudged, and nothing lands
+    // in the spool directory.
+    let cmd = as_postfix_pipe(&script, &args, &spool, None);
+    let out = run_with_stdin(cmd, &spam);
+    assert_exit(&out, 0, &["bayesmail-postfix-filter", "no home"]);
+    let reinjected = fs::read(&record).unwrap();
+    assert!(
+        status_line(&reinjected).starts_with("X-Spam-Status: Unknown, reason=config-error"),
+        "{}",
+        status_line(&reinjected)
+    );
+    assert!(stderr(&out).contains("HOME is not set"), "{}", stderr(&out));
+    assert_eq!(fs::read_dir(&spool).unwrap().count(), 0);
 }
 
 #[test]
