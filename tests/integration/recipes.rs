@@ -52,15 +52,12 @@ fn readme_recipes_are_the_contrib_files() {
 }
 
 /// `contrib/bayesmail-sieve-filter` as a user installs it: `BAYESMAIL_BIN`
-/// set to where the binary is.
-fn sieve_filter_program() -> String {
+/// set to where the binary is, `bin`.
+fn sieve_filter_program(bin: &std::path::Path) -> String {
     let script = contrib("bayesmail-sieve-filter");
     let default = "BAYESMAIL_BIN=/usr/local/bin/bayesmail\n";
     assert!(script.contains(default), "{script}");
-    script.replace(
-        default,
-        &format!("BAYESMAIL_BIN='{}'\n", env!("CARGO_BIN_EXE_bayesmail")),
-    )
+    script.replace(default, &format!("BAYESMAIL_BIN='{}'\n", utf8(bin)))
 }
 
 /// A user's home with the `bayesmail` binary in `~/bin`, a Maildir with a
@@ -440,7 +437,8 @@ fn sieve_filter_program_returns_the_message_with_our_headers() {
     // Installed as the README says, and run as Dovecot runs it: HOME and
     // USER, no PATH, the database the user's default under HOME.
     let program = home.dir().join("bin/sieve-filter-bayesmail");
-    fs::write(&program, sieve_filter_program()).unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail"));
+    fs::write(&program, sieve_filter_program(bin)).unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
     link_default_db(&home.dir(), &home.db);
@@ -597,38 +595,55 @@ fn forged_flag_after_malformed_lines_does_not_junk_ham() {
 /// program `bayesmail`. Dovecot runs that program with HOME, USER and the
 /// envelope but no PATH, so this is the environment the recipe must work
 /// in. sieve-test refuses to run as root, so it runs as `nobody`
-/// (`mail_uid`), and what it reads is made readable to it; the user's home
-/// is the test folder, whose default database is the trained one.
+/// (`mail_uid`), and everything it reads is in a directory of its own
+/// under /tmp that `nobody` can reach: the binary and the trained model
+/// are copied there, since the checkout (and the test's temporary
+/// directory) may be under a home or a directory `nobody` cannot enter.
+/// The user's home is that directory, whose default database is the copy.
 struct SieveTest {
     dir: tempfile::TempDir,
 }
 
 impl SieveTest {
-    fn new(home: &Home) -> SieveTest {
+    /// Installed with the binary `bin` (its copy, rather).
+    fn new(home: &Home, bin: &std::path::Path) -> SieveTest {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("bayesmail-sieve")
+            .tempdir_in("/tmp")
+            .unwrap();
         let d = dir.path();
         let open = |p: &std::path::Path| {
             fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap()
         };
         open(d);
-        fs::create_dir(d.join("bin")).unwrap();
-        open(&d.join("bin"));
-        // The database must be readable by nobody too.
-        for p in [home.db.path(""), home.db.dir()] {
-            open(&p);
+        for sub in [
+            "bin",
+            "libexec",
+            ".local",
+            ".local/share",
+            ".local/share/bayesmail",
+        ] {
+            fs::create_dir(d.join(sub)).unwrap();
+            open(&d.join(sub));
         }
+        let copy = d.join("libexec/bayesmail");
+        fs::copy(bin, &copy).unwrap();
+        open(&copy);
+        // The model is all `filter` reads of the database (the count
+        // store stays behind).
         for e in fs::read_dir(home.db.dir()).unwrap() {
             let p = e.unwrap().path();
             if p.is_file() {
-                fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+                let to = d
+                    .join(".local/share/bayesmail")
+                    .join(p.file_name().unwrap());
+                fs::copy(&p, &to).unwrap();
+                fs::set_permissions(&to, fs::Permissions::from_mode(0o644)).unwrap();
             }
         }
-        link_default_db(d, &home.db);
-        open(&d.join(".local"));
-        open(&d.join(".local/share"));
         let program = d.join("bin/bayesmail");
-        fs::write(&program, sieve_filter_program()).unwrap();
+        fs::write(&program, sieve_filter_program(&copy)).unwrap();
         open(&program);
         // The mail store, written by the mail user when a script runs
         // with -e (as in delivery); no Junk folder yet.
@@ -703,7 +718,7 @@ fn sieve_recipe_files_spam_into_junk_however_long_the_header_block() {
     }
     let home = Home::new();
     let (spam, ham) = spam_and_ham(&home.db);
-    let sieve = SieveTest::new(&home);
+    let sieve = SieveTest::new(&home, std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail")));
     assert_eq!(sieve.folder(&spam), "Junk");
     assert_eq!(sieve.folder(&ham), "INBOX");
     // 13 MB of header fields before the rest: our flag is still seen.
@@ -723,7 +738,7 @@ fn sieve_recipe_creates_a_missing_junk_folder_and_delivers_with_our_fields() {
     }
     let home = Home::new();
     let (spam, ham) = spam_and_ham(&home.db);
-    let sieve = SieveTest::new(&home);
+    let sieve = SieveTest::new(&home, std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail")));
     assert!(!sieve.dir.path().join("Maildir/.Junk").exists());
     let junk = sieve.deliver(&spam, ".Junk");
     assert_eq!(junk.len(), 1);
@@ -732,6 +747,28 @@ fn sieve_recipe_creates_a_missing_junk_folder_and_delivers_with_our_fields() {
     let inbox = sieve.deliver(&ham, "");
     assert_eq!(inbox.len(), 1);
     assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
+}
+
+/// Issue 26, U9: the Sieve recipe works when the built binary is where
+/// `nobody` cannot reach it (a checkout under a private home or a 0700
+/// temporary directory): sieve-test runs a copy of it.
+#[test]
+fn sieve_recipe_works_when_nobody_cannot_reach_the_checkout() {
+    if !have("sieve-test") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let private = tempfile::tempdir().unwrap();
+    fs::set_permissions(private.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    let target = private.path().join("target");
+    fs::create_dir(&target).unwrap();
+    let bin = target.join("bayesmail");
+    fs::copy(env!("CARGO_BIN_EXE_bayesmail"), &bin).unwrap();
+    let sieve = SieveTest::new(&home, &bin);
+    assert_eq!(sieve.folder(&spam), "Junk");
+    assert_eq!(sieve.folder(&ham), "INBOX");
 }
 
 /// Runs `tmux` on a server of this test's own (its own socket), so no
