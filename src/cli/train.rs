@@ -347,25 +347,28 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         return Ok(Outcome::Exit(EXIT_INTERRUPTED));
     }
     drop(sigint);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    // The JSON summary is what was asked for: a result, on stdout. The
+    // text one is a summary: on stderr, silenced by -q.
     if args.json {
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
         serde_json::to_writer(&mut out, &summary)?;
         writeln!(out)?;
+        if let Some(why) = &missing {
+            note!("bayesmail: no model written: {why}");
+        }
     } else {
-        writeln!(
-            out,
+        note!(
             "read {read_count} messages in {:.1}s: {} learned, {} moved to the other label, {} already known{}",
             start.elapsed().as_secs_f64(),
             summary.learned,
             summary.relearned,
             summary.unchanged,
             duplicates_note(&summary),
-        )?;
-        writeln!(
-            out,
+        );
+        note!(
             "database {}: {} ham, {} spam{}",
-            ctx.db.dir().display(),
+            for_terminal(&ctx.db.dir().display().to_string()),
             summary.totals[0],
             summary.totals[1],
             match (&missing, summary.snapshot_written) {
@@ -373,12 +376,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
                 (None, true) => "; model written".to_string(),
                 (None, false) => "; nothing changed".to_string(),
             }
-        )?;
-    }
-    if let Some(why) = &missing
-        && args.json
-    {
-        eprintln!("bayesmail: no model written: {why}");
+        );
     }
     Ok(if failed > 0 {
         Outcome::SomeFailed
@@ -399,7 +397,7 @@ pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
     let removed = trainer.prune(args.max_count, args.min_age)?;
     let no_model = rebuild(ctx, &mut trainer)?;
     let left = bayesmail::store::Store::token_count(trainer.store())?;
-    println!(
+    note!(
         "pruned {removed} tokens seen in at most {} messages and unchanged for {} days; {left} \
          tokens left{}",
         args.max_count,
@@ -562,14 +560,19 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         };
         println!("{}", serde_json::to_string(&learned)?);
     }
-    let what = if labelled.len() == 1 {
-        match action {
-            "moved" => format!("moved to {label}"),
-            "learned" => format!("learned as {label}"),
-            _ => format!("already learned as {label}"),
-        }
-    } else {
-        format!(
+    // One message: what became of it is the result, on stdout. Several:
+    // a summary of the run, on stderr.
+    if !args.json && labelled.len() == 1 {
+        println!(
+            "{}",
+            match action {
+                "moved" => format!("moved to {label}"),
+                "learned" => format!("learned as {label}"),
+                _ => format!("already learned as {label}"),
+            }
+        );
+    } else if !args.json {
+        note!(
             "{} messages: {} learned as {label}, {} moved to {label}, {} already learned as \
              {label}{}",
             labelled.len(),
@@ -577,12 +580,10 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
             summary.relearned,
             summary.unchanged,
             duplicates_note(&summary),
-        )
-    };
-    match no_model {
-        _ if args.json => {}
-        None => println!("{what}"),
-        Some(why) => println!("{what}; no model written yet: {why}"),
+        );
+    }
+    if let (Some(why), false) = (&no_model, args.json) {
+        note!("bayesmail: note: no model written yet: {why}");
     }
     detail!(
         "database {}: {} ham, {} spam",
@@ -668,7 +669,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         if args.json {
             println!("{}", serde_json::json!({ "no_model": why }));
         } else {
-            println!("no model now: {why}");
+            note!("bayesmail: note: no model now: {why}");
         }
     }
     Ok(if failed > 0 {
