@@ -12,7 +12,7 @@ use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
 use bayesmail::sanitize::for_terminal;
 
-use super::read::{finish_stream, for_each_mapped, read_one};
+use super::read::{NOT_MAIL, finish_stream, for_each_mapped, read_one};
 use super::scan::{Format, Line, scorer, write_line};
 use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 
@@ -53,6 +53,9 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     let classifier = ctx.classifier()?;
     let decider = ctx.decider(&args.decision)?;
     let raw = read_one(&args.file)?;
+    if !bayesmail::message::looks_like_mail(&raw) {
+        anyhow::bail!("{}: {NOT_MAIL}", args.file.display());
+    }
     let features = Extractor::new()
         .extract(&raw)
         .with_context(|| format!("parsing {}", args.file.display()))?;

@@ -18,7 +18,7 @@ use bayesmail::trainer::Run;
 use bayesmail::trainer::protocol::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::{mailbox, message};
 
-use super::read::{for_each_mapped, planned_bytes, read_one};
+use super::read::{NOT_MAIL, Skipped, for_each_mapped, planned_bytes, read_one};
 use super::{Context, LearnArgs, Outcome, PruneArgs, TrainArgs, UnlearnArgs, detail, note};
 
 /// Fewer messages of a class than this: too few to fit calibration by
@@ -226,7 +226,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     let mut run = Run::new();
     let mut read_count = 0;
     let mut unparsed = 0;
-    let mut unread = 0;
+    let mut skipped = Skipped::default();
     let mut interrupted_reading = false;
     for (paths, label) in [(&args.ham, Label::Ham), (&args.spam, Label::Spam)] {
         let result = for_each_mapped(paths, &opts, &read_for_training, &mut |batch| {
@@ -257,7 +257,10 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             Ok(())
         });
         match result {
-            Ok(n) => unread += n,
+            Ok(s) => {
+                skipped.unreadable += s.unreadable;
+                skipped.not_mail += s.not_mail;
+            }
             Err(err) if err.is::<Interrupted>() => {
                 interrupted_reading = true;
                 break;
@@ -266,10 +269,13 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         }
     }
     bar.finish_and_clear();
-    let failed = unread + unparsed;
+    let failed = skipped.total() + unparsed;
     detail!(
-        "read {read_count} messages in {:.1}s ({unread} could not be read, {unparsed} not parsed)",
-        start.elapsed().as_secs_f64()
+        "read {read_count} messages in {:.1}s ({} could not be read, {} not mail, {unparsed} not \
+         parsed)",
+        start.elapsed().as_secs_f64(),
+        skipped.unreadable,
+        skipped.not_mail
     );
     if interrupted_reading {
         eprintln!(
@@ -352,19 +358,36 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     if args.json {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
-        serde_json::to_writer(&mut out, &summary)?;
+        /// The store's summary and, when there were any, the files
+        /// skipped as not mail.
+        #[derive(serde::Serialize)]
+        struct Json<'a> {
+            #[serde(flatten)]
+            summary: &'a TrainSummary,
+            #[serde(skip_serializing_if = "is_zero")]
+            not_mail: usize,
+        }
+        fn is_zero(n: &usize) -> bool {
+            *n == 0
+        }
+        let json = Json {
+            summary: &summary,
+            not_mail: skipped.not_mail,
+        };
+        serde_json::to_writer(&mut out, &json)?;
         writeln!(out)?;
         if let Some(why) = &missing {
             note!("bayesmail: no model written: {why}");
         }
     } else {
         note!(
-            "read {read_count} messages in {:.1}s: {} learned, {} moved to the other label, {} already known{}",
+            "read {read_count} messages in {:.1}s: {} learned, {} moved to the other label, {} already known{}{}",
             start.elapsed().as_secs_f64(),
             summary.learned,
             summary.relearned,
             summary.unchanged,
             duplicates_note(&summary),
+            skipped.note(),
         );
         note!(
             "database {}: {} ham, {} spam{}",
@@ -448,6 +471,9 @@ fn read_messages(path: &Path, command: &str) -> Result<(Vec<(String, Labelled)>,
             let id = raw.id.to_string();
             if raw.bytes.iter().all(u8::is_ascii_whitespace) {
                 bail!("empty message: {id}");
+            }
+            if !message::looks_like_mail(&raw.bytes) {
+                bail!("{id}: {NOT_MAIL}");
             }
             let features = extractor
                 .extract(&raw.bytes)

@@ -36,7 +36,7 @@ pub mod decode;
 pub mod html;
 mod split;
 
-pub use split::split_header;
+pub use split::{MAIL_SNIFF_BYTES, looks_like_mail, split_header};
 
 use std::borrow::Cow;
 

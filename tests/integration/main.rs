@@ -20,6 +20,7 @@ mod hostile_scan;
 mod hostile_store;
 mod journal;
 mod learning;
+mod promises;
 mod properties;
 mod prune;
 mod recipes;

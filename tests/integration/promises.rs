@@ -1,0 +1,185 @@
+//! Issue 26, "keep the promises": what the README says and the commands
+//! did not do.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::common::*;
+
+/// Things that are not mail, as they lie around in folders: a picture, a
+/// program, a text file.
+fn not_mail(dir: &Path) -> Vec<std::path::PathBuf> {
+    let files = [
+        (
+            "photo.png",
+            b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x10".to_vec(),
+        ),
+        (
+            "program",
+            [&b"\x7fELF\x02\x01\x01\0"[..], &[0u8; 64]].concat(),
+        ),
+        (
+            "README",
+            b"Bash is the shell, or command language interpreter, that will\n\
+              appear in the GNU operating system.\n"
+                .to_vec(),
+        ),
+    ];
+    files
+        .into_iter()
+        .map(|(name, bytes)| {
+            let path = dir.join(name);
+            fs::write(&path, bytes).unwrap();
+            path
+        })
+        .collect()
+}
+
+/// U5: files that do not start with a header field are reported and
+/// skipped by every command that reads mail from files, and counted in
+/// the summaries; `filter` still passes anything on.
+#[test]
+fn files_that_are_not_mail_are_skipped_and_counted() {
+    let db = Db::new();
+    let ham = db.path("ham");
+    fs::create_dir(&ham).unwrap();
+    for f in fs::read_dir(sample_ham()).unwrap() {
+        let f = f.unwrap().path();
+        fs::copy(&f, ham.join(f.file_name().unwrap())).unwrap();
+    }
+    let junk = not_mail(&ham);
+    let out = db.run(
+        &[
+            "train",
+            "--json",
+            "--spam",
+            utf8(&sample_spam()),
+            "--ham",
+            utf8(&ham),
+        ],
+        None,
+    );
+    assert_exit(&out, 1, &["train", "with files that are not mail"]);
+    let summary = &json_lines(&String::from_utf8_lossy(&out.stdout))[0];
+    assert_eq!(summary["learned"], 48, "{summary}");
+    assert_eq!(summary["not_mail"], 3, "{summary}");
+    for f in &junk {
+        assert!(
+            stderr(&out).contains(&format!("{}: skipped: does not look like mail", utf8(f))),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = db.run(&["train", "--ham", utf8(&ham)], None);
+    assert_exit(&out, 1, &["train", "text summary"]);
+    assert!(
+        stderr(&out).contains("already known; 3 skipped: not mail"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = db.run(&["scan", utf8(&ham)], None);
+    assert_exit(&out, 1, &["scan"]);
+    assert!(
+        stderr(&out).contains("3 skipped: not mail"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 24);
+    for command in ["classify", "tokens"] {
+        let out = db.run(&[command, "--json", utf8(&ham)], None);
+        assert_exit(&out, 1, &[command]);
+        assert_eq!(json_lines(&String::from_utf8_lossy(&out.stdout)).len(), 24);
+        assert_eq!(stderr(&out).matches("does not look like mail").count(), 3);
+    }
+    for f in &junk {
+        for args in [
+            &["explain", utf8(f)][..],
+            &["learn", "--spam", utf8(f)],
+            &["unlearn", utf8(f)],
+            &["classify", utf8(f)],
+        ] {
+            let out = db.run(args, None);
+            assert_ne!(out.status.code(), Some(0), "{args:?}");
+            assert!(stderr(&out).contains("does not look like mail"), "{args:?}");
+            assert!(out.stdout.is_empty(), "{args:?}");
+        }
+        // The delivery hook passes anything on.
+        let bytes = fs::read(f).unwrap();
+        let out = db.run(&["filter"], Some(&bytes));
+        assert_exit(&out, 0, &["filter", utf8(f)]);
+        assert!(out.stdout.ends_with(&bytes));
+    }
+    assert_eq!(db.counts(), [24, 24]);
+}
+
+/// U5: every message of the public corpus and of the sample corpus looks
+/// like mail.
+#[test]
+fn every_corpus_message_looks_like_mail() {
+    for f in sample_files() {
+        assert!(bayesmail::message::looks_like_mail(&fs::read(&f).unwrap()));
+    }
+    let Some(dir) = public_corpus() else { return };
+    for (path, bytes) in public_files(&dir) {
+        assert!(
+            bayesmail::message::looks_like_mail(&bytes),
+            "{}",
+            path.display()
+        );
+    }
+}
+
+/// U3: `db = "~/x"` in the config file is the home's `x`, and a relative
+/// `db` is beside the config file, never in the directory bayesmail runs
+/// in.
+#[test]
+fn the_config_files_db_is_never_relative_to_the_working_directory() {
+    let db = Db::new();
+    let (home, work, conf) = (db.path("home"), db.path("work"), db.path("conf"));
+    for d in [&home, &work, &conf] {
+        fs::create_dir(d).unwrap();
+    }
+    let message = fs::read(&sample_files()[0]).unwrap();
+    let learn = |config: &str| {
+        fs::write(conf.join("config.toml"), config).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.env_clear()
+            .env("HOME", &home)
+            .env("BAYESMAIL_CONFIG", conf.join("config.toml"))
+            .current_dir(&work)
+            .args(["learn", "--ham", "-"])
+            .stdout(Stdio::null());
+        run_with_stdin(cmd, &message)
+    };
+    for (config, at) in [
+        ("db = \"~/mail-db\"\n", home.join("mail-db")),
+        ("db = \"rel-db\"\n", conf.join("rel-db")),
+    ] {
+        let out = learn(config);
+        assert_exit(&out, 0, &["learn", config]);
+        assert!(
+            at.join("counts.sled").exists(),
+            "{config}: {}",
+            at.display()
+        );
+    }
+    assert_eq!(fs::read_dir(&work).unwrap().count(), 0);
+    // BAYESMAIL_DB too: a variable set outside a shell is not expanded by
+    // one.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.env_clear()
+        .env("HOME", &home)
+        .env("BAYESMAIL_DB", "~/env-db")
+        .env("BAYESMAIL_CONFIG", "/dev/null")
+        .current_dir(&work)
+        .args(["learn", "--ham", "-"]);
+    assert_exit(
+        &run_with_stdin(cmd, &message),
+        0,
+        &["BAYESMAIL_DB=~/env-db"],
+    );
+    assert!(home.join("env-db/counts.sled").exists());
+    assert_eq!(fs::read_dir(&work).unwrap().count(), 0);
+}
