@@ -183,3 +183,69 @@ fn the_config_files_db_is_never_relative_to_the_working_directory() {
     assert!(home.join("env-db/counts.sled").exists());
     assert_eq!(fs::read_dir(&work).unwrap().count(), 0);
 }
+
+/// U7: `tokens` prints the byte view too (each bucket with the 4-grams of
+/// the message behind it), and `explain` shows a byte feature as the bytes
+/// it stands for, not as a bucket number.
+#[test]
+fn tokens_and_explain_show_the_bytes_behind_the_byte_view() {
+    let file = sample_spam().join("02-lottery-winner.eml");
+    let raw = fs::read(&file).unwrap();
+    let want: Vec<String> = bayesmail::features::grams::buckets(&raw)
+        .iter()
+        .map(|b| format!("{b:05x}"))
+        .collect();
+    assert!(!want.is_empty());
+    let line = &json_lines(
+        &String::from_utf8(run(&["tokens", "--json", utf8(&file)], None).stdout).unwrap(),
+    )[0];
+    let buckets = line["bytes"].as_array().expect("a byte view");
+    let got: Vec<&str> = buckets
+        .iter()
+        .map(|b| b["bucket"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, want);
+    assert!(
+        buckets
+            .iter()
+            .all(|b| !b["grams"].as_array().unwrap().is_empty())
+    );
+    assert!(
+        buckets
+            .iter()
+            .any(|b| b["grams"].as_array().unwrap().iter().any(|g| g == "Subj"))
+    );
+    let text = String::from_utf8(run(&["tokens", utf8(&file)], None).stdout).unwrap();
+    assert!(
+        text.contains(&format!("bytes ({} buckets", want.len())),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("  bytes:")).count(),
+        want.len()
+    );
+
+    let db = Db::new();
+    db.train_sample();
+    let text = db.ok(&["explain", "--top", "100", utf8(&file)], None);
+    let features: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("features"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let bytes: Vec<&&str> = features
+        .iter()
+        .filter(|l| l.trim_start().starts_with("bytes:"))
+        .collect();
+    assert!(!bytes.is_empty(), "{text}");
+    for l in &bytes {
+        assert!(l.trim_start().starts_with("bytes:\""), "{l}");
+    }
+    let json = &json_lines(&db.ok(&["explain", "--json", "--top", "100", utf8(&file)], None))[0];
+    for t in json["tokens"].as_array().unwrap() {
+        if t["view"] == "bytes" {
+            assert!(!t["grams"].as_array().unwrap().is_empty(), "{t}");
+        }
+    }
+}
