@@ -249,3 +249,83 @@ fn tokens_and_explain_show_the_bytes_behind_the_byte_view() {
         }
     }
 }
+
+/// U8: the README's first section says what its first command needs and
+/// describes what the demo prints truthfully: the demo is run here as
+/// printed (trained on the public corpus, the sample classified), and its
+/// verdicts are counted against the README's.
+#[test]
+fn the_readme_describes_the_demo_as_it_runs() {
+    let readme = fs::read_to_string(root().join("README.md")).unwrap();
+    let first = &readme[..readme.find("\n## ").unwrap()];
+    assert!(
+        first.contains("corpora/fetch && cargo run --release"),
+        "{first}"
+    );
+    for needs in ["needs `npm` and network access", "about 20 MB"] {
+        assert!(first.contains(needs), "{needs}");
+    }
+    let Some(corpus) = public_corpus() else {
+        return;
+    };
+    let db = Db::new();
+    let dirs = |names: &[&str]| -> Vec<String> {
+        names
+            .iter()
+            .map(|n| utf8(&corpus.join(n)).to_string())
+            .collect()
+    };
+    let mut args = vec!["train".to_string(), "--spam".into()];
+    args.extend(dirs(&["spam-1", "spam-2"]));
+    args.push("--ham".into());
+    args.extend(dirs(&["easy-ham-1", "easy-ham-2", "hard-ham-1"]));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = db.run(&args, None);
+    assert_exit(&out, 0, &["train", "the demo"]);
+    assert!(
+        stderr(&out).contains("database ")
+            && stderr(&out).contains(": 4150 ham, 1896 spam; model written"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(first.contains("4150 ham, 1896 spam; model written"));
+    let out = db.ok(
+        &["classify", utf8(&sample_spam()), utf8(&sample_ham())],
+        None,
+    );
+    let count = |label: &str, verdict: &str| {
+        out.lines()
+            .filter(|l| {
+                l.starts_with(&format!("{verdict} ")) && l.contains(&format!("/sample/{label}/"))
+            })
+            .count()
+    };
+    let (ss, su, sh) = (
+        count("spam", "spam"),
+        count("spam", "unsure"),
+        count("spam", "ham"),
+    );
+    let (hh, hu, hs) = (
+        count("ham", "ham"),
+        count("ham", "unsure"),
+        count("ham", "spam"),
+    );
+    let said = [
+        format!(
+            "judged {} of the 48 right, {}\nunsure and {} wrong",
+            ss + hh,
+            su + hu,
+            sh + hs
+        ),
+        format!("of the 24 spam, {ss} spam, {su} unsure and {sh} ham"),
+        format!("of the 24 ham, {hh} ham, {hu}\nunsure"),
+        format!("and {hs} spam: the Russian"),
+    ];
+    let flat = first.replace('\n', " ");
+    for s in &said {
+        assert!(
+            flat.contains(&s.replace('\n', " ")),
+            "README says otherwise than {s:?}\n{out}"
+        );
+    }
+}
