@@ -167,16 +167,36 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads and parses a TOML file.
+    /// Reads and parses a TOML file. Its `db` comes out absolute: a
+    /// leading `~` or `~/` is the home directory ([`expand_home`]), and any
+    /// other relative path is relative to the config file's directory, as
+    /// paths in a config file usually are, never to whatever directory
+    /// bayesmail runs in.
     pub fn load(path: &Path) -> Result<Config, Error> {
         let text = read_small_file(path).map_err(|source| Error::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Config::parse(&text).map_err(|message| Error::Parse {
+        let mut config = Config::parse(&text).map_err(|message| Error::Parse {
             path: path.to_path_buf(),
             message,
-        })
+        })?;
+        if let Some(db) = &config.db {
+            if db.as_os_str().is_empty() {
+                return Err(Error::Parse {
+                    path: path.to_path_buf(),
+                    message: "db is empty".to_string(),
+                });
+            }
+            let db = expand_home(db).map_err(|message| Error::Parse {
+                path: path.to_path_buf(),
+                message: format!("db: {message}"),
+            })?;
+            let base = path.parent().unwrap_or(Path::new(""));
+            let db = std::path::absolute(base.join(&db)).unwrap_or(db);
+            config.db = Some(db);
+        }
+        Ok(config)
     }
 
     /// Parses TOML text. The error keeps TOML's own lines (the location,
@@ -323,28 +343,139 @@ fn read_small_file(path: &Path) -> std::io::Result<String> {
     Ok(text)
 }
 
-/// `$XDG_DATA_HOME/bayesmail`, else `~/.local/share/bayesmail`, else
-/// `./bayesmail-db`.
-pub fn default_db_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("bayesmail");
+/// The home directory: `HOME` if it is an absolute path, else the
+/// password database's entry for the effective user (`getpwuid_r`), if
+/// that is an absolute path. Delivery agents often run us without `HOME`
+/// (Postfix's `pipe` does), and a relative home would put the database
+/// wherever the agent's working directory happens to be.
+pub fn home_dir() -> Option<PathBuf> {
+    home_dir_from(std::env::var_os("HOME"))
+}
+
+/// [`home_dir`] with `home` standing for the `HOME` variable.
+fn home_dir_from(home: Option<std::ffi::OsString>) -> Option<PathBuf> {
+    home.map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .or_else(password_home)
+}
+
+/// The home directory of the effective user in the password database.
+fn password_home() -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let mut buf = vec![0u8; 1024];
+    loop {
+        // SAFETY: `passwd` is plain data that getpwuid_r fills in; all-zero
+        // is a valid value for it.
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: the buffer outlives the call and its length is given;
+        // the strings `entry` points to live in the buffer, read below
+        // before the buffer is touched again.
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                &mut entry,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut found,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || found.is_null() || entry.pw_dir.is_null() {
+            return None;
+        }
+        // SAFETY: getpwuid_r succeeded, so pw_dir is a NUL-terminated
+        // string inside `buf`.
+        let dir = unsafe { std::ffi::CStr::from_ptr(entry.pw_dir) };
+        let dir = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+        return dir.is_absolute().then_some(dir);
     }
-    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        Some(home) => PathBuf::from(home)
-            .join(".local")
-            .join("share")
-            .join("bayesmail"),
-        None => PathBuf::from("bayesmail-db"),
+}
+
+/// Why there is no home directory, for messages.
+fn no_home() -> String {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    format!(
+        "HOME is not set to an absolute path and the password database has no home \
+         directory for user id {uid}"
+    )
+}
+
+/// `path` with a leading `~` or `~/` replaced by the home directory
+/// ([`home_dir`]); any other path as it is. `~user` is refused: only the
+/// current user's home is looked up.
+///
+/// ```
+/// use std::path::Path;
+/// use bayesmail::config::expand_home;
+/// assert_eq!(expand_home(Path::new("/var/db")).unwrap(), Path::new("/var/db"));
+/// assert_eq!(expand_home(Path::new("db/~")).unwrap(), Path::new("db/~"));
+/// assert!(expand_home(Path::new("~pat/db")).is_err());
+/// ```
+pub fn expand_home(path: &Path) -> Result<PathBuf, String> {
+    expand_home_with(path, home_dir)
+}
+
+fn expand_home_with(
+    path: &Path,
+    home: impl FnOnce() -> Option<PathBuf>,
+) -> Result<PathBuf, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    let rest = match bytes {
+        [b'~'] => &[][..],
+        // `~//x` is `~/x`: joined as `/x`, it would replace the home.
+        [b'~', b'/', rest @ ..] => {
+            let slashes = rest.iter().take_while(|&&b| b == b'/').count();
+            &rest[slashes..]
+        }
+        [b'~', ..] => {
+            return Err(format!(
+                "{}: `~user` is not expanded; write the directory in full",
+                path.display()
+            ));
+        }
+        _ => return Ok(path.to_path_buf()),
+    };
+    let home = home().ok_or_else(|| format!("cannot expand {}: {}", path.display(), no_home()))?;
+    Ok(home.join(std::ffi::OsStr::from_bytes(rest)))
+}
+
+/// The database directory when none is given: `$XDG_DATA_HOME/bayesmail`
+/// if that is absolute, else `~/.local/share/bayesmail`. Never a relative
+/// path: without a home directory ([`home_dir`]) it is an error, which
+/// `filter` turns into `reason=config-error`.
+pub fn default_db_dir() -> Result<PathBuf, String> {
+    if let Some(d) = absolute_var("XDG_DATA_HOME") {
+        return Ok(d.join("bayesmail"));
     }
+    match home_dir() {
+        Some(home) => Ok(home.join(".local").join("share").join("bayesmail")),
+        None => Err(format!(
+            "no database directory: {}; give --db or BAYESMAIL_DB",
+            no_home()
+        )),
+    }
+}
+
+/// An environment variable naming an absolute directory (the XDG base
+/// directory rules ignore relative ones).
+fn absolute_var(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute())
 }
 
 /// `$XDG_CONFIG_HOME/bayesmail/config.toml` or
 /// `~/.config/bayesmail/config.toml`, if that file exists.
 pub fn default_config_file() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    let base = absolute_var("XDG_CONFIG_HOME").or_else(|| home_dir().map(|h| h.join(".config")))?;
     let file = base.join("bayesmail").join("config.toml");
     file.is_file().then_some(file)
 }
@@ -376,6 +507,72 @@ mod tests {
         let long_line = dir.path().join("bad.toml");
         std::fs::write(&long_line, "x = ".to_string() + &"y".repeat(100_000)).unwrap();
         assert!(Config::load(&long_line).unwrap_err().to_string().len() < 1000);
+    }
+
+    /// Issue 26, U1: without `HOME` (Postfix's `pipe`), the home directory
+    /// is the password database's; a relative `HOME` is not taken.
+    #[test]
+    fn without_home_the_password_database_names_the_home_directory() {
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() }.to_string();
+        let listed = passwd.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 6 && f[2] == uid).then(|| PathBuf::from(f[5]))
+        });
+        let Some(listed) = listed else {
+            eprintln!("user {uid} is not in /etc/passwd: test skipped");
+            return;
+        };
+        assert_eq!(home_dir_from(None), Some(listed.clone()));
+        assert_eq!(home_dir_from(Some("relative".into())), Some(listed));
+        assert_eq!(
+            home_dir_from(Some("/home/pat".into())),
+            Some(PathBuf::from("/home/pat"))
+        );
+    }
+
+    /// Issue 26, U3: `~` and `~/` are the home directory; nothing else is
+    /// touched, and without a home it is an error, never a relative path.
+    #[test]
+    fn a_leading_tilde_is_the_home_directory() {
+        let home = || Some(PathBuf::from("/home/pat"));
+        let expand = |p: &str| expand_home_with(Path::new(p), home);
+        assert_eq!(expand("~"), Ok(PathBuf::from("/home/pat")));
+        assert_eq!(expand("~/db"), Ok(PathBuf::from("/home/pat/db")));
+        assert_eq!(expand("~//db/x"), Ok(PathBuf::from("/home/pat/db/x")));
+        assert_eq!(expand("db/~/x"), Ok(PathBuf::from("db/~/x")));
+        assert_eq!(expand("/abs"), Ok(PathBuf::from("/abs")));
+        assert!(expand("~pat/db").unwrap_err().contains("~user"));
+        let err = expand_home_with(Path::new("~/db"), || None).unwrap_err();
+        assert!(err.contains("HOME is not set"), "{err}");
+    }
+
+    /// Issue 26, U3: the config file's `db` never ends up relative to the
+    /// directory bayesmail runs in.
+    #[test]
+    fn the_config_files_db_is_relative_to_the_file_or_home() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        let db_of = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(&file).map(|c| c.db.unwrap())
+        };
+        assert_eq!(
+            db_of("db = \"mail/db\"\n").unwrap(),
+            dir.path().join("mail/db")
+        );
+        assert_eq!(db_of("db = \"/var/db\"\n").unwrap(), Path::new("/var/db"));
+        if let Some(home) = home_dir() {
+            assert_eq!(db_of("db = \"~/x\"\n").unwrap(), home.join("x"));
+        }
+        assert!(
+            db_of("db = \"\"\n")
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
+        assert!(db_of("db = \"~pat/x\"\n").is_err());
     }
 
     #[test]

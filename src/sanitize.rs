@@ -68,6 +68,34 @@ pub fn for_json(json: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Bytes as a quoted string of printable ASCII, safe for a terminal and
+/// lossless: `"`, `\\`, `\n`, `\r` and `\t` escaped as in Rust, any
+/// other byte outside 0x20..=0x7e as `\xNN`. For raw bytes that need
+/// not be text, such as the byte view's 4-grams.
+///
+/// ```
+/// use bayesmail::sanitize::quote_bytes;
+/// assert_eq!(quote_bytes(b"Rece"), r#""Rece""#);
+/// assert_eq!(quote_bytes(b"d\n\x1b\xe4"), r#""d\n\x1b\xe4""#);
+/// ```
+pub fn quote_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() + 2);
+    out.push('"');
+    for &b in bytes {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out.push('"');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,11 +9,12 @@ use serde::Serialize;
 
 use bayesmail::db::Decider;
 use bayesmail::decision::Verdict;
-use bayesmail::features::Extractor;
-use bayesmail::sanitize::for_terminal;
+use bayesmail::features::{Extractor, grams};
+use bayesmail::sanitize::{for_terminal, quote_bytes};
 
-use super::read::{finish_stream, for_each_mapped, read_one};
+use super::read::{NOT_MAIL, finish_stream, for_each_mapped, read_one};
 use super::scan::{Format, Line, scorer, write_line};
+use super::tokens::unquoted;
 use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 
 /// `classify`: `scan`'s scoring and result lines, without its actions,
@@ -53,6 +54,9 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     let classifier = ctx.classifier()?;
     let decider = ctx.decider(&args.decision)?;
     let raw = read_one(&args.file)?;
+    if !bayesmail::message::looks_like_mail(&raw) {
+        anyhow::bail!("{}: {NOT_MAIL}", args.file.display());
+    }
     let features = Extractor::new()
         .extract(&raw)
         .with_context(|| format!("parsing {}", args.file.display()))?;
@@ -61,6 +65,19 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     let mut why = classifier.explain(&features);
     classifier.intact()?;
     why.tokens.truncate(args.top);
+    // What each byte feature stands for: the 4-grams of this message in
+    // its bucket.
+    let all_grams = grams::grams(&raw);
+    let grams_of = |token: &str| -> Option<Vec<&[u8; 4]>> {
+        let bucket = u32::from_str_radix(token.strip_prefix("bytes:")?, 16).ok()?;
+        Some(
+            all_grams
+                .iter()
+                .filter(|(b, _)| *b == bucket)
+                .map(|(_, g)| g)
+                .collect(),
+        )
+    };
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if args.json {
@@ -73,16 +90,22 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
             #[serde(flatten)]
             explanation: &'a bayesmail::db::Explanation,
         }
-        serde_json::to_writer(
-            &mut out,
-            &Json {
-                verdict,
-                probability: score.probability,
-                log_odds: score.log_odds,
-                known_tokens: score.evidence.known_words(),
-                explanation: &why,
-            },
-        )?;
+        let mut json = serde_json::to_value(Json {
+            verdict,
+            probability: score.probability,
+            log_odds: score.log_odds,
+            known_tokens: score.evidence.known_words(),
+            explanation: &why,
+        })?;
+        if let Some(tokens) = json["tokens"].as_array_mut() {
+            for t in tokens {
+                let grams = t["token"].as_str().and_then(grams_of);
+                if let Some(grams) = grams {
+                    t["grams"] = grams.iter().map(|g| unquoted(&g[..])).collect();
+                }
+            }
+        }
+        serde_json::to_writer(&mut out, &json)?;
         writeln!(out)?;
         return Ok(Outcome::AllOk);
     }
@@ -120,10 +143,17 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
         "\nfeatures (LLR > 0 points to spam)  view       LLR    ham   spam"
     )?;
     for t in &why.tokens {
+        let name = match grams_of(&t.token) {
+            Some(grams) => {
+                let quoted: Vec<String> = grams.iter().map(|g| quote_bytes(&g[..])).collect();
+                format!("bytes:{}", quoted.join(","))
+            }
+            None => for_terminal(&t.token).into_owned(),
+        };
         writeln!(
             out,
             "  {:<34} {:<7} {:>+7.3} {:>6} {:>6}{}",
-            for_terminal(&t.token),
+            name,
             t.view.name(),
             t.llr,
             t.ham,

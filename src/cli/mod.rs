@@ -712,13 +712,25 @@ struct Context {
 
 impl Context {
     fn new(cli_db: Option<PathBuf>, cli_config: Option<PathBuf>) -> anyhow::Result<Context> {
-        let config = match cli_config.or_else(config::default_config_file) {
+        let expand = |path: PathBuf| config::expand_home(&path).map_err(anyhow::Error::msg);
+        let config = match cli_config.map(expand).transpose()? {
             Some(path) => Config::load(&path)?,
-            None => Config::default(),
+            None => match config::default_config_file() {
+                Some(path) => Config::load(&path)?,
+                None => Config::default(),
+            },
         };
-        let db = cli_db
-            .or_else(|| config.db.clone())
-            .unwrap_or_else(config::default_db_dir);
+        // --db and BAYESMAIL_DB as given (relative to where we run, as any
+        // path on a command line), but with `~` expanded: an environment
+        // variable set in a crontab or a delivery agent's configuration
+        // is not expanded by a shell. Never a relative default.
+        let db = match cli_db.map(expand).transpose()? {
+            Some(db) => db,
+            None => match &config.db {
+                Some(db) => db.clone(),
+                None => config::default_db_dir().map_err(anyhow::Error::msg)?,
+            },
+        };
         Ok(Context {
             config,
             db: DbPaths::new(db),

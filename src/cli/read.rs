@@ -32,6 +32,42 @@ fn batch_bytes() -> usize {
     BATCH_BYTES_PER_WORKER.saturating_mul(rayon::current_num_threads().max(1))
 }
 
+/// What a read passed over, each reported on stderr as it was met.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Skipped {
+    /// Messages that could not be read.
+    pub unreadable: usize,
+    /// Files (or messages of an mbox, or standard input) that do not look
+    /// like mail ([`message::looks_like_mail`]): a picture, a binary, a
+    /// README among the messages.
+    pub not_mail: usize,
+}
+
+impl Skipped {
+    /// Everything passed over.
+    pub fn total(self) -> usize {
+        self.unreadable + self.not_mail
+    }
+
+    /// `"; N skipped: not mail"` for a summary, or nothing.
+    pub fn note(self) -> String {
+        match self.not_mail {
+            0 => String::new(),
+            n => format!("; {n} skipped: not mail"),
+        }
+    }
+}
+
+/// Why a file is not taken as a message.
+pub(super) const NOT_MAIL: &str = "does not look like mail (it does not start with a header field)";
+
+/// Reports, on stderr, a message skipped because it does not look like
+/// mail. Not silenced by `-q`: like a message that cannot be read, it
+/// makes the exit status 1.
+fn report_not_mail(id: &str) {
+    eprintln!("bayesmail: {}: skipped: {NOT_MAIL}", for_terminal(id));
+}
+
 /// A message read and turned into features (or the reason it could not be).
 pub(super) struct Extracted {
     pub raw: RawMessage,
@@ -39,13 +75,13 @@ pub(super) struct Extracted {
 }
 
 /// Reads every message under `paths`, extracting features batch by batch
-/// and handing each batch to `f`. Messages that cannot be read are reported
-/// on stderr and counted; returns that count.
+/// and handing each batch to `f`. Messages that cannot be read and files
+/// that are not mail are reported on stderr, skipped and counted.
 pub(super) fn for_each_batch(
     paths: &[std::path::PathBuf],
     opts: &mailbox::Options,
     f: &mut dyn FnMut(Vec<Extracted>) -> Result<()>,
-) -> Result<usize> {
+) -> Result<Skipped> {
     let extract = |ex: &mut Extractor, raw: RawMessage| {
         let features = ex.extract(&raw.bytes);
         Extracted { raw, features }
@@ -59,16 +95,16 @@ pub(super) fn for_each_batch(
 /// and map this one, this thread hands the batch before it to `f`: `f` is
 /// often sequential work, which would otherwise leave the workers idle, and
 /// it stays on the caller's thread (so its allocations stay in that
-/// thread's arena). Messages that cannot be read are reported on stderr and
-/// counted; returns that count. After `f` fails, nothing more is handed to
-/// it.
+/// thread's arena). Messages that cannot be read and files that do not
+/// look like mail ([`message::looks_like_mail`]) are reported on stderr,
+/// skipped and counted. After `f` fails, nothing more is handed to it.
 pub(super) fn for_each_mapped<T: Send>(
     paths: &[std::path::PathBuf],
     opts: &mailbox::Options,
     map: &(dyn Fn(&mut Extractor, RawMessage) -> T + Sync),
     f: &mut dyn FnMut(Vec<T>) -> Result<()>,
-) -> Result<usize> {
-    let mut failed = 0;
+) -> Result<Skipped> {
+    let mut failed = Skipped::default();
     let budget = batch_bytes();
     let mut messages = mailbox::open_all(paths, opts);
     let mut batch = read_batch(&mut messages, &mut failed, budget);
@@ -108,16 +144,20 @@ pub(super) fn for_each_mapped<T: Send>(
 /// The next readable messages, up to [`BATCH`] of them or until they hold
 /// `budget` bytes (the message that reaches the budget is the batch's last;
 /// a batch always has room for one message, however large); unreadable ones
-/// are reported and counted in `failed`.
+/// and those that are not mail are reported and counted in `failed`.
 fn read_batch(
     messages: &mut impl Iterator<Item = mailbox::Result<RawMessage>>,
-    failed: &mut usize,
+    failed: &mut Skipped,
     budget: usize,
 ) -> Vec<RawMessage> {
     let mut batch = Vec::new();
     let mut bytes = 0usize;
     for item in messages.by_ref() {
         match item {
+            Ok(raw) if !message::looks_like_mail(&raw.bytes) => {
+                failed.not_mail += 1;
+                report_not_mail(&raw.id.to_string());
+            }
             Ok(raw) => {
                 bytes = bytes.saturating_add(raw.bytes.len());
                 batch.push(raw);
@@ -126,7 +166,7 @@ fn read_batch(
                 }
             }
             Err(err) => {
-                *failed += 1;
+                failed.unreadable += 1;
                 eprintln!("bayesmail: {}", for_terminal(&err.to_string()));
             }
         }
@@ -136,15 +176,16 @@ fn read_batch(
 
 /// Ends a command that streamed one line per message to `out`: flushes,
 /// takes a closed stdout (`… | head`) as the end of the output rather than
-/// an error, and says whether any message could not be read (`unread`, from
-/// [`for_each_batch`]) or parsed (`unparsed`).
+/// an error, and says whether any message could not be read or was not
+/// mail (`skipped`, from [`for_each_batch`]) or could not be parsed
+/// (`unparsed`).
 pub(super) fn finish_stream(
-    result: Result<usize>,
+    result: Result<Skipped>,
     out: &mut impl std::io::Write,
     unparsed: usize,
 ) -> Result<super::Outcome> {
-    let failed = match result.and_then(|unread| out.flush().map(|_| unread).map_err(Into::into)) {
-        Ok(unread) => unread + unparsed > 0,
+    let failed = match result.and_then(|skipped| out.flush().map(|_| skipped).map_err(Into::into)) {
+        Ok(skipped) => skipped.total() + unparsed > 0,
         Err(err) if super::is_broken_pipe(&err) => unparsed > 0,
         Err(err) => return Err(err),
     };
@@ -241,7 +282,7 @@ mod tests {
                 )
             })
             .unwrap();
-        assert_eq!(unread, 0);
+        assert_eq!(unread, Skipped::default());
         assert_eq!(batches.iter().sum::<usize>(), 24 * MIB);
         // 4 MiB per worker, plus the one message that crosses the budget.
         let bound = 2 * 4 * MIB + MIB;

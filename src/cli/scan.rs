@@ -17,7 +17,7 @@ use bayesmail::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, MoveE
 use bayesmail::message;
 use bayesmail::sanitize::{for_json, for_terminal};
 
-use super::read::{finish_stream, for_each_mapped, planned_bytes};
+use super::read::{Skipped, finish_stream, for_each_mapped, planned_bytes};
 use super::{Context, Outcome, ScanArgs};
 
 /// One message classified (or why it could not be).
@@ -186,12 +186,13 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
         Ok(())
     });
     progress.finish_and_clear();
+    let skipped = result.as_ref().map_or(Skipped::default(), |s| *s);
     let outcome = finish_stream(
-        result.map(|unread| unread + tally.action_failed + tally.kept),
+        result,
         &mut out,
-        tally.unparsed,
+        tally.unparsed + tally.action_failed + tally.kept,
     )?;
-    summary(&tally, started, action.as_ref());
+    summary(&tally, skipped, started, action.as_ref());
     Ok(outcome)
 }
 
@@ -354,7 +355,7 @@ fn verdict_index(v: Verdict) -> usize {
     }
 }
 
-fn summary(t: &Tally, started: Instant, action: Option<&SpamAction>) {
+fn summary(t: &Tally, skipped: Skipped, started: Instant, action: Option<&SpamAction>) {
     let secs = started.elapsed().as_secs_f64();
     let mut s = format!(
         "scanned {} messages in {secs:.2}s ({:.0} msg/s): {} ham, {} unsure, {} spam",
@@ -367,6 +368,7 @@ fn summary(t: &Tally, started: Instant, action: Option<&SpamAction>) {
     if t.unparsed > 0 {
         s += &format!("; {} could not be parsed", t.unparsed);
     }
+    s += &skipped.note();
     if let Some(a) = action {
         let verb = match (a.moving, a.dry_run) {
             (true, false) => "moved",

@@ -4,8 +4,8 @@ use std::io::{self, BufWriter, Write};
 
 use anyhow::Result;
 
-use bayesmail::features::{Features, METADATA_NAMES};
-use bayesmail::sanitize::for_terminal;
+use bayesmail::features::{Features, METADATA_NAMES, grams};
+use bayesmail::sanitize::{for_terminal, quote_bytes};
 
 use super::read::{finish_stream, for_each_batch};
 use super::{Outcome, TokensArgs};
@@ -18,8 +18,14 @@ pub(super) fn run(args: &TokensArgs) -> Result<Outcome> {
         for e in batch {
             let id = e.raw.id.to_string();
             match e.features {
-                Ok(features) if args.json => write_json(&mut out, &id, &features)?,
-                Ok(features) => write_text(&mut out, &id, &features)?,
+                Ok(features) => {
+                    let bytes = byte_view(&e.raw.bytes, &features);
+                    if args.json {
+                        write_json(&mut out, &id, &features, &bytes)?;
+                    } else {
+                        write_text(&mut out, &id, &features, &bytes)?;
+                    }
+                }
                 Err(err) => {
                     unparsed += 1;
                     eprintln!("bayesmail: {}: {err}", for_terminal(&id));
@@ -31,23 +37,82 @@ pub(super) fn run(args: &TokensArgs) -> Result<Outcome> {
     finish_stream(result, &mut out, unparsed)
 }
 
+/// One bucket of the byte view: its name and the 4-grams of this message
+/// that fell in it, each escaped ([`quote_bytes`] without the quotes).
+#[derive(serde::Serialize)]
+struct Bucket {
+    bucket: String,
+    grams: Vec<String>,
+}
+
+/// The byte view of `raw` as the filter sees it: each bucket of
+/// `features` with the grams behind it.
+fn byte_view(raw: &[u8], features: &Features) -> Vec<Bucket> {
+    let all = grams::grams(raw);
+    features
+        .grams
+        .iter()
+        .map(|&b| Bucket {
+            bucket: format!("{b:05x}"),
+            grams: all
+                .iter()
+                .filter(|(bucket, _)| *bucket == b)
+                .map(|(_, g)| unquoted(g))
+                .collect(),
+        })
+        .collect()
+}
+
+/// [`quote_bytes`] without the quotes around it.
+pub(super) fn unquoted(bytes: &[u8]) -> String {
+    let quoted = quote_bytes(bytes);
+    quoted[1..quoted.len() - 1].to_string()
+}
+
 #[derive(serde::Serialize)]
 struct JsonLine<'a> {
     id: &'a str,
     #[serde(flatten)]
     features: &'a Features,
+    bytes: &'a [Bucket],
 }
 
-fn write_json(out: &mut impl Write, id: &str, features: &Features) -> io::Result<()> {
-    serde_json::to_writer(&mut *out, &JsonLine { id, features })?;
+fn write_json(
+    out: &mut impl Write,
+    id: &str,
+    features: &Features,
+    bytes: &[Bucket],
+) -> io::Result<()> {
+    serde_json::to_writer(
+        &mut *out,
+        &JsonLine {
+            id,
+            features,
+            bytes,
+        },
+    )?;
     out.write_all(b"\n")
 }
 
-fn write_text(out: &mut impl Write, id: &str, features: &Features) -> io::Result<()> {
+fn write_text(
+    out: &mut impl Write,
+    id: &str,
+    features: &Features,
+    bytes: &[Bucket],
+) -> io::Result<()> {
     writeln!(out, "==> {} <==", for_terminal(id))?;
     writeln!(out, "tokens ({}):", features.tokens.len())?;
     for token in &features.tokens {
         writeln!(out, "  {}", for_terminal(token))?;
+    }
+    writeln!(
+        out,
+        "bytes ({} buckets of the header block's 4-grams):",
+        bytes.len()
+    )?;
+    for b in bytes {
+        let grams: Vec<String> = b.grams.iter().map(|g| format!("\"{g}\"")).collect();
+        writeln!(out, "  bytes:{} {}", b.bucket, grams.join(" "))?;
     }
     write!(out, "metadata:")?;
     for (name, value) in METADATA_NAMES.iter().zip(features.metadata.0) {

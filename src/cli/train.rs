@@ -19,7 +19,7 @@ use bayesmail::trainer::Run;
 use bayesmail::trainer::protocol::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::{mailbox, message};
 
-use super::read::{for_each_mapped, planned_bytes, read_one};
+use super::read::{NOT_MAIL, Skipped, for_each_mapped, planned_bytes, read_one};
 use super::{Context, LearnArgs, Outcome, PruneArgs, TrainArgs, UnlearnArgs, detail, note};
 
 /// Fewer messages of a class than this: too few to fit calibration by
@@ -266,7 +266,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     let mut run = Run::new();
     let mut read_count = 0;
     let mut unparsed = 0;
-    let mut unread = 0;
+    let mut skipped = Skipped::default();
     let mut interrupted_reading = false;
     for (paths, label) in [(&args.ham, Label::Ham), (&args.spam, Label::Spam)] {
         let result = for_each_mapped(paths, &opts, &read_for_training, &mut |batch| {
@@ -297,7 +297,10 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             Ok(())
         });
         match result {
-            Ok(n) => unread += n,
+            Ok(s) => {
+                skipped.unreadable += s.unreadable;
+                skipped.not_mail += s.not_mail;
+            }
             Err(err) if err.is::<Interrupted>() => {
                 interrupted_reading = true;
                 break;
@@ -306,10 +309,13 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         }
     }
     bar.finish_and_clear();
-    let failed = unread + unparsed;
+    let failed = skipped.total() + unparsed;
     detail!(
-        "read {read_count} messages in {:.1}s ({unread} could not be read, {unparsed} not parsed)",
-        start.elapsed().as_secs_f64()
+        "read {read_count} messages in {:.1}s ({} could not be read, {} not mail, {unparsed} not \
+         parsed)",
+        start.elapsed().as_secs_f64(),
+        skipped.unreadable,
+        skipped.not_mail
     );
     if interrupted_reading {
         eprintln!(
@@ -391,25 +397,45 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         return Ok(Outcome::Exit(EXIT_INTERRUPTED));
     }
     drop(sigint);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    // The JSON summary is what was asked for: a result, on stdout. The
+    // text one is a summary: on stderr, silenced by -q.
     if args.json {
-        serde_json::to_writer(&mut out, &summary)?;
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        /// The store's summary and, when there were any, the files
+        /// skipped as not mail.
+        #[derive(serde::Serialize)]
+        struct Json<'a> {
+            #[serde(flatten)]
+            summary: &'a TrainSummary,
+            #[serde(skip_serializing_if = "is_zero")]
+            not_mail: usize,
+        }
+        fn is_zero(n: &usize) -> bool {
+            *n == 0
+        }
+        let json = Json {
+            summary: &summary,
+            not_mail: skipped.not_mail,
+        };
+        serde_json::to_writer(&mut out, &json)?;
         writeln!(out)?;
+        if let Some(why) = &missing {
+            note!("bayesmail: no model written: {why}");
+        }
     } else {
-        writeln!(
-            out,
-            "read {read_count} messages in {:.1}s: {} learned, {} moved to the other label, {} already known{}",
+        note!(
+            "read {read_count} messages in {:.1}s: {} learned, {} moved to the other label, {} already known{}{}",
             start.elapsed().as_secs_f64(),
             summary.learned,
             summary.relearned,
             summary.unchanged,
             duplicates_note(&summary),
-        )?;
-        writeln!(
-            out,
+            skipped.note(),
+        );
+        note!(
             "database {}: {} ham, {} spam{}",
-            ctx.db.dir().display(),
+            for_terminal(&ctx.db.dir().display().to_string()),
             summary.totals[0],
             summary.totals[1],
             match (&missing, summary.snapshot_written) {
@@ -417,12 +443,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
                 (None, true) => "; model written".to_string(),
                 (None, false) => "; nothing changed".to_string(),
             }
-        )?;
-    }
-    if let Some(why) = &missing
-        && args.json
-    {
-        eprintln!("bayesmail: no model written: {why}");
+        );
     }
     Ok(if failed > 0 {
         Outcome::SomeFailed
@@ -444,7 +465,7 @@ pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
     let removed = trainer.prune(args.max_count, args.min_age)?;
     let no_model = rebuild(ctx, &mut trainer)?;
     let left = bayesmail::store::Store::token_count(trainer.store())?;
-    println!(
+    note!(
         "pruned {removed} tokens seen in at most {} messages and unchanged for {} days; {left} \
          tokens left{}",
         args.max_count,
@@ -495,6 +516,9 @@ fn read_messages(path: &Path, command: &str) -> Result<(Vec<(String, Labelled)>,
             let id = raw.id.to_string();
             if raw.bytes.iter().all(u8::is_ascii_whitespace) {
                 bail!("empty message: {id}");
+            }
+            if !message::looks_like_mail(&raw.bytes) {
+                bail!("{id}: {NOT_MAIL}");
             }
             let features = extractor
                 .extract(&raw.bytes)
@@ -615,14 +639,19 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         };
         println!("{}", serde_json::to_string(&learned)?);
     }
-    let what = if labelled.len() == 1 {
-        match action {
-            "moved" => format!("moved to {label}"),
-            "learned" => format!("learned as {label}"),
-            _ => format!("already learned as {label}"),
-        }
-    } else {
-        format!(
+    // One message: what became of it is the result, on stdout. Several:
+    // a summary of the run, on stderr.
+    if !args.json && labelled.len() == 1 {
+        println!(
+            "{}",
+            match action {
+                "moved" => format!("moved to {label}"),
+                "learned" => format!("learned as {label}"),
+                _ => format!("already learned as {label}"),
+            }
+        );
+    } else if !args.json {
+        note!(
             "{} messages: {} learned as {label}, {} moved to {label}, {} already learned as \
              {label}{}",
             labelled.len(),
@@ -630,12 +659,10 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
             summary.relearned,
             summary.unchanged,
             duplicates_note(&summary),
-        )
-    };
-    match no_model {
-        _ if args.json => {}
-        None => println!("{what}"),
-        Some(why) => println!("{what}; no model written yet: {why}"),
+        );
+    }
+    if let (Some(why), false) = (&no_model, args.json) {
+        note!("bayesmail: note: no model written yet: {why}");
     }
     detail!(
         "database {}: {} ham, {} spam",
@@ -732,7 +759,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         if args.json {
             println!("{}", serde_json::json!({ "no_model": why }));
         } else {
-            println!("no model now: {why}");
+            note!("bayesmail: note: no model now: {why}");
         }
     }
     Ok(if failed > 0 {

@@ -35,6 +35,45 @@ pub const LINE_BYTES: usize = 256;
 /// assert_eq!(a.len(), "Subject: hi".len() - 3);
 /// ```
 pub fn buckets(raw: &[u8]) -> Vec<u32> {
+    let sample = sample(raw);
+    let mut out: Vec<u32> = sample
+        .windows(4)
+        .map(|w| bucket(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+        .collect();
+    sort(&mut out);
+    out.dedup();
+    out
+}
+
+/// The distinct byte 4-grams behind [`buckets`], each with its bucket,
+/// sorted by bucket and then by gram: what a bucket of this message stands
+/// for, to show people (`explain`, `tokens`). Not on the scoring path.
+///
+/// ```
+/// use bayesmail::features::grams::{buckets, grams};
+/// let raw = b"Subject: hi\n\nbody";
+/// let g = grams(raw);
+/// assert!(g.iter().any(|(_, gram)| gram == b"Subj"));
+/// let mut b: Vec<u32> = g.iter().map(|&(b, _)| b).collect();
+/// b.dedup();
+/// assert_eq!(b, buckets(raw));
+/// ```
+pub fn grams(raw: &[u8]) -> Vec<(u32, [u8; 4])> {
+    let mut out: Vec<(u32, [u8; 4])> = sample(raw)
+        .windows(4)
+        .map(|w| {
+            let gram = [w[0], w[1], w[2], w[3]];
+            (bucket(u32::from_le_bytes(gram)), gram)
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The bytes the 4-grams are taken from: the first [`HEADER_BYTES`] of
+/// `raw`'s header block, lines ending in LF, each cut at [`LINE_BYTES`].
+fn sample(raw: &[u8]) -> Vec<u8> {
     let (head, _) = split_header(raw);
     let mut sample = Vec::with_capacity(HEADER_BYTES.min(head.len()));
     for line in head.split_inclusive(|&b| b == b'\n') {
@@ -50,13 +89,7 @@ pub fn buckets(raw: &[u8]) -> Vec<u32> {
     if sample.last() == Some(&b'\n') {
         sample.pop();
     }
-    let mut out: Vec<u32> = sample
-        .windows(4)
-        .map(|w| bucket(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
-        .collect();
-    sort(&mut out);
-    out.dedup();
-    out
+    sample
 }
 
 /// Digits of [`sort`]: two passes cover a bucket number.

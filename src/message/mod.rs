@@ -38,7 +38,7 @@ mod identity;
 mod split;
 
 pub use identity::{Identity, canonical, digest, legacy_digest};
-pub use split::split_header;
+pub use split::{MAIL_SNIFF_BYTES, looks_like_mail, split_header};
 
 use std::borrow::Cow;
 

@@ -56,6 +56,33 @@ pub fn split_header(raw: &[u8]) -> (&[u8], &[u8]) {
     (&raw[..head_end], &raw[body_start..])
 }
 
+/// How far into a message (after its envelope line) [`looks_like_mail`]
+/// looks for the end of its first header field's name.
+pub const MAIL_SNIFF_BYTES: usize = 4096;
+
+/// Whether `raw` looks like a mail message at all: its first line, after a
+/// leading mbox envelope line, is a header field by the rule of
+/// [`split_header`] (a name of printable ASCII other than `:`, optional
+/// spaces or tabs, then `:`), with the `:` within the first
+/// [`MAIL_SNIFF_BYTES`] bytes. Every message starts with a field; a
+/// picture, a binary or a text file almost never does. The commands that
+/// read mail from files skip what fails this (`filter` does not use it: it
+/// passes everything on).
+///
+/// ```
+/// use bayesmail::message::looks_like_mail;
+/// assert!(looks_like_mail(b"Return-Path: <a@b.example>\nSubject: hi\n\nbody\n"));
+/// assert!(looks_like_mail(b"From a@b Mon Jan  1 00:00:00 2024\nSubject: hi\n\nbody\n"));
+/// assert!(!looks_like_mail(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"));
+/// assert!(!looks_like_mail(b"Bash is the shell, or command language interpreter.\n"));
+/// ```
+pub fn looks_like_mail(raw: &[u8]) -> bool {
+    let raw = strip_envelope(raw);
+    let window = &raw[..raw.len().min(MAIL_SNIFF_BYTES)];
+    let line = window.split(|&b| b == b'\n').next().unwrap_or_default();
+    is_field(line)
+}
+
 /// `raw` without a leading mbox envelope line (`From ` and the rest of that
 /// line). The one place where the envelope line is recognised for reading;
 /// only a whole message can have one.
@@ -215,6 +242,42 @@ mod tests {
         assert_eq!(split(b"From a@b"), ("", ""));
         // A part is split without it: `From now on` is text.
         assert_eq!(split_entity(b"From now on\n"), (0, 0));
+    }
+
+    /// Issue 26, U5: what does not start with a header field is not mail.
+    #[test]
+    fn only_what_starts_with_a_header_field_looks_like_mail() {
+        for mail in [
+            &b"Subject: hi\n\nbody"[..],
+            b"Received: from x\r\n\tby y\r\n\r\n",
+            b"X-Odd!#: v\n",
+            b"From a@b Mon Jan  1 00:00:00 2024\r\nFrom: a@b\r\n",
+            b"Subject : spaced\n",
+            b"Subject:",
+        ] {
+            assert!(looks_like_mail(mail), "{:?}", String::from_utf8_lossy(mail));
+        }
+        let long_name = [vec![b'X'; MAIL_SNIFF_BYTES], b": v\n".to_vec()].concat();
+        for not_mail in [
+            &b""[..],
+            b"\n",
+            b"\nSubject: after a blank line\n",
+            b" folded: first\n",
+            b"just text\nSubject: x\n",
+            b"X-B\xe4d: 8-bit name\n",
+            b": no name\n",
+            b"\x7fELF\x02\x01\x01\0",
+            b"%PDF-1.4\n",
+            b"From a@b Mon Jan  1 00:00:00 2024\n",
+            b"From a@b Mon Jan  1 00:00:00 2024\nno field\n",
+            &long_name,
+        ] {
+            assert!(
+                !looks_like_mail(not_mail),
+                "{:?}",
+                String::from_utf8_lossy(not_mail)
+            );
+        }
     }
 
     #[test]

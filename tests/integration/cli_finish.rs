@@ -176,8 +176,51 @@ fn quiet_silences_notes_and_summaries_and_verbose_adds_detail() {
     let quiet = db.run(&train_args(&spam, &ham, Some("-q")), None);
     assert_exit(&quiet, 0, &["train", "-q"]);
     assert_eq!(stderr(&quiet), "");
-    // The report on stdout is not a note: -q keeps it.
-    assert!(String::from_utf8_lossy(&quiet.stdout).starts_with("read 10 messages"));
+    // Issue 26, U6: train's summary is a summary like scan's: on stderr,
+    // and -q silences it; stdout has no summaries.
+    assert_eq!(String::from_utf8_lossy(&quiet.stdout), "");
+    assert!(normal.stdout.is_empty());
+    assert!(
+        stderr(&normal).contains("\nread 10 messages"),
+        "{}",
+        stderr(&normal)
+    );
+    // Its JSON is a result: on stdout, -q or not.
+    let db = Db::new();
+    let mut args = train_args(&spam, &ham, Some("-q"));
+    args.insert(2, "--json");
+    let json = db.run(&args, None);
+    assert_exit(&json, 0, &["-q", "train", "--json"]);
+    assert!(String::from_utf8_lossy(&json.stdout).starts_with("{"));
+    assert_eq!(stderr(&json), "");
+    // learn of several messages and prune: summaries too.
+    let mbox = db.path("two.mbox");
+    let message = |n: usize| {
+        format!(
+            "From a@b Mon Jan  1 00:00:00 2024\nFrom: x{n}@example.org\nSubject: note {n}\n\nhello {n}\n"
+        )
+    };
+    fs::write(&mbox, message(1) + "\n" + &message(2)).unwrap();
+    for (args, summary) in [
+        (
+            &["learn", "--ham", utf8(&mbox)][..],
+            "2 messages: 2 learned as ham",
+        ),
+        (&["prune"][..], "pruned 0 tokens"),
+    ] {
+        let loud = db.run(args, None);
+        assert_exit(&loud, 0, args);
+        assert!(stderr(&loud).starts_with(summary), "{}", stderr(&loud));
+        assert!(loud.stdout.is_empty(), "{args:?}");
+        let quiet: Vec<&str> = ["-q"].iter().copied().chain(args.iter().copied()).collect();
+        let out = db.run(&quiet, None);
+        assert_exit(&out, 0, &quiet);
+        assert_eq!(
+            (stderr(&out).as_str(), out.stdout.len()),
+            ("", 0),
+            "{quiet:?}"
+        );
+    }
     let db = Db::new();
     let verbose = db.run(&train_args(&spam, &ham, Some("--verbose")), None);
     assert_exit(&verbose, 0, &["train", "-v"]);

@@ -21,6 +21,7 @@ mod hostile_store;
 mod identity;
 mod journal;
 mod learning;
+mod promises;
 mod properties;
 mod prune;
 mod recipes;

@@ -30,11 +30,13 @@ fn prune_removes_rare_words_keeps_every_other_count_and_rewrites_the_model() {
     let stats_before = db.stats();
 
     // Nothing has been unchanged for 30 days yet: nothing goes.
-    let out = db.ok(&["prune"], None);
+    let out = stderr(&db.run(&["prune"], None));
     assert!(out.starts_with("pruned 0 tokens"), "{out}");
     assert_eq!(store_tokens(&db), before);
 
-    let out = db.ok(&["prune", "--max-count", "1", "--min-age", "0"], None);
+    let out = db.run(&["prune", "--max-count", "1", "--min-age", "0"], None);
+    assert_exit(&out, 0, &["prune"]);
+    let out = stderr(&out);
     let after = store_tokens(&db);
     let removed: Vec<&String> = before.keys().filter(|t| !after.contains_key(*t)).collect();
     assert!(!removed.is_empty());

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use crate::common::{
-    Db, assert_exit, root, run_with_stdin, sample_files, sample_spam, to_crlf, utf8,
+    Db, assert_exit, root, run_with_stdin, sample_files, sample_spam, stderr, to_crlf, utf8,
 };
 
 /// The body of the first code block fenced as ```` ```TAG ```` in README.md.
@@ -52,15 +52,12 @@ fn readme_recipes_are_the_contrib_files() {
 }
 
 /// `contrib/bayesmail-sieve-filter` as a user installs it: `BAYESMAIL_BIN`
-/// set to where the binary is.
-fn sieve_filter_program() -> String {
+/// set to where the binary is, `bin`.
+fn sieve_filter_program(bin: &std::path::Path) -> String {
     let script = contrib("bayesmail-sieve-filter");
     let default = "BAYESMAIL_BIN=/usr/local/bin/bayesmail\n";
     assert!(script.contains(default), "{script}");
-    script.replace(
-        default,
-        &format!("BAYESMAIL_BIN='{}'\n", env!("CARGO_BIN_EXE_bayesmail")),
-    )
+    script.replace(default, &format!("BAYESMAIL_BIN='{}'\n", utf8(bin)))
 }
 
 /// A user's home with the `bayesmail` binary in `~/bin`, a Maildir with a
@@ -305,10 +302,100 @@ fn maildrop_recipe_files_spam_into_junk_and_ham_into_the_inbox() {
     assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
 }
 
+/// `contrib/bayesmail-postfix-filter` as a user installs it: `BAYESMAIL_BIN`
+/// and `SENDMAIL` set at its top to `bin` and `sendmail`.
+fn postfix_filter_program(bin: &std::path::Path, sendmail: &std::path::Path) -> String {
+    let script = contrib("bayesmail-postfix-filter");
+    let mut out = script.clone();
+    for (line, value) in [
+        ("BAYESMAIL_BIN=/usr/local/bin/bayesmail\n", bin),
+        ("SENDMAIL=/usr/sbin/sendmail\n", sendmail),
+    ] {
+        assert!(script.contains(line), "{script}");
+        let name = line.split('=').next().unwrap();
+        out = out.replace(line, &format!("{name}='{}'\n", utf8(value)));
+    }
+    out
+}
+
+/// True if this process may run a command in a mount namespace of its own
+/// (root, and `unshare` installed); if not, panics where the full CI setup
+/// is required, and otherwise says the test is skipped.
+fn can_unshare() -> bool {
+    let ok = Command::new("unshare")
+        .args(["-m", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let required =
+        std::env::var_os("CI").is_some() || std::env::var_os("BAYESMAIL_REQUIRE_CORPUS").is_some();
+    assert!(
+        ok || !required,
+        "`unshare -m` does not run here (needs root and util-linux)"
+    );
+    if !ok {
+        eprintln!("cannot unshare a mount namespace: test skipped");
+    }
+    ok
+}
+
+/// A command run as Postfix's pipe(8) runs a content filter: nothing
+/// inherited but `PATH=/usr/bin:/bin`, `LANG=C` and `MAIL_CONFIG`, no
+/// `HOME`, the working directory `spool`. The password database is this
+/// process's with the running user's home directory changed to `home`, or
+/// without the user at all (`None`): a copy bind-mounted over /etc/passwd
+/// (and an nsswitch.conf that reads only it) in a mount namespace of the
+/// command's own, so nothing outside it sees the change.
+fn as_postfix_pipe(
+    program: &std::path::Path,
+    args: &[&str],
+    spool: &std::path::Path,
+    home: Option<&std::path::Path>,
+) -> Command {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() }.to_string();
+    let passwd: String = fs::read_to_string("/etc/passwd")
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let mut f: Vec<&str> = l.split(':').collect();
+            if f.len() < 7 || f[2] != uid {
+                return Some(format!("{l}\n"));
+            }
+            let home = home?;
+            f[5] = utf8(home);
+            Some(f.join(":") + "\n")
+        })
+        .collect();
+    let copy = spool.with_extension("passwd");
+    fs::write(&copy, passwd).unwrap();
+    // Only the file: nss-systemd would make up an entry for root.
+    let nsswitch = spool.with_extension("nsswitch");
+    fs::write(&nsswitch, "passwd: files\ngroup: files\n").unwrap();
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c"])
+        .arg(
+            "mount --bind \"$1\" /etc/passwd && mount --bind \"$2\" /etc/nsswitch.conf && \
+             cd \"$3\" && shift 3 && \
+             exec env -i PATH=/usr/bin:/bin LANG=C MAIL_CONFIG=/etc/postfix \"$@\"",
+        )
+        .arg("sh")
+        .arg(&copy)
+        .arg(&nsswitch)
+        .arg(spool)
+        .arg(program)
+        .args(args);
+    cmd
+}
+
+/// Issue 26, U1: the script, installed as the README says, run as Postfix
+/// runs it (no HOME, PATH=/usr/bin:/bin, the spool directory as working
+/// directory), finds the binary and judges with the user's own database,
+/// whose home comes from the password database; a user without a home
+/// gets `reason=config-error`, never a database relative to the spool.
 #[test]
-fn postfix_filter_script_reinjects_the_filtered_message() {
+fn postfix_filter_script_reinjects_the_message_judged_by_the_users_database() {
     let home = Home::new();
-    let script = root().join("contrib/bayesmail-postfix-filter");
     assert!(
         contrib("postfix-master.cf")
             .contains("argv=/usr/local/bin/bayesmail-postfix-filter -f ${sender} -- ${recipient}")
@@ -326,40 +413,84 @@ fn postfix_filter_script_reinjects_the_filtered_message() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
-    let (spam, _) = spam_and_ham(&home.db);
-    let mut cmd = home.command(utf8(&script));
-    cmd.env("SENDMAIL", &fake)
-        .args(["-f", "from@example.org", "--", "to@example.org"]);
-    let out = run_with_stdin(cmd, &spam);
-    assert_exit(&out, 0, &["bayesmail-postfix-filter"]);
-    let reinjected = fs::read(&record).unwrap();
-    assert!(has_line(&reinjected, "X-Spam-Flag: YES"));
-    assert_eq!(
-        reinjected.len(),
-        spam.len() + "X-Spam-Flag: YES\n".len() + status_line(&reinjected).len() + 1
-    );
-    let args = fs::read_to_string(record.with_extension("args")).unwrap();
-    assert_eq!(args.trim(), "-G -i -f from@example.org -- to@example.org");
-
-    // sendmail failing: Postfix must defer (75), not bounce.
+    let script = home.dir().join("bin/bayesmail-postfix-filter");
+    let install = |bin: &std::path::Path| {
+        fs::write(&script, postfix_filter_program(bin, &fake)).unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    install(std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail")));
+    link_default_db(&home.dir(), &home.db);
+    let spool = home.db.path("spool");
+    fs::create_dir(&spool).unwrap();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let args = ["-f", "from@example.org", "--", "to@example.org"];
+    // Postfix's environment without the password database: the failures
+    // that lose nothing still defer (75) rather than bounce.
+    let pipe_env = |cmd: &mut Command| {
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("LANG", "C")
+            .env("MAIL_CONFIG", "/etc/postfix")
+            .current_dir(&spool);
+    };
     fs::write(&fake, "#!/bin/sh\ncat > /dev/null\nexit 1\n").unwrap();
-    let mut cmd = home.command(utf8(&script));
-    cmd.env("SENDMAIL", &fake)
-        .args(["-f", "a@example.org", "--", "b@example.org"]);
+    let mut cmd = Command::new(&script);
+    pipe_env(cmd.args(args));
     assert_exit(
         &run_with_stdin(cmd, &spam),
         75,
         &["bayesmail-postfix-filter", "sendmail fails"],
     );
-    // bayesmail missing: also a deferral.
-    let mut cmd = home.command(utf8(&script));
-    cmd.env("SENDMAIL", &fake)
-        .env("BAYESMAIL", home.dir().join("no-such-binary"));
+    install(&home.dir().join("no-such-binary"));
+    let mut cmd = Command::new(&script);
+    pipe_env(cmd.args(args));
     assert_exit(
         &run_with_stdin(cmd, &spam),
         75,
         &["bayesmail-postfix-filter", "no bayesmail"],
     );
+    install(std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail")));
+    fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$@\" > '{0}.args'\ncat > '{0}'\n",
+            utf8(&record)
+        ),
+    )
+    .unwrap();
+    if !can_unshare() {
+        return;
+    }
+    for (message, status) in [(&spam, "Yes"), (&ham, "No")] {
+        let cmd = as_postfix_pipe(&script, &args, &spool, Some(&home.dir()));
+        let out = run_with_stdin(cmd, message);
+        assert_exit(&out, 0, &["bayesmail-postfix-filter"]);
+        let reinjected = fs::read(&record).unwrap();
+        let line = status_line(&reinjected);
+        assert!(
+            line.starts_with(&format!("X-Spam-Status: {status}, probability=")),
+            "{line}\n{}",
+            stderr(&out)
+        );
+        assert_eq!(has_line(&reinjected, "X-Spam-Flag: YES"), status == "Yes");
+        let ours = reinjected.len() - message.len();
+        assert_eq!(ours, line.len() + 1 + usize::from(status == "Yes") * 17);
+        let sent = fs::read_to_string(record.with_extension("args")).unwrap();
+        assert_eq!(sent.trim(), "-G -i -f from@example.org -- to@example.org");
+    }
+    // No home anywhere: the message goes on, unjudged, and nothing lands
+    // in the spool directory.
+    let cmd = as_postfix_pipe(&script, &args, &spool, None);
+    let out = run_with_stdin(cmd, &spam);
+    assert_exit(&out, 0, &["bayesmail-postfix-filter", "no home"]);
+    let reinjected = fs::read(&record).unwrap();
+    assert!(
+        status_line(&reinjected).starts_with("X-Spam-Status: Unknown, reason=config-error"),
+        "{}",
+        status_line(&reinjected)
+    );
+    assert!(stderr(&out).contains("HOME is not set"), "{}", stderr(&out));
+    assert_eq!(fs::read_dir(&spool).unwrap().count(), 0);
 }
 
 #[test]
@@ -370,7 +501,8 @@ fn sieve_filter_program_returns_the_message_with_our_headers() {
     // Installed as the README says, and run as Dovecot runs it: HOME and
     // USER, no PATH, the database the user's default under HOME.
     let program = home.dir().join("bin/sieve-filter-bayesmail");
-    fs::write(&program, sieve_filter_program()).unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail"));
+    fs::write(&program, sieve_filter_program(bin)).unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
     link_default_db(&home.dir(), &home.db);
@@ -526,38 +658,55 @@ fn forged_flag_after_malformed_lines_does_not_junk_ham() {
 /// program `bayesmail`. Dovecot runs that program with HOME, USER and the
 /// envelope but no PATH, so this is the environment the recipe must work
 /// in. sieve-test refuses to run as root, so it runs as `nobody`
-/// (`mail_uid`), and what it reads is made readable to it; the user's home
-/// is the test folder, whose default database is the trained one.
+/// (`mail_uid`), and everything it reads is in a directory of its own
+/// under /tmp that `nobody` can reach: the binary and the trained model
+/// are copied there, since the checkout (and the test's temporary
+/// directory) may be under a home or a directory `nobody` cannot enter.
+/// The user's home is that directory, whose default database is the copy.
 struct SieveTest {
     dir: tempfile::TempDir,
 }
 
 impl SieveTest {
-    fn new(home: &Home) -> SieveTest {
+    /// Installed with the binary `bin` (its copy, rather).
+    fn new(home: &Home, bin: &std::path::Path) -> SieveTest {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("bayesmail-sieve")
+            .tempdir_in("/tmp")
+            .unwrap();
         let d = dir.path();
         let open = |p: &std::path::Path| {
             fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap()
         };
         open(d);
-        fs::create_dir(d.join("bin")).unwrap();
-        open(&d.join("bin"));
-        // The database must be readable by nobody too.
-        for p in [home.db.path(""), home.db.dir()] {
-            open(&p);
+        for sub in [
+            "bin",
+            "libexec",
+            ".local",
+            ".local/share",
+            ".local/share/bayesmail",
+        ] {
+            fs::create_dir(d.join(sub)).unwrap();
+            open(&d.join(sub));
         }
+        let copy = d.join("libexec/bayesmail");
+        fs::copy(bin, &copy).unwrap();
+        open(&copy);
+        // The model is all `filter` reads of the database (the count
+        // store stays behind).
         for e in fs::read_dir(home.db.dir()).unwrap() {
             let p = e.unwrap().path();
             if p.is_file() {
-                fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+                let to = d
+                    .join(".local/share/bayesmail")
+                    .join(p.file_name().unwrap());
+                fs::copy(&p, &to).unwrap();
+                fs::set_permissions(&to, fs::Permissions::from_mode(0o644)).unwrap();
             }
         }
-        link_default_db(d, &home.db);
-        open(&d.join(".local"));
-        open(&d.join(".local/share"));
         let program = d.join("bin/bayesmail");
-        fs::write(&program, sieve_filter_program()).unwrap();
+        fs::write(&program, sieve_filter_program(&copy)).unwrap();
         open(&program);
         // The mail store, written by the mail user when a script runs
         // with -e (as in delivery); no Junk folder yet.
@@ -632,7 +781,7 @@ fn sieve_recipe_files_spam_into_junk_however_long_the_header_block() {
     }
     let home = Home::new();
     let (spam, ham) = spam_and_ham(&home.db);
-    let sieve = SieveTest::new(&home);
+    let sieve = SieveTest::new(&home, std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail")));
     assert_eq!(sieve.folder(&spam), "Junk");
     assert_eq!(sieve.folder(&ham), "INBOX");
     // 13 MB of header fields before the rest: our flag is still seen.
@@ -652,7 +801,7 @@ fn sieve_recipe_creates_a_missing_junk_folder_and_delivers_with_our_fields() {
     }
     let home = Home::new();
     let (spam, ham) = spam_and_ham(&home.db);
-    let sieve = SieveTest::new(&home);
+    let sieve = SieveTest::new(&home, std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail")));
     assert!(!sieve.dir.path().join("Maildir/.Junk").exists());
     let junk = sieve.deliver(&spam, ".Junk");
     assert_eq!(junk.len(), 1);
@@ -721,7 +870,7 @@ fn every_recipe_junks_spam_and_no_forged_flag_crlf_or_not() {
         }
     }
     if have("sieve-test") {
-        let sieve = SieveTest::new(&home);
+        let sieve = SieveTest::new(&home, std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail")));
         for (what, message) in &hams {
             if sieve.folder(message) != "INBOX" {
                 wrong.push(format!("sieve: {what}: junked"));
@@ -796,7 +945,7 @@ fn spam_after_a_fake_mbox_separator_reaches_junk_through_every_recipe() {
         }
     }
     if have("sieve-test") {
-        let sieve = SieveTest::new(&home);
+        let sieve = SieveTest::new(&home, std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail")));
         for (what, message) in &messages {
             if sieve.folder(message) != "Junk" {
                 missed.push(format!("sieve: {what}"));
@@ -804,6 +953,28 @@ fn spam_after_a_fake_mbox_separator_reaches_junk_through_every_recipe() {
         }
     }
     assert!(missed.is_empty(), "not junked: {missed:#?}");
+}
+
+/// Issue 26, U9: the Sieve recipe works when the built binary is where
+/// `nobody` cannot reach it (a checkout under a private home or a 0700
+/// temporary directory): sieve-test runs a copy of it.
+#[test]
+fn sieve_recipe_works_when_nobody_cannot_reach_the_checkout() {
+    if !have("sieve-test") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let private = tempfile::tempdir().unwrap();
+    fs::set_permissions(private.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    let target = private.path().join("target");
+    fs::create_dir(&target).unwrap();
+    let bin = target.join("bayesmail");
+    fs::copy(env!("CARGO_BIN_EXE_bayesmail"), &bin).unwrap();
+    let sieve = SieveTest::new(&home, &bin);
+    assert_eq!(sieve.folder(&spam), "Junk");
+    assert_eq!(sieve.folder(&ham), "INBOX");
 }
 
 /// Runs `tmux` on a server of this test's own (its own socket), so no

@@ -176,8 +176,13 @@ fn learn_unlearn_classify_take_each_message_of_an_mbox() {
     };
     let stdin_mbox = mbox_of(&fresh(3, "alpha"));
     let before = db.counts();
-    let out = db.ok(&["learn", "--spam", "-"], Some(&stdin_mbox));
-    assert!(out.contains("3 messages: 3 learned as spam"), "{out}");
+    let out = db.run(&["learn", "--spam", "-"], Some(&stdin_mbox));
+    assert_exit(&out, 0, &["learn", "--spam", "-"]);
+    assert!(
+        stderr(&out).contains("3 messages: 3 learned as spam"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(db.counts(), [before[0], before[1] + 3]);
 
     let file = db.path("archive.mbox");
@@ -277,7 +282,9 @@ fn no_one_class_model_and_no_database_by_accident() {
     assert!(err.contains("no model was written"), "{err}");
     assert!(!db.model().exists());
 
-    let out = db.ok(&["train", "--spam", utf8(&sample_spam())], None);
+    let out = db.run(&["train", "--spam", utf8(&sample_spam())], None);
+    assert_exit(&out, 0, &["train", "--spam"]);
+    let out = stderr(&out);
     assert!(out.contains("no model written"), "{out}");
     assert!(out.contains("no ham"), "{out}");
     assert!(!db.model().exists());
