@@ -7,7 +7,7 @@ use std::io::{self, BufWriter, Write};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use bayesmail::db::Decider;
+use bayesmail::decision::Decider;
 use bayesmail::decision::Verdict;
 use bayesmail::features::{Extractor, grams};
 use bayesmail::sanitize::{for_terminal, quote_bytes};
@@ -282,7 +282,7 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
             "calibrated on       {} messages (of the last train run; a sample of at most {} of \
              each class)",
             s.calibrated_on,
-            bayesmail::trainer::protocol::SAMPLE_PER_CLASS
+            bayesmail::fit::SAMPLE_PER_CLASS
         )?;
         let weights: Vec<String> = s
             .weights

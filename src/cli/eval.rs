@@ -11,9 +11,9 @@ use bayesmail::eval::confusion::Confusion;
 use bayesmail::eval::protocol::{self, Settings};
 use bayesmail::eval::{Report, Scored};
 use bayesmail::features::{Extractor, Features};
+use bayesmail::fit::Dataset;
 use bayesmail::mailbox;
 use bayesmail::model::Label;
-use bayesmail::trainer::protocol::Dataset;
 
 use super::{EvalArgs, Outcome};
 

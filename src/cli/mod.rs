@@ -16,12 +16,13 @@ use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 use bayesmail::config::{self, Config, ModelConfig};
-use bayesmail::db::{DEFAULT_LOCK_WAIT, DbPaths, Decider};
+use bayesmail::db::{DEFAULT_LOCK_WAIT, DbPaths};
 use bayesmail::decision::Costs;
+use bayesmail::decision::Decider;
 use bayesmail::eval::protocol::{DEFAULT_REFIT_EVERY, Settings};
+use bayesmail::fit::{self as training, DEFAULT_INNER_FOLDS};
 use bayesmail::mailbox;
 use bayesmail::model::ValidParams;
-use bayesmail::trainer::protocol::{self as training, DEFAULT_INNER_FOLDS};
 
 /// Exit status: every message was handled.
 const EXIT_OK: u8 = 0;

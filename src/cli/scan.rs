@@ -10,7 +10,8 @@ use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use bayesmail::db::{Classifier, Decider, Score};
+use bayesmail::db::{Classifier, Score};
+use bayesmail::decision::Decider;
 use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
 use bayesmail::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, MoveError, RawMessage};

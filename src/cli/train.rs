@@ -8,15 +8,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use bayesmail::db::Run;
 use bayesmail::db::{Labelled, TrainSummary, Trainer};
 use bayesmail::features::Extractor;
+use bayesmail::fit::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::mailbox::RawMessage;
 use bayesmail::message::Identity;
 use bayesmail::model::Label;
 use bayesmail::sanitize::for_terminal;
 use bayesmail::store::DEFAULT_JOURNAL_LIMIT;
-use bayesmail::trainer::Run;
-use bayesmail::trainer::protocol::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::{mailbox, message};
 
 use super::read::{NOT_MAIL, Skipped, for_each_mapped, planned_bytes, read_one};
@@ -325,7 +325,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         return Ok(Outcome::Exit(EXIT_INTERRUPTED));
     }
     refuse_conflicts(run.conflicts())?;
-    bayesmail::trainer::release_freed_memory();
+    bayesmail::db::release_freed_memory();
 
     // Everything after reading is short and finishes even after Ctrl-C.
     let calibration = if run.is_empty() {
@@ -599,7 +599,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     let labelled: Vec<Labelled> = messages.into_iter().map(|(_, m)| m).collect();
     let wait = Duration::from_secs(args.wait);
     let (summary, no_model) =
-        match bayesmail::trainer::quick::learn(&ctx.db, wait, &labelled, journal_limit())
+        match bayesmail::db::quick::learn(&ctx.db, wait, &labelled, journal_limit())
             .map_err(|e| hint(ctx, e))?
         {
             Some(summary) => (summary, None),
@@ -692,7 +692,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         .iter()
         .map(|(_, m)| (&m.features, m.identity))
         .collect();
-    let quick = bayesmail::trainer::quick::unlearn(&ctx.db, wait, &given, journal_limit())
+    let quick = bayesmail::db::quick::unlearn(&ctx.db, wait, &given, journal_limit())
         .map_err(|e| hint(ctx, e))?;
     let (results, no_model) = match quick {
         Some((results, inexact)) => {

@@ -2,7 +2,7 @@
 //! cross-validation (train on k−1 folds, score the last, pool the scores)
 //! and the TREC online protocol (in order: classify a message, then learn
 //! its true label). Both train with the training protocol of
-//! [`crate::trainer::protocol`] and judge with [`crate::classifier::judge`],
+//! [`crate::fit`] and judge with [`crate::db::judge`],
 //! as the commands do.
 //!
 //! The stacker is always fitted on scores the scored model did not train
@@ -16,10 +16,10 @@
 use rayon::prelude::*;
 
 use super::Scored;
-use crate::classifier::judge;
+use crate::db::judge;
 use crate::decision::{Calibrator, Decider};
+use crate::fit::{self as training, Counts, Dataset, select_and_calibrate};
 use crate::model::{Combine, Label};
-use crate::trainer::protocol::{self as training, Counts, Dataset, select_and_calibrate};
 
 /// Online protocol: messages between refits (hyperparameters and stacker).
 pub const DEFAULT_REFIT_EVERY: usize = 250;
@@ -298,8 +298,8 @@ mod tests {
 
     #[test]
     fn a_view_left_out_gets_no_weight() {
+        use crate::fit::Inputs;
         use crate::model::View;
-        use crate::trainer::protocol::Inputs;
         let data = noisy(true);
         let (counts, members) = learned_all(&data);
         let mut training = settings().training;
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn the_byte_views_strength_is_chosen_from_its_grid_unless_pinned() {
-        use crate::trainer::protocol::BYTES_STRENGTH_GRID;
+        use crate::fit::BYTES_STRENGTH_GRID;
         let data = noisy(true);
         let (counts, members) = learned_all(&data);
         let mut training = settings().training;

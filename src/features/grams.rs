@@ -13,10 +13,7 @@
 //! rest of the header block.
 
 use crate::message::split_header;
-use crate::model::BYTES_PREFIX;
-
-/// Bits of a bucket number: 2^18 buckets.
-pub const BUCKET_BITS: u32 = 18;
+use crate::vocab::BUCKET_BITS;
 
 /// Bytes of the header block read, from its start.
 pub const HEADER_BYTES: usize = 2000;
@@ -130,52 +127,9 @@ fn bucket(gram: u32) -> u32 {
     gram.wrapping_mul(0x9E37_79B1) >> (32 - BUCKET_BITS)
 }
 
-/// The feature name of a bucket: [`BYTES_PREFIX`] and the bucket in hex.
-pub fn key(bucket: u32) -> String {
-    Key::default().of(bucket).to_owned()
-}
-
-/// The bucket a feature name stands for, if it is exactly what [`key`]
-/// spells for a bucket below 2^[`BUCKET_BITS`]: the inverse of [`key`].
-/// The snapshot keeps the counts of such names in a table indexed by
-/// bucket; any other name stays a name.
-///
-/// ```
-/// use bayesmail::features::grams::{key, parse};
-/// assert_eq!(parse(&key(0x3_a0f1)), Some(0x3_a0f1));
-/// assert_eq!(parse("\u{1}3A0F1"), None);
-/// assert_eq!(parse("free"), None);
-/// ```
-pub fn parse(name: &str) -> Option<u32> {
-    let hex = name.strip_prefix(BYTES_PREFIX)?;
-    if hex.len() != 5 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return None;
-    }
-    u32::from_str_radix(hex, 16)
-        .ok()
-        .filter(|&b| b < 1 << BUCKET_BITS)
-}
-
-/// A buffer that spells bucket names without allocating, as [`key`] does.
-#[derive(Debug, Default)]
-pub struct Key([u8; 6]);
-
-impl Key {
-    /// The name of `bucket`, valid until the next call.
-    pub fn of(&mut self, bucket: u32) -> &str {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        self.0[0] = BYTES_PREFIX as u8;
-        for (i, slot) in self.0[1..].iter_mut().enumerate() {
-            *slot = HEX[(bucket >> (4 * (4 - i)) & 0xf) as usize];
-        }
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::View;
 
     #[test]
     fn reads_the_header_block_only_up_to_the_cap() {
@@ -229,30 +183,6 @@ mod tests {
             expected.sort_unstable();
             sort(&mut v);
             assert_eq!(v, expected, "{len}");
-        }
-    }
-
-    #[test]
-    fn keys_name_the_bytes_view() {
-        let k = key((1 << BUCKET_BITS) - 1);
-        assert_eq!(View::of(&k), View::Bytes);
-        assert_ne!(key(1), key(16));
-        assert_eq!(key(0x3_a0f1), "\u{1}3a0f1");
-        assert_eq!(key(0x1f), "\u{1}0001f");
-        for b in [0, 1, 0x1f, 0x3_a0f1, (1 << BUCKET_BITS) - 1] {
-            assert_eq!(parse(&key(b)), Some(b));
-        }
-        for name in [
-            "",
-            "\u{1}",
-            "\u{1}0001",
-            "\u{1}000001",
-            "\u{1}4_000",
-            "\u{1}fffff",
-            "\u{1}0001F",
-            "+0001f",
-        ] {
-            assert_eq!(parse(name), None, "{name:?}");
         }
     }
 }

@@ -46,40 +46,7 @@ pub const MAX_TOKENS: usize = 8192;
 /// Of [`MAX_TOKENS`], the room left for the tokens read after the text.
 pub const STRUCTURE_TOKENS: usize = 256;
 
-/// Number of metadata features.
-pub const METADATA_LEN: usize = 12;
-
-/// Names of the metadata features, in vector order. Counts are taken as
-/// ln(1 + n) so the Gaussian model sees a roughly symmetric spread.
-///
-/// | name | value |
-/// |---|---|
-/// | `log_size` | ln(1 + size in bytes of the message's canonical form: line ends counted as one byte, volatile fields and trailing blank lines left out) |
-/// | `log_text_chars` | ln(1 + characters of decoded text) |
-/// | `log_urls` | ln(1 + URLs in text and HTML link targets) |
-/// | `log_url_hosts` | ln(1 + distinct URL hosts) |
-/// | `upper_frac` | uppercase ASCII letters / ASCII letters in subject and text (0 if none) |
-/// | `nonascii_frac` | non-ASCII characters / non-space characters in text (0 if none) |
-/// | `html_only` | 1 if there is an HTML part and no plain-text part, else 0 |
-/// | `log_attachments` | ln(1 + non-text parts) |
-/// | `log_recipients` | ln(1 + addresses in To and Cc) |
-/// | `log_received` | ln(1 + Received headers) |
-/// | `hour_sin` | sin(2π·h/24), h the UTC hour of the Date header (0 if no valid date) |
-/// | `hour_cos` | cos(2π·h/24) (0 if no valid date) |
-pub const METADATA_NAMES: [&str; METADATA_LEN] = [
-    "log_size",
-    "log_text_chars",
-    "log_urls",
-    "log_url_hosts",
-    "upper_frac",
-    "nonascii_frac",
-    "html_only",
-    "log_attachments",
-    "log_recipients",
-    "log_received",
-    "hour_sin",
-    "hour_cos",
-];
+pub use crate::vocab::{METADATA_LEN, METADATA_NAMES};
 
 /// The numeric metadata of one message, in [`METADATA_NAMES`] order.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -116,7 +83,7 @@ impl Features {
         for token in self.tokens.iter() {
             f(token);
         }
-        let mut key = grams::Key::default();
+        let mut key = crate::vocab::GramName::default();
         for &b in &self.grams {
             f(key.of(b));
         }

@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 
 use super::split;
-use crate::model::Digest;
+use crate::vocab::Digest;
 
 /// Headers that mail software adds or rewrites while a message sits in a
 /// mailbox (read flags, IMAP bookkeeping, filter verdicts, our own headers):

@@ -10,7 +10,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::features::{Features, METADATA_LEN};
+use crate::features::Features;
+use crate::vocab::METADATA_LEN;
 
 /// The two classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -153,9 +154,7 @@ pub struct Totals {
     /// Metadata statistics per class, per feature.
     pub gauss: [[GaussStats; METADATA_LEN]; 2],
 }
-
-/// A digest identifying a message for the learned-message registry.
-pub type Digest = [u8; 32];
+pub use crate::vocab::Digest;
 
 /// A change to the statistics: what one training run, or one shard of it,
 /// adds or removes. Deltas merge by addition, so per-thread deltas reduce to
@@ -259,7 +258,7 @@ mod tests {
             3,
             "both words and the byte n-gram are counted"
         );
-        assert_eq!(d.tokens[&crate::features::grams::key(7)], [0, 1]);
+        assert_eq!(d.tokens[&crate::vocab::gram_name(7)], [0, 1]);
         let mut undo = Delta::default();
         undo.add_message(&f, Label::Spam, -1);
         d.merge(undo);

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::GaussStats;
-use crate::features::METADATA_LEN;
+use crate::vocab::METADATA_LEN;
 
 /// Per-class normal parameters, ready for scoring.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -16,77 +16,7 @@ pub use bernoulli::{BetaPrior, Combine, LogThetas, TextEvidence};
 pub use counts::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
 pub use gaussian::GaussianNb;
 
-use crate::features::METADATA_LEN;
-
-/// One view of a message: its own Bernoulli naive Bayes over its own binary
-/// features, with its own tempered evidence. Every feature belongs to
-/// exactly one view, told by its name ([`View::of`]), so the counts of all
-/// views live in one store and one snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum View {
-    /// Word tokens of the header fields (namespaced: `SUBJ:`, `FROM:`,
-    /// `RCVD:`, …).
-    Header,
-    /// Word tokens of the body text, and link hosts (`URL:`).
-    Body,
-    /// Hashed byte 4-grams of the raw header block
-    /// ([`crate::features::grams`]): robust to obfuscation and to broken
-    /// MIME, which the word views miss.
-    Bytes,
-}
-
-/// Number of views.
-pub const VIEWS: usize = 3;
-
-/// What every byte n-gram feature's name starts with: a control character
-/// no word token can contain.
-pub const BYTES_PREFIX: char = '\u{1}';
-
-impl View {
-    /// Every view, in the order of evidence and stacker inputs.
-    pub const ALL: [View; VIEWS] = [View::Header, View::Body, View::Bytes];
-
-    /// The view a feature belongs to, by its name.
-    ///
-    /// ```
-    /// use bayesmail::model::View;
-    /// assert_eq!(View::of("SUBJ:cheap"), View::Header);
-    /// assert_eq!(View::of("URL:example.com"), View::Body);
-    /// assert_eq!(View::of("cheap"), View::Body);
-    /// assert_eq!(View::of("\u{1}0badf"), View::Bytes);
-    /// ```
-    pub fn of(feature: &str) -> View {
-        if feature.starts_with(BYTES_PREFIX) {
-            return View::Bytes;
-        }
-        // A namespace is upper-case letters up to the first ':': stop at
-        // the first byte that is not one, not at the first ':' (a body
-        // word can be long and have none).
-        let upper = feature.bytes().take_while(u8::is_ascii_uppercase).count();
-        let namespace =
-            (upper > 0 && feature.as_bytes().get(upper) == Some(&b':')).then(|| &feature[..upper]);
-        let url = crate::tokenize::URL_NAMESPACE.trim_end_matches(':');
-        match namespace {
-            Some(ns) if ns != url => View::Header,
-            _ => View::Body,
-        }
-    }
-
-    /// Its index in [`View::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// Its lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            View::Header => "header",
-            View::Body => "body",
-            View::Bytes => "bytes",
-        }
-    }
-}
+pub use crate::vocab::{BYTES_PREFIX, METADATA_LEN, VIEWS, View};
 
 /// Hyperparameters as given (from defaults, a config file or flags).
 /// [`Params::check`] turns them into [`ValidParams`], the only form the

@@ -8,7 +8,7 @@
 //! size bound, folds everything into a new snapshot and removes it.
 //!
 //! `learn` and `unlearn` append to it without changing the count store
-//! (see [`crate::trainer::quick`]): entries carry their registry changes,
+//! (see [`crate::db::quick`]): entries carry their registry changes,
 //! and until the next writer opens the store and takes in the entries past
 //! its generation, store + journal are the truth.
 
@@ -64,7 +64,7 @@
 //! An entry whose length, checksum or chain is wrong, or bytes after the
 //! last entry that are not one, make the journal damaged: readers fail
 //! (`filter` passes the message on with a reason) and writers neither fold
-//! nor delete it (see [`crate::trainer::Trainer::open`]). Only a last entry
+//! nor delete it (see [`crate::db::Trainer::open`]). Only a last entry
 //! cut short, which a writer killed while appending leaves and never
 //! acknowledged, is left out without an error; the length check tells it
 //! from a damaged length.
@@ -75,9 +75,9 @@ use std::path::Path;
 
 use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
-use crate::features::METADATA_LEN;
 use crate::fsutil;
 use crate::model::{Delta, Digest, GaussStats, Label};
+use crate::vocab::METADATA_LEN;
 
 /// Version of the journal layout.
 pub const JOURNAL_VERSION: u32 = 3;

@@ -37,8 +37,8 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::features::METADATA_LEN;
 use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
+use crate::vocab::METADATA_LEN;
 
 pub use self::sled::{SledStore, StoreIdentity};
 pub use journal::{DEFAULT_JOURNAL_LIMIT, Journal};

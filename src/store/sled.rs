@@ -48,11 +48,10 @@ use ::sled::{Db, Transactional, Tree};
 
 use super::packed::{self, RegistryKey, registry_key, registry_shard_of, shard_key, shard_of};
 use super::{Error, FORMAT_VERSION, Result, Store, apply_token, apply_totals};
-use crate::features::METADATA_LEN;
-use crate::features::grams;
 use crate::fsutil;
 use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
-use crate::tokenize::TOKENIZER_VERSION;
+use crate::vocab::METADATA_LEN;
+use crate::vocab::TOKENIZER_VERSION;
 
 const FORMAT_KEY: &[u8] = b"format_version";
 const TOKENIZER_KEY: &[u8] = b"tokenizer_version";
@@ -205,7 +204,7 @@ impl SledStore {
             if counts.is_zero() {
                 continue;
             }
-            match grams::parse(&token) {
+            match crate::vocab::gram_bucket(&token) {
                 Some(bucket) => {
                     let block = bucket as usize / packed::GRAM_BLOCK;
                     let block = blocks
@@ -381,7 +380,7 @@ impl Store for SledStore {
     }
 
     fn token(&self, token: &str) -> Result<TokenCounts> {
-        if let Some(bucket) = grams::parse(token) {
+        if let Some(bucket) = crate::vocab::gram_bucket(token) {
             let block = self.gram_block(bucket / packed::GRAM_BLOCK as u32)?;
             return Ok(block
                 .map(|b| b[bucket as usize % packed::GRAM_BLOCK])
@@ -431,7 +430,7 @@ impl Store for SledStore {
         for shard in 0..packed::SHARDS {
             all.extend(self.shard(shard as u16)?);
         }
-        let blocks = (1usize << grams::BUCKET_BITS).div_ceil(packed::GRAM_BLOCK);
+        let blocks = (1usize << crate::vocab::BUCKET_BITS).div_ceil(packed::GRAM_BLOCK);
         for block in 0..blocks as u32 {
             if let Some(counts) = self.gram_block(block)? {
                 let first = block * packed::GRAM_BLOCK as u32;
@@ -439,7 +438,7 @@ impl Store for SledStore {
                     (first..)
                         .zip(counts)
                         .filter(|(_, c)| !c.is_zero())
-                        .map(|(b, c)| (grams::key(b), c, 0)),
+                        .map(|(b, c)| (crate::vocab::gram_name(b), c, 0)),
                 );
             }
         }
@@ -532,7 +531,7 @@ impl SledStore {
             if d == [0, 0] {
                 continue;
             }
-            if let Some(bucket) = grams::parse(token) {
+            if let Some(bucket) = crate::vocab::gram_bucket(token) {
                 by_block
                     .entry(bucket / packed::GRAM_BLOCK as u32)
                     .or_default()
@@ -1157,7 +1156,8 @@ mod tests {
             .unwrap();
         // "never" was pruned or never counted; a bucket of the byte view too.
         let mut back = message(&["a", "b", "never"], Label::Spam, -1, 1, 5);
-        back.tokens.insert(grams::key(7).to_owned(), [0, -1]);
+        back.tokens
+            .insert(crate::vocab::gram_name(7).to_owned(), [0, -1]);
         assert_eq!(store.apply(&back).unwrap(), 2);
         assert_eq!(store.totals().unwrap().messages, [0, 0]);
         assert_eq!(store.token_count().unwrap(), 0);

@@ -71,10 +71,10 @@ use std::borrow::Cow;
 
 use super::mapped::Mapped;
 use super::{Error, Result, Store};
-use crate::features::grams::{self, BUCKET_BITS};
 use crate::fsutil::{self, open_regular};
 use crate::model::TokenCounts;
-use crate::tokenize::TOKENIZER_VERSION;
+use crate::vocab::BUCKET_BITS;
+use crate::vocab::TOKENIZER_VERSION;
 
 /// Version of the snapshot file layout (independent of the count store's
 /// format). Version 2 added the hash table; version 3 has the same layout
@@ -225,7 +225,7 @@ fn encode<K: AsRef<str>>(header: &[u8], tokens: &[(K, TokenCounts)]) -> Result<V
     let mut words: Vec<(&str, TokenCounts)> = Vec::with_capacity(tokens.len());
     let mut buckets: Vec<(u32, TokenCounts)> = Vec::new();
     for (k, c) in tokens {
-        match grams::parse(k.as_ref()) {
+        match crate::vocab::gram_bucket(k.as_ref()) {
             Some(b) => buckets.push((b, *c)),
             None => words.push((k.as_ref(), *c)),
         }
@@ -757,7 +757,7 @@ impl Snapshot {
     /// name ([`grams::key`]); no allocation.
     pub fn lookup(&self, token: &str) -> Option<TokenCounts> {
         if self.version >= DENSE_GRAMS
-            && let Some(bucket) = grams::parse(token)
+            && let Some(bucket) = crate::vocab::gram_bucket(token)
         {
             return self.gram(bucket);
         }
@@ -773,7 +773,7 @@ impl Snapshot {
             return None;
         }
         if self.version < DENSE_GRAMS {
-            return self.word(grams::Key::default().of(bucket).as_bytes());
+            return self.word(crate::vocab::GramName::default().of(bucket).as_bytes());
         }
         let i = bucket as usize;
         if i >= self.b {
@@ -857,7 +857,7 @@ impl Snapshot {
     /// [`Snapshot::lookup_all`]'s first step (version 4 on): a bucket's
     /// counts, or where `token`'s probe starts (its slot asked for).
     fn first_step(&self, token: &str) -> Step {
-        if let Some(bucket) = grams::parse(token) {
+        if let Some(bucket) = crate::vocab::gram_bucket(token) {
             return Step::Done(self.gram(bucket));
         }
         let hash = token_hash(token.as_bytes());
@@ -925,7 +925,7 @@ impl Snapshot {
             .peekable();
         let mut buckets = self
             .grams()
-            .map(|(b, c)| (Cow::<str>::Owned(grams::key(b)), c))
+            .map(|(b, c)| (Cow::<str>::Owned(crate::vocab::gram_name(b)), c))
             .peekable();
         std::iter::from_fn(move || {
             let word_first = match (words.peek(), buckets.peek()) {
@@ -977,7 +977,7 @@ impl Snapshot {
                 return Err(self.corrupt(format!("token {i} is not in the hash table")));
             }
             if self.version >= DENSE_GRAMS
-                && std::str::from_utf8(key).is_ok_and(|k| grams::parse(k).is_some())
+                && std::str::from_utf8(key).is_ok_and(|k| crate::vocab::gram_bucket(k).is_some())
             {
                 return Err(self.corrupt(format!("token {i} belongs in the bucket table")));
             }
@@ -1520,7 +1520,11 @@ mod tests {
         // Buckets by number, as the classifier looks them up.
         let gram = |name: &str| sample().into_iter().find(|(t, _)| t == name).map(|t| t.1);
         for bucket in [0, 5, 0x28] {
-            assert_eq!(snap.gram(bucket), gram(&grams::key(bucket)), "{bucket}");
+            assert_eq!(
+                snap.gram(bucket),
+                gram(&crate::vocab::gram_name(bucket)),
+                "{bucket}"
+            );
             assert!(snap.gram(bucket).is_some());
         }
         for bucket in [
@@ -1794,7 +1798,7 @@ mod tests {
         prop_oneof![
             "[abc]{0,4}",
             "[a-z\u{e9}]{1,8}",
-            (0..1u32 << BUCKET_BITS).prop_map(grams::key),
+            (0..1u32 << BUCKET_BITS).prop_map(crate::vocab::gram_name),
             "\u{1}[0-9a-fA-F]{4,6}",
         ]
     }
@@ -1874,7 +1878,7 @@ mod tests {
             .map(|(t, _)| t)
             .find(|t| {
                 let h = home(t);
-                grams::parse(t).is_none()
+                crate::vocab::gram_bucket(t).is_none()
                     && h + 1 < snap.m
                     && value(h + 1) == 0
                     && value(h) & !slot_tag(snap.version, snap.n, 0).0 == tag(t)
@@ -1987,7 +1991,7 @@ mod tests {
             assert_eq!(snap.header::<Header>().unwrap(), header());
             for (token, counts) in sample() {
                 assert_eq!(snap.lookup(&token), Some(counts), "{token:?}");
-                if let Some(bucket) = grams::parse(&token) {
+                if let Some(bucket) = crate::vocab::gram_bucket(&token) {
                     assert_eq!(snap.gram(bucket), Some(counts), "{bucket}");
                 }
             }
@@ -2097,7 +2101,7 @@ mod tests {
         let all: Vec<(String, TokenCounts)> = (0..1u32 << BUCKET_BITS)
             .step_by(5)
             .chain([(1 << BUCKET_BITS) - 1])
-            .map(|b| (grams::key(b), TokenCounts { ham: b, spam: 1 }))
+            .map(|b| (crate::vocab::gram_name(b), TokenCounts { ham: b, spam: 1 }))
             .chain((0..3000).map(|i| (format!("word{i}"), TokenCounts { ham: i, spam: 0 })))
             .filter(|(_, c)| !c.is_zero())
             .collect();
@@ -2109,7 +2113,7 @@ mod tests {
         assert_eq!(snap.len(), all.len());
         for (name, counts) in &all {
             assert_eq!(snap.lookup(name), Some(*counts), "{name:?}");
-            if let Some(b) = grams::parse(name) {
+            if let Some(b) = crate::vocab::gram_bucket(name) {
                 assert_eq!(snap.gram(b), Some(*counts));
             }
         }

@@ -16,19 +16,13 @@ mod words;
 
 use tantivy::tokenizer::{Token, TokenFilter, TokenStream, Tokenizer};
 
+pub use crate::vocab::{TOKENIZER_VERSION, URL_NAMESPACE};
 pub use words::MailWordTokenizer;
-
-/// Version of the feature rules (word tokens and the byte view's n-grams).
-/// Any change that alters the features of some message must bump it, so
-/// stored counts are never mixed across tokenizers.
-pub const TOKENIZER_VERSION: u32 = 3;
 
 /// Longest token, in bytes, namespace included. Longer ones are dropped.
 pub const MAX_TOKEN_LEN: usize = 48;
 /// Longest namespace prefix (`FROMDOM:`).
 pub const MAX_NAMESPACE_LEN: usize = 8;
-/// Prefix of URL host tokens.
-pub const URL_NAMESPACE: &str = "URL:";
 
 /// Tokens of one message: de-duplicated as they arrive (a hash table over
 /// an arena, so a repeated word costs no allocation and is never copied),

@@ -6,9 +6,9 @@ use std::fs;
 use std::time::Duration;
 
 use bayesmail::db::{Classifier, DbPaths, Trainer};
-use bayesmail::features::grams::{self, BUCKET_BITS};
 use bayesmail::model::TokenCounts;
 use bayesmail::store::Store;
+use bayesmail::vocab::BUCKET_BITS;
 
 use crate::common::*;
 
@@ -22,7 +22,7 @@ fn store_counts(db: &Db) -> (Vec<Option<TokenCounts>>, u64) {
     let mut buckets = vec![None; 1 << BUCKET_BITS];
     let mut words = 0;
     store
-        .for_each_token(&mut |t, c| match grams::parse(t) {
+        .for_each_token(&mut |t, c| match bayesmail::vocab::gram_bucket(t) {
             Some(b) => buckets[b as usize] = Some(c),
             None => words += 1,
         })
@@ -39,7 +39,11 @@ fn assert_buckets_match_store(db: &Db) {
     for (b, counts) in expected.iter().enumerate() {
         let b = b as u32;
         assert_eq!(classifier.gram(b), *counts, "bucket {b:#x}");
-        assert_eq!(classifier.lookup(&grams::key(b)), *counts, "bucket {b:#x}");
+        assert_eq!(
+            classifier.lookup(&bayesmail::vocab::gram_name(b)),
+            *counts,
+            "bucket {b:#x}"
+        );
     }
     assert_eq!(classifier.gram(1 << BUCKET_BITS), None);
     assert_eq!(classifier.gram(u32::MAX), None);

@@ -20,6 +20,7 @@ mod hostile_scan;
 mod hostile_store;
 mod identity;
 mod journal;
+mod layers;
 mod learning;
 mod promises;
 mod properties;

@@ -379,7 +379,7 @@ fn readers_never_need_the_writers_lock() {
     // What a running writer holds: the writers' lock, then the store.
     let paths = DbPaths::new(db.dir());
     let held = (
-        bayesmail::trainer::WriterLock::take(&paths, Duration::ZERO).expect("no other writer"),
+        bayesmail::db::WriterLock::take(&paths, Duration::ZERO).expect("no other writer"),
         SledStore::open(&paths.counts(), Duration::ZERO).expect("nobody holds the store"),
     );
     assert_eq!(db.classify(&[&sample_ham()]).len(), 24);

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Labelled, TrainSummary, WriterLock};
-use crate::classifier::ModelHeader;
+use crate::db::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
 use crate::features::Features;
 use crate::message::Identity;
@@ -124,7 +124,7 @@ impl State {
         let totals = crate::store::apply_totals(&header.totals, journal, &mut before).ok()?;
         crate::store::apply_totals(&totals, delta, &mut inexact).ok()?;
         for (token, &d) in &delta.tokens {
-            let stored = match crate::features::grams::parse(token) {
+            let stored = match crate::vocab::gram_bucket(token) {
                 Some(b) => snapshot.gram(b),
                 None => snapshot.lookup(token),
             }
@@ -208,7 +208,7 @@ pub fn learn(
         if !seen.insert(m.identity.digest) {
             continue;
         }
-        super::learn_into(&mut delta, &mut summary, m, state.registered(&m.identity));
+        super::writer::learn_into(&mut delta, &mut summary, m, state.registered(&m.identity));
     }
     let before = state.messages();
     summary.totals = [0, 1].map(|c| (before[c] as i64 + delta.messages[c]) as u64);

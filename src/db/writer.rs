@@ -8,25 +8,22 @@
 //! snapshot; for a small change [`Trainer::publish`] appends it to the
 //! journal beside the snapshot instead.
 
-pub mod protocol;
-pub mod quick;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::classifier::ModelHeader;
+use crate::db::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
 use crate::decision::Calibrator;
-use crate::features::{Features, grams};
+use crate::features::Features;
+use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings};
 use crate::message::Identity;
 use crate::model::{
     BYTES_PREFIX, Combine, Delta, Digest, Label, Params, TokenCounts, VIEWS, View, bernoulli,
 };
 use crate::store::{self, Journal, SledStore, Snapshot, Store, StoreIdentity};
-use protocol::{Counts, Dataset, Example, Sample, Settings};
 
 /// How long a writer waits for another writer's lock before giving up.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -685,11 +682,11 @@ impl Run {
     /// The id of the byte view's `bucket`, a new one if it is new.
     fn gram_id(&mut self, bucket: u32) -> u32 {
         if self.gram_ids.is_empty() {
-            self.gram_ids = vec![NO_ID; 1 << grams::BUCKET_BITS];
+            self.gram_ids = vec![NO_ID; 1 << crate::vocab::BUCKET_BITS];
         }
         let Some(&id) = self.gram_ids.get(bucket as usize) else {
             // Not a bucket `grams` makes: named like any other feature.
-            return self.token_id(&grams::key(bucket));
+            return self.token_id(&crate::vocab::gram_name(bucket));
         };
         if id != NO_ID {
             return id;
@@ -703,7 +700,7 @@ impl Run {
     /// spells a bucket of the byte view is that bucket.
     fn token_id(&mut self, token: &str) -> u32 {
         if token.starts_with(BYTES_PREFIX)
-            && let Some(bucket) = grams::parse(token)
+            && let Some(bucket) = crate::vocab::gram_bucket(token)
         {
             return self.gram_id(bucket);
         }
@@ -729,7 +726,7 @@ impl Run {
             tokens.push(self.token_id(t));
         }
         for &b in &features.grams {
-            may_repeat |= b >= 1 << grams::BUCKET_BITS;
+            may_repeat |= b >= 1 << crate::vocab::BUCKET_BITS;
             tokens.push(self.gram_id(b));
         }
         if may_repeat {
@@ -837,7 +834,7 @@ impl Run {
             .into_iter()
             .enumerate()
             .filter(|&(_, id)| id != NO_ID)
-            .filter_map(|(bucket, id)| Some((grams::key(bucket as u32), change(id)?)));
+            .filter_map(|(bucket, id)| Some((crate::vocab::gram_name(bucket as u32), change(id)?)));
         // Sized once: a table grown by doubling holds two copies at its peak.
         let changed = (0..vocabulary as u32)
             .filter(|&id| change(id).is_some())
@@ -1106,9 +1103,9 @@ mod tests {
                 .tokens
                 .iter()
                 .map(str::to_owned)
-                .chain([grams::key(5), format!("{BYTES_PREFIX}40000")]),
+                .chain([crate::vocab::gram_name(5), format!("{BYTES_PREFIX}40000")]),
         );
-        odd.features.grams = vec![5, 7, 1 << grams::BUCKET_BITS];
+        odd.features.grams = vec![5, 7, 1 << crate::vocab::BUCKET_BITS];
         let mut first = Run::new();
         for m in [&a, &b] {
             trainer.add_to_run(&mut first, m, "x").unwrap();
@@ -1152,7 +1149,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(stored, expected);
-        assert_eq!(stored[&grams::key(5)].ham, 1);
+        assert_eq!(stored[&crate::vocab::gram_name(5)].ham, 1);
     }
 
     /// A database trained on a few messages, its model compiled.

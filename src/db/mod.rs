@@ -1,5 +1,5 @@
 //! The database directory, its paths and errors. The two sides that use it
-//! are [`crate::classifier`] (reads the snapshot) and [`crate::trainer`]
+//! are [`crate::db`] (reads the snapshot) and [`crate::db`]
 //! (writes the counts and the snapshot); their types are re-exported here.
 //!
 //! ```text
@@ -18,12 +18,19 @@
 
 use std::path::{Path, PathBuf};
 
-pub use crate::classifier::{
-    Classifier, Explanation, Judgment, ModelHeader, Score, TokenWeight, ViewPart,
+pub mod quick;
+mod reader;
+mod writer;
+
+pub use reader::{
+    Classifier, Explanation, Judgment, ModelHeader, Score, TokenWeight, ViewPart, judge,
 };
-pub use crate::decision::Decider;
+pub use writer::{
+    CHUNK_MESSAGES, DEFAULT_LOCK_WAIT, Labelled, Run, SetAside, TrainSummary, Trainer, WriterLock,
+    release_freed_memory,
+};
+
 use crate::store;
-pub use crate::trainer::{CHUNK_MESSAGES, DEFAULT_LOCK_WAIT, Labelled, TrainSummary, Trainer};
 
 /// Errors of the database layer.
 #[derive(Debug, thiserror::Error)]

@@ -13,11 +13,12 @@ use rayon::prelude::*;
 
 use crate::decision::Calibrator;
 use crate::decision::calibrate::INPUTS;
-use crate::features::{Features, METADATA_LEN};
+use crate::features::Features;
 use crate::model::{
     Combine, Label, Model, ModelSet, Params, TokenCounts, Totals, VIEWS, ValidParams, View,
     bernoulli,
 };
+use crate::vocab::METADATA_LEN;
 
 /// One labelled message, its features interned.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,7 +127,7 @@ impl Inputs {
     /// Parses a comma-separated list of input names.
     ///
     /// ```
-    /// use bayesmail::trainer::protocol::Inputs;
+    /// use crate::fit::Inputs;
     /// let i = Inputs::parse("header,metadata").unwrap();
     /// assert_eq!(i.0, [true, false, false, true]);
     /// assert!(Inputs::parse("header,nope").is_err());

@@ -20,9 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::db::{DbPaths, Error, Result};
 use crate::decision::{Calibrator, Decider, Verdict};
-use crate::features::{Features, METADATA_LEN, METADATA_NAMES, grams};
+use crate::features::Features;
 use crate::model::{Combine, Evidence, Model, Params, TokenCounts, Totals, VIEWS, View};
 use crate::store::{self, Journal, Snapshot, StoreIdentity};
+use crate::vocab::{METADATA_LEN, METADATA_NAMES};
 
 /// What the snapshot carries besides token counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -240,7 +241,7 @@ impl Classifier {
             header.totals =
                 store::apply_totals(&header.totals, &delta, &mut inexact).map_err(bad)?;
             for (token, d) in delta.tokens {
-                let bucket = grams::parse(&token);
+                let bucket = crate::vocab::gram_bucket(&token);
                 let old = match bucket {
                     Some(b) => snapshot.gram(b),
                     None => snapshot.lookup(&token),
@@ -308,7 +309,7 @@ impl Classifier {
 
     /// The counts of a feature, if it is in the vocabulary.
     pub fn lookup(&self, token: &str) -> Option<TokenCounts> {
-        if let Some(bucket) = grams::parse(token) {
+        if let Some(bucket) = crate::vocab::gram_bucket(token) {
             return self.gram(bucket);
         }
         self.word(token)

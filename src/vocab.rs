@@ -1,0 +1,200 @@
+//! The shared vocabulary: names and numbers that every layer agrees on and
+//! that depend on nothing else. The views a feature can belong to and how a
+//! feature's name tells its view, how a byte-view bucket is spelled as a
+//! feature name, the metadata vector's names and length, the token
+//! namespaces the views are told by, and the version of the feature rules.
+//!
+//! Every other module may use this one; it uses none of them, so putting a
+//! name here never makes two modules depend on each other.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the feature rules (word tokens and the byte view's n-grams).
+/// Any change that alters the features of some message must bump it, so
+/// stored counts are never mixed across tokenizers.
+pub const TOKENIZER_VERSION: u32 = 3;
+
+/// Prefix of URL host tokens.
+pub const URL_NAMESPACE: &str = "URL:";
+
+/// One view of a message: its own Bernoulli naive Bayes over its own binary
+/// features, with its own tempered evidence. Every feature belongs to
+/// exactly one view, told by its name ([`View::of`]), so the counts of all
+/// views live in one store and one snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum View {
+    /// Word tokens of the header fields (namespaced: `SUBJ:`, `FROM:`,
+    /// `RCVD:`, …).
+    Header,
+    /// Word tokens of the body text, and link hosts (`URL:`).
+    Body,
+    /// Hashed byte 4-grams of the raw header block
+    /// ([`crate::features::grams`]): robust to obfuscation and to broken
+    /// MIME, which the word views miss.
+    Bytes,
+}
+
+/// Number of views.
+pub const VIEWS: usize = 3;
+
+/// What every byte n-gram feature's name starts with: a control character
+/// no word token can contain.
+pub const BYTES_PREFIX: char = '\u{1}';
+
+impl View {
+    /// Every view, in the order of evidence and stacker inputs.
+    pub const ALL: [View; VIEWS] = [View::Header, View::Body, View::Bytes];
+
+    /// The view a feature belongs to, by its name.
+    ///
+    /// ```
+    /// use bayesmail::vocab::View;
+    /// assert_eq!(View::of("SUBJ:cheap"), View::Header);
+    /// assert_eq!(View::of("URL:example.com"), View::Body);
+    /// assert_eq!(View::of("cheap"), View::Body);
+    /// assert_eq!(View::of("\u{1}0badf"), View::Bytes);
+    /// ```
+    pub fn of(feature: &str) -> View {
+        if feature.starts_with(BYTES_PREFIX) {
+            return View::Bytes;
+        }
+        // A namespace is upper-case letters up to the first ':': stop at
+        // the first byte that is not one, not at the first ':' (a body
+        // word can be long and have none).
+        let upper = feature.bytes().take_while(u8::is_ascii_uppercase).count();
+        let namespace =
+            (upper > 0 && feature.as_bytes().get(upper) == Some(&b':')).then(|| &feature[..upper]);
+        let url = URL_NAMESPACE.trim_end_matches(':');
+        match namespace {
+            Some(ns) if ns != url => View::Header,
+            _ => View::Body,
+        }
+    }
+
+    /// Its index in [`View::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            View::Header => "header",
+            View::Body => "body",
+            View::Bytes => "bytes",
+        }
+    }
+}
+
+/// Number of metadata features.
+pub const METADATA_LEN: usize = 12;
+
+/// Names of the metadata features, in vector order. Counts are taken as
+/// ln(1 + n) so the Gaussian model sees a roughly symmetric spread.
+///
+/// | name | value |
+/// |---|---|
+/// | `log_size` | ln(1 + size in bytes of the message's canonical form: line ends counted as one byte, volatile fields and trailing blank lines left out) |
+/// | `log_text_chars` | ln(1 + characters of decoded text) |
+/// | `log_urls` | ln(1 + URLs in text and HTML link targets) |
+/// | `log_url_hosts` | ln(1 + distinct URL hosts) |
+/// | `upper_frac` | uppercase ASCII letters / ASCII letters in subject and text (0 if none) |
+/// | `nonascii_frac` | non-ASCII characters / non-space characters in text (0 if none) |
+/// | `html_only` | 1 if there is an HTML part and no plain-text part, else 0 |
+/// | `log_attachments` | ln(1 + non-text parts) |
+/// | `log_recipients` | ln(1 + addresses in To and Cc) |
+/// | `log_received` | ln(1 + Received headers) |
+/// | `hour_sin` | sin(2π·h/24), h the UTC hour of the Date header (0 if no valid date) |
+/// | `hour_cos` | cos(2π·h/24) (0 if no valid date) |
+pub const METADATA_NAMES: [&str; METADATA_LEN] = [
+    "log_size",
+    "log_text_chars",
+    "log_urls",
+    "log_url_hosts",
+    "upper_frac",
+    "nonascii_frac",
+    "html_only",
+    "log_attachments",
+    "log_recipients",
+    "log_received",
+    "hour_sin",
+    "hour_cos",
+];
+
+/// A digest identifying a message for the learned-message registry.
+pub type Digest = [u8; 32];
+
+/// Bits of a bucket number: 2^18 buckets.
+pub const BUCKET_BITS: u32 = 18;
+
+/// The feature name of a bucket: [`BYTES_PREFIX`] and the bucket in hex.
+pub fn gram_name(bucket: u32) -> String {
+    GramName::default().of(bucket).to_owned()
+}
+
+/// The bucket a feature name stands for, if it is exactly what [`gram_name`]
+/// spells for a bucket below 2^[`BUCKET_BITS`]: the inverse of [`gram_name`].
+/// The snapshot keeps the counts of such names in a table indexed by
+/// bucket; any other name stays a name.
+///
+/// ```
+/// use bayesmail::vocab::{gram_bucket, gram_name};
+/// assert_eq!(gram_bucket(&gram_name(0x3_a0f1)), Some(0x3_a0f1));
+/// assert_eq!(gram_bucket("\u{1}3A0F1"), None);
+/// assert_eq!(gram_bucket("free"), None);
+/// ```
+pub fn gram_bucket(name: &str) -> Option<u32> {
+    let hex = name.strip_prefix(BYTES_PREFIX)?;
+    if hex.len() != 5 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    u32::from_str_radix(hex, 16)
+        .ok()
+        .filter(|&b| b < 1 << BUCKET_BITS)
+}
+
+/// A buffer that spells bucket names without allocating, as [`gram_name`] does.
+#[derive(Debug, Default)]
+pub struct GramName([u8; 6]);
+
+impl GramName {
+    /// The name of `bucket`, valid until the next call.
+    pub fn of(&mut self, bucket: u32) -> &str {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        self.0[0] = BYTES_PREFIX as u8;
+        for (i, slot) in self.0[1..].iter_mut().enumerate() {
+            *slot = HEX[(bucket >> (4 * (4 - i)) & 0xf) as usize];
+        }
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gram_names_are_of_the_bytes_view() {
+        let k = gram_name((1 << BUCKET_BITS) - 1);
+        assert_eq!(View::of(&k), View::Bytes);
+        assert_ne!(gram_name(1), gram_name(16));
+        assert_eq!(gram_name(0x3_a0f1), "\u{1}3a0f1");
+        assert_eq!(gram_name(0x1f), "\u{1}0001f");
+        for b in [0, 1, 0x1f, 0x3_a0f1, (1 << BUCKET_BITS) - 1] {
+            assert_eq!(gram_bucket(&gram_name(b)), Some(b));
+        }
+        for name in [
+            "",
+            "\u{1}",
+            "\u{1}0001",
+            "\u{1}000001",
+            "\u{1}4_000",
+            "\u{1}fffff",
+            "\u{1}0001F",
+            "+0001f",
+        ] {
+            assert_eq!(gram_bucket(name), None, "{name:?}");
+        }
+    }
+}
