@@ -116,24 +116,24 @@ impl State {
         if header.store.as_ref() != Some(&self.registry.base) {
             return None;
         }
-        let empty = Delta::default();
-        let journal = self.journal_delta.as_ref().unwrap_or(&empty);
+        let lookup = |token: &str| match crate::vocab::gram_bucket(token) {
+            Some(b) => snapshot.gram(b),
+            None => snapshot.lookup(token),
+        };
         // What the journal itself left inexact is not this change's doing.
         let mut before = 0;
+        let (totals, replayed) = match &self.journal {
+            Some(j) => j.replay(&header.totals, lookup, &mut before).ok()?,
+            None => (header.totals.clone(), Default::default()),
+        };
         let mut inexact = 0;
-        let totals = crate::store::apply_totals(&header.totals, journal, &mut before).ok()?;
         crate::store::apply_totals(&totals, delta, &mut inexact).ok()?;
         for (token, &d) in &delta.tokens {
-            let stored = match crate::vocab::gram_bucket(token) {
-                Some(b) => snapshot.gram(b),
-                None => snapshot.lookup(token),
-            }
-            .unwrap_or_default();
-            let old = match journal.tokens.get(token) {
-                Some(&j) => crate::store::apply_token(token, stored, j, &mut before).ok()?,
-                None => stored,
+            let now = match replayed.get(token) {
+                Some(&(_, now)) => now,
+                None => lookup(token).unwrap_or_default(),
             };
-            crate::store::apply_token(token, old, d, &mut inexact).ok()?;
+            crate::store::apply_token(token, now, d, &mut inexact).ok()?;
         }
         snapshot.intact().ok()?;
         Some(inexact)

@@ -234,26 +234,27 @@ impl Classifier {
                 path: paths.journal(),
                 reason: format!("it does not apply to the model: {e}"),
             };
-            let delta = journal.delta();
             // Counts the journal cannot take back exactly become zero, as
             // they do in the count store when it takes the journal in.
             let mut inexact = 0;
-            header.totals =
-                store::apply_totals(&header.totals, &delta, &mut inexact).map_err(bad)?;
-            for (token, d) in delta.tokens {
-                let bucket = crate::vocab::gram_bucket(&token);
-                let old = match bucket {
-                    Some(b) => snapshot.gram(b),
-                    None => snapshot.lookup(&token),
-                };
-                let new = store::apply_token(&token, old.unwrap_or_default(), d, &mut inexact)
-                    .map_err(bad)?;
+            let (totals, tokens) = journal
+                .replay(
+                    &header.totals,
+                    |token| match crate::vocab::gram_bucket(token) {
+                        Some(b) => snapshot.gram(b),
+                        None => snapshot.lookup(token),
+                    },
+                    &mut inexact,
+                )
+                .map_err(bad)?;
+            header.totals = totals;
+            for (token, (old, new)) in tokens {
                 match (old.is_some(), new.is_zero()) {
                     (false, false) => vocabulary += 1,
                     (true, true) => vocabulary -= 1,
                     _ => {}
                 }
-                match bucket {
+                match crate::vocab::gram_bucket(&token) {
                     Some(b) => gram_overlay.insert(b, new),
                     None => {
                         overlay.insert(token, new);

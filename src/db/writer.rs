@@ -207,9 +207,11 @@ impl Trainer {
         // the store is past its state, a journal lost or damaged from here
         // on must not let `learn` restart one at that state, whose
         // generations the store has used.
-        if let (Some(j), Some(built)) = (&journal, header.as_ref().and_then(|h| h.store.as_ref()))
-            && j.base == *built
-        {
+        // Whether the journal is for this store at a state it has not
+        // passed is told by the store alone: a model that is damaged or
+        // gone must not make its entries vanish. Entries go in one at a
+        // time, as readers replay them, each its own atomic change.
+        if let Some(j) = &journal {
             let now = store.identity()?;
             let end = j.end();
             if now.id == end.id
@@ -217,11 +219,9 @@ impl Trainer {
                 && now.generation < end.generation
             {
                 store::registry::remove(&paths.registry())?;
-                let mut missing = Delta::default();
                 for e in j.entries.iter().filter(|e| e.from >= now.generation) {
-                    missing.merge(e.to_delta());
+                    store.apply_at(&e.to_delta(), Some(e.to))?;
                 }
-                store.apply_at(&missing, Some(end.generation))?;
                 store.flush()?;
             }
         }

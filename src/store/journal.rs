@@ -69,6 +69,7 @@
 //! acknowledged, is left out without an error; the length check tells it
 //! from a damaged length.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -76,7 +77,7 @@ use std::path::Path;
 use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
 use crate::fsutil;
-use crate::model::{Delta, Digest, GaussStats, Label};
+use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
 use crate::vocab::METADATA_LEN;
 
 /// Version of the journal layout.
@@ -440,6 +441,40 @@ impl Journal {
             .map(|(_, l)| *l)
     }
 
+    /// The counts after the entries, applied one after the other to the
+    /// counts `base` gives for a token (`None`: it has none) and to
+    /// `totals`, each clamped at zero as the count store clamps it when it
+    /// takes the entries in one by one (see [`super::apply_token`]), so
+    /// that readers, the store and `learn`'s own check agree even where a
+    /// count could not be taken back exactly. Returns the totals and, for
+    /// every token an entry changes, its count before and after.
+    pub fn replay(
+        &self,
+        totals: &Totals,
+        mut base: impl FnMut(&str) -> Option<TokenCounts>,
+        inexact: &mut u64,
+    ) -> Result<(Totals, Replayed)> {
+        let mut totals = totals.clone();
+        let mut tokens: Replayed = HashMap::new();
+        for e in &self.entries {
+            let change = Delta {
+                messages: e.messages,
+                gauss: e.gauss,
+                ..Delta::default()
+            };
+            totals = super::apply_totals(&totals, &change, inexact)?;
+            for (token, d) in &e.tokens {
+                let (_, now) = tokens.entry(token.clone()).or_insert_with(|| {
+                    let was = base(token);
+                    (was, was.unwrap_or_default())
+                });
+                *now =
+                    super::apply_token(token, *now, [i64::from(d[0]), i64::from(d[1])], inexact)?;
+            }
+        }
+        Ok((totals, tokens))
+    }
+
     /// The sum of all entries, as a [`Delta`] (registry changes in order).
     pub fn delta(&self) -> Delta {
         let mut delta = Delta::default();
@@ -449,6 +484,10 @@ impl Journal {
         delta
     }
 }
+
+/// What [`Journal::replay`] gives per token: its count before the journal
+/// (`None`: none) and after.
+pub type Replayed = HashMap<String, (Option<TokenCounts>, TokenCounts)>;
 
 /// Bytes in front of an entry's payload in a journal of format `version`:
 /// its length and, from version 3, a check of the length, so that a

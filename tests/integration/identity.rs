@@ -571,3 +571,102 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_model_damaged_or_gone_does_not_make_the_journal_vanish() {
+    // What learn recorded in the journal alone is in no model and not yet
+    // in the count store: a writer must take it in whatever the model.
+    for damage in ["flip", "remove"] {
+        let db = Db::new();
+        db.train_sample();
+        let files = sample_files();
+        let mut learned = Vec::new();
+        for (i, file) in files.iter().take(3).enumerate() {
+            let path = db.path(&format!("new-{i}.eml"));
+            fs::write(
+                &path,
+                [
+                    &fs::read(file).unwrap()[..],
+                    format!("\nzqn{i}\n").as_bytes(),
+                ]
+                .concat(),
+            )
+            .unwrap();
+            ok(&db, &["learn", "--spam", utf8(&path)], None);
+            learned.push(path);
+        }
+        let model = DbPaths::new(db.dir()).snapshot();
+        if damage == "flip" {
+            let mut bytes = fs::read(&model).unwrap();
+            let at = bytes.len() / 2;
+            bytes[at] ^= 1;
+            fs::write(&model, bytes).unwrap();
+        } else {
+            fs::remove_file(&model).unwrap();
+        }
+        // The obvious repair: train over the folders as they were.
+        ok(
+            &db,
+            &[
+                "train",
+                "--spam",
+                utf8(&sample_spam()),
+                "--ham",
+                utf8(&sample_ham()),
+            ],
+            None,
+        );
+        assert_eq!(db.counts(), [24, 27], "{damage}: the three learns are kept");
+        for path in &learned {
+            let out = db.ok(&["learn", "--spam", utf8(path)], None);
+            assert!(out.contains("already learned"), "{damage}: {out}");
+        }
+    }
+}
+
+#[test]
+fn a_count_set_to_zero_does_not_cancel_a_later_learn() {
+    // The journal's entries are replayed one by one, as the store takes
+    // them in: a clamped unlearn followed by a learn leaves the learn.
+    let db = Db::new();
+    db.train_sample();
+    let unique = db.path("u.eml");
+    fs::write(
+        &unique,
+        "From: zed@uniq.example\nSubject: qwertyuniq asdfuniq\n\nzxcvuniq poiuuniq lkjhuniq\n",
+    )
+    .unwrap();
+    ok(&db, &["learn", "--ham", utf8(&unique)], None);
+    ok(&db, &["prune", "--min-age", "0"], None);
+    let noted = ok(&db, &["learn", "--spam", utf8(&unique)], None);
+    assert!(noted.contains("could not be taken back exactly"), "{noted}");
+    ok(&db, &["unlearn", utf8(&unique)], None);
+    let quiet = ok(&db, &["learn", "--ham", utf8(&unique)], None);
+    assert!(
+        quiet.is_empty(),
+        "nothing inexact in a plain learn: {quiet}"
+    );
+    let unknown = |db: &Db| -> u64 {
+        let json = json_lines(&db.ok(&["explain", "--json", utf8(&unique)], None));
+        json[0]["unknown_tokens"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{}", json[0]))
+    };
+    assert_eq!(unknown(&db), 0, "the relearned message's words are known");
+    // Through the count store, too.
+    ok(
+        &db,
+        &[
+            "train",
+            "--spam",
+            utf8(&sample_spam()),
+            "--ham",
+            utf8(&sample_ham()),
+            utf8(&unique),
+        ],
+        None,
+    );
+    assert_eq!(unknown(&db), 0);
+    let again = ok(&db, &["unlearn", utf8(&unique)], None);
+    assert!(again.is_empty(), "taken back exactly: {again}");
+}
