@@ -12,7 +12,7 @@
 //!   long or malformed the rest of the header block is, and where the
 //!   header block ends does not matter.
 //! - **Forged fields are renamed.** A line of the header region that starts
-//!   with the name of one of [`OURS`] followed by `:`, a space, a tab or a
+//!   with the name of one of [`OUR_FIELDS`] followed by `:`, a space, a tab or a
 //!   NUL (where Dovecot ends a name), in any case and with any number of
 //!   CRs anywhere in it (maildrop deletes them), say a spammer's
 //!   `X-Spam-Flag: YES`, gets [`RENAMED_PREFIX`] in front
@@ -38,13 +38,7 @@
 
 use std::io::{self, Write};
 
-/// The fields we write. Fields with these names already in a message are
-/// renamed, case-insensitively.
-pub const OURS: [&str; 2] = ["X-Spam-Flag", "X-Spam-Status"];
-
-/// What is put in front of the name of a field of ours that was already in
-/// the message.
-pub const RENAMED_PREFIX: &str = "Old-";
+pub use crate::vocab::{OUR_FIELDS, RENAMED_PREFIX};
 
 /// Where our fields go in a message, and with which line ending.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,7 +279,7 @@ const NAME_HELD: usize = 14;
 /// name as `:` does (Dovecot reads it so).
 fn names_ours(start: &[u8]) -> Option<bool> {
     let mut undecided = false;
-    for name in OURS {
+    for name in OUR_FIELDS {
         let name = name.as_bytes();
         let n = start.len().min(name.len());
         if !start[..n].eq_ignore_ascii_case(&name[..n]) {
@@ -456,7 +450,7 @@ mod tests {
 
     #[test]
     fn the_longest_name_and_a_byte_are_all_that_is_held() {
-        let longest = OURS.iter().map(|n| n.len()).max().unwrap();
+        let longest = OUR_FIELDS.iter().map(|n| n.len()).max().unwrap();
         assert_eq!(NAME_HELD, longest + 1);
     }
 

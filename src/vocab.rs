@@ -122,6 +122,14 @@ pub const METADATA_NAMES: [&str; METADATA_LEN] = [
     "hour_cos",
 ];
 
+/// The header fields `filter` adds (first in the message) and renames
+/// where a message already holds them.
+pub const OUR_FIELDS: [&str; 2] = ["X-Spam-Flag", "X-Spam-Status"];
+
+/// What `filter` puts in front of the name of a field of ours that was
+/// already in the message (the convention of `formail -i`).
+pub const RENAMED_PREFIX: &str = "Old-";
+
 /// A digest identifying a message for the learned-message registry.
 pub type Digest = [u8; 32];
 

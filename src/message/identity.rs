@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 
 use super::split;
-use crate::vocab::Digest;
+use crate::vocab::{Digest, OUR_FIELDS, RENAMED_PREFIX};
 
 /// Headers that mail software adds or rewrites while a message sits in a
 /// mailbox (read flags, IMAP bookkeeping, filter verdicts, our own headers):
@@ -42,11 +42,85 @@ const VOLATILE_HEADERS: &[&str] = &[
     "old-x-spam-status",
 ];
 
-/// Whether a header line (not a continuation) starts a volatile field.
+/// Whether a header line (not a continuation) starts a volatile field:
+/// one of [`VOLATILE_HEADERS`], or any `X-Spam-*`, `Old-X-Spam-*` or
+/// `X-Bayesmail-*`.
 fn is_volatile(line: &[u8]) -> bool {
     let name = line.split(|&b| b == b':').next().unwrap_or(b"");
     let name = String::from_utf8_lossy(name).trim().to_ascii_lowercase();
-    VOLATILE_HEADERS.contains(&name.as_str()) || name.starts_with("x-bayesmail")
+    VOLATILE_HEADERS.contains(&name.as_str())
+        || ["x-spam-", "old-x-spam-", "x-bayesmail"]
+            .iter()
+            .any(|p| name.starts_with(p))
+}
+
+/// Whether `line` names one of `filter`'s fields ([`OUR_FIELDS`]), with or
+/// without [`RENAMED_PREFIX`], as `filter`'s renamer reads a name: CRs
+/// anywhere in it left out, any case, ended by `:`, a space, a tab or a
+/// NUL.
+fn names_our_field(line: &[u8]) -> bool {
+    let mut name = line.iter().copied().filter(|&b| b != b'\r');
+    let mut start = [0u8; 24];
+    let mut len = 0;
+    for b in name.by_ref().take(start.len()) {
+        start[len] = b;
+        len += 1;
+    }
+    let start = &start[..len];
+    let start = match start.get(..RENAMED_PREFIX.len()) {
+        Some(p) if p.eq_ignore_ascii_case(RENAMED_PREFIX.as_bytes()) => {
+            &start[RENAMED_PREFIX.len()..]
+        }
+        _ => start,
+    };
+    OUR_FIELDS.iter().any(|field| {
+        let field = field.as_bytes();
+        start.len() > field.len()
+            && start[..field.len()].eq_ignore_ascii_case(field)
+            && matches!(start[field.len()], b':' | b' ' | b'\t' | b'\0')
+    })
+}
+
+/// `message` (without its envelope line) without the lines, up to the
+/// first empty line as `filter`'s renamer finds it (`\n`, or `\r\n` in a
+/// message whose first line ends so), that name one of our fields: where
+/// `filter` renames a forged one, past lines that end the header block
+/// for us but not for every delivery agent, the message before and after
+/// delivery must read the same.
+fn without_our_fields(message: &[u8]) -> Cow<'_, [u8]> {
+    let mut lines = message.split_inclusive(|&b| b == b'\n');
+    let crlf = message
+        .split_inclusive(|&b| b == b'\n')
+        .next()
+        .is_some_and(|l| l.ends_with(b"\r\n"));
+    let mut at = 0;
+    let mut out: Option<Vec<u8>> = None;
+    let mut dropping = false;
+    for line in lines.by_ref() {
+        if line == b"\n" || (crlf && line == b"\r\n") {
+            break;
+        }
+        // A field's continuation lines go with it.
+        let continuation = matches!(line.first(), Some(b' ' | b'\t'));
+        dropping = if continuation {
+            dropping
+        } else {
+            names_our_field(line)
+        };
+        if dropping {
+            out.get_or_insert_with(|| message[..at].to_vec());
+        } else if let Some(out) = &mut out {
+            out.extend_from_slice(line);
+        }
+        at += line.len();
+    }
+    match out {
+        None => Cow::Borrowed(message),
+        Some(mut out) => {
+            out.extend_from_slice(&message[at..]);
+            Cow::Owned(out)
+        }
+    }
 }
 
 /// Calls `f` with each kept line of the header block `head` (LF line ends):
@@ -67,7 +141,8 @@ fn kept_header_lines<'a>(head: &'a [u8], mut f: impl FnMut(&'a [u8])) {
 /// The message as it identifies itself: line ends as LF, without a leading
 /// mbox envelope line, without the volatile fields of the header block (as
 /// [`super::split_header`] finds it: `Status`, `X-Keywords`, `X-Spam-*`,
-/// `Old-X-Spam-*`, …), with body lines written `>From `, `>>From `, … as
+/// `Old-X-Spam-*`, …) and without any line that names one of `filter`'s
+/// fields where `filter` renames them (a wider region), with body lines written `>From `, `>>From `, … as
 /// `From ` (mbox escaping, undone the same way whichever convention wrote
 /// it), and ending in exactly one line end (blank lines at the end, such as
 /// the one that separates messages in an mbox, are dropped; a missing final
@@ -79,8 +154,9 @@ fn kept_header_lines<'a>(head: &'a [u8], mut f: impl FnMut(&'a [u8])) {
 /// assert_eq!(&canonical(stored)[..], b"Subject: hi\n\nFrom here\n");
 /// ```
 pub fn canonical(raw: &[u8]) -> Cow<'_, [u8]> {
-    let lf = super::normalize_line_ends(raw);
-    let message = split::strip_envelope(&lf);
+    let ours_out = without_our_fields(split::strip_envelope(raw));
+    let lf = super::normalize_line_ends(&ours_out);
+    let message = &lf[..];
     let (head_end, _) = split::split_entity(message);
     let (head, body) = message.split_at(head_end);
     let mut out = Vec::with_capacity(message.len() + 1);

@@ -670,3 +670,41 @@ fn a_count_set_to_zero_does_not_cancel_a_later_learn() {
     let again = ok(&db, &["unlearn", utf8(&unique)], None);
     assert!(again.is_empty(), "taken back exactly: {again}");
 }
+
+#[test]
+fn a_forged_field_filter_renames_anywhere_does_not_change_the_message() {
+    // filter renames forged fields past lines that end the header block
+    // for us (a malformed line, a `\r\n` line in an LF message) and in
+    // spellings some agent reads as ours: the delivered copy must still be
+    // the message learned raw.
+    let db = Db::new();
+    db.train_sample();
+    let forged: [&[u8]; 7] = [
+        b"From: alice@example.org\nSubject: lunch\n\x80bad: x\nX-Spam-Flag: YES\nTo: bob@example.org\n\nSee you at noon.\n",
+        b"From: alice@example.org\nSubject: tea\n\r\nX-Spam-Flag: YES\n\nSee you at four.\n",
+        b"From: alice@example.org\nSubject: cake\nX-Spam-\r\r\rFlag: YES\n\nSee you at five.\n",
+        b"From: alice@example.org\nSubject: pie\nX-Spam-Flag\0: YES\n\nSee you at six.\n",
+        b"From: alice@example.org\nSubject: jam\nFrom bob Wed Aug 16 00:29:00 2023\nX-Spam-Status: No\n\nAt seven.\n",
+        b"From: alice@example.org\r\nSubject: bun\r\n:colon\r\nX-Spam-\rFlag: YES\r\n\r\nAt eight.\r\n",
+        b"From: alice@example.org\nSubject: tart\nX-Spam-Score: 9.9\nOld-X-Spam-Level: ***\n\nAt nine.\n",
+    ];
+    for raw in forged {
+        let file = db.path("raw.eml");
+        fs::write(&file, raw).unwrap();
+        let out = db.ok(&["learn", "--ham", utf8(&file)], None);
+        assert!(out.contains("learned as ham"), "{out}");
+        let delivered = db.run(&["filter"], Some(raw));
+        assert_exit(&delivered, 0, &["filter"]);
+        let out = db.ok(&["learn", "--ham", "-"], Some(&delivered.stdout));
+        assert!(
+            out.contains("already learned"),
+            "{:?} delivered as {:?}: {out}",
+            String::from_utf8_lossy(raw),
+            String::from_utf8_lossy(&delivered.stdout)
+        );
+    }
+    // X-Spam-Score and Old-X-Spam-Level are volatile too.
+    let bare = b"From: alice@example.org\nSubject: tart\n\nAt nine.\n";
+    let out = db.ok(&["learn", "--ham", "-"], Some(bare));
+    assert!(out.contains("already learned"), "{out}");
+}
