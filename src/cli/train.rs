@@ -363,6 +363,14 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         "the messages that moved to the other label",
         summary.inexact,
     );
+    if summary.merged > 0 {
+        note!(
+            "bayesmail: note: {} message{} an earlier version counted twice {} now counted once",
+            summary.merged,
+            if summary.merged == 1 { "" } else { "s" },
+            if summary.merged == 1 { "is" } else { "are" },
+        );
+    }
     detail!("stored in {:.1}s", storing.elapsed().as_secs_f64());
     let missing = missing_class(summary.totals);
     // A journal left by `learn` is folded too: `train` always leaves one

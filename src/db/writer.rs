@@ -58,6 +58,10 @@ pub struct TrainSummary {
     pub duplicates: usize,
     /// Messages given with both labels in this run (left alone).
     pub conflicting: usize,
+    /// Messages an earlier version counted twice (under two digests),
+    /// now counted once. Left out of JSON when zero.
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    pub merged: usize,
     /// Messages learned per class after the run, `[ham, spam]`.
     pub totals: [u64; 2],
     /// Counts that a move to the other label could not take back exactly
@@ -71,6 +75,10 @@ pub struct TrainSummary {
 }
 
 fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_usize(n: &usize) -> bool {
     *n == 0
 }
 
@@ -472,6 +480,18 @@ impl Trainer {
                 run.change(&ex, m.label, 1);
                 run.registry.push((digest, Some(m.label)));
                 run.summary.learned += 1;
+            }
+        }
+        // A message an earlier version counted twice, under two of its
+        // digests (read once with and once without an mbox's last blank
+        // line), is counted once from now on.
+        let known_as = now.map(|(_, d)| d);
+        for other in m.identity.digests().filter(|d| Some(*d) != known_as) {
+            if let Some(label) = self.store.label_of(&other)? {
+                run.set_apart(&ex, label);
+                run.change(&ex, label, -1);
+                run.registry.push((other, None));
+                run.summary.merged += 1;
             }
         }
         run.sample.offer(key, m.label, ex);

@@ -213,26 +213,35 @@ pub fn legacy_digest(raw: &[u8]) -> Digest {
 pub struct Identity {
     /// Its [`digest`].
     pub digest: Digest,
-    /// Its [`legacy_digest`], where that differs: the registry may know it
-    /// by that one.
-    pub legacy: Option<Digest>,
+    /// The [`legacy_digest`]s a registry may know it by, where they differ
+    /// from [`Identity::digest`]: that of its bytes as read now, and that
+    /// of the same bytes with one blank line more or less at the end (the
+    /// earlier digest kept the blank line that ends a message in an mbox
+    /// when a Maildir or a file was read whole, and lost it when the mbox
+    /// reader read it).
+    pub legacy: [Option<Digest>; 2],
 }
 
 impl Identity {
     /// The identity of the message `raw`.
     pub fn of(raw: &[u8]) -> Identity {
         let digest = digest(raw);
-        let legacy = legacy_digest(raw);
+        let other = if raw.ends_with(b"\n\n") || raw.ends_with(b"\r\n\r\n") {
+            legacy_digest(&raw[..raw.len() - 1])
+        } else {
+            legacy_digest(&[raw, b"\n"].concat())
+        };
+        let differs = |d: Digest| (d != digest).then_some(d);
         Identity {
             digest,
-            legacy: (legacy != digest).then_some(legacy),
+            legacy: [differs(legacy_digest(raw)), differs(other)],
         }
     }
 
     /// The digests the registry may know the message by, the current one
     /// first.
     pub fn digests(&self) -> impl Iterator<Item = Digest> + '_ {
-        std::iter::once(self.digest).chain(self.legacy)
+        std::iter::once(self.digest).chain(self.legacy.iter().flatten().copied())
     }
 }
 
@@ -240,7 +249,7 @@ impl From<Digest> for Identity {
     fn from(digest: Digest) -> Identity {
         Identity {
             digest,
-            legacy: None,
+            legacy: [None; 2],
         }
     }
 }
@@ -327,15 +336,21 @@ mod tests {
             b"From a Mon Jan  1 00:00:00 2024\nSubject: hi\nBuy pills\n",
         ] {
             assert_eq!(digest(raw), legacy_digest(raw));
-            assert_eq!(Identity::of(raw), Identity::from(digest(raw)));
+            let id = Identity::of(raw);
+            assert_eq!((id.digest, id.legacy[0]), (digest(raw), None));
+            // As a Maildir or a file read whole kept it before: with the
+            // blank line an mbox puts after it.
+            let blank = [raw, b"\n"].concat();
+            assert_eq!(id.legacy[1], Some(legacy_digest(&blank)));
         }
         let trailing = [MESSAGE, b"\n"].concat();
         assert_eq!(
             Identity::of(&trailing),
             Identity {
                 digest: digest(MESSAGE),
-                legacy: Some(legacy_digest(&trailing))
-            }
+                legacy: [Some(legacy_digest(&trailing)), None]
+            },
+            "read from a Maildir now, known as the mbox reader read it then"
         );
     }
 }

@@ -708,3 +708,68 @@ fn a_forged_field_filter_renames_anywhere_does_not_change_the_message() {
     let out = db.ok(&["learn", "--ham", "-"], Some(bare));
     assert!(out.contains("already learned"), "{out}");
 }
+
+/// Learns `raw` through the library as a version before the canonical
+/// digest did: registered under `digest` only.
+fn learn_as_before(db: &Db, raw: &[u8], digest: bayesmail::model::Digest, label: Label) {
+    let mut trainer =
+        bayesmail::db::Trainer::open(&DbPaths::new(db.dir()), std::time::Duration::from_secs(60))
+            .unwrap();
+    let message = bayesmail::db::Labelled {
+        features: features(raw),
+        identity: digest.into(),
+        label,
+    };
+    trainer.learn(&[message], &mut |_| {}).unwrap();
+    trainer.compile(Default::default(), None).unwrap();
+}
+
+#[test]
+fn a_database_from_before_the_canonical_digest_knows_its_messages() {
+    use bayesmail::message::legacy_digest;
+    let db = Db::new();
+    db.train_sample();
+    let raw = [&fs::read(&sample_files()[5]).unwrap()[..], b"\nzqlegacy\n"].concat();
+    // Learned from a Maildir by the earlier version: the file as it was,
+    // with the blank line that ends a message in an mbox.
+    let stored = [&raw[..], b"\n"].concat();
+    learn_as_before(&db, &stored, legacy_digest(&stored), Label::Ham);
+    assert_eq!(db.counts(), [25, 24]);
+    // Given now as a file (read by the mbox reader, without that line).
+    let file = db.path("m.eml");
+    fs::write(
+        &file,
+        [&b"From a@b.example Mon Jan  1 00:00:00 2024\n"[..], &stored].concat(),
+    )
+    .unwrap();
+    let out = db.ok(&["learn", "--ham", utf8(&file)], None);
+    assert!(out.contains("already learned"), "{out}");
+    let out = db.ok(&["learn", "--spam", utf8(&file)], None);
+    assert!(out.contains("moved to spam"), "{out}");
+    assert_eq!(db.counts(), [24, 25]);
+
+    // Counted twice by the earlier version (with and without the blank
+    // line): a train over the folders counts it once.
+    let other = [&fs::read(&sample_files()[6]).unwrap()[..], b"\nzqtwice\n"].concat();
+    let twice = [&other[..], b"\n"].concat();
+    learn_as_before(&db, &other, legacy_digest(&other), Label::Ham);
+    learn_as_before(&db, &twice, legacy_digest(&twice), Label::Ham);
+    let inbox = maildir(&db.path("Inbox"));
+    for (i, f) in fs::read_dir(sample_ham()).unwrap().enumerate() {
+        fs::copy(f.unwrap().path(), inbox.join(format!("cur/{i}:2,S"))).unwrap();
+    }
+    fs::write(inbox.join("cur/twice:2,S"), &twice).unwrap();
+    let junk = maildir(&db.path("Junk"));
+    for (i, f) in fs::read_dir(sample_spam()).unwrap().enumerate() {
+        fs::copy(f.unwrap().path(), junk.join(format!("cur/{i}:2,S"))).unwrap();
+    }
+    fs::write(junk.join("cur/m:2,S"), &stored).unwrap();
+    let summary = db.train(&[&junk], &[&inbox]);
+    assert_eq!(summary["merged"], 1, "{summary}");
+    assert_eq!(db.counts(), [25, 25]);
+    let fresh = Db::new();
+    fresh.train(&[&junk], &[&inbox]);
+    assert_eq!(fresh.counts(), db.counts());
+    let summary = db.train(&[&junk], &[&inbox]);
+    assert!(summary.get("merged").is_none(), "{summary}");
+}
