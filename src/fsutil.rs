@@ -47,6 +47,12 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
     open(path, OpenOptions::new().read(true), Follow::Yes)
 }
 
+/// Opens `path` for reading if it is a regular file, not through a link:
+/// for the database's own files, where a link is as wrong as a FIFO.
+pub fn open_regular_no_follow(path: &Path) -> io::Result<File> {
+    open(path, OpenOptions::new().read(true), Follow::No)
+}
+
 /// Opens the existing regular file `path` for appending, never through a
 /// link.
 pub fn open_append(path: &Path) -> io::Result<File> {

@@ -105,9 +105,14 @@ impl Clone for Maildir {
 
 impl Maildir {
     /// The Maildir at `root`, creating it (`cur/`, `new/`, `tmp/`) if needed.
+    /// Its `cur/`, `new/` and `tmp/` must be directories of their own: a
+    /// link there (to another user's directory, say) is refused, so that
+    /// nothing is created through it.
     pub fn create(root: &Path) -> io::Result<Maildir> {
         for sub in ["cur", "new", "tmp"] {
-            fs::create_dir_all(root.join(sub)).map_err(|e| annotate(e, &root.join(sub)))?;
+            let dir = root.join(sub);
+            fs::create_dir_all(&dir).map_err(|e| annotate(e, &dir))?;
+            crate::fsutil::check_kind(&dir, true).map_err(|e| annotate(e, &dir))?;
         }
         Ok(Maildir::at(root))
     }

@@ -308,7 +308,9 @@ impl Journal {
     /// cut short (a writer killed while appending, which is never
     /// acknowledged) is left out without an error.
     pub fn read(path: &Path) -> Result<Option<Journal>> {
-        let mut file = match fsutil::open_regular(path) {
+        // As `learn` opens it to append: a link there is refused by
+        // readers too, so that every command sees the same journal.
+        let mut file = match fsutil::open_regular_no_follow(path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => {

@@ -773,3 +773,70 @@ fn a_database_from_before_the_canonical_digest_knows_its_messages() {
     let summary = db.train(&[&junk], &[&inbox]);
     assert!(summary.get("merged").is_none(), "{summary}");
 }
+
+#[test]
+fn a_link_at_the_journal_is_refused_by_readers_and_writers_alike() {
+    let db = Db::new();
+    db.train_sample();
+    let extra = db.path("extra.eml");
+    fs::write(
+        &extra,
+        [&fs::read(&sample_files()[2]).unwrap()[..], b"\nzqlink\n"].concat(),
+    )
+    .unwrap();
+    ok(&db, &["learn", "--spam", utf8(&extra)], None);
+    let journal = DbPaths::new(db.dir()).journal();
+    let elsewhere = db.path("elsewhere.journal");
+    fs::rename(&journal, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &journal).unwrap();
+    for args in [vec!["stats"], vec!["learn", "--ham", utf8(&extra)]] {
+        let out = db.run(&args, None);
+        assert_exit(&out, 2, &args);
+        assert!(
+            stderr(&out).contains("symbolic link"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = db.run(&["filter"], Some(&fs::read(&extra).unwrap()));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .starts_with("X-Spam-Status: Unknown, reason=model-unreadable"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        fs::symlink_metadata(&journal)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[test]
+fn scan_never_creates_a_copy_through_a_linked_tmp_directory() {
+    let db = Db::new();
+    db.train_sample();
+    let target = db.path("Junk");
+    fs::create_dir_all(target.join("cur")).unwrap();
+    fs::create_dir_all(target.join("new")).unwrap();
+    let victim = db.path("victim");
+    fs::create_dir(&victim).unwrap();
+    std::os::unix::fs::symlink(&victim, target.join("tmp")).unwrap();
+    let out = db.run(
+        &[
+            "scan",
+            "--copy-spam-to",
+            utf8(&target),
+            utf8(&sample_spam()),
+        ],
+        None,
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    assert_eq!(
+        fs::read_dir(&victim).unwrap().count(),
+        0,
+        "nothing created through the link"
+    );
+}
