@@ -18,9 +18,12 @@
 
 use std::path::{Path, PathBuf};
 
+mod database;
 pub mod quick;
 mod reader;
 mod writer;
+
+pub use database::{Database, Reader};
 
 pub use reader::{
     Classifier, Explanation, Judgment, ModelHeader, Score, TokenWeight, ViewPart, judge,

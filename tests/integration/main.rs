@@ -25,6 +25,7 @@ mod learning;
 mod promises;
 mod properties;
 mod prune;
+mod reader;
 mod recipes;
 mod review_speed;
 mod scale;
