@@ -19,17 +19,21 @@
 use std::path::{Path, PathBuf};
 
 mod database;
+mod lock;
 pub mod quick;
 mod reader;
+mod run;
 mod writer;
 
 pub use database::{Database, Reader};
 
+pub use lock::WriterLock;
 pub use reader::{
     Classifier, Explanation, Judgment, ModelHeader, Score, TokenWeight, ViewPart, judge,
 };
+pub use run::Run;
 pub use writer::{
-    CHUNK_MESSAGES, DEFAULT_LOCK_WAIT, Labelled, Run, SetAside, TrainSummary, Trainer, WriterLock,
+    CHUNK_MESSAGES, DEFAULT_LOCK_WAIT, Labelled, SetAside, TrainSummary, Trainer,
     release_freed_memory,
 };
 

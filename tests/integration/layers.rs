@@ -48,9 +48,16 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 /// `#[cfg(test)]` line on) and without comments.
 fn code(text: &str) -> Vec<&str> {
     text.lines()
-        .take_while(|l| l.trim() != "#[cfg(test)]")
+        .take_while(|l| !is_test_module(l))
         .map(|l| l.split("//").next().unwrap())
         .collect()
+}
+
+/// Whether `line` starts a test module: `#[cfg(test)]`, or a `cfg` with
+/// `test` among its conditions.
+fn is_test_module(line: &str) -> bool {
+    let line = line.trim();
+    line.starts_with("#[cfg(") && line.contains("test")
 }
 
 /// The top-level module a file under `src/` belongs to (`None` for

@@ -1,0 +1,105 @@
+//! The writers' lock, and keeping the database directory private.
+
+use std::time::Duration;
+
+use super::{DbPaths, Error, Result};
+use crate::store;
+
+/// The writers' lock: an exclusive `flock` on `DB/lock`, held by one
+/// writer at a time (`train`, `learn`, `unlearn`), whether or not it opens
+/// the count store. Released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct WriterLock {
+    _file: std::fs::File,
+}
+
+impl WriterLock {
+    /// Takes the lock of the database at `paths`, waiting up to `wait` for
+    /// another writer. The directory must exist. Anything but a regular
+    /// file at `DB/lock` (a FIFO, a link) is refused at once.
+    pub fn take(paths: &DbPaths, wait: Duration) -> Result<WriterLock> {
+        use std::os::unix::io::AsRawFd;
+        let path = paths.lock();
+        let io = |source| {
+            Error::Store(store::Error::Io {
+                path: path.clone(),
+                source,
+            })
+        };
+        let file = crate::fsutil::open_or_create(&path, 0o600).map_err(io)?;
+        let start = std::time::Instant::now();
+        loop {
+            // SAFETY: flock on a descriptor this function owns.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(WriterLock { _file: file });
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(io(err));
+            }
+            let waited = start.elapsed();
+            if waited >= wait {
+                return Err(Error::Store(store::Error::Locked {
+                    path: paths.dir().to_path_buf(),
+                    waited,
+                }));
+            }
+            std::thread::sleep(Duration::from_millis(20).min(wait - waited));
+        }
+    }
+}
+
+/// Creates `dir` and its missing parents private to the user (0700 on
+/// Unix); an existing directory is left as it is.
+pub(super) fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
+}
+
+/// Whether only the owner may enter `dir` (always true where there are no
+/// Unix permissions).
+pub(super) fn is_private(dir: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o077 == 0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        true
+    }
+}
+
+/// Makes what is in the directory `dir` private: files 0600,
+/// directories 0700. Best effort: the directory itself is already private.
+/// Called only on the count store's directory, whose files are sled's.
+pub(super) fn privatize(dir: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let mode = if kind.is_dir() {
+                privatize(&entry.path());
+                0o700
+            } else if kind.is_file() {
+                0o600
+            } else {
+                continue;
+            };
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode));
+        }
+    }
+}

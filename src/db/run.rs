@@ -1,0 +1,283 @@
+//! One training run, read as a stream of messages and reduced as it goes
+//! (see [`Run`]).
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use super::{Error, Result, TrainSummary, release_freed_memory};
+use crate::decision::Calibrator;
+use crate::features::Features;
+use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings};
+use crate::model::{BYTES_PREFIX, Delta, Digest, Label, Params, View};
+
+/// No id yet.
+const NO_ID: u32 = u32::MAX;
+
+/// One training run, read as a stream of messages and reduced as it goes:
+/// its features interned once, the counts of its messages (what the stacker
+/// is fitted on), the change it makes to the store, and a bounded
+/// [`Sample`] of its messages' features for the fit. Its memory grows with
+/// the vocabulary, plus about a hundred bytes per message (the digests
+/// that make a run idempotent and find duplicates), not with the messages'
+/// features: those of a message are dropped once counted, unless sampled.
+pub struct Run {
+    /// Ids of the named features. foldhash, seeded at random per run (so
+    /// names crafted to collide cannot be planned): SipHash, the standard
+    /// one, was most of the time a run spends counting.
+    pub(super) ids: HashMap<Box<str>, u32, foldhash::fast::RandomState>,
+    /// Ids of the byte view's buckets ([`NO_ID`]: none yet), indexed by
+    /// bucket: most features are buckets, and an index beats hashing a name.
+    pub(super) gram_ids: Vec<u32>,
+    pub(super) views: Vec<View>,
+    pub(super) counts: Counts,
+    /// By feature id, `[ham, spam]`: what `counts` holds that the store
+    /// does not take under that label (see [`Trainer::add_to_run`]); the
+    /// change to the store's counts is `counts` minus this. Empty until a
+    /// message needs it: a first training run never does.
+    pub(super) apart: Vec<[u32; 2]>,
+    /// Change to everything else (messages, metadata); no tokens.
+    pub(super) rest: Delta,
+    pub(super) registry: Vec<(Digest, Option<Label>)>,
+    pub(super) labels: HashMap<Digest, Label>,
+    pub(super) sample: Sample<Example>,
+    pub(super) conflicts: Vec<String>,
+    pub(super) summary: TrainSummary,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("messages", &self.labels.len())
+            .field("vocabulary", &self.views.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run::new()
+    }
+}
+
+impl Run {
+    /// An empty run.
+    pub fn new() -> Run {
+        Run::with_sample(protocol::SAMPLE_PER_CLASS)
+    }
+
+    /// An empty run whose calibration sample keeps `per_class` messages of
+    /// each class at most.
+    pub fn with_sample(per_class: usize) -> Run {
+        Run {
+            ids: HashMap::default(),
+            gram_ids: Vec::new(),
+            views: Vec::new(),
+            counts: Counts::new(0),
+            apart: Vec::new(),
+            rest: Delta::default(),
+            registry: Vec::new(),
+            labels: HashMap::new(),
+            sample: Sample::new(per_class),
+            conflicts: Vec::new(),
+            summary: TrainSummary::default(),
+        }
+    }
+
+    /// Distinct messages the run holds (duplicates and conflicts aside).
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether the run holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Where the messages given with both labels were met the second time.
+    pub fn conflicts(&self) -> &[String] {
+        &self.conflicts
+    }
+
+    /// What the run did so far (totals are filled in when it is stored).
+    pub fn summary(&self) -> &TrainSummary {
+        &self.summary
+    }
+
+    /// The id of a new feature of view `view`.
+    pub(super) fn next_id(&mut self, view: View) -> u32 {
+        let id = self.views.len() as u32;
+        self.views.push(view);
+        id
+    }
+
+    /// The id of the byte view's `bucket`, a new one if it is new.
+    pub(super) fn gram_id(&mut self, bucket: u32) -> u32 {
+        if self.gram_ids.is_empty() {
+            self.gram_ids = vec![NO_ID; 1 << crate::vocab::BUCKET_BITS];
+        }
+        let Some(&id) = self.gram_ids.get(bucket as usize) else {
+            // Not a bucket `grams` makes: named like any other feature.
+            return self.token_id(&crate::vocab::gram_name(bucket));
+        };
+        if id != NO_ID {
+            return id;
+        }
+        let id = self.next_id(View::Bytes);
+        self.gram_ids[bucket as usize] = id;
+        id
+    }
+
+    /// The id of a named feature, a new one if it is new. A name that
+    /// spells a bucket of the byte view is that bucket.
+    pub(super) fn token_id(&mut self, token: &str) -> u32 {
+        if token.starts_with(BYTES_PREFIX)
+            && let Some(bucket) = crate::vocab::gram_bucket(token)
+        {
+            return self.gram_id(bucket);
+        }
+        if let Some(&id) = self.ids.get(token) {
+            return id;
+        }
+        let id = self.next_id(View::of(token));
+        self.ids.insert(token.into(), id);
+        id
+    }
+
+    /// Interns a message's features (new ones get the next ids), each id
+    /// once, in no particular order (the calibration sorts those it keeps).
+    /// Distinct names and distinct buckets have distinct ids, so the ids
+    /// are distinct as they come unless a name spells a bucket's key (or a
+    /// bucket is out of the table): only then are they sorted to drop the
+    /// repeats.
+    pub(super) fn intern(&mut self, features: &Features, label: Label) -> Example {
+        let mut tokens = Vec::with_capacity(features.tokens.len() + features.grams.len());
+        let mut may_repeat = false;
+        for t in features.tokens.iter() {
+            may_repeat |= t.starts_with(BYTES_PREFIX);
+            tokens.push(self.token_id(t));
+        }
+        for &b in &features.grams {
+            may_repeat |= b >= 1 << crate::vocab::BUCKET_BITS;
+            tokens.push(self.gram_id(b));
+        }
+        if may_repeat {
+            tokens.sort_unstable();
+            tokens.dedup();
+        }
+        self.counts.grow(self.views.len());
+        Example {
+            tokens,
+            metadata: features.metadata.0,
+            label,
+        }
+    }
+
+    /// Records that the store does not take `ex`'s counts under `label`.
+    pub(super) fn set_apart(&mut self, ex: &Example, label: Label) {
+        let c = label.index();
+        if self.apart.len() < self.views.len() {
+            self.apart.resize(self.views.len(), [0, 0]);
+        }
+        for &t in &ex.tokens {
+            self.apart[t as usize][c] += 1;
+        }
+    }
+
+    /// Records that the store learns (`sign` 1) or unlearns (−1) the
+    /// message of `ex` under `label`: its number and metadata (its
+    /// features' counts are the run's, see [`Run::set_apart`]).
+    pub(super) fn change(&mut self, ex: &Example, label: Label, sign: i64) {
+        let c = label.index();
+        self.rest.messages[c] += sign;
+        for (stats, &x) in self.rest.gauss[c].iter_mut().zip(&ex.metadata) {
+            stats.add(x, sign);
+        }
+    }
+
+    /// Chooses the combination strength and fits the stacker by inner
+    /// cross-validation over the run's sample, with the counts of all its
+    /// messages, as `eval` does inside its training folds. Returns the
+    /// chosen parameters and the stacker with the number of messages it
+    /// was fitted on, or the given parameters and `None` when the run has
+    /// fewer than `min` messages of either class.
+    pub fn calibrate(
+        &mut self,
+        settings: &Settings,
+        min: usize,
+    ) -> (Params, Option<(Calibrator, usize)>) {
+        let [ham, spam] = self.sample.offered();
+        if ham < min || spam < min {
+            return (*settings.params.get(), None);
+        }
+        let sample = std::mem::replace(&mut self.sample, Sample::new(0));
+        let mut examples: Vec<Example> =
+            sample.into_items().into_iter().map(|(_, ex)| ex).collect();
+        // The fit sums each message's evidence in the order of its ids
+        // (see [`Run::intern`]); sorted here, for the sampled messages only.
+        examples
+            .par_iter_mut()
+            .for_each(|ex| ex.tokens.sort_unstable());
+        let data = Dataset {
+            examples,
+            vocabulary: self.views.len(),
+            views: std::mem::take(&mut self.views),
+        };
+        let members: Vec<usize> = (0..data.examples.len()).collect();
+        let (params, calibrator) =
+            protocol::select_and_calibrate(&data, &self.counts, &members, settings);
+        self.views = data.views;
+        (*params.get(), Some((calibrator, data.examples.len())))
+    }
+
+    /// The store delta of the run and its summary so far; refused if the
+    /// run has conflicts.
+    pub(super) fn into_delta(self) -> Result<(Delta, TrainSummary)> {
+        if !self.conflicts.is_empty() {
+            return Err(Error::Conflicting(self.conflicts.len()));
+        }
+        let Run {
+            ids,
+            gram_ids,
+            apart,
+            mut rest,
+            registry,
+            summary,
+            counts,
+            views,
+            labels,
+            sample,
+            conflicts,
+        } = self;
+        // What the store does not need goes before the delta is built.
+        drop((views, labels, sample, conflicts));
+        release_freed_memory();
+        let vocabulary = counts.vocabulary();
+        let change = |id: u32| {
+            let [ham, spam] = counts.of(id);
+            let [ham_apart, spam_apart] = apart.get(id as usize).copied().unwrap_or([0, 0]);
+            let d = [
+                i64::from(ham) - i64::from(ham_apart),
+                i64::from(spam) - i64::from(spam_apart),
+            ];
+            (d != [0, 0]).then_some(d)
+        };
+        let grams = gram_ids
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, id)| id != NO_ID)
+            .filter_map(|(bucket, id)| Some((crate::vocab::gram_name(bucket as u32), change(id)?)));
+        // Sized once: a table grown by doubling holds two copies at its peak.
+        let changed = (0..vocabulary as u32)
+            .filter(|&id| change(id).is_some())
+            .count();
+        rest.tokens = HashMap::with_capacity(changed);
+        rest.tokens.extend(
+            ids.into_iter()
+                .filter_map(|(name, id)| Some((String::from(&*name), change(id)?)))
+                .chain(grams),
+        );
+        rest.registry = registry;
+        Ok((rest, summary))
+    }
+}
