@@ -127,7 +127,7 @@ impl Inputs {
     /// Parses a comma-separated list of input names.
     ///
     /// ```
-    /// use crate::fit::Inputs;
+    /// use bayesmail::fit::Inputs;
     /// let i = Inputs::parse("header,metadata").unwrap();
     /// assert_eq!(i.0, [true, false, false, true]);
     /// assert!(Inputs::parse("header,nope").is_err());
