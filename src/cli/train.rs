@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use bayesmail::db::Run;
-use bayesmail::db::{Labelled, TrainSummary, Trainer};
+use bayesmail::db::{Database, Labelled, ModelAfter, TrainSummary, Trainer};
 use bayesmail::features::Extractor;
 use bayesmail::fit::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::mailbox::RawMessage;
@@ -468,11 +468,16 @@ pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
             ctx.db.dir().display()
         );
     }
-    let mut trainer =
-        Trainer::open(&ctx.db, Duration::from_secs(args.wait)).map_err(|e| hint(ctx, e))?;
-    let removed = trainer.prune(args.max_count, args.min_age)?;
-    let no_model = rebuild(ctx, &mut trainer)?;
-    let left = bayesmail::store::Store::token_count(trainer.store())?;
+    let (params, _) = ctx.params(&super::ModelArgs::default())?;
+    let (removed, left, model) = Database::new(ctx.db.dir())
+        .prune(
+            args.max_count,
+            args.min_age,
+            Duration::from_secs(args.wait),
+            *params.get(),
+        )
+        .map_err(|e| hint(ctx, e))?;
+    let no_model = no_model_now(model);
     note!(
         "pruned {removed} tokens seen in at most {} messages and unchanged for {} days; {left} \
          tokens left{}",
@@ -566,35 +571,12 @@ fn journal_limit() -> u64 {
         .unwrap_or(DEFAULT_JOURNAL_LIMIT)
 }
 
-/// Brings the model up to date after `learn` or `unlearn` changed the
-/// counts (see [`Trainer::publish`]), if
-/// both classes have messages; otherwise removes a model that no longer
-/// has both (a classifier with one class would call everything unsure) and
-/// says why there is none. Also repairs a model an earlier run left behind
-/// the counts (killed between storing and publishing), so the model never
-/// lags them.
-fn rebuild(ctx: &Context, trainer: &mut Trainer) -> Result<Option<String>> {
-    let totals = bayesmail::store::Store::totals(trainer.store())?.messages;
-    if let Some(why) = missing_class(totals) {
-        for path in [ctx.db.registry(), ctx.db.snapshot(), ctx.db.journal()] {
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => {
-                    return Err(err)
-                        .with_context(|| format!("removing the model {}", path.display()));
-                }
-            }
-        }
-        return Ok(Some(why));
+/// Why there is no model after `learn` or `unlearn`, if there is none.
+fn no_model_now(model: ModelAfter) -> Option<String> {
+    match model {
+        ModelAfter::UpToDate => None,
+        ModelAfter::Removed(totals) => missing_class(totals),
     }
-    let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let compiled = trainer.publish(*params.get())?;
-    detail!(
-        "model {}",
-        if compiled { "rewritten" } else { "up to date" }
-    );
-    Ok(None)
 }
 
 pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
@@ -606,17 +588,11 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     let names: Vec<String> = messages.iter().map(|(id, _)| id.clone()).collect();
     let labelled: Vec<Labelled> = messages.into_iter().map(|(_, m)| m).collect();
     let wait = Duration::from_secs(args.wait);
-    let (summary, no_model) =
-        match bayesmail::db::quick::learn(&ctx.db, wait, &labelled, journal_limit())
-            .map_err(|e| hint(ctx, e))?
-        {
-            Some(summary) => (summary, None),
-            None => {
-                let mut trainer = Trainer::open(&ctx.db, wait).map_err(|e| hint(ctx, e))?;
-                let summary = trainer.learn(&labelled, &mut |_| {})?;
-                (summary, rebuild(ctx, &mut trainer)?)
-            }
-        };
+    let (params, _) = ctx.params(&super::ModelArgs::default())?;
+    let (summary, model) = Database::new(ctx.db.dir())
+        .learn(&labelled, wait, journal_limit(), *params.get())
+        .map_err(|e| hint(ctx, e))?;
+    let no_model = no_model_now(model);
     let moved = match names.as_slice() {
         [one] => one.clone(),
         _ => format!("the messages moved to {label}"),
@@ -700,35 +676,21 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         .iter()
         .map(|(_, m)| (&m.features, m.identity))
         .collect();
-    let quick = bayesmail::db::quick::unlearn(&ctx.db, wait, &given, journal_limit())
+    let (params, _) = ctx.params(&super::ModelArgs::default())?;
+    let unlearned = Database::new(ctx.db.dir())
+        .unlearn(&given, wait, journal_limit(), *params.get())
         .map_err(|e| hint(ctx, e))?;
-    let (results, no_model) = match quick {
-        Some((results, inexact)) => {
-            let what = match messages.as_slice() {
-                [(one, _)] => one.clone(),
-                _ => "the messages unlearned".to_string(),
-            };
-            inexact_note(&what, inexact);
-            (results, None)
-        }
-        None => {
-            let mut trainer = Trainer::open(&ctx.db, wait).map_err(|e| hint(ctx, e))?;
-            let mut results = Vec::new();
-            for ((id, _), (features, identity)) in messages.iter().zip(&given) {
-                let result = trainer.unlearn(features, identity).map(|(was, inexact)| {
-                    inexact_note(id, inexact);
-                    was
-                });
-                let stop =
-                    matches!(&result, Err(e) if !matches!(e, bayesmail::db::Error::NotLearned));
-                results.push(result);
-                if stop {
-                    break;
-                }
-            }
-            (results, rebuild(ctx, &mut trainer)?)
-        }
-    };
+    let no_model = no_model_now(unlearned.model);
+    let results: Vec<_> = messages
+        .iter()
+        .zip(unlearned.results)
+        .map(|((id, _), result)| {
+            result.map(|(was, inexact)| {
+                inexact_note(id, inexact);
+                was
+            })
+        })
+        .collect();
     let single = messages.len() == 1 && failed == 0;
     let mut lines = Vec::new();
     let mut first_error = None;

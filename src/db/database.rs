@@ -6,7 +6,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Classifier, DbPaths, Result, Trainer};
+use super::{Classifier, DbPaths, Error, Labelled, Result, TrainSummary, Trainer, quick};
+use crate::features::Features;
+use crate::message::Identity;
+use crate::model::{Label, Params};
+use crate::store::Store;
 
 /// A database directory: where its files are, and how to open its two
 /// sides. Opening it does nothing on disk; [`Database::reader`] and
@@ -39,6 +43,131 @@ impl Database {
     /// [`Trainer::open`]).
     pub fn writer(&self, wait: Duration) -> Result<Trainer> {
         Trainer::open(&self.paths, wait)
+    }
+}
+
+/// What teaching a few messages left of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelAfter {
+    /// Up to date with the counts (through the journal, or compiled anew).
+    UpToDate,
+    /// No model: the counts no longer hold both classes (`[ham, spam]`),
+    /// and a model of one class would call everything unsure, so the model
+    /// files were removed.
+    Removed([u64; 2]),
+}
+
+/// What [`Database::unlearn`] did with each message.
+#[derive(Debug)]
+pub struct Unlearned {
+    /// Per message, in order: the label it had and how many of its counts
+    /// could not be taken back exactly, or why not ([`Error::NotLearned`]).
+    /// After an error other than that, the rest were not tried.
+    pub results: Vec<Result<(Label, u64)>>,
+    /// What the model is now.
+    pub model: ModelAfter,
+}
+
+impl Database {
+    /// Learns a few messages under their labels, idempotently (see
+    /// [`Trainer::learn`]): through the journal alone when it can, else
+    /// through the count store, then makes the model follow (`params` are
+    /// those of a first model). Waits up to `wait` for another writer; the
+    /// journal grows to at most `journal_limit` bytes before it is folded.
+    pub fn learn(
+        &self,
+        messages: &[Labelled],
+        wait: Duration,
+        journal_limit: u64,
+        params: Params,
+    ) -> Result<(TrainSummary, ModelAfter)> {
+        if let Some(summary) = quick::learn(&self.paths, wait, messages, journal_limit)? {
+            return Ok((summary, ModelAfter::UpToDate));
+        }
+        let mut writer = self.writer(wait)?;
+        let summary = writer.learn(messages, &mut |_| {})?;
+        let model = self.follow(&mut writer, params)?;
+        Ok((summary, model))
+    }
+
+    /// Unlearns a few messages (features and identity) as
+    /// [`Database::learn`] learns them.
+    pub fn unlearn(
+        &self,
+        messages: &[(&Features, Identity)],
+        wait: Duration,
+        journal_limit: u64,
+        params: Params,
+    ) -> Result<Unlearned> {
+        if let Some((results, inexact)) =
+            quick::unlearn(&self.paths, wait, messages, journal_limit)?
+        {
+            // The journal entry is one for all: its inexact counts go with
+            // the first message unlearned.
+            let mut inexact = Some(inexact);
+            let results = results
+                .into_iter()
+                .map(|r| r.map(|label| (label, inexact.take().unwrap_or(0))))
+                .collect();
+            return Ok(Unlearned {
+                results,
+                model: ModelAfter::UpToDate,
+            });
+        }
+        let mut writer = self.writer(wait)?;
+        let mut results = Vec::new();
+        for (features, identity) in messages {
+            let result = writer.unlearn(features, identity);
+            let stop = matches!(&result, Err(e) if !matches!(e, Error::NotLearned));
+            results.push(result);
+            if stop {
+                break;
+            }
+        }
+        let model = self.follow(&mut writer, params)?;
+        Ok(Unlearned { results, model })
+    }
+
+    /// Removes word tokens seen at most `max_count` times and unchanged for
+    /// `min_age_days` days (see [`Trainer::prune`]) and makes the model
+    /// follow. Returns how many were removed and how many tokens are left.
+    pub fn prune(
+        &self,
+        max_count: u64,
+        min_age_days: u32,
+        wait: Duration,
+        params: Params,
+    ) -> Result<(usize, u64, ModelAfter)> {
+        let mut writer = self.writer(wait)?;
+        let removed = writer.prune(max_count, min_age_days)?;
+        let model = self.follow(&mut writer, params)?;
+        let left = writer.store().token_count()?;
+        Ok((removed, left, model))
+    }
+
+    /// Makes the model follow the counts after `writer` changed them (see
+    /// [`Trainer::publish`]), or removes it if they no longer hold both
+    /// classes. Also repairs a model an earlier writer left behind the
+    /// counts (killed between storing and publishing), so the model never
+    /// lags them.
+    fn follow(&self, writer: &mut Trainer, params: Params) -> Result<ModelAfter> {
+        let totals = writer.store().totals()?.messages;
+        if totals.contains(&0) {
+            for path in [
+                self.paths.registry(),
+                self.paths.snapshot(),
+                self.paths.journal(),
+            ] {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(source) => return Err(crate::store::Error::Io { path, source }.into()),
+                }
+            }
+            return Ok(ModelAfter::Removed(totals));
+        }
+        writer.publish(params)?;
+        Ok(ModelAfter::UpToDate)
     }
 }
 

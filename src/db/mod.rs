@@ -25,7 +25,7 @@ mod reader;
 mod run;
 mod writer;
 
-pub use database::{Database, Reader};
+pub use database::{Database, ModelAfter, Reader, Unlearned};
 
 pub use lock::WriterLock;
 pub use reader::{

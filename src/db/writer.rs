@@ -656,9 +656,9 @@ pub(crate) fn learn_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::features::Extractor;
     use crate::fit::Settings;
     use crate::vocab::BYTES_PREFIX;
-    use crate::features::Extractor;
     use std::path::Path;
 
     const WAIT: Duration = Duration::from_secs(5);
