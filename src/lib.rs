@@ -12,7 +12,6 @@ pub mod db;
 pub mod decision;
 pub mod eval;
 pub mod features;
-pub mod find;
 pub mod fsutil;
 pub mod headers;
 pub mod mailbox;

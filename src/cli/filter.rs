@@ -431,8 +431,7 @@ fn write_message(
             if !raw.is_empty() {
                 warn("the message starts with a folded line: passed through without our headers");
             }
-            let crlf =
-                bayesmail::find::byte(b'\n', raw).is_some_and(|p| p > 0 && raw[p - 1] == b'\r');
+            let crlf = memchr::memchr(b'\n', raw).is_some_and(|p| p > 0 && raw[p - 1] == b'\r');
             (Renamer::new(crlf), 0)
         }
     };

@@ -41,7 +41,7 @@ fn has_invisible(text: &str) -> bool {
     // Only the lead bytes below can start one; they are searched for
     // (several bytes at a time) rather than every byte looked at.
     let mut leads =
-        crate::find::all_of3(0xC2, 0xCD, 0xD8, b).chain(crate::find::all_of3(0xE1, 0xE2, 0xEF, b));
+        memchr::memchr3_iter(0xC2, 0xCD, 0xD8, b).chain(memchr::memchr3_iter(0xE1, 0xE2, 0xEF, b));
     leads.any(|i| match b[i] {
         0xC2 => b.get(i + 1) == Some(&0xAD),
         0xCD => b.get(i + 1) == Some(&0x8F),
@@ -523,7 +523,7 @@ impl<'a> MailWordStream<'a> {
         }
         if start >= self.line_end {
             self.line_end =
-                crate::find::byte(b'\n', &bytes[start..]).map_or(bytes.len(), |p| start + p);
+                memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |p| start + p);
         }
         let line = &bytes[start..self.line_end];
         // Where a space is followed by an ASCII letter or digit.
