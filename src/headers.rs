@@ -190,7 +190,7 @@ impl Renamer {
         while !chunk.is_empty() {
             match self.state {
                 State::Body => return out.write_all(chunk),
-                State::InLine => match crate::find::byte(b'\n', chunk) {
+                State::InLine => match memchr::memchr(b'\n', chunk) {
                     Some(p) => {
                         out.write_all(&chunk[..=p])?;
                         chunk = &chunk[p + 1..];
@@ -300,7 +300,7 @@ fn line_at(raw: &[u8], at: usize) -> Option<(&[u8], usize)> {
     if at >= raw.len() {
         return None;
     }
-    let end = crate::find::byte(b'\n', &raw[at..]).map_or(raw.len(), |p| at + p + 1);
+    let end = memchr::memchr(b'\n', &raw[at..]).map_or(raw.len(), |p| at + p + 1);
     Some((&raw[at..end], end))
 }
 

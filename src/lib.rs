@@ -12,7 +12,6 @@
 //! - `vocab`: names and numbers every layer agrees on
 //! - `fsutil`: opening and creating files safely
 //! - `sanitize`: untrusted text made safe for a terminal
-//! - `find`: byte searches
 //! - `mailbox`: Maildirs, mboxes, trees of files
 //! - `message`: MIME parsing and decoding, a message's identity
 //! - `headers`: `filter`'s header fields and the renaming of forged ones
@@ -33,7 +32,6 @@ pub mod db;
 pub mod decision;
 pub mod eval;
 pub mod features;
-pub mod find;
 pub mod fit;
 pub mod fsutil;
 pub mod headers;

@@ -190,9 +190,8 @@ pub(super) fn run_failed_open(streams: ClosedStreams, verdict_exit: bool, err: &
 
 /// If the command line asks for `filter`, whether it asks for
 /// `--verdict-exit`; `None` for any other command. Read from the raw
-/// arguments, to choose the parser before clap runs and for when clap
-/// could not parse them: the subcommand is the first argument that is not
-/// a global option or its value.
+/// arguments, for when clap could not parse them: the subcommand is the
+/// first argument that is not a global option or its value.
 pub(super) fn invocation(args: &[std::ffi::OsString]) -> Option<bool> {
     let mut i = 1;
     while let Some(arg) = args.get(i) {
@@ -432,8 +431,7 @@ fn write_message(
             if !raw.is_empty() {
                 warn("the message starts with a folded line: passed through without our headers");
             }
-            let crlf =
-                bayesmail::find::byte(b'\n', raw).is_some_and(|p| p > 0 && raw[p - 1] == b'\r');
+            let crlf = memchr::memchr(b'\n', raw).is_some_and(|p| p > 0 && raw[p - 1] == b'\r');
             (Renamer::new(crlf), 0)
         }
     };

@@ -12,7 +12,7 @@ mod scan;
 mod tokens;
 mod train;
 
-use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 use bayesmail::config::{self, Config, ModelConfig};
@@ -72,113 +72,6 @@ struct GlobalArgs {
     verbose: bool,
 }
 
-impl Cli {
-    /// Parses the command line: `filter`'s usual ones by hand (see
-    /// [`parse_filter_line`]), every other one with clap.
-    fn parse_args(args: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
-        match parse_filter_line(args, |name| std::env::var_os(name)) {
-            Some(cli) => Ok(cli),
-            None => Cli::try_parse_from(args),
-        }
-    }
-}
-
-/// `filter`'s usual command lines, parsed without clap: `filter` and its
-/// options, the global options before or after it, each at most once, in
-/// the long forms `--name value` or `--name=value` (`-q` and `-v` also
-/// short). `filter` runs once per delivered message, and building clap's
-/// definitions was a good part of its run. Anything else (help, version,
-/// a repeated or unknown option, an empty or dash-led value, a value its
-/// parser refuses, combined short flags, `--`) is `None`, left to clap,
-/// which then accepts or refuses it as always. The answer, when there is
-/// one, is clap's own, `env` standing for the environment (a test holds
-/// the two to each other).
-fn parse_filter_line(
-    args: &[std::ffi::OsString],
-    env: impl Fn(&str) -> Option<std::ffi::OsString>,
-) -> Option<Cli> {
-    /// Sets an option given once; a second time is clap's to refuse.
-    fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
-        slot.is_none().then(|| *slot = Some(value))
-    }
-    /// Sets a flag given once.
-    fn flag(slot: &mut bool) -> Option<()> {
-        (!*slot).then(|| *slot = true)
-    }
-    let mut global = GlobalArgs {
-        db: None,
-        config: None,
-        quiet: false,
-        verbose: false,
-    };
-    let mut filter = FilterArgs {
-        verdict_exit: false,
-        max_size: None,
-        decision: DecisionArgs {
-            costs: None,
-            min_known: None,
-        },
-    };
-    let mut in_filter = false;
-    let mut words = args.get(1..)?.iter();
-    while let Some(word) = words.next() {
-        let word = word.to_str()?;
-        let (name, inline) = match word.split_once('=') {
-            Some((name, value)) if name.starts_with("--") => (name, Some(value)),
-            _ => (word, None),
-        };
-        let mut value = || {
-            let value = match inline {
-                Some(value) => value,
-                None => words.next()?.to_str()?,
-            };
-            (!value.is_empty() && !value.starts_with('-')).then_some(value)
-        };
-        match (name, inline) {
-            ("filter", None) if !in_filter => in_filter = true,
-            ("--db", _) => once(&mut global.db, PathBuf::from(value()?))?,
-            ("--config", _) => once(&mut global.config, PathBuf::from(value()?))?,
-            ("-q" | "--quiet", None) => flag(&mut global.quiet)?,
-            ("-v" | "--verbose", None) => flag(&mut global.verbose)?,
-            ("--verdict-exit", None) if in_filter => flag(&mut filter.verdict_exit)?,
-            ("--max-size", _) if in_filter => {
-                once(&mut filter.max_size, parse_size(value()?).ok()?)?;
-            }
-            ("--costs", _) if in_filter => {
-                once(&mut filter.decision.costs, parse_costs(value()?).ok()?)?;
-            }
-            ("--min-known", _) if in_filter => {
-                let n = value()?;
-                let n = n
-                    .bytes()
-                    .all(|b| b.is_ascii_digit())
-                    .then(|| n.parse().ok())??;
-                once(&mut filter.decision.min_known, n)?;
-            }
-            _ => return None,
-        }
-    }
-    if !in_filter || (global.quiet && global.verbose) {
-        return None;
-    }
-    // The environment stands in for an option not given. An empty value
-    // is clap's to refuse, even beside the option: clap reads the
-    // environment for the level (program or `filter`) where the option
-    // was not given, and refuses the empty value there.
-    let from_env = |name| match env(name) {
-        None => Some(None),
-        Some(v) if v.is_empty() => None,
-        Some(v) => Some(Some(PathBuf::from(v))),
-    };
-    let (db, config) = (from_env("BAYESMAIL_DB")?, from_env("BAYESMAIL_CONFIG")?);
-    global.db = global.db.or(db);
-    global.config = global.config.or(config);
-    Some(Cli {
-        global,
-        command: Command::Filter(Deferred(filter)),
-    })
-}
-
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Print the features (tokens and metadata) of each message.
@@ -186,7 +79,7 @@ enum Command {
     /// Exit status: 0 if every message was read, 1 if some could not be
     /// (each reported on stderr, the rest printed), 2 if the command could
     /// not run at all.
-    Tokens(Deferred<TokensArgs>),
+    Tokens(TokensArgs),
     /// Learn from sorted folders: every message under --spam is spam, every
     /// message under --ham is ham.
     ///
@@ -208,16 +101,16 @@ enum Command {
     /// Exit status: 0 done, 1 done but some messages could not be read, 2
     /// failed (nothing half-written: the database keeps its old state or
     /// gains the whole run), 130 interrupted.
-    Train(Deferred<TrainArgs>),
+    Train(TrainArgs),
     /// Learn a message (a file, or '-' for stdin) as spam or ham; each
     /// message of an mbox file (or of an mbox on stdin).
     ///
     /// No model is written until the database holds at least one message of
     /// each class.
-    Learn(Deferred<LearnArgs>),
+    Learn(LearnArgs),
     /// Forget a learned message (a file, or '-' for stdin); each message of
     /// an mbox.
-    Unlearn(Deferred<UnlearnArgs>),
+    Unlearn(UnlearnArgs),
     /// Remove word tokens that are rare and old, to keep the database small.
     ///
     /// A word token seen in at most --max-count messages (ham and spam
@@ -226,13 +119,13 @@ enum Command {
     /// message counts and the registry. The byte view's buckets are a fixed
     /// table and are never pruned. The model is rewritten. Exit status: 0
     /// done, 2 failed (nothing changed).
-    Prune(Deferred<PruneArgs>),
+    Prune(PruneArgs),
     /// Classify messages: verdict, calibrated P(spam) and model log-odds.
     ///
     /// Reads only the model snapshot, so it runs while a training run holds
     /// the database. Exit status: 0 if every message was classified, 1 if
     /// some could not be read, 2 if the command could not run (no model).
-    Classify(Deferred<ClassifyArgs>),
+    Classify(ClassifyArgs),
     /// Classify whole mailboxes in parallel: one line per message (a table,
     /// --json lines or --csv) on stdout, a summary on stderr, and a progress
     /// bar when stderr is a terminal.
@@ -249,7 +142,7 @@ enum Command {
     /// Exit status: 0 if every message was classified (and moved or copied),
     /// 1 if some could not be read, parsed, moved or copied (each reported
     /// on stderr), 2 if the command could not run (no model, bad options).
-    Scan(Deferred<ScanArgs>),
+    Scan(ScanArgs),
     /// The mail delivery hook: read one message on stdin, write it to stdout
     /// with X-Spam-Status (and, on spam, X-Spam-Flag: YES) added at the top
     /// (after an mbox envelope line), every other byte unchanged.
@@ -278,11 +171,11 @@ enum Command {
     /// failing). With
     /// --verdict-exit: 0 spam, 1 ham, 2 unsure, 3 no verdict or not passed
     /// on.
-    Filter(Deferred<FilterArgs>),
+    Filter(FilterArgs),
     /// Show the tokens and metadata that moved a message's score the most.
-    Explain(Deferred<ExplainArgs>),
+    Explain(ExplainArgs),
     /// Show what the database holds: counts, vocabulary, size, versions.
-    Stats(Deferred<StatsArgs>),
+    Stats(StatsArgs),
     /// Measure the filter on a labelled corpus (in memory; nothing is
     /// written to the database).
     ///
@@ -290,7 +183,7 @@ enum Command {
     /// fold<TAB>label<TAB>path) or labelled folders (--spam/--ham, --k folds),
     /// or the TREC online protocol over an index (--online, lines 'spam PATH'
     /// / 'ham PATH': classify each message in order, then learn it).
-    Eval(Deferred<Box<EvalArgs>>),
+    Eval(Box<EvalArgs>),
     /// Print a shell completion script for bash, zsh, fish, elvish or
     /// PowerShell on stdout.
     ///
@@ -298,70 +191,13 @@ enum Command {
     /// ~/.local/share/bash-completion/completions/bayesmail`; zsh: into a
     /// directory on $fpath as `_bayesmail`; fish: `bayesmail completions fish
     /// > ~/.config/fish/completions/bayesmail.fish`.
-    Completions(Deferred<CompletionsArgs>),
+    Completions(CompletionsArgs),
     /// Print a man page (roff) on stdout: bayesmail(1), or with a command
     /// name that command's page, bayesmail-COMMAND(1).
     ///
     /// For example: `bayesmail man > ~/.local/share/man/man1/bayesmail.1`,
     /// or `bayesmail man train | man -l -`.
-    Man(Deferred<ManArgs>),
-}
-
-/// A subcommand's arguments, defined in clap only when that subcommand is
-/// the one parsed (or its help shown). Building every subcommand's
-/// arguments cost each start (the one-message-per-process `filter` above
-/// all) about 160k instructions and 18 page faults.
-#[derive(Debug)]
-struct Deferred<T>(T);
-
-impl<T> std::ops::Deref for Deferred<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T: FromArgMatches> FromArgMatches for Deferred<T> {
-    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
-        T::from_arg_matches(matches).map(Deferred)
-    }
-    fn from_arg_matches_mut(matches: &mut ArgMatches) -> Result<Self, clap::Error> {
-        T::from_arg_matches_mut(matches).map(Deferred)
-    }
-    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
-        self.0.update_from_arg_matches(matches)
-    }
-    fn update_from_arg_matches_mut(&mut self, matches: &mut ArgMatches) -> Result<(), clap::Error> {
-        self.0.update_from_arg_matches_mut(matches)
-    }
-}
-
-impl<T: Args> Args for Deferred<T> {
-    fn group_id() -> Option<clap::Id> {
-        T::group_id()
-    }
-    fn augment_args(cmd: clap::Command) -> clap::Command {
-        cmd.defer(|cmd| keep_about(cmd, T::augment_args))
-    }
-    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        cmd.defer(|cmd| keep_about(cmd, T::augment_args_for_update))
-    }
-}
-
-/// Runs `augment` on `cmd` but keeps the subcommand's own description: the
-/// derive sets it before the deferred arguments are added, and a flattened
-/// argument struct's doc comment must not replace it.
-fn keep_about(cmd: clap::Command, augment: fn(clap::Command) -> clap::Command) -> clap::Command {
-    let about = cmd.get_about().cloned();
-    let long_about = cmd.get_long_about().cloned();
-    let mut cmd = augment(cmd);
-    if let Some(about) = about {
-        cmd = cmd.about(about);
-    }
-    if let Some(long_about) = long_about {
-        cmd = cmd.long_about(long_about);
-    }
-    cmd
+    Man(ManArgs),
 }
 
 /// Model hyperparameters and decision costs, overriding the config file.
@@ -815,7 +651,7 @@ fn progress_allowed() -> bool {
 
 /// Runs the command line and returns the process exit code.
 pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 {
-    let cli = match Cli::parse_args(&args) {
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         // The delivery hook must pass the message on even when its own
         // command line or environment is wrong: a mistake in a mail
@@ -980,206 +816,35 @@ mod tests {
         Cli::command().debug_assert();
     }
 
-    /// `filter`'s command lines as a list of words after the program name.
-    fn command_line(words: &[&str]) -> Vec<std::ffi::OsString> {
-        std::iter::once("bayesmail")
-            .chain(words.iter().copied())
-            .map(Into::into)
-            .collect()
-    }
-
-    /// What a parse gave, to compare: the values, or the rendered message.
-    fn shown(parsed: Result<Cli, clap::Error>) -> Result<String, String> {
-        parsed
-            .map(|cli| format!("{:?} {:?}", cli.global, cli.command))
-            .map_err(|e| e.render().to_string())
-    }
-
+    /// Each subcommand is described by its own doc comment, never by that
+    /// of an argument struct it flattens.
     #[test]
-    fn filter_command_lines_parse_by_hand_as_clap_parses_them() {
-        let no_env = |_: &str| None;
-        for line in [
-            &["filter"][..],
-            &["--db", "d", "filter", "--verdict-exit"],
-            &["filter", "--db=d", "--config", "c.toml", "-q"],
-            &["-v", "filter", "--max-size", "1000", "--costs", "20:1:0.5"],
-            &["filter", "--min-known=3", "--costs=20:1", "--max-size=1K"],
-        ] {
-            let args = command_line(line);
-            let by_hand = parse_filter_line(&args, no_env).expect("parsed by hand");
-            assert_eq!(
-                shown(Ok(by_hand)),
-                shown(Cli::try_parse_from(&args)),
-                "{line:?}"
-            );
-        }
-        // Help, version, mistakes and rarer forms are left to clap, which
-        // says them with every command known.
-        for line in [
-            &["filter", "--help"][..],
-            &["--version", "filter"],
-            &["filter", "--no-such-option"],
-            &["-q", "-v", "filter"],
-            &["-qv", "filter"],
-            &["filter", "--db", "a", "--db", "b"],
-            &["filter", "--verdict-exit=true"],
-            &["filter", "--costs", "1:0"],
-            &["filter", "--min-known", "+3"],
-            &["--db=", "filter"],
-            &["filter", "--"],
-            &["filter", "extra"],
-            &["--max-size", "1K", "filter"],
-            &["tokens"],
-        ] {
-            assert!(
-                parse_filter_line(&command_line(line), no_env).is_none(),
-                "{line:?}"
-            );
-        }
-    }
-
-    /// The environment stands in for `--db` and `--config` when they are
-    /// not given, as in clap; an empty value is left to clap to refuse.
-    #[test]
-    fn filter_command_lines_take_the_database_and_config_from_the_environment() {
-        let env = |db: Option<&'static str>, config: Option<&'static str>| {
-            move |name: &str| match name {
-                "BAYESMAIL_DB" => db.map(Into::into),
-                "BAYESMAIL_CONFIG" => config.map(Into::into),
-                _ => None,
-            }
-        };
-        let parsed = |line: &[&str], db, config| {
-            parse_filter_line(&command_line(line), env(db, config))
-                .map(|cli| (cli.global.db, cli.global.config))
-        };
-        let path = |p: &str| Some(PathBuf::from(p));
-        assert_eq!(parsed(&["filter"], None, None), Some((None, None)));
-        assert_eq!(
-            parsed(&["filter"], Some("e"), Some("c")),
-            Some((path("e"), path("c")))
-        );
-        assert_eq!(
-            parsed(&["--db", "d", "filter"], Some("e"), None),
-            Some((path("d"), None))
-        );
-        assert_eq!(
-            parsed(&["filter", "--config=f"], None, Some("c")),
-            Some((None, path("f")))
-        );
-        assert_eq!(parsed(&["filter"], Some(""), None), None);
-        assert_eq!(parsed(&["filter"], None, Some("")), None);
-        // clap refuses an empty value even beside the option it stands
-        // in for.
-        assert_eq!(parsed(&["--db", "d", "filter"], Some(""), None), None);
-        assert_eq!(parsed(&["filter", "--config=f"], None, Some("")), None);
-    }
-
-    proptest::proptest! {
-        /// Whatever the command line around `filter`, `Cli::parse_args`
-        /// (by hand where it can, else clap) gives what clap gives: the
-        /// same values or the same rendered message. Words are drawn from the global options, the
-        /// filter options, their `=` and combined forms, values, `--`,
-        /// help and version, and mistakes.
-        #[test]
-        fn any_filter_command_line_parses_as_the_full_parser_parses_it(
-            words in proptest::collection::vec(0usize..FILTER_WORDS.len(), 0..6),
-            at in 0usize..6,
-        ) {
-            let mut line: Vec<std::ffi::OsString> =
-                words.iter().map(|&w| FILTER_WORDS[w].into()).collect();
-            line.insert(at.min(line.len()), "filter".into());
-            line.insert(0, "bayesmail".into());
-            proptest::prop_assert_eq!(
-                shown(Cli::parse_args(&line)),
-                shown(Cli::try_parse_from(&line)),
-                "{:?}",
-                line
-            );
-        }
-    }
-
-    /// The words the property test above builds `filter` command lines
-    /// from.
-    const FILTER_WORDS: &[&str] = &[
-        "filter",
-        "--db",
-        "--db=d",
-        "--db=",
-        "--config",
-        "c.toml",
-        "-q",
-        "-v",
-        "-qv",
-        "-qq",
-        "--quiet",
-        "--verbose",
-        "--",
-        "-",
-        "",
-        "--verdict-exit",
-        "--verdict-exit=true",
-        "--max-size",
-        "--max-size=1K",
-        "10M",
-        "--costs",
-        "--costs=20:1",
-        "20:1:0.5",
-        "--min-known",
-        "--min-known=3",
-        "3",
-        "03",
-        "+3",
-        "18446744073709551616",
-        "d=e",
-        "--db=d=e",
-        "--costs=",
-        "1:0",
-        "--config=c",
-        "--config=",
-        "--db=-x",
-        "--quiet=true",
-        "-q=1",
-        "-3",
-        " 3",
-        "0",
-        "--max-size=",
-        "1K ",
-        "-h",
-        "--help",
-        "-V",
-        "--version",
-        "help",
-        "tokens",
-        "--no-such",
-        "-x",
-    ];
-
-    #[test]
-    fn deferred_arguments_keep_each_subcommand_description() {
-        let unbuilt = Cli::command();
-        let mut built = Cli::command();
-        built.build();
+    fn each_subcommand_keeps_its_own_description() {
+        let cli = Cli::command();
+        let flattened = [
+            "The options every command takes",
+            "Model hyperparameters",
+            "Decision settings",
+            "How to read mailboxes",
+        ];
         let mut seen = 0;
-        for sub in unbuilt.get_subcommands() {
+        for sub in cli.get_subcommands() {
             let name = sub.get_name();
-            let after = built.find_subcommand(name).unwrap();
-            assert!(sub.get_about().is_some(), "{name} has a description");
-            let text = |c: &clap::Command| {
-                let about = c.get_about().map(|a| a.to_string());
-                let long = c.get_long_about().map(|a| a.to_string());
-                (about, long)
-            };
-            assert_eq!(text(sub), text(after), "{name}");
-            // Building added the arguments the subcommand was deferring.
+            let about = sub.get_about().map(|a| a.to_string());
+            let about = about.unwrap_or_else(|| panic!("{name} has no description"));
             assert!(
-                after.get_arguments().count() > sub.get_arguments().count(),
-                "{name}"
+                !flattened.iter().any(|f| about.starts_with(f)),
+                "{name}: {about}"
             );
             seen += 1;
         }
         assert_eq!(seen, 13);
-        let filter = built.find_subcommand("filter").unwrap();
+        let filter = cli.find_subcommand("filter").unwrap();
+        assert!(
+            filter
+                .get_about()
+                .is_some_and(|a| a.to_string().starts_with("The mail delivery hook"))
+        );
         assert!(filter.get_arguments().any(|a| a.get_id() == "max_size"));
     }
 }

@@ -322,8 +322,7 @@ fn push_received(analyzer: &mut Analyzer, set: &mut TokenSet, net: &mut String, 
     // sent it: tokens of it would teach the calendar. It is cut off with
     // a vector search (`rsplit_once` uses the standard library's,
     // which reads a word at a time), as this runs over every Received.
-    let route =
-        crate::find::byte_rev(b';', received.as_bytes()).map_or(received, |at| &received[..at]);
+    let route = memchr::memrchr(b';', received.as_bytes()).map_or(received, |at| &received[..at]);
     analyzer.tokenize(route, "RCVD:", set);
     // Relay addresses become number shapes as words; their networks (/24
     // and /16) are kept, as sender reputation is by network.

@@ -303,7 +303,7 @@ impl Maildir {
 /// A Maildir file name without its flags: up to the `:` that starts them.
 fn unique_name(name: &OsStr) -> &OsStr {
     let bytes = name.as_bytes();
-    let end = crate::find::byte(b':', bytes).unwrap_or(bytes.len());
+    let end = memchr::memchr(b':', bytes).unwrap_or(bytes.len());
     OsStr::from_bytes(&bytes[..end])
 }
 

@@ -215,7 +215,7 @@ pub fn write_mbox_message<W: Write>(
     writeln!(w, "From {sender} {SEPARATOR_DATE}")?;
     // Write the message in runs, breaking only where a '>' goes in.
     let mut written = 0;
-    let line_starts = std::iter::once(0).chain(crate::find::all(b'\n', message).map(|i| i + 1));
+    let line_starts = std::iter::once(0).chain(memchr::memchr_iter(b'\n', message).map(|i| i + 1));
     for start in line_starts {
         if start < message.len() && needs_escape(&message[start..]) {
             w.write_all(&message[written..start])?;

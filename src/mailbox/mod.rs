@@ -532,7 +532,7 @@ fn split_input(
             offset: start as u64,
         };
         let chunk = &bytes[start..end];
-        let body_start = crate::find::byte(b'\n', chunk).map_or(chunk.len(), |p| p + 1);
+        let body_start = memchr::memchr(b'\n', chunk).map_or(chunk.len(), |p| p + 1);
         let mut message = Vec::with_capacity(chunk.len() - body_start);
         let mut last_blank = 0;
         for line in chunk[body_start..].split_inclusive(|&b| b == b'\n') {
@@ -561,11 +561,11 @@ fn separators(input: &[u8]) -> Vec<usize> {
         return starts;
     }
     starts.push(0);
-    let first_len = crate::find::byte(b'\n', input).map_or(input.len(), |p| p + 1);
+    let first_len = memchr::memchr(b'\n', input).map_or(input.len(), |p| p + 1);
     let line_end = |start: usize| {
-        crate::find::byte(b'\n', &input[start..]).map_or(input.len(), |p| start + p + 1)
+        memchr::memchr(b'\n', &input[start..]).map_or(input.len(), |p| start + p + 1)
     };
-    let finder = crate::find::Finder::new(b"\nFrom ");
+    let finder = memchr::memmem::Finder::new(b"\nFrom ");
     let mut at = first_len;
     while let Some(found) = input.get(at..).and_then(|rest| finder.find(rest)) {
         // The `From ` line starts after the newline found, at or after the

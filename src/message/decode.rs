@@ -169,7 +169,7 @@ fn delimits_word(c: Option<char>) -> bool {
 /// Tokenizes one line into `out`; returns the steps taken.
 fn decode_line(line: &str, out: &mut Normalizer) -> usize {
     let bytes = line.as_bytes();
-    let opener = crate::find::Finder::new(b"=?");
+    let opener = memchr::memmem::Finder::new(b"=?");
     // The first `?=` that can end a word, at or after some position. Ends
     // do not depend on where a word starts, so one answer serves every
     // start up to it, and an answer of "none" serves every later start.
@@ -221,7 +221,7 @@ fn decode_line(line: &str, out: &mut Normalizer) -> usize {
 fn find_word_end(line: &str, from: usize, steps: &mut usize) -> Option<usize> {
     let bytes = line.as_bytes();
     let mut at = from;
-    while let Some(p) = crate::find::seq(b"?=", &bytes[at..]) {
+    while let Some(p) = memchr::memmem::find(&bytes[at..], b"?=") {
         let end = at + p;
         *steps += p + 2;
         if delimits_word(line[end + 2..].chars().next()) {

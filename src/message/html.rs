@@ -60,7 +60,7 @@ pub fn to_text(html: &str) -> HtmlText {
     let bytes = html.as_bytes();
     let mut i = 0;
     let mut text_start = 0;
-    while let Some(off) = crate::find::either(b'<', b'&', &bytes[i..]) {
+    while let Some(off) = memchr::memchr2(b'<', b'&', &bytes[i..]) {
         let at = i + off;
         push_text(out.target(open.hidden()), &html[text_start..at]);
         if bytes[at] == b'&' {
@@ -203,7 +203,7 @@ fn tag(html: &str, at: usize, out: &mut HtmlText, open: &mut OpenElements) -> us
     let bytes = html.as_bytes();
     let rest = &bytes[at..];
     if rest.starts_with(b"<!--") {
-        return match crate::find::seq(b"-->", &rest[4..]) {
+        return match memchr::memmem::find(&rest[4..], b"-->") {
             Some(end) => at + 4 + end + 3,
             None => bytes.len(),
         };
@@ -234,7 +234,7 @@ fn tag(html: &str, at: usize, out: &mut HtmlText, open: &mut OpenElements) -> us
         return match find_ci(&bytes[end..], close) {
             Some(p) => {
                 let after = end + p;
-                crate::find::byte(b'>', &bytes[after..]).map_or(bytes.len(), |q| after + q + 1)
+                memchr::memchr(b'>', &bytes[after..]).map_or(bytes.len(), |q| after + q + 1)
             }
             None => bytes.len(),
         };
@@ -361,7 +361,7 @@ fn scan_attributes(
         let (value, next) = match bytes.get(j) {
             Some(&q @ (b'"' | b'\'')) => {
                 let start = j + 1;
-                match crate::find::byte(q, &bytes[start..]) {
+                match memchr::memchr(q, &bytes[start..]) {
                     Some(len) => (&html[start..start + len], start + len + 1),
                     None => (&html[start..], bytes.len()),
                 }

@@ -234,7 +234,7 @@ pub(crate) fn normalize_line_ends(raw: &[u8]) -> Cow<'_, [u8]> {
 /// to the one-message-per-process `filter`.
 fn find_crlf(s: &[u8]) -> Option<usize> {
     let mut from = 0;
-    while let Some(p) = crate::find::byte(b'\r', &s[from..]) {
+    while let Some(p) = memchr::memchr(b'\r', &s[from..]) {
         let at = from + p;
         if s.get(at + 1) == Some(&b'\n') {
             return Some(at);
@@ -313,7 +313,7 @@ fn split_multipart<'a>(
     depth: u8,
 ) -> std::result::Result<(Vec<Part<'a>>, usize), MailParseError> {
     let mut subparts = Vec::new();
-    let finder = crate::find::Finder::new(boundary);
+    let finder = memchr::memmem::Finder::new(boundary);
     // A boundary counts only at the start of a line.
     let find_boundary = |from: usize| {
         let mut at = from;
@@ -332,7 +332,7 @@ fn split_multipart<'a>(
     let body_end = strip_line_end(raw, body_start, first);
     let mut boundary_end = first + boundary.len();
     while let Some(start) =
-        crate::find::byte(b'\n', &raw[boundary_end..]).map(|p| boundary_end + p + 1)
+        memchr::memchr(b'\n', &raw[boundary_end..]).map(|p| boundary_end + p + 1)
     {
         // The last part a multipart may have takes the rest of the body:
         // memory stays bounded however many boundaries a message repeats.
@@ -598,7 +598,7 @@ fn text_start(bytes: &[u8], kind: TextKind) -> usize {
             .position(|b| !b.is_ascii_whitespace())
             .unwrap_or(bytes.len() - at);
         if kind == TextKind::Html && bytes[at..].starts_with(b"<!--") {
-            match crate::find::seq(b"-->", &bytes[at + 4..]) {
+            match memchr::memmem::find(&bytes[at + 4..], b"-->") {
                 Some(end) => at += 4 + end + 3,
                 None => return at,
             }

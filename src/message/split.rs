@@ -88,7 +88,7 @@ pub fn looks_like_mail(raw: &[u8]) -> bool {
 /// only a whole message can have one.
 pub(crate) fn strip_envelope(raw: &[u8]) -> &[u8] {
     if raw.starts_with(b"From ") {
-        crate::find::byte(b'\n', raw).map_or(&[][..], |p| &raw[p + 1..])
+        memchr::memchr(b'\n', raw).map_or(&[][..], |p| &raw[p + 1..])
     } else {
         raw
     }
@@ -103,7 +103,7 @@ pub(crate) fn split_entity(raw: &[u8]) -> (usize, usize) {
     let mut in_field = false;
     while at < raw.len() {
         let rest = &raw[at..];
-        let end = crate::find::byte(b'\n', rest).map_or(rest.len(), |p| p + 1);
+        let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |p| p + 1);
         let line = &rest[..end];
         if line == b"\n" || line == b"\r\n" {
             return (at, at + end);

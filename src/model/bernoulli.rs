@@ -7,9 +7,6 @@
 //! [`Combine`]'s business (see the project's docs on why the plain sum is
 //! not the default).
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-
 use serde::{Deserialize, Serialize};
 
 use super::TokenCounts;
@@ -63,76 +60,38 @@ impl BetaPrior {
     }
 }
 
-/// Counts up to which a [`LogThetas`] keeps its logarithms: every count of
-/// a model of up to this many messages per class, and for larger ones the
-/// counts of most lookups, in at most 512 KiB.
-pub const LOG_THETA_TABLE: usize = 1 << 16;
+/// Counts up to which a [`LogThetas`] keeps its logarithms in a table:
+/// every count of a model of up to this many messages per class.
+const LOG_THETA_TABLE: u64 = 1 << 16;
 
-/// Counts whose logarithms a [`LogThetas`] keeps from the start: the
-/// counts most tokens have, in one page.
-const DENSE_COUNTS: usize = 512;
-
-/// Logarithms of larger counts a [`LogThetas`] computes one by one before
-/// it makes a table for them: more than one message asks for (a few
-/// thousand), fewer than a few messages do.
-const TABLE_AFTER: u32 = 8192;
-
-/// ln θ of a present token, per class and count, from logarithms
-/// remembered once computed: scoring a message needs it for each of its
-/// thousand-odd known features, and a model has only as many distinct
-/// counts as it has messages, so over many messages a table turns nearly
-/// every logarithm into a read. ln θ = ln(k + a) − ln(n + a + b): the
-/// denominator is computed once per class, the numerator once per count,
-/// for both classes in one table. Each value is [`BetaPrior::log_theta`]'s
-/// own, computed by the same operations, so the evidence is the same bit
-/// for bit.
-///
-/// The table is made only once [`TABLE_AFTER`] logarithms of counts from
-/// [`DENSE_COUNTS`] on have been computed (the smaller ones are kept from
-/// the start, in a page): a process that scores one message would touch a
-/// page of the table for nearly every page it has (a model of 25,000
-/// messages a class needs 49), each a page fault that costs more than the
-/// logarithms it saves. Shared by threads: an entry is written at most
-/// with the one value it can hold.
-#[derive(Debug)]
+/// ln θ of a present token, per class and count: ln θ = ln(k + a) −
+/// ln(n + a + b), the denominator computed once per class, the numerator
+/// looked up in a table of ln(k + a) for every count the model can hold
+/// (scoring needs it for each of a message's thousand-odd known features).
+/// Each value is [`BetaPrior::log_theta`]'s own, computed by the same
+/// operations, so the evidence is the same bit for bit.
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogThetas {
     prior: BetaPrior,
     /// Messages `[ham, spam]`.
     n: [u64; 2],
     /// Per class, ln(n + a + b).
     ln_denom: [f64; 2],
-    /// The bits of ln(k + a) for each count k up to the table's length,
-    /// once made; 0 for one not yet computed (a value that is 0, k + a = 1,
-    /// is just computed each time).
-    table: OnceLock<Box<[AtomicU64]>>,
-    /// The same for the counts below [`DENSE_COUNTS`], until the table is
-    /// made.
-    dense: Box<[AtomicU64]>,
-    /// Counts up to which the table keeps logarithms.
-    len: usize,
-    /// Logarithms of larger counts computed before the table was made.
-    computed: AtomicU32,
-    /// How many of those make it ([`TABLE_AFTER`]; other values in tests).
-    table_after: u32,
+    /// ln(k + a) for each count k up to the larger class's messages (or
+    /// [`LOG_THETA_TABLE`]).
+    ln_counts: Vec<f64>,
 }
 
 impl LogThetas {
-    /// An empty table for `prior` and `n` = `[ham, spam]` messages: one
-    /// entry per possible count, up to [`LOG_THETA_TABLE`].
+    /// The logarithms for `prior` and `n` = `[ham, spam]` messages.
     pub fn new(prior: BetaPrior, n: [u64; 2]) -> LogThetas {
-        let len = usize::try_from(n[0].max(n[1])).map_or(LOG_THETA_TABLE, |n| {
-            n.saturating_add(1).min(LOG_THETA_TABLE)
-        });
         let ln_denom = |n: u64| (n as f64 + prior.a + prior.b).ln();
+        let top = n[0].max(n[1]).min(LOG_THETA_TABLE);
         LogThetas {
             prior,
             n,
             ln_denom: [ln_denom(n[0]), ln_denom(n[1])],
-            table: OnceLock::new(),
-            dense: zeroed(len.min(DENSE_COUNTS)),
-            len,
-            computed: AtomicU32::new(0),
-            table_after: TABLE_AFTER,
+            ln_counts: (0..=top).map(|k| (k as f64 + prior.a).ln()).collect(),
         }
     }
 
@@ -141,41 +100,11 @@ impl LogThetas {
     /// above the class's messages counts as all of them).
     fn ln_theta(&self, class: usize, k: u32) -> f64 {
         let k = u64::from(k).min(self.n[class]);
-        let numerator = || (k as f64 + self.prior.a).ln();
-        let ln = match self.entry(k as usize) {
-            None => numerator(),
-            Some(entry) => match entry.load(Ordering::Relaxed) {
-                0 => {
-                    let v = numerator();
-                    entry.store(v.to_bits(), Ordering::Relaxed);
-                    v
-                }
-                bits => f64::from_bits(bits),
-            },
+        let ln = match self.ln_counts.get(k as usize) {
+            Some(&ln) => ln,
+            None => (k as f64 + self.prior.a).ln(),
         };
         ln - self.ln_denom[class]
-    }
-
-    /// Where the logarithm of count `k` is kept, if it is (yet).
-    fn entry(&self, k: usize) -> Option<&AtomicU64> {
-        match self.table.get() {
-            Some(table) => table.get(k),
-            None => self.entry_before_table(k),
-        }
-    }
-
-    /// [`LogThetas::entry`] while there is no table (yet): the dense
-    /// counts' entries; the table made once [`TABLE_AFTER`] logarithms of
-    /// other counts have been computed.
-    #[inline(never)]
-    fn entry_before_table(&self, k: usize) -> Option<&AtomicU64> {
-        if k < DENSE_COUNTS {
-            return self.dense.get(k);
-        }
-        if k >= self.len || self.computed.fetch_add(1, Ordering::Relaxed) < self.table_after {
-            return None;
-        }
-        self.table.get_or_init(|| zeroed(self.len)).get(k)
     }
 
     /// The present-token LLR of a token: the first of
@@ -185,25 +114,6 @@ impl LogThetas {
         #[cfg(test)]
         LLRS.with(|k| k.set(k.get() + 1));
         self.ln_theta(1, c.spam) - self.ln_theta(0, c.ham)
-    }
-}
-
-/// `len` entries, each 0.
-fn zeroed(len: usize) -> Box<[AtomicU64]> {
-    (0..len).map(|_| AtomicU64::new(0)).collect()
-}
-
-impl Clone for LogThetas {
-    fn clone(&self) -> Self {
-        LogThetas::new(self.prior, self.n)
-    }
-}
-
-impl PartialEq for LogThetas {
-    /// Entries are a function of the prior and the totals, so two tables
-    /// of the same hold the same values, whichever they have computed.
-    fn eq(&self, other: &Self) -> bool {
-        self.prior == other.prior && self.n == other.n
     }
 }
 
@@ -428,79 +338,49 @@ mod tests {
         assert!((absent - (0.6f64 / 0.9).ln()).abs() < 1e-12);
     }
 
-    /// The table gives [`BetaPrior::token_llr`]'s present-token LLR bit
-    /// for bit: for every count up to the table's end and beyond it, for
-    /// counts above the class total, read before and after the entry is
-    /// filled, with a prior whose ln θ rounds to 0 (never a filled entry),
-    /// the table of larger counts made at once, after a while, or never.
+    /// [`LogThetas`] gives [`BetaPrior::token_llr`]'s present-token LLR
+    /// bit for bit: for every count up to the largest total and beyond it,
+    /// for counts above the class total, with a prior whose ln θ rounds to
+    /// 0, for totals past 2^53 (where a count and the total round apart as
+    /// floats), and for counts spread over a larger model.
     #[test]
-    fn log_theta_table_is_the_plain_computation() {
-        let cap = LOG_THETA_TABLE as u32;
+    fn log_thetas_are_the_plain_computation() {
         let priors = [(0.1, 0.1), (1.0, 1.0), (0.5, 1e-300), (3.0, 0.25)];
-        let totals = [[0, 0], [7, 3], [4150, 1896], [u64::from(cap) + 5, 1]];
+        let totals = [
+            [0, 0],
+            [7, 3],
+            [4150, 1896],
+            [65_541, 1],
+            [(1 << 53) + 1, u64::MAX],
+        ];
         for (a, b) in priors {
             let prior = BetaPrior::new(a, b).unwrap();
-            for (n, table_after) in totals
-                .into_iter()
-                .flat_map(|n| [(n, 0), (n, 100), (n, u32::MAX)])
-            {
-                let table = LogThetas {
-                    table_after,
-                    ..LogThetas::new(prior, n)
-                };
-                let top = n[0].max(n[1]).min(u64::from(cap)) as u32;
-                let ks = (0..=top + 3).chain([cap - 1, cap, cap + 1, u32::MAX]);
+            for n in totals {
+                let thetas = LogThetas::new(prior, n);
+                let top = n[0].max(n[1]).min(70_000) as u32;
+                let ks = (0..=top + 3).chain([u32::MAX - 1, u32::MAX]);
                 for k in ks {
                     for c in [tc(k, 0), tc(0, k), tc(k, k), tc(k / 2, k), tc(1, k)] {
                         let plain = prior.token_llr(c, n).0;
-                        for _ in 0..2 {
-                            let got = table.present_llr(c);
-                            assert_eq!(got.to_bits(), plain.to_bits(), "{a} {b} {n:?} {c:?}");
-                        }
+                        let got = thetas.present_llr(c);
+                        assert_eq!(got.to_bits(), plain.to_bits(), "{a} {b} {n:?} {c:?}");
                     }
                 }
-                let made = table.len > DENSE_COUNTS && table_after != u32::MAX;
-                assert_eq!(table.table.get().is_some(), made, "{n:?} {table_after}");
             }
         }
-    }
-
-    /// One table shared by threads, as rayon's workers share a model:
-    /// every thread reads [`BetaPrior::token_llr`]'s bits while others
-    /// fill entries and one makes the table of larger counts, for totals
-    /// past 2^53 too (where a count and the total round apart as floats).
-    #[test]
-    fn log_theta_table_shared_by_threads_is_the_plain_computation() {
         let prior = BetaPrior::new(0.5, 2.0).unwrap();
-        for (n, table_after) in [
-            ([30_000, 20_000], 0),
-            ([30_000, 20_000], 10),
-            ([70_000, 600], TABLE_AFTER),
-            ([(1 << 53) + 1, u64::MAX], 10),
-        ] {
-            let table = LogThetas {
-                table_after,
-                ..LogThetas::new(prior, n)
-            };
-            std::thread::scope(|s| {
-                for thread in 0..4u32 {
-                    let table = &table;
-                    s.spawn(move || {
-                        for i in 0..20_000u32 {
-                            let x = (i ^ thread).wrapping_mul(2_654_435_761);
-                            let c = tc(x % 70_001, (x >> 7) % 40_000);
-                            let plain = prior.token_llr(c, n).0;
-                            assert_eq!(
-                                table.present_llr(c).to_bits(),
-                                plain.to_bits(),
-                                "{n:?} {c:?}"
-                            );
-                        }
-                    });
-                }
-            });
-            // The table was made while the threads read.
-            assert!(table.table.get().is_some(), "{n:?}");
+        for n in [[30_000, 20_000], [70_000, 600]] {
+            let thetas = LogThetas::new(prior, n);
+            for i in 0..20_000u32 {
+                let x = i.wrapping_mul(2_654_435_761);
+                let c = tc(x % 70_001, (x >> 7) % 40_000);
+                let plain = prior.token_llr(c, n).0;
+                assert_eq!(
+                    thetas.present_llr(c).to_bits(),
+                    plain.to_bits(),
+                    "{n:?} {c:?}"
+                );
+            }
         }
     }
 

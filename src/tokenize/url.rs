@@ -102,7 +102,7 @@ pub fn write_url_host(url: &str, out: &mut String) -> bool {
 /// `str::find`'s substring searcher, whose set-up costs more than a link
 /// takes to scan.
 pub(super) fn find_scheme_end(text: &str) -> Option<usize> {
-    crate::find::all(b':', text.as_bytes()).find(|&at| text[at..].starts_with("://"))
+    memchr::memchr_iter(b':', text.as_bytes()).find(|&at| text[at..].starts_with("://"))
 }
 
 /// Where the host of a URL lies in it, before normalisation other than

@@ -1,6 +1,5 @@
-//! `filter`'s hand parser against clap where the environment meets the
-//! command line: whatever the parser, a `filter` command line means what
-//! clap makes of it, environment included.
+//! `filter` where the environment meets the command line: a `filter`
+//! command line means what clap makes of it, environment included.
 
 use std::process::Command;
 
