@@ -61,12 +61,14 @@ impl BetaPrior {
 }
 
 /// Counts up to which a [`LogThetas`] keeps its logarithms in a table:
-/// every count of a model of up to this many messages per class.
-const LOG_THETA_TABLE: u64 = 1 << 16;
+/// the counts most lookups meet. Larger ones are computed each time, so
+/// that making a model (once per message in the online protocol) costs at
+/// most this many logarithms however large the model.
+const LOG_THETA_TABLE: u64 = 1 << 12;
 
 /// ln θ of a present token, per class and count: ln θ = ln(k + a) −
 /// ln(n + a + b), the denominator computed once per class, the numerator
-/// looked up in a table of ln(k + a) for every count the model can hold
+/// looked up in a table of ln(k + a) for the counts most features have
 /// (scoring needs it for each of a message's thousand-odd known features).
 /// Each value is [`BetaPrior::log_theta`]'s own, computed by the same
 /// operations, so the evidence is the same bit for bit.

@@ -320,7 +320,7 @@ enum How {
     File,
     Stdin,
     Mbox,
-    /// A file with an envelope line and blank lines after it.
+    /// A file with an envelope line, mbox escaping and blank lines after.
     Enveloped,
     Crlf,
 }
@@ -469,15 +469,10 @@ impl World {
             How::File => (raw.clone(), false),
             How::Stdin => (raw.clone(), true),
             How::Mbox => (as_mbox(raw), false),
-            How::Enveloped => (
-                [
-                    &b"From x@example.org Wed Aug 16 00:29:00 2023\n"[..],
-                    raw,
-                    b"\n\n",
-                ]
-                .concat(),
-                false,
-            ),
+            // A file an agent wrote with an envelope line: escaped as an
+            // mbox is (a body line starting `From ` after a blank line,
+            // unescaped, would start another message), blank lines after.
+            How::Enveloped => ([&as_mbox(raw)[..], b"\n\n"].concat(), false),
             How::Crlf => (to_crlf(raw), true),
         };
         let path = self.db.path("given.eml");
