@@ -2,7 +2,8 @@
 //! top-level modules from the bottom layer up, and a module may use only
 //! those below it. This test reads the sources and fails on any reference
 //! upward (so on any two modules that refer to each other, directly or
-//! through others) and on a module the list leaves out.
+//! through others), on a module the list leaves out, and on a source file
+//! with more than 800 lines before its test module.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -131,4 +132,24 @@ fn library_modules_refer_only_to_layers_below_them() {
             "{name} is not in lib.rs's list of layers"
         );
     }
+}
+
+#[test]
+fn no_source_file_is_longer_than_800_lines_before_its_tests() {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let text = fs::read_to_string(f).unwrap();
+            let n = text.lines().take_while(|l| !is_test_module(l)).count();
+            (n > 800).then(|| format!("{} ({n} lines)", f.strip_prefix(&src).unwrap().display()))
+        })
+        .collect();
+    long.sort();
+    assert!(
+        long.is_empty(),
+        "files over 800 lines before their tests: {long:#?}"
+    );
 }

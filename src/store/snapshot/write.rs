@@ -1,0 +1,251 @@
+//! Writing a snapshot: encoding the layout, and replacing a file atomically
+//! (a new temporary file, fsynced, renamed into place, the directory
+//! fsynced), and sweeping the temporary files a killed writer left.
+
+use super::*;
+
+/// Writes a snapshot of `tokens` with `header` (serialized as JSON) to
+/// `path`, atomically replacing any file there.
+///
+/// Tokens may come in any order (they are sorted by bytes here); tokens with
+/// zero counts are left out; a token given twice is an [`Error::Invalid`].
+///
+/// ```
+/// # fn main() -> bayesmail::store::Result<()> {
+/// use bayesmail::model::TokenCounts;
+/// use bayesmail::store::{Snapshot, write_snapshot};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("model.bin");
+/// let counts = TokenCounts { ham: 3, spam: 1 };
+/// write_snapshot(&path, &"my header", [("hello", counts)])?;
+///
+/// let snapshot = Snapshot::open(&path)?;
+/// assert_eq!(snapshot.lookup("hello"), Some(counts));
+/// assert_eq!(snapshot.lookup("absent"), None);
+/// assert_eq!(snapshot.header::<String>()?, "my header");
+/// # Ok(())
+/// # }
+/// ```
+pub fn write_snapshot<H, K, I>(path: &Path, header: &H, tokens: I) -> Result<()>
+where
+    H: Serialize + ?Sized,
+    K: AsRef<str>,
+    I: IntoIterator<Item = (K, TokenCounts)>,
+{
+    let mut tokens: Vec<(K, TokenCounts)> = tokens
+        .into_iter()
+        .filter(|(_, counts)| !counts.is_zero())
+        .collect();
+    if !tokens.is_sorted_by(|a, b| key(a) < key(b)) {
+        tokens.sort_unstable_by(|a, b| key(a).cmp(key(b)));
+        if let Some(w) = tokens.windows(2).find(|w| key(&w[0]) == key(&w[1])) {
+            let token = w[0].0.as_ref();
+            return Err(Error::Invalid(format!(
+                "token {token:?} given twice for a snapshot"
+            )));
+        }
+    }
+    let header = serde_json::to_vec(header)
+        .map_err(|e| Error::Invalid(format!("snapshot header does not serialize: {e}")))?;
+    let bytes = encode(&header, &tokens)?;
+    write_atomically(path, &bytes)?;
+    let sum = stored_checksum(&bytes);
+    Checked::record(path, sum);
+    Ok(())
+}
+
+/// Writes a snapshot of every token in `store` (see [`write_snapshot`]).
+pub fn write_store_snapshot<H>(path: &Path, header: &H, store: &dyn Store) -> Result<()>
+where
+    H: Serialize + ?Sized,
+{
+    let mut tokens = Vec::with_capacity(usize::try_from(store.token_count()?).unwrap_or(0));
+    store.for_each_token(&mut |token, counts| tokens.push((token.to_owned(), counts)))?;
+    write_snapshot(path, header, tokens)
+}
+
+pub(super) fn encode<K: AsRef<str>>(header: &[u8], tokens: &[(K, TokenCounts)]) -> Result<Vec<u8>> {
+    // The byte view's buckets go to the bucket table, in bucket order (their
+    // names are fixed-width hex, so `tokens` has them in that order); every
+    // other token stays a keyed token, in byte order.
+    let mut words: Vec<(&str, TokenCounts)> = Vec::with_capacity(tokens.len());
+    let mut buckets: Vec<(u32, TokenCounts)> = Vec::new();
+    for (k, c) in tokens {
+        match crate::vocab::gram_bucket(k.as_ref()) {
+            Some(b) => buckets.push((b, *c)),
+            None => words.push((k.as_ref(), *c)),
+        }
+    }
+    let n = words.len();
+    let keys_len: usize = words.iter().map(|(k, _)| k.len()).sum();
+    if u32::try_from(keys_len).is_err() {
+        return Err(Error::Invalid(format!(
+            "{keys_len} bytes of tokens do not fit the snapshot format (at most 4 GiB)"
+        )));
+    }
+    let m = slot_count(SNAPSHOT_VERSION, n);
+    let b = buckets.last().map_or(0, |&(i, _)| i as usize + 1);
+    let mut out = Vec::with_capacity(
+        PREAMBLE + header.len() + 8 + 4 * (n + 1) + 8 * n + keys_len + 8 + 4 * m + 16 + 8 * b + 8,
+    );
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+    out.extend_from_slice(&TOKENIZER_VERSION.to_le_bytes());
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(header);
+    out.extend_from_slice(&(n as u64).to_le_bytes());
+    let mut offset = 0u32;
+    out.extend_from_slice(&offset.to_le_bytes());
+    for (k, _) in &words {
+        // Cannot overflow: the sum of all lengths fits in u32 (checked above).
+        offset += k.len() as u32;
+        out.extend_from_slice(&offset.to_le_bytes());
+    }
+    for (_, c) in &words {
+        out.extend_from_slice(&c.ham.to_le_bytes());
+        out.extend_from_slice(&c.spam.to_le_bytes());
+    }
+    for (k, _) in &words {
+        out.extend_from_slice(k.as_bytes());
+    }
+    let mut slots = vec![0u32; m];
+    for (i, (k, _)) in words.iter().enumerate() {
+        let hash = token_hash(k.as_bytes());
+        let mut slot = home_slot(SNAPSHOT_VERSION, hash, m);
+        while slots[slot] != 0 {
+            slot = if slot + 1 == m { 0 } else { slot + 1 };
+        }
+        // n < 2^32 - 1: the key blob alone has a byte per token and fits u32.
+        slots[slot] = slot_tag(SNAPSHOT_VERSION, n, hash).1 | (i as u32 + 1);
+    }
+    out.extend_from_slice(&(m as u64).to_le_bytes());
+    for v in slots {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(&(buckets.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(b as u64).to_le_bytes());
+    let mut table = vec![0u8; 8 * b];
+    for (i, c) in buckets {
+        let at = 8 * i as usize;
+        table[at..at + 4].copy_from_slice(&c.ham.to_le_bytes());
+        table[at + 4..at + 8].copy_from_slice(&c.spam.to_le_bytes());
+    }
+    out.extend_from_slice(&table);
+    let sum = checksum(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    Ok(out)
+}
+
+pub(super) fn key<K: AsRef<str>>(t: &(K, TokenCounts)) -> &[u8] {
+    t.0.as_ref().as_bytes()
+}
+
+/// Distinguishes temporary files of concurrent writers in one process.
+pub(super) static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A new temporary file name beside `path` (`.NAME.PID.N.tmp`), as
+/// [`remove_stale_temps`] knows them.
+pub(super) fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(
+        ".{}.{}.{}.tmp",
+        name,
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Creates a new temporary file beside `path` (mode 0600), never through
+/// a link: a name that is taken (by a link someone put there, say) is
+/// passed over for the next.
+pub(super) fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
+    let mut tries = 0;
+    loop {
+        let tmp = temp_path(path);
+        match fsutil::create_new(&tmp, 0o600) {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes `bytes` to `path` atomically (see the [module docs](self)). A new
+/// file is private to its owner (mode 0600); one that replaces a file takes
+/// that file's permissions, so a user who loosened them keeps theirs.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::Invalid(format!("{} is not a file name", path.display())))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    remove_stale_temps(dir, &name.to_string_lossy());
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| Error::Io { path, source }
+    };
+    let (tmp, mut file) = create_temp(path).map_err(io(path))?;
+    let written = (|| {
+        // Only a file's own permissions: a link there is replaced, and
+        // what it leads to (someone else's file, readable by all) says
+        // nothing about who may read ours.
+        if let Some(existing) = fs::symlink_metadata(path).ok().filter(|m| m.is_file()) {
+            file.set_permissions(existing.permissions())
+                .map_err(io(&tmp))?;
+        }
+        // One write of the whole file: the page cache then holds it in
+        // folios as large as the file system allows, which a reader's
+        // mapping covers with a few page-table entries (`super::mapped`).
+        file.write_all(bytes).map_err(io(&tmp))?;
+        file.sync_all().map_err(io(&tmp))?;
+        drop(file);
+        fs::rename(&tmp, path).map_err(io(path))
+    })();
+    if written.is_err() {
+        // Best effort: the error that matters is the one already in hand.
+        let _ = fs::remove_file(&tmp);
+        return written;
+    }
+    // Make the rename itself durable.
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// Removes the temporary files that killed writers of `name` left in `dir`:
+/// only files named as [`write_atomically`] names them (`.NAME.PID.N.tmp`),
+/// and only those of a process that no longer runs, so a concurrent writer
+/// keeps its file. Where live processes cannot be told (no `/proc`), removes
+/// nothing. Best effort: a file that cannot be removed is left for the next
+/// write.
+pub(crate) fn remove_stale_temps(dir: &Path, name: &str) {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(rest) = file_name
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|f| f.strip_suffix(".tmp"))
+        else {
+            continue;
+        };
+        let Some((pid, n)) = rest.split_once('.') else {
+            continue;
+        };
+        let (Ok(pid), Ok(_)) = (pid.parse::<u32>(), n.parse::<u64>()) else {
+            continue;
+        };
+        let dead = pid != std::process::id() && !proc.join(pid.to_string()).exists();
+        if dead && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
