@@ -67,7 +67,8 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     why.tokens.truncate(args.top);
     // What each byte feature stands for: the 4-grams of this message in
     // its bucket.
-    let all_grams = grams::grams(&raw);
+    // From the bytes the features were taken from.
+    let all_grams = grams::grams(&bayesmail::message::canonical(&raw));
     let grams_of = |token: &str| -> Option<Vec<&[u8; 4]>> {
         let bucket = u32::from_str_radix(token.strip_prefix("bytes:")?, 16).ok()?;
         Some(

@@ -48,7 +48,8 @@ struct Bucket {
 /// The byte view of `raw` as the filter sees it: each bucket of
 /// `features` with the grams behind it.
 fn byte_view(raw: &[u8], features: &Features) -> Vec<Bucket> {
-    let all = grams::grams(raw);
+    // From the bytes the features were taken from.
+    let all = grams::grams(&bayesmail::message::canonical(raw));
     features
         .grams
         .iter()

@@ -681,16 +681,12 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         .unlearn(&given, wait, journal_limit(), *params.get())
         .map_err(|e| hint(ctx, e))?;
     let no_model = no_model_now(unlearned.model);
-    let results: Vec<_> = messages
-        .iter()
-        .zip(unlearned.results)
-        .map(|((id, _), result)| {
-            result.map(|(was, inexact)| {
-                inexact_note(id, inexact);
-                was
-            })
-        })
-        .collect();
+    let what = match messages.as_slice() {
+        [(one, _)] => one.clone(),
+        _ => "the messages unlearned".to_string(),
+    };
+    inexact_note(&what, unlearned.inexact);
+    let results = unlearned.results;
     let single = messages.len() == 1 && failed == 0;
     let mut lines = Vec::new();
     let mut first_error = None;

@@ -1,7 +1,7 @@
-//! [`Database`]: the one way to open a database directory, for its readers
-//! and its writers; and [`Reader`], a reader that lives as long as its
-//! process (a daemon's, for weeks) and follows the database as writers
-//! change it.
+//! [`Database`]: a database directory, to open its readers and its writers
+//! and to run the engine's calls on it (learn, unlearn, prune); and
+//! [`Reader`], a reader that lives as long as its process (a daemon's, for
+//! weeks) and follows the database as writers change it.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -60,10 +60,13 @@ pub enum ModelAfter {
 /// What [`Database::unlearn`] did with each message.
 #[derive(Debug)]
 pub struct Unlearned {
-    /// Per message, in order: the label it had and how many of its counts
-    /// could not be taken back exactly, or why not ([`Error::NotLearned`]).
-    /// After an error other than that, the rest were not tried.
-    pub results: Vec<Result<(Label, u64)>>,
+    /// Per message, in order: the label it had, or why not
+    /// ([`Error::NotLearned`]). After an error other than that, the rest
+    /// were not tried.
+    pub results: Vec<Result<Label>>,
+    /// Counts of the messages unlearned that could not be taken back
+    /// exactly (see [`TrainSummary::inexact`]).
+    pub inexact: u64,
     /// What the model is now.
     pub model: ModelAfter,
 }
@@ -102,22 +105,20 @@ impl Database {
         if let Some((results, inexact)) =
             quick::unlearn(&self.paths, wait, messages, journal_limit)?
         {
-            // The journal entry is one for all: its inexact counts go with
-            // the first message unlearned.
-            let mut inexact = Some(inexact);
-            let results = results
-                .into_iter()
-                .map(|r| r.map(|label| (label, inexact.take().unwrap_or(0))))
-                .collect();
             return Ok(Unlearned {
                 results,
+                inexact,
                 model: ModelAfter::UpToDate,
             });
         }
         let mut writer = self.writer(wait)?;
         let mut results = Vec::new();
+        let mut inexact = 0;
         for (features, identity) in messages {
-            let result = writer.unlearn(features, identity);
+            let result = writer.unlearn(features, identity).map(|(label, n)| {
+                inexact += n;
+                label
+            });
             let stop = matches!(&result, Err(e) if !matches!(e, Error::NotLearned));
             results.push(result);
             if stop {
@@ -125,7 +126,11 @@ impl Database {
             }
         }
         let model = self.follow(&mut writer, params)?;
-        Ok(Unlearned { results, model })
+        Ok(Unlearned {
+            results,
+            inexact,
+            model,
+        })
     }
 
     /// Removes word tokens seen at most `max_count` times and unchanged for

@@ -1,6 +1,11 @@
-//! The database directory, its paths and errors. The two sides that use it
-//! are [`crate::db`] (reads the snapshot) and [`crate::db`]
-//! (writes the counts and the snapshot); their types are re-exported here.
+//! The database directory: its paths and errors, [`Database`] (which opens
+//! its reader and its writer and runs the engine's calls: learn, unlearn,
+//! prune), the read side ([`Classifier`], followed by [`Reader`]: the
+//! snapshot and its journal, never the count store) and the write side
+//! ([`Trainer`]: the count store, the snapshot, the journal; [`quick`]
+//! teaches a few messages through the journal alone). The binary still
+//! opens the two sides directly for `train`, `scan`, `classify` and
+//! `filter`; those move to engine calls of their own next.
 //!
 //! ```text
 //! DB/counts.sled/   the counts: source of truth, one writer (train, learn, unlearn)

@@ -29,8 +29,6 @@ struct State {
     registry: RegistryFile,
     /// `None`: no journal for this snapshot yet.
     journal: Option<Journal>,
-    /// The sum of the journal's entries.
-    journal_delta: Option<Delta>,
 }
 
 impl State {
@@ -66,12 +64,10 @@ impl State {
             Some(j) if !j.is_clean() || j.version != journal::JOURNAL_VERSION => return Ok(None),
             other => other,
         };
-        let journal_delta = journal.as_ref().map(Journal::delta);
         Ok(Some(State {
             _lock: lock,
             registry,
             journal,
-            journal_delta,
         }))
     }
 
@@ -93,8 +89,14 @@ impl State {
 
     /// Messages per class now, before `delta`.
     fn messages(&self) -> [u64; 2] {
-        let d = self.journal_delta.as_ref().map_or([0, 0], |j| j.messages);
-        [0, 1].map(|c| (self.registry.messages[c] as i64 + d[c]).max(0) as u64)
+        // Entry by entry, clamped at zero, as readers replay them.
+        let mut now = self.registry.messages.map(|n| n as i64);
+        for e in self.journal.iter().flat_map(|j| &j.entries) {
+            for (n, d) in now.iter_mut().zip(e.messages) {
+                *n = (*n + d).max(0);
+            }
+        }
+        now.map(|n| n as u64)
     }
 
     /// How many counts `delta` cannot take back exactly in the model as
@@ -116,10 +118,7 @@ impl State {
         if header.store.as_ref() != Some(&self.registry.base) {
             return None;
         }
-        let lookup = |token: &str| match crate::vocab::gram_bucket(token) {
-            Some(b) => snapshot.gram(b),
-            None => snapshot.lookup(token),
-        };
+        let lookup = |token: &str| snapshot.lookup(token);
         // What the journal itself left inexact is not this change's doing.
         let mut before = 0;
         let (totals, replayed) = match &self.journal {
@@ -211,7 +210,7 @@ pub fn learn(
         super::writer::learn_into(&mut delta, &mut summary, m, state.registered(&m.identity));
     }
     let before = state.messages();
-    summary.totals = [0, 1].map(|c| (before[c] as i64 + delta.messages[c]) as u64);
+    summary.totals = [0, 1].map(|c| (before[c] as i64 + delta.messages[c]).max(0) as u64);
     if delta.is_empty() {
         return Ok(Some(summary));
     }
@@ -264,7 +263,7 @@ pub fn unlearn(
     if delta.is_empty() {
         return Ok(Some((results, 0)));
     }
-    if after.contains(&0) {
+    if after.iter().any(|&n| n <= 0) {
         return Ok(None);
     }
     Ok(state

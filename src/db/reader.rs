@@ -87,7 +87,7 @@ pub fn score(
     }
 }
 
-/// The one judge: [`score`], then [`Decider::verdict`].
+/// The one judge: `score`, then [`Decider::verdict`].
 pub fn judge(
     model: &Model,
     stacker: &Calibrator,
@@ -238,14 +238,7 @@ impl Classifier {
             // they do in the count store when it takes the journal in.
             let mut inexact = 0;
             let (totals, tokens) = journal
-                .replay(
-                    &header.totals,
-                    |token| match crate::vocab::gram_bucket(token) {
-                        Some(b) => snapshot.gram(b),
-                        None => snapshot.lookup(token),
-                    },
-                    &mut inexact,
-                )
+                .replay(&header.totals, |token| snapshot.lookup(token), &mut inexact)
                 .map_err(bad)?;
             header.totals = totals;
             for (token, (old, new)) in tokens {

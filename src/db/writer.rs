@@ -3,10 +3,10 @@
 //! (skipping what the registry says is already learned with the same label,
 //! relearning what moved). A training run streams: each message read is
 //! counted into a [`Run`] and its features dropped (a bounded sample is
-//! kept for the fit of the stacker by the training [`protocol`]), and the
-//! run is stored in one atomic write. [`Trainer::compile`] writes a new
-//! snapshot; for a small change [`Trainer::publish`] appends it to the
-//! journal beside the snapshot instead.
+//! kept for the fit of the stacker by [`crate::fit`]), and the run is
+//! stored in one atomic write. [`Trainer::compile`] writes a new snapshot;
+//! [`Trainer::publish`] compiles one unless snapshot and journal already
+//! stand for the counts ([`super::quick`] is what appends to the journal).
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -29,12 +29,12 @@ pub enum MailboxKind {
     ///   add it, so it is not part of the message. The separator line itself
     ///   is not part of the message either.
     /// - One `>` is removed from escaped `From ` lines, per [`MboxEscaping`].
-    /// - A message left with no bytes at all is an [`Error::EmptyMessage`]
-    ///   item; a read error is an [`Error::Io`] item and ends the file.
+    /// - A message left with no bytes at all is an [`super::Error::EmptyMessage`]
+    ///   item; a read error is an [`super::Error::Io`] item and ends the file.
     /// - Each message's id carries the byte offset of its separator line.
     ///
     /// So a last message without a final newline comes back as it is, and
-    /// [`write_mbox_message`] output reads back byte for byte.
+    /// [`super::write_mbox_message`] output reads back byte for byte.
     Mbox,
     /// A directory tree of message files (`.eml` and the like), walked in
     /// full, dotfiles and dot-directories left out. Maildirs found inside are
@@ -50,7 +50,7 @@ pub enum MailboxKind {
     /// undone), so its registry digest is the same however it is reached.
     File,
     /// Standard input: one message, or, if it is clearly an mbox of several
-    /// messages (see [`looks_like_several_messages`]), each of them.
+    /// messages (see [`super::looks_like_several_messages`]), each of them.
     Stdin,
 }
 
@@ -102,7 +102,7 @@ impl FromStr for MailboxKind {
 /// start with two or more `>` before `From `.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MboxEscaping {
-    /// mboxrd (the default, and what [`write_mbox_message`] writes): writers
+    /// mboxrd (the default, and what [`super::write_mbox_message`] writes): writers
     /// escape every line matching `^>*From `, so the reader strips one `>`
     /// from every line matching `^>+From `. Reversible: round-trips exactly.
     #[default]

@@ -226,7 +226,9 @@ impl Identity {
     /// The identity of the message `raw`.
     pub fn of(raw: &[u8]) -> Identity {
         let digest = digest(raw);
-        let other = if raw.ends_with(b"\n\n") || raw.ends_with(b"\r\n\r\n") {
+        let other = if raw.ends_with(b"\r\n\r\n") {
+            legacy_digest(&raw[..raw.len() - 2])
+        } else if raw.ends_with(b"\n\n") {
             legacy_digest(&raw[..raw.len() - 1])
         } else {
             legacy_digest(&[raw, b"\n"].concat())
@@ -351,6 +353,12 @@ mod tests {
                 legacy: [Some(legacy_digest(&trailing)), None]
             },
             "read from a Maildir now, known as the mbox reader read it then"
+        );
+        // The same in CRLF: the blank line is two bytes.
+        let crlf = b"Subject: hi\r\n\r\nbody\r\n\r\n";
+        assert_eq!(
+            Identity::of(crlf).legacy[1],
+            Some(legacy_digest(&crlf[..crlf.len() - 2]))
         );
     }
 }

@@ -446,7 +446,7 @@ impl Journal {
     /// The counts after the entries, applied one after the other to the
     /// counts `base` gives for a token (`None`: it has none) and to
     /// `totals`, each clamped at zero as the count store clamps it when it
-    /// takes the entries in one by one (see [`super::apply_token`]), so
+    /// takes the entries in one by one (see `apply_token`), so
     /// that readers, the store and `learn`'s own check agree even where a
     /// count could not be taken back exactly. Returns the totals and, for
     /// every token an entry changes, its count before and after.

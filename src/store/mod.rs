@@ -152,7 +152,7 @@ pub trait Store {
     /// Applies a delta atomically: all of it or, on error (a count would
     /// overflow, or I/O), none of it. A count the delta would take below
     /// zero becomes zero; returns how many counts did (see
-    /// [`apply_token`]). Tokens whose counts reach zero are removed.
+    /// `apply_token`). Tokens whose counts reach zero are removed.
     /// Registry: `Some(label)` sets, `None` removes; later entries for the
     /// same digest win.
     fn apply(&mut self, delta: &Delta) -> Result<u64>;

@@ -19,7 +19,7 @@ pub struct TokenSet {
     used: Vec<u32>,
     /// Room for sorting `spans`.
     scratch: Vec<Span>,
-    /// Distinct tokens pushed by [`push_host`].
+    /// Distinct tokens pushed by [`super::push_host`].
     pub(super) hosts: usize,
     /// At most this many distinct tokens are kept, if set.
     limit: Option<usize>,
@@ -335,8 +335,8 @@ impl TokenSet {
         self.spans.is_empty()
     }
 
-    /// Number of distinct URL host tokens so far (those [`push_host`]
-    /// pushed): the tokens under [`URL_NAMESPACE`], counted as they
+    /// Number of distinct URL host tokens so far (those [`super::push_host`]
+    /// pushed): the tokens under [`super::URL_NAMESPACE`], counted as they
     /// arrive rather than looked up after sorting.
     pub fn url_hosts(&self) -> usize {
         self.hosts

@@ -51,7 +51,7 @@
 //! | 4 m | `u32` hash slots: 0 empty, else token index + 1 in the low `k` bits, `k` the bits of `n` (`⌈log2(n + 1)⌉`), and the low `32 - k` bits of `hash(t)` above them (a tag: most slots of other tokens are passed over without reading their key); token `t` is at the first slot from `⌊hash(t) · m / 2^64⌋` on (linear probing, slot `m - 1` followed by slot 0), see [`token_hash`] |
 //! | 8 | `u64` `g`: buckets of the byte view with non-zero counts |
 //! | 8 | `u64` `b`: buckets in the table below: the highest such bucket + 1 (0 if none), at most 2^[`BUCKET_BITS`] |
-//! | 8 b | counts of bucket `i` (the feature [`grams::key`]`(i)`): `u32` ham, `u32` spam; both zero for a bucket never seen |
+//! | 8 b | counts of bucket `i` (the feature [`crate::vocab::gram_name`]`(i)`): `u32` ham, `u32` spam; both zero for a bucket never seen |
 //! | 8 | `u64` checksum of all the bytes before it (four lanes of 8-byte words, folded; see `checksum` in the source) |
 //!
 //! Versions 2 and 3 have no bucket table (the buckets are keyed tokens like
@@ -445,7 +445,7 @@ impl Snapshot {
 
     /// The counts of `token`, if it is in the snapshot: a hash-table probe
     /// for a word token, a read of the bucket table for a byte n-gram's
-    /// name ([`grams::key`]); no allocation.
+    /// name ([`crate::vocab::gram_name`]); no allocation.
     pub fn lookup(&self, token: &str) -> Option<TokenCounts> {
         if self.version >= DENSE_GRAMS
             && let Some(bucket) = crate::vocab::gram_bucket(token)
@@ -456,7 +456,7 @@ impl Snapshot {
     }
 
     /// The counts of the byte view's `bucket` (the feature
-    /// [`grams::key`]`(bucket)`), if it was seen: one read of the bucket
+    /// [`crate::vocab::gram_name`]`(bucket)`), if it was seen: one read of the bucket
     /// table.
     pub fn gram(&self, bucket: u32) -> Option<TokenCounts> {
         if bucket as usize >= BUCKETS {
@@ -605,7 +605,7 @@ impl Snapshot {
     }
 
     /// Every token and its counts, in byte order of the token, the byte
-    /// view's buckets under their names ([`grams::key`]). Entries that are
+    /// view's buckets under their names ([`crate::vocab::gram_name`]). Entries that are
     /// damaged (see [`Snapshot::verify`]) are skipped.
     pub fn iter(&self) -> impl Iterator<Item = (Cow<'_, str>, TokenCounts)> {
         let mut words = (0..self.n)
