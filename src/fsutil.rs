@@ -18,14 +18,14 @@
 //!   cannot make it overwrite the file the link leads to. Reads follow
 //!   links: reading through one changes nothing.
 //!
-//! [`check_kind`] checks a path that another library opens (sled opens its
+//! `check_kind` checks a path that another library opens (sled opens its
 //! own files) the same way, as far as a check before the open can.
 //! [`words`] says what an I/O error was in a few words on one line.
 //!
 //! Owns: how files are opened, and what an I/O error says. Not: what is in
 //! the files, where they are ([`crate::db::DbPaths`]), or replacing a file
 //! atomically (`write_atomically` in [`crate::store::snapshot`], built on
-//! [`create_new`]).
+//! `create_new`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -49,13 +49,13 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
 
 /// Opens `path` for reading if it is a regular file, not through a link:
 /// for the database's own files, where a link is as wrong as a FIFO.
-pub fn open_regular_no_follow(path: &Path) -> io::Result<File> {
+pub(crate) fn open_regular_no_follow(path: &Path) -> io::Result<File> {
     open(path, OpenOptions::new().read(true), Follow::No)
 }
 
 /// Opens the existing regular file `path` for appending, never through a
 /// link.
-pub fn open_append(path: &Path) -> io::Result<File> {
+pub(crate) fn open_append(path: &Path) -> io::Result<File> {
     // Read access too: a FIFO opened for writing alone without blocking
     // fails (ENXIO) instead of opening and being refused by kind.
     open(path, OpenOptions::new().read(true).append(true), Follow::No)
@@ -64,7 +64,7 @@ pub fn open_append(path: &Path) -> io::Result<File> {
 /// Opens the regular file `path` for reading and writing, creating it with
 /// `mode` if it is missing (a lock file, which stays), never through a
 /// link.
-pub fn open_or_create(path: &Path, mode: u32) -> io::Result<File> {
+pub(crate) fn open_or_create(path: &Path, mode: u32) -> io::Result<File> {
     open(
         path,
         OpenOptions::new()
@@ -80,7 +80,7 @@ pub fn open_or_create(path: &Path, mode: u32) -> io::Result<File> {
 /// Creates the new file `path` with `mode` for writing: fails with
 /// [`io::ErrorKind::AlreadyExists`] if anything (a link included) is
 /// there.
-pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
+pub(crate) fn create_new(path: &Path, mode: u32) -> io::Result<File> {
     open(
         path,
         OpenOptions::new().write(true).create_new(true).mode(mode),
@@ -141,7 +141,7 @@ fn explain(path: &Path, err: io::Error, follow: Follow) -> io::Error {
 /// another library opens: `Ok(false)` if nothing is there, `Ok(true)` if
 /// it is a directory (`dir`) or a regular file (not `dir`), else an error
 /// that says what it is.
-pub fn check_kind(path: &Path, dir: bool) -> io::Result<bool> {
+pub(crate) fn check_kind(path: &Path, dir: bool) -> io::Result<bool> {
     match fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() == dir && m.is_file() != dir => Ok(true),
         Ok(m) if dir => Err(io::Error::new(

@@ -164,7 +164,7 @@ pub fn gram_bucket(name: &str) -> Option<u32> {
 
 /// A buffer that spells bucket names without allocating, as [`gram_name`] does.
 #[derive(Debug, Default)]
-pub struct GramName([u8; 6]);
+pub(crate) struct GramName([u8; 6]);
 
 impl GramName {
     /// The name of `bucket`, valid until the next call.

@@ -2,7 +2,7 @@
 //! its reader and its writer and runs the engine's calls: learn, unlearn,
 //! prune), the read side ([`Classifier`], followed by [`Reader`]: the
 //! snapshot and its journal, never the count store) and the write side
-//! ([`Trainer`]: the count store, the snapshot, the journal; [`quick`]
+//! ([`Trainer`]: the count store, the snapshot, the journal; `quick`
 //! teaches a few messages through the journal alone). The binary still
 //! opens the two sides directly for `train`, `scan`, `classify` and
 //! `filter`; those move to engine calls of their own next.
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 mod database;
 mod lock;
-pub mod quick;
+pub(crate) mod quick;
 mod reader;
 mod run;
 mod writer;

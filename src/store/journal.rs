@@ -8,7 +8,7 @@
 //! size bound, folds everything into a new snapshot and removes it.
 //!
 //! `learn` and `unlearn` append to it without changing the count store
-//! (see [`crate::db::quick`]): entries carry their registry changes,
+//! (see `db::quick`): entries carry their registry changes,
 //! and until the next writer opens the store and takes in the entries past
 //! its generation, store + journal are the truth.
 
@@ -450,7 +450,7 @@ impl Journal {
     /// that readers, the store and `learn`'s own check agree even where a
     /// count could not be taken back exactly. Returns the totals and, for
     /// every token an entry changes, its count before and after.
-    pub fn replay(
+    pub(crate) fn replay(
         &self,
         totals: &Totals,
         mut base: impl FnMut(&str) -> Option<TokenCounts>,
@@ -489,7 +489,7 @@ impl Journal {
 
 /// What [`Journal::replay`] gives per token: its count before the journal
 /// (`None`: none) and after.
-pub type Replayed = HashMap<String, (Option<TokenCounts>, TokenCounts)>;
+pub(crate) type Replayed = HashMap<String, (Option<TokenCounts>, TokenCounts)>;
 
 /// Bytes in front of an entry's payload in a journal of format `version`:
 /// its length and, from version 3, a check of the length, so that a
