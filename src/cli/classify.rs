@@ -69,8 +69,8 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     // its bucket.
     // From the bytes the features were taken from.
     let all_grams = grams::grams(&bayesmail::message::canonical(&raw));
-    let grams_of = |token: &str| -> Option<Vec<&[u8; 4]>> {
-        let bucket = u32::from_str_radix(token.strip_prefix("bytes:")?, 16).ok()?;
+    let grams_of = |t: &bayesmail::db::TokenWeight| -> Option<Vec<&[u8; 4]>> {
+        let bucket = t.bucket?;
         Some(
             all_grams
                 .iter()
@@ -99,9 +99,8 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
             explanation: &why,
         })?;
         if let Some(tokens) = json["tokens"].as_array_mut() {
-            for t in tokens {
-                let grams = t["token"].as_str().and_then(grams_of);
-                if let Some(grams) = grams {
+            for (t, weight) in tokens.iter_mut().zip(&why.tokens) {
+                if let Some(grams) = grams_of(weight) {
                     t["grams"] = grams.iter().map(|g| unquoted(&g[..])).collect();
                 }
             }
@@ -144,7 +143,7 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
         "\nfeatures (LLR > 0 points to spam)  view       LLR    ham   spam"
     )?;
     for t in &why.tokens {
-        let name = match grams_of(&t.token) {
+        let name = match grams_of(t) {
             Some(grams) => {
                 let quoted: Vec<String> = grams.iter().map(|g| quote_bytes(&g[..])).collect();
                 format!("bytes:{}", quoted.join(","))

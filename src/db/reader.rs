@@ -107,6 +107,9 @@ pub fn judge(
 pub struct TokenWeight {
     /// The feature: a word token, or `bytes:BUCKET` for a byte n-gram.
     pub token: String,
+    /// The byte view's bucket, for a byte n-gram.
+    #[serde(skip)]
+    pub bucket: Option<u32>,
     /// Its view.
     pub view: View,
     /// Its log-likelihood ratio, spam vs ham (nats).
@@ -416,11 +419,15 @@ impl Classifier {
         });
         let mut unknown_tokens = 0;
         let mut tokens = Vec::new();
-        let mut weigh = |token: String, view: View, counts: Option<TokenCounts>| match counts {
+        let mut weigh = |token: String,
+                         bucket: Option<u32>,
+                         view: View,
+                         counts: Option<TokenCounts>| match counts {
             Some(c) => {
                 let llr = self.model.token_llr(c);
                 tokens.push(TokenWeight {
                     token,
+                    bucket,
                     view,
                     llr,
                     ham: c.ham,
@@ -431,10 +438,10 @@ impl Classifier {
             None => unknown_tokens += 1,
         };
         for t in features.tokens.iter() {
-            weigh(t.to_owned(), View::of(t), self.word(t));
+            weigh(t.to_owned(), None, View::of(t), self.word(t));
         }
         for &b in &features.grams {
-            weigh(format!("bytes:{b:05x}"), View::Bytes, self.gram(b));
+            weigh(format!("bytes:{b:05x}"), Some(b), View::Bytes, self.gram(b));
         }
         tokens.sort_by(|a, b| b.llr.abs().total_cmp(&a.llr.abs()));
         let shares = self.model.metadata_shares(&features.metadata.0);
