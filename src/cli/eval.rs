@@ -93,19 +93,27 @@ fn read_index(file: &Path) -> Result<Vec<Item>> {
 }
 
 /// Labelled mailboxes: every message of `--spam` and `--ham` (any mailbox
-/// kind), folds assigned round-robin within each class (stratified).
+/// kind), folds assigned round-robin within each class (stratified). Files
+/// that do not look like mail are skipped and said, as `train` skips them,
+/// so that what is evaluated is what would be trained.
 fn read_folders(spam: &[PathBuf], ham: &[PathBuf], k: usize) -> Result<Vec<Item>> {
     let opts = mailbox::Options::default();
     let mut items = Vec::new();
     for (paths, label) in [(ham, Label::Ham), (spam, Label::Spam)] {
-        for (n, m) in mailbox::open_all(paths, &opts).enumerate() {
+        let mut n = 0;
+        for m in mailbox::open_all(paths, &opts) {
             let m = m.context("reading a labelled mailbox")?;
+            if !bayesmail::message::looks_like_mail(&m.bytes) {
+                super::read::report_not_mail(&m.id.to_string());
+                continue;
+            }
             items.push(Item {
                 path: PathBuf::from(m.id.to_string()),
                 bytes: Some(m.bytes),
                 label,
                 fold: n % k,
             });
+            n += 1;
         }
     }
     Ok(items)

@@ -64,7 +64,7 @@ pub(super) const NOT_MAIL: &str = "does not look like mail (it does not start wi
 /// Reports, on stderr, a message skipped because it does not look like
 /// mail. Not silenced by `-q`: like a message that cannot be read, it
 /// makes the exit status 1.
-fn report_not_mail(id: &str) {
+pub(super) fn report_not_mail(id: &str) {
     eprintln!("bayesmail: {}: skipped: {NOT_MAIL}", for_terminal(id));
 }
 

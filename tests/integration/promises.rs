@@ -79,6 +79,27 @@ fn files_that_are_not_mail_are_skipped_and_counted() {
         stderr(&out)
     );
 
+    // eval evaluates what train would learn.
+    let out = db.run(
+        &[
+            "eval",
+            "--k",
+            "3",
+            "--spam",
+            utf8(&sample_spam()),
+            "--ham",
+            utf8(&ham),
+        ],
+        None,
+    );
+    assert_exit(&out, 0, &["eval"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("48 (24 ham, 24 spam)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(stderr(&out).matches("does not look like mail").count(), 3);
+
     let out = db.run(&["scan", utf8(&ham)], None);
     assert_exit(&out, 1, &["scan"]);
     assert!(
