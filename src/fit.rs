@@ -15,10 +15,10 @@ use crate::decision::Calibrator;
 use crate::decision::calibrate::INPUTS;
 use crate::features::Features;
 use crate::model::{
-    Combine, Label, Model, ModelSet, Params, TokenCounts, Totals, VIEWS, ValidParams, View,
-    bernoulli,
+    Combine, Label, Model, ModelSet, Params, TokenCounts, Totals, ValidParams, bernoulli,
 };
 use crate::vocab::METADATA_LEN;
+use crate::vocab::{VIEWS, View};
 
 /// One labelled message, its features interned.
 #[derive(Debug, Clone, PartialEq)]

@@ -38,7 +38,7 @@
 
 use std::io::{self, Write};
 
-pub use crate::vocab::{OUR_FIELDS, RENAMED_PREFIX};
+use crate::vocab::{OUR_FIELDS, RENAMED_PREFIX};
 
 /// Where our fields go in a message, and with which line ending.
 #[derive(Debug, Clone, PartialEq, Eq)]

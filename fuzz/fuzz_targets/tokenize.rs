@@ -3,7 +3,8 @@
 //! is sorted and unique.
 #![no_main]
 
-use bayesmail::tokenize::{Analyzer, MAX_TOKEN_LEN, TokenSet, URL_NAMESPACE};
+use bayesmail::tokenize::{Analyzer, MAX_TOKEN_LEN, TokenSet};
+use bayesmail::vocab::URL_NAMESPACE;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {

@@ -239,13 +239,13 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
         bayesmail_version: env!("CARGO_PKG_VERSION"),
         model_written_by: h.version.clone(),
         store_format_version: bayesmail::store::FORMAT_VERSION,
-        tokenizer_version: bayesmail::tokenize::TOKENIZER_VERSION,
+        tokenizer_version: bayesmail::vocab::TOKENIZER_VERSION,
         params: h.params,
         calibrated_on: h.calibrated_on,
-        weights: bayesmail::model::View::ALL
+        weights: bayesmail::vocab::View::ALL
             .iter()
             .map(|v| (v.name(), h.calibrator.weights[v.index()]))
-            .chain([("metadata", h.calibrator.weights[bayesmail::model::VIEWS])])
+            .chain([("metadata", h.calibrator.weights[bayesmail::vocab::VIEWS])])
             .collect(),
     };
     let stdout = io::stdout();

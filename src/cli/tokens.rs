@@ -4,8 +4,9 @@ use std::io::{self, BufWriter, Write};
 
 use anyhow::Result;
 
-use bayesmail::features::{Features, METADATA_NAMES, grams};
+use bayesmail::features::{Features, grams};
 use bayesmail::sanitize::{for_terminal, quote_bytes};
+use bayesmail::vocab::METADATA_NAMES;
 
 use super::read::{finish_stream, for_each_batch};
 use super::{Outcome, TokensArgs};

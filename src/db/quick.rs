@@ -17,10 +17,11 @@ use crate::db::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
 use crate::features::Features;
 use crate::message::Identity;
-use crate::model::{Combine, Delta, Digest, Label};
+use crate::model::{Combine, Delta, Label};
 use crate::store::Snapshot;
 use crate::store::journal::{self, Entry, Journal};
 use crate::store::registry::RegistryFile;
+use crate::vocab::Digest;
 
 /// The registry file and the journal that applies on top of it, read under
 /// the writers' lock.

@@ -21,9 +21,10 @@ use serde::{Deserialize, Serialize};
 use crate::db::{DbPaths, Error, Result};
 use crate::decision::{Calibrator, Decider, Verdict};
 use crate::features::Features;
-use crate::model::{Combine, Evidence, Model, Params, TokenCounts, Totals, VIEWS, View};
+use crate::model::{Combine, Evidence, Model, Params, TokenCounts, Totals};
 use crate::store::{self, Journal, Snapshot, StoreIdentity};
 use crate::vocab::{METADATA_LEN, METADATA_NAMES};
+use crate::vocab::{VIEWS, View};
 
 /// What the snapshot carries besides token counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

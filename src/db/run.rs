@@ -9,7 +9,8 @@ use super::{Error, Result, TrainSummary, release_freed_memory};
 use crate::decision::Calibrator;
 use crate::features::Features;
 use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings};
-use crate::model::{BYTES_PREFIX, Delta, Digest, Label, Params, View};
+use crate::model::{Delta, Label, Params};
+use crate::vocab::{BYTES_PREFIX, Digest, View};
 
 /// No id yet.
 const NO_ID: u32 = u32::MAX;

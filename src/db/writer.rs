@@ -20,8 +20,9 @@ use crate::db::{DbPaths, Error, Result};
 use crate::decision::Calibrator;
 use crate::features::Features;
 use crate::message::Identity;
-use crate::model::{Combine, Delta, Digest, Label, Params, TokenCounts, VIEWS, View, bernoulli};
+use crate::model::{Combine, Delta, Label, Params, TokenCounts, bernoulli};
 use crate::store::{self, Journal, SledStore, Snapshot, Store, StoreIdentity};
+use crate::vocab::{Digest, VIEWS, View};
 
 /// How long a writer waits for another writer's lock before giving up.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);

@@ -4,7 +4,7 @@
 //! the fitted map learns how much each kind of evidence is really worth.
 //!
 //! The inputs are the evidence of each view of the message (see
-//! [`crate::model::View`]) and the metadata evidence, so the fit is also how
+//! [`crate::vocab::View`]) and the metadata evidence, so the fit is also how
 //! much each view counts for this user's mail: a logistic stacker, Platt
 //! scaling generalised to [`INPUTS`] inputs. A view that carries nothing gets
 //! a weight near zero. No weight is negative: every input is a
@@ -23,7 +23,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{VIEWS, sigmoid};
+use crate::model::sigmoid;
+use crate::vocab::VIEWS;
 
 /// Number of inputs to the calibration map: one per view, then the
 /// metadata.

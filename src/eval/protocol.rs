@@ -126,8 +126,9 @@ pub fn online(data: &Dataset, settings: &Settings) -> Result<Vec<Scored>, String
 mod tests {
     use super::*;
     use crate::decision::Costs;
-    use crate::features::{Features, METADATA_LEN, Metadata};
+    use crate::features::{Features, Metadata};
     use crate::model::ValidParams;
+    use crate::vocab::METADATA_LEN;
 
     fn toy() -> Dataset {
         // Spam shares "win"/"cash", ham "meeting"/"notes"; everything shares
@@ -276,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_view_of_random_features_gets_a_weight_near_zero_and_does_not_hurt() {
-        use crate::model::View;
+        use crate::vocab::View;
         let folds: Vec<usize> = (0..1500).map(|i| i % 5).collect();
         let report = |data: &Dataset| {
             let scored = cross_validate(data, &folds, &settings());
@@ -299,7 +300,7 @@ mod tests {
     #[test]
     fn a_view_left_out_gets_no_weight() {
         use crate::fit::Inputs;
-        use crate::model::View;
+        use crate::vocab::View;
         let data = noisy(true);
         let (counts, members) = learned_all(&data);
         let mut training = settings().training;

@@ -46,7 +46,7 @@ pub const MAX_TOKENS: usize = 8192;
 /// Of [`MAX_TOKENS`], the room left for the tokens read after the text.
 pub const STRUCTURE_TOKENS: usize = 256;
 
-pub use crate::vocab::{METADATA_LEN, METADATA_NAMES};
+use crate::vocab::{METADATA_LEN, METADATA_NAMES};
 
 /// The numeric metadata of one message, in [`METADATA_NAMES`] order.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -233,7 +233,10 @@ impl Extractor {
 
         let url_hosts = set.url_hosts();
         let tokens = set.finish();
-        debug_assert_eq!(url_hosts, tokens.count_prefixed(tokenize::URL_NAMESPACE));
+        debug_assert_eq!(
+            url_hosts,
+            tokens.count_prefixed(crate::vocab::URL_NAMESPACE)
+        );
         let (upper, letters, non_ascii, non_space, chars) = char_stats(subject, msg);
         let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let ln1p = |n: usize| (n as f64).ln_1p();

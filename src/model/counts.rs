@@ -154,7 +154,7 @@ pub struct Totals {
     /// Metadata statistics per class, per feature.
     pub gauss: [[GaussStats; METADATA_LEN]; 2],
 }
-pub use crate::vocab::Digest;
+use crate::vocab::Digest;
 
 /// A change to the statistics: what one training run, or one shard of it,
 /// adds or removes. Deltas merge by addition, so per-thread deltas reduce to

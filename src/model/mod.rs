@@ -13,10 +13,10 @@ pub mod gaussian;
 use serde::{Deserialize, Serialize};
 
 pub use bernoulli::{BetaPrior, Combine, LogThetas, TextEvidence};
-pub use counts::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
+pub use counts::{Delta, GaussStats, Label, TokenCounts, Totals};
 pub use gaussian::GaussianNb;
 
-pub use crate::vocab::{BYTES_PREFIX, METADATA_LEN, VIEWS, View};
+use crate::vocab::{METADATA_LEN, VIEWS, View};
 
 /// Hyperparameters as given (from defaults, a config file or flags).
 /// [`Params::check`] turns them into [`ValidParams`], the only form the
@@ -603,7 +603,7 @@ mod tests {
     #[test]
     fn views_by_definition() {
         let by_definition = |f: &str| {
-            if f.starts_with(BYTES_PREFIX) {
+            if f.starts_with(crate::vocab::BYTES_PREFIX) {
                 return View::Bytes;
             }
             let ns = f.find(':').map(|p| &f[..p]);

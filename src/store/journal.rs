@@ -77,7 +77,8 @@ use std::path::Path;
 use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
 use crate::fsutil;
-use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
+use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
+use crate::vocab::Digest;
 use crate::vocab::METADATA_LEN;
 
 /// Version of the journal layout.

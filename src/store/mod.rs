@@ -37,7 +37,8 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
+use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
+use crate::vocab::Digest;
 use crate::vocab::METADATA_LEN;
 
 pub use self::sled::{SledStore, StoreIdentity};

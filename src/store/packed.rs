@@ -15,7 +15,8 @@
 //! made it insert every token through a transaction.
 
 use super::snapshot::token_hash;
-use crate::model::{Digest, TokenCounts};
+use crate::model::TokenCounts;
+use crate::vocab::Digest;
 
 /// Bits of the shard number: 1,024 shards, a few kilobytes each for a
 /// vocabulary of hundreds of thousands of tokens. Only writers that open

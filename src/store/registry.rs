@@ -33,7 +33,8 @@ use super::packed::{RegistryKey, registry_key};
 use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
 use crate::fsutil;
-use crate::model::{Digest, Label};
+use crate::model::Label;
+use crate::vocab::Digest;
 
 /// Version of the registry file layout.
 pub const REGISTRY_VERSION: u32 = 1;

@@ -49,7 +49,8 @@ use ::sled::{Db, Transactional, Tree};
 use super::packed::{self, RegistryKey, registry_key, registry_shard_of, shard_key, shard_of};
 use super::{Error, FORMAT_VERSION, Result, Store, apply_token, apply_totals};
 use crate::fsutil;
-use crate::model::{Delta, Digest, GaussStats, Label, TokenCounts, Totals};
+use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
+use crate::vocab::Digest;
 use crate::vocab::METADATA_LEN;
 use crate::vocab::TOKENIZER_VERSION;
 

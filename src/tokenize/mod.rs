@@ -18,7 +18,7 @@ mod words;
 
 use tantivy::tokenizer::{Token, TokenFilter, TokenStream, Tokenizer};
 
-pub use crate::vocab::{TOKENIZER_VERSION, URL_NAMESPACE};
+use crate::vocab::URL_NAMESPACE;
 use set::key_at;
 pub use set::{TokenList, TokenSet};
 use url::{find_scheme_end, host_range};

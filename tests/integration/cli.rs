@@ -64,7 +64,7 @@ fn tokens_of_a_message_on_stdin_as_json() {
         assert!(tokens.contains(&t), "{t} missing from {tokens:?}");
     }
     let meta = v["metadata"].as_object().unwrap();
-    assert_eq!(meta.len(), bayesmail::features::METADATA_LEN);
+    assert_eq!(meta.len(), bayesmail::vocab::METADATA_LEN);
     assert!(
         meta.values()
             .all(|x| x.as_f64().is_some_and(f64::is_finite))

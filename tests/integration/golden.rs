@@ -6,7 +6,8 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use bayesmail::features::{Features, METADATA_NAMES};
+use bayesmail::features::Features;
+use bayesmail::vocab::METADATA_NAMES;
 
 use crate::common::{features, root, sample_dir, sample_files};
 

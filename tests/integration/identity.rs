@@ -706,7 +706,7 @@ fn a_forged_field_filter_renames_anywhere_does_not_change_the_message() {
 
 /// Learns `raw` through the library as a version before the canonical
 /// digest did: registered under `digest` only.
-fn learn_as_before(db: &Db, raw: &[u8], digest: bayesmail::model::Digest, label: Label) {
+fn learn_as_before(db: &Db, raw: &[u8], digest: bayesmail::vocab::Digest, label: Label) {
     let mut trainer =
         bayesmail::db::Trainer::open(&DbPaths::new(db.dir()), std::time::Duration::from_secs(60))
             .unwrap();

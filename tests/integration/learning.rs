@@ -4,9 +4,11 @@
 
 use bayesmail::db::{DbPaths, Labelled, Trainer};
 use bayesmail::decision::Calibrator;
-use bayesmail::features::{Features, METADATA_LEN, Metadata};
-use bayesmail::model::{Delta, Label, Model, Params, TokenCounts, Totals, VIEWS, View, sigmoid};
+use bayesmail::features::{Features, Metadata};
+use bayesmail::model::{Delta, Label, Model, Params, TokenCounts, Totals, sigmoid};
 use bayesmail::store::{MemoryStore, Store};
+use bayesmail::vocab::METADATA_LEN;
+use bayesmail::vocab::{VIEWS, View};
 use proptest::prelude::*;
 use rayon::prelude::*;
 

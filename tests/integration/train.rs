@@ -12,9 +12,9 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 
 use bayesmail::db::{DbPaths, Labelled, Trainer};
-use bayesmail::features::METADATA_NAMES;
 use bayesmail::model::Label;
 use bayesmail::store::{SledStore, Store};
+use bayesmail::vocab::METADATA_NAMES;
 
 use crate::common::{
     Db, assert_exit, features, json_lines, public_corpus, sample_dir, sample_files, sample_ham,
