@@ -8,6 +8,36 @@
 //! (and a daemon) open. The command-line front end lives in the binary and
 //! only calls into this library.
 //!
+//! Open a database, teach it, judge a message:
+//!
+//! ```
+//! use std::time::Duration;
+//! use bayesmail::db::{Database, Labelled};
+//! use bayesmail::decision::Decider;
+//! use bayesmail::features::Extractor;
+//! use bayesmail::message::Identity;
+//! use bayesmail::model::{Label, Params};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let db = Database::new(dir.path().join("db"));
+//! let mut extractor = Extractor::new();
+//! let mut labelled = |raw: &[u8], label| -> Result<Labelled, Box<dyn std::error::Error>> {
+//!     Ok(Labelled { features: extractor.extract(raw)?, identity: Identity::of(raw), label })
+//! };
+//! let mail = [
+//!     labelled(b"Subject: minutes\n\nThe minutes of Tuesday's meeting.\n", Label::Ham)?,
+//!     labelled(b"Subject: cheap pills\n\nBuy cheap pills now!\n", Label::Spam)?,
+//! ];
+//! db.learn(&mail, Duration::from_secs(5), 1 << 20, Params::default())?;
+//!
+//! let reader = db.reader()?;
+//! let decider = Decider { costs: Default::default(), min_known: 1, min_per_class: 1 };
+//! let message = Extractor::new().extract(b"Subject: pills\n\nCheap pills!\n")?;
+//! let judgment = reader.classifier().judge(&message, &decider);
+//! assert!(judgment.score.probability > 0.5);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Layers, from the bottom up:
 //! - `vocab`: names and numbers every layer agrees on
 //! - `fsutil`: opening and creating files safely
