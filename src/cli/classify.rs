@@ -20,7 +20,8 @@ use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 /// `classify`: `scan`'s scoring and result lines, without its actions,
 /// progress bar or summary.
 pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
-    let classifier = ctx.classifier()?;
+    let reader = ctx.reader()?;
+    let classifier = reader.classifier();
     let decider: Decider = ctx.decider(&args.decision)?;
     let format = if args.json {
         Format::Json
@@ -30,7 +31,7 @@ pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut unparsed = 0;
-    let score = scorer(&classifier, &decider);
+    let score = scorer(classifier, &decider);
     let result = for_each_mapped(&args.paths, &args.mailbox.options(), &score, &mut |batch| {
         classifier.intact()?;
         for s in batch {
@@ -51,7 +52,8 @@ pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
 }
 
 pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
-    let classifier = ctx.classifier()?;
+    let reader = ctx.reader()?;
+    let classifier = reader.classifier();
     let decider = ctx.decider(&args.decision)?;
     let raw = read_one(&args.file)?;
     if !bayesmail::message::looks_like_mail(&raw) {
@@ -223,7 +225,8 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
         /// each counts for this user's mail.
         weights: std::collections::BTreeMap<&'static str, f64>,
     }
-    let classifier = ctx.classifier()?;
+    let reader = ctx.reader()?;
+    let classifier = reader.classifier();
     // The one reader that always checks every byte of the model: where
     // damage on the storage itself shows.
     classifier.check_every_byte()?;

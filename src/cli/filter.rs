@@ -15,7 +15,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 
 use bayesmail::config::DEFAULT_FILTER_MAX_SIZE;
-use bayesmail::db::{self, Classifier};
+use bayesmail::db::{self, Database};
 use bayesmail::decision::Verdict;
 use bayesmail::features::Extractor;
 use bayesmail::fsutil::words;
@@ -466,8 +466,8 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
             return Status::Unknown(Reason::Config);
         }
     };
-    let classifier = match Classifier::open(&ctx.db) {
-        Ok(c) => c,
+    let reader = match Database::new(ctx.db.dir()).reader() {
+        Ok(r) => r,
         Err(err) => {
             warn(&err.to_string());
             return Status::Unknown(match err {
@@ -477,6 +477,7 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
             });
         }
     };
+    let classifier = reader.classifier();
     // What a delivery agent hands us is one message, whatever its body
     // holds: agents pass body lines starting with "From " unescaped, so a
     // line that looks like an mbox separator is the sender's to write, and

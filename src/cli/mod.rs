@@ -582,9 +582,14 @@ impl Context {
         Ok((params.check().map_err(anyhow::Error::msg)?, pinned))
     }
 
-    /// Opens the database's model; without one, says how to make one.
-    fn classifier(&self) -> anyhow::Result<bayesmail::db::Classifier> {
-        bayesmail::db::Classifier::open(&self.db).map_err(|e| match e {
+    /// The database.
+    fn database(&self) -> bayesmail::db::Database {
+        bayesmail::db::Database::new(self.db.dir())
+    }
+
+    /// Opens the database's reader; without a model, says how to make one.
+    fn reader(&self) -> anyhow::Result<bayesmail::db::Reader> {
+        self.database().reader().map_err(|e| match e {
             bayesmail::db::Error::NoModel(_) => {
                 anyhow::anyhow!("{e}: run `bayesmail train` first")
             }

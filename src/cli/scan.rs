@@ -124,7 +124,8 @@ struct Tally {
 }
 
 pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
-    let classifier = ctx.classifier()?;
+    let reader = ctx.reader()?;
+    let classifier = reader.classifier();
     let decider: Decider = ctx.decider(&args.decision)?;
     let opts = args.mailbox.options();
     let action = spam_action(args)?;
@@ -147,7 +148,7 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
         )?;
     }
     let mut tally = Tally::default();
-    let score = scorer(&classifier, &decider);
+    let score = scorer(classifier, &decider);
     let result = for_each_mapped(&args.paths, &opts, &score, &mut |batch| {
         // Nothing judged with a model changed under us is printed or acted on.
         classifier.intact()?;

@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use bayesmail::db::Run;
-use bayesmail::db::{Database, Labelled, ModelAfter, TrainSummary, Trainer};
+use bayesmail::db::{Labelled, ModelAfter, TrainSummary};
 use bayesmail::features::Extractor;
 use bayesmail::fit::{DEFAULT_INNER_FOLDS, Settings};
 use bayesmail::mailbox::RawMessage;
@@ -239,8 +239,9 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     // Ctrl-C from here on stops at a point where nothing is half done.
     let sigint = CatchSigint::install();
     // Take the writer's lock first: fail fast, before reading any mail.
-    let (mut trainer, set_aside) =
-        Trainer::open_rebuilding(&ctx.db, Duration::from_secs(args.wait))?;
+    let (mut trainer, set_aside) = ctx
+        .database()
+        .rebuilding_writer(Duration::from_secs(args.wait))?;
     if let Some(aside) = set_aside {
         eprintln!(
             "bayesmail: {}: {}; set aside as {}: what learn and unlearn recorded there since \
@@ -469,7 +470,8 @@ pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
         );
     }
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let (removed, left, model) = Database::new(ctx.db.dir())
+    let (removed, left, model) = ctx
+        .database()
         .prune(
             args.max_count,
             args.min_age,
@@ -589,7 +591,8 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     let labelled: Vec<Labelled> = messages.into_iter().map(|(_, m)| m).collect();
     let wait = Duration::from_secs(args.wait);
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let (summary, model) = Database::new(ctx.db.dir())
+    let (summary, model) = ctx
+        .database()
         .learn(&labelled, wait, journal_limit(), *params.get())
         .map_err(|e| hint(ctx, e))?;
     let no_model = no_model_now(model);
@@ -677,7 +680,8 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         .map(|(_, m)| (&m.features, m.identity))
         .collect();
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let unlearned = Database::new(ctx.db.dir())
+    let unlearned = ctx
+        .database()
         .unlearn(&given, wait, journal_limit(), *params.get())
         .map_err(|e| hint(ctx, e))?;
     let no_model = no_model_now(unlearned.model);

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Classifier, DbPaths, Error, Labelled, Result, TrainSummary, Trainer, quick};
+use super::{Classifier, DbPaths, Error, Labelled, Result, SetAside, TrainSummary, Trainer, quick};
 use crate::features::Features;
 use crate::message::Identity;
 use crate::model::{Label, Params};
@@ -43,6 +43,13 @@ impl Database {
     /// [`Trainer::open`]).
     pub fn writer(&self, wait: Duration) -> Result<Trainer> {
         Trainer::open(&self.paths, wait)
+    }
+
+    /// Its writer for rebuilding the model from the count store and the
+    /// folders a training run reads: a damaged journal is set aside rather
+    /// than refused (see [`Trainer::open_rebuilding`]).
+    pub fn rebuilding_writer(&self, wait: Duration) -> Result<(Trainer, Option<SetAside>)> {
+        Trainer::open_rebuilding(&self.paths, wait)
     }
 }
 

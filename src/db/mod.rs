@@ -3,9 +3,8 @@
 //! prune), the read side ([`Classifier`], followed by [`Reader`]: the
 //! snapshot and its journal, never the count store) and the write side
 //! ([`Trainer`]: the count store, the snapshot, the journal; `quick`
-//! teaches a few messages through the journal alone). The binary still
-//! opens the two sides directly for `train`, `scan`, `classify` and
-//! `filter`; those move to engine calls of their own next.
+//! teaches a few messages through the journal alone). The binary opens
+//! both through [`Database`].
 //!
 //! ```text
 //! DB/counts.sled/   the counts: source of truth, one writer (train, learn, unlearn)
