@@ -251,6 +251,16 @@ impl Db {
     }
 }
 
+/// Sample message `i` with a line of its own (`tag`): a message neither
+/// the sample corpus nor another test's holds.
+pub fn unseen(i: usize, tag: &str) -> Vec<u8> {
+    [
+        &fs::read(&sample_files()[i]).unwrap()[..],
+        format!("\n{tag}\n").as_bytes(),
+    ]
+    .concat()
+}
+
 pub fn utf8(p: &Path) -> &str {
     p.to_str().expect("test paths are UTF-8")
 }

@@ -150,12 +150,11 @@ fn a_pruned_message_can_be_relabelled_unlearned_and_learned_again() {
             &ham
         };
         // A word of its own: seen once, so pruned.
-        let raw = [
-            &fs::read(file).unwrap()[..],
-            format!("\nzqx{i}only\n").as_bytes(),
-        ]
-        .concat();
-        fs::write(to.join(format!("cur/{i}:2,S")), raw).unwrap();
+        fs::write(
+            to.join(format!("cur/{i}:2,S")),
+            unseen(i, &format!("zqx{i}only")),
+        )
+        .unwrap();
     }
     db.train(&[&spam], &[&ham]);
     let pruned = db.ok(&["prune", "--min-age", "0"], None);
@@ -201,14 +200,9 @@ fn a_damaged_journal_is_an_error_never_folded_and_train_rebuilds() {
     db.train_sample();
     let spam = maildir(&db.path("more-spam"));
     let files = sample_files();
-    for (i, file) in files.iter().take(5).enumerate() {
-        let raw = [
-            &fs::read(file).unwrap()[..],
-            format!("\nextra {i} zqv\n").as_bytes(),
-        ]
-        .concat();
+    for i in 0..5 {
         let path = spam.join(format!("cur/{i}:2,S"));
-        fs::write(&path, raw).unwrap();
+        fs::write(&path, unseen(i, &format!("extra {i} zqv"))).unwrap();
         ok(&db, &["learn", "--spam", utf8(&path)], None);
     }
     let journal = DbPaths::new(db.dir()).journal();
@@ -277,11 +271,7 @@ fn a_journal_grown_by_junk_is_refused_in_bounded_memory() {
     let db = Db::new();
     db.train_sample();
     let extra = db.path("extra.eml");
-    fs::write(
-        &extra,
-        [&fs::read(&sample_files()[3]).unwrap()[..], b"\nzqj\n"].concat(),
-    )
-    .unwrap();
+    fs::write(&extra, unseen(3, "zqj")).unwrap();
     ok(&db, &["learn", "--spam", utf8(&extra)], None);
     let journal = DbPaths::new(db.dir()).journal();
     let file = fs::OpenOptions::new().append(true).open(&journal).unwrap();
@@ -397,10 +387,8 @@ impl World {
         let db = Db::new();
         let ham = maildir(&db.path("Inbox"));
         let spam = maildir(&db.path("Junk"));
-        let bytes: Vec<Vec<u8>> = sample_files()
-            .iter()
-            .enumerate()
-            .map(|(i, f)| [&fs::read(f).unwrap()[..], format!("\nzqp{i}\n").as_bytes()].concat())
+        let bytes: Vec<Vec<u8>> = (0..sample_files().len())
+            .map(|i| unseen(i, &format!("zqp{i}")))
             .collect();
         let folder = vec![None; bytes.len()];
         let mut world = World {
@@ -574,19 +562,10 @@ fn a_model_damaged_or_gone_does_not_make_the_journal_vanish() {
     for damage in ["flip", "remove"] {
         let db = Db::new();
         db.train_sample();
-        let files = sample_files();
         let mut learned = Vec::new();
-        for (i, file) in files.iter().take(3).enumerate() {
+        for i in 0..3 {
             let path = db.path(&format!("new-{i}.eml"));
-            fs::write(
-                &path,
-                [
-                    &fs::read(file).unwrap()[..],
-                    format!("\nzqn{i}\n").as_bytes(),
-                ]
-                .concat(),
-            )
-            .unwrap();
+            fs::write(&path, unseen(i, &format!("zqn{i}"))).unwrap();
             ok(&db, &["learn", "--spam", utf8(&path)], None);
             learned.push(path);
         }
@@ -724,7 +703,7 @@ fn a_database_from_before_the_canonical_digest_knows_its_messages() {
     use bayesmail::message::legacy_digest;
     let db = Db::new();
     db.train_sample();
-    let raw = [&fs::read(&sample_files()[5]).unwrap()[..], b"\nzqlegacy\n"].concat();
+    let raw = unseen(5, "zqlegacy");
     // Learned from a Maildir by the earlier version: the file as it was,
     // with the blank line that ends a message in an mbox.
     let stored = [&raw[..], b"\n"].concat();
@@ -745,7 +724,7 @@ fn a_database_from_before_the_canonical_digest_knows_its_messages() {
 
     // Counted twice by the earlier version (with and without the blank
     // line): a train over the folders counts it once.
-    let other = [&fs::read(&sample_files()[6]).unwrap()[..], b"\nzqtwice\n"].concat();
+    let other = unseen(6, "zqtwice");
     let twice = [&other[..], b"\n"].concat();
     learn_as_before(&db, &other, legacy_digest(&other), Label::Ham);
     learn_as_before(&db, &twice, legacy_digest(&twice), Label::Ham);
@@ -774,11 +753,7 @@ fn a_link_at_the_journal_is_refused_by_readers_and_writers_alike() {
     let db = Db::new();
     db.train_sample();
     let extra = db.path("extra.eml");
-    fs::write(
-        &extra,
-        [&fs::read(&sample_files()[2]).unwrap()[..], b"\nzqlink\n"].concat(),
-    )
-    .unwrap();
+    fs::write(&extra, unseen(2, "zqlink")).unwrap();
     ok(&db, &["learn", "--spam", utf8(&extra)], None);
     let journal = DbPaths::new(db.dir()).journal();
     let elsewhere = db.path("elsewhere.journal");

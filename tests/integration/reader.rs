@@ -48,7 +48,7 @@ fn a_reader_follows_train_learn_and_unlearn_after_refresh() {
 
     // learn: a journal entry.
     let extra = db.path("extra.eml");
-    let raw = [&fs::read(&sample_files()[0]).unwrap()[..], b"\nzqreader\n"].concat();
+    let raw = unseen(0, "zqreader");
     fs::write(&extra, &raw).unwrap();
     let before = probability(&reader, &raw);
     db.ok(&["learn", "--spam", utf8(&extra)], None);
