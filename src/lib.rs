@@ -15,14 +15,14 @@
 //! use bayesmail::db::{Database, Labelled};
 //! use bayesmail::decision::Decider;
 //! use bayesmail::features::Extractor;
-//! use bayesmail::message::Identity;
 //! use bayesmail::model::{Label, Params};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let db = Database::new(dir.path().join("db"));
 //! let mut extractor = Extractor::new();
 //! let mut labelled = |raw: &[u8], label| -> Result<Labelled, Box<dyn std::error::Error>> {
-//!     Ok(Labelled { features: extractor.extract(raw)?, identity: Identity::of(raw), label })
+//!     let (features, identity) = extractor.read(raw)?;
+//!     Ok(Labelled { features, identity, label })
 //! };
 //! let mail = [
 //!     labelled(b"Subject: minutes\n\nThe minutes of Tuesday's meeting.\n", Label::Ham)?,

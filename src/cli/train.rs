@@ -214,16 +214,15 @@ struct ReadForTraining {
     id: mailbox::MessageId,
     /// Its size.
     bytes: usize,
-    features: Result<bayesmail::features::Features, message::Error>,
-    identity: Identity,
+    /// Its features and identity.
+    read: Result<(bayesmail::features::Features, Identity), message::Error>,
 }
 
 /// Extracts what training needs of `raw` on a reading worker, which also
 /// frees the message's bytes: the thread that counts has enough to do.
 fn read_for_training(ex: &mut Extractor, raw: RawMessage) -> ReadForTraining {
     ReadForTraining {
-        features: ex.extract(&raw.bytes),
-        identity: Identity::of(&raw.bytes),
+        read: ex.read(&raw.bytes),
         bytes: raw.bytes.len(),
         id: raw.id,
     }
@@ -273,12 +272,12 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         let result = for_each_mapped(paths, &opts, &read_for_training, &mut |batch| {
             for e in batch {
                 bar.inc(e.bytes as u64);
-                match e.features {
-                    Ok(features) => {
+                match e.read {
+                    Ok((features, identity)) => {
                         read_count += 1;
                         let message = Labelled {
                             features,
-                            identity: e.identity,
+                            identity,
                             label,
                         };
                         trainer.add_to_run(&mut run, &message, &e.id)?;
@@ -535,14 +534,14 @@ fn read_messages(path: &Path, command: &str) -> Result<(Vec<(String, Labelled)>,
             if !message::looks_like_mail(&raw.bytes) {
                 bail!("{id}: {NOT_MAIL}");
             }
-            let features = extractor
-                .extract(&raw.bytes)
+            let (features, identity) = extractor
+                .read(&raw.bytes)
                 .with_context(|| format!("parsing {id}"))?;
             Ok((
                 id,
                 Labelled {
                     features,
-                    identity: Identity::of(&raw.bytes),
+                    identity,
                     label: Label::Ham,
                 },
             ))

@@ -120,10 +120,22 @@ impl Extractor {
     pub fn extract(&mut self, raw: &[u8]) -> Result<Features, message::Error> {
         // The message as it identifies itself: what is counted for it is
         // then the same however it was stored, read or delivered.
-        let raw = message::canonical(raw);
-        let mut features = self.from_message(&message::parse(&raw)?);
-        features.grams = grams::buckets(&raw);
+        self.of_canonical(&message::canonical(raw))
+    }
+
+    /// The features of a message's canonical bytes.
+    fn of_canonical(&mut self, canonical: &[u8]) -> Result<Features, message::Error> {
+        let mut features = self.from_message(&message::parse(canonical)?);
+        features.grams = grams::buckets(canonical);
         Ok(features)
+    }
+
+    /// [`Extractor::extract`] and the message's [`message::Identity`], from
+    /// one canonical form: what a learner needs of a message.
+    pub fn read(&mut self, raw: &[u8]) -> Result<(Features, message::Identity), message::Error> {
+        let canonical = message::canonical(raw);
+        let features = self.of_canonical(&canonical)?;
+        Ok((features, message::Identity::with_canonical(raw, &canonical)))
     }
 
     /// Extracts the features of a parsed message.

@@ -197,15 +197,21 @@ pub fn digest(raw: &[u8]) -> Digest {
 /// it up under both and move it to [`digest`].
 pub fn legacy_digest(raw: &[u8]) -> Digest {
     use sha2::{Digest as _, Sha256};
+    Sha256::digest(legacy_bytes(raw)).into()
+}
+
+/// What [`legacy_digest`] hashes: LF line ends, no envelope line, no
+/// volatile fields in the header block (the empty line that ends it was
+/// hashed with the body).
+fn legacy_bytes(raw: &[u8]) -> Vec<u8> {
     let lf = super::normalize_line_ends(raw);
     let message = split::strip_envelope(&lf);
-    // The empty line that ends the header block was hashed with the body.
     let (head_end, _) = split::split_entity(message);
     let (head, body) = message.split_at(head_end);
-    let mut hasher = Sha256::new();
-    kept_header_lines(head, |line| hasher.update(line));
-    hasher.update(body);
-    hasher.finalize().into()
+    let mut out = Vec::with_capacity(message.len());
+    kept_header_lines(head, |line| out.extend_from_slice(line));
+    out.extend_from_slice(body);
+    out
 }
 
 /// Who a message is for the registry of learned messages.
@@ -225,18 +231,35 @@ pub struct Identity {
 impl Identity {
     /// The identity of the message `raw`.
     pub fn of(raw: &[u8]) -> Identity {
-        let digest = digest(raw);
-        let other = if raw.ends_with(b"\r\n\r\n") {
-            legacy_digest(&raw[..raw.len() - 2])
-        } else if raw.ends_with(b"\n\n") {
-            legacy_digest(&raw[..raw.len() - 1])
+        Identity::with_canonical(raw, &canonical(raw))
+    }
+
+    /// The identity of the message `raw` whose [`canonical`] bytes are
+    /// `canonical` (for a caller that has them already).
+    pub fn with_canonical(raw: &[u8], canonical: &[u8]) -> Identity {
+        use sha2::{Digest as _, Sha256};
+        let digest: Digest = Sha256::digest(canonical).into();
+        // Both earlier digests in one pass: the bytes as read now, and the
+        // same with one blank line more or less at the end, share all but
+        // their last byte.
+        let bytes = legacy_bytes(raw);
+        let (as_read, other): (Digest, Digest) = if bytes.ends_with(b"\n\n") {
+            let mut less = Sha256::new();
+            less.update(&bytes[..bytes.len() - 1]);
+            let mut whole = less.clone();
+            whole.update(b"\n");
+            (whole.finalize().into(), less.finalize().into())
         } else {
-            legacy_digest(&[raw, b"\n"].concat())
+            let mut whole = Sha256::new();
+            whole.update(&bytes);
+            let mut more = whole.clone();
+            more.update(b"\n");
+            (whole.finalize().into(), more.finalize().into())
         };
         let differs = |d: Digest| (d != digest).then_some(d);
         Identity {
             digest,
-            legacy: [differs(legacy_digest(raw)), differs(other)],
+            legacy: [differs(as_read), differs(other)],
         }
     }
 
