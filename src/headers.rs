@@ -142,6 +142,41 @@ impl HeaderBlock {
     }
 }
 
+/// Writes a message (`raw`, then `rest` when the message was larger than
+/// what was read into memory) with `fields` added at the top and fields of
+/// ours already in it renamed; without `fields` when they cannot go in (the
+/// message starts with a folded line, or is empty). Returns whether they
+/// went in.
+pub fn write_with_fields(
+    out: &mut dyn Write,
+    raw: &[u8],
+    rest: Option<&mut dyn io::Read>,
+    fields: &[(&str, impl AsRef<str>)],
+) -> io::Result<bool> {
+    let (mut renamer, from, added) = match HeaderBlock::locate(raw) {
+        Some(block) => (block.start(out, raw, fields)?, block.top(), true),
+        None => {
+            let crlf = memchr::memchr(b'\n', raw).is_some_and(|p| p > 0 && raw[p - 1] == b'\r');
+            (Renamer::new(crlf), 0, false)
+        }
+    };
+    renamer.write(out, &raw[from..])?;
+    if let Some(rest) = rest {
+        let mut buf = vec![0; 64 * 1024];
+        loop {
+            let n = match rest.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(err) => return Err(err),
+            };
+            renamer.write(out, &buf[..n])?;
+        }
+    }
+    renamer.finish(out)?;
+    Ok(added)
+}
+
 /// Writes a message's header region through, renaming fields named like
 /// ours (see the module documentation); everything after the first empty
 /// line goes through as it is. Takes the message in chunks of any size, and

@@ -47,6 +47,7 @@
 //! - `headers`: `filter`'s header fields and the renaming of forged ones
 //! - `tokenize`: the word tokenizer
 //! - `features`: a message's binary features and metadata
+//! - `sources`: reading messages from mailboxes and files, in parallel batches
 //! - `model`: Bernoulli and Gaussian naive Bayes, counts and deltas
 //! - `decision`: calibration, costs and verdicts
 //! - `fit`: the stacker's fit by cross-validation
@@ -69,6 +70,7 @@ pub mod mailbox;
 pub mod message;
 pub mod model;
 pub mod sanitize;
+pub mod sources;
 pub mod store;
 pub mod tokenize;
 pub mod vocab;

@@ -7,22 +7,22 @@ use std::io::{self, BufWriter, Write};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use bayesmail::decision::Decider;
 use bayesmail::decision::Verdict;
 use bayesmail::features::{Extractor, grams};
 use bayesmail::sanitize::{for_terminal, quote_bytes};
 
-use super::read::{NOT_MAIL, finish_stream, for_each_mapped, read_one};
-use super::scan::{Format, Line, scorer, write_line};
+use bayesmail::db::Event;
+use bayesmail::sources::read_mail;
+
+use super::scan::{Format, Line, write_line};
 use super::tokens::unquoted;
 use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 
-/// `classify`: `scan`'s scoring and result lines, without its actions,
+/// `classify`: `scan`'s judging and result lines, without its actions,
 /// progress bar or summary.
 pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
     let reader = ctx.reader()?;
-    let classifier = reader.classifier();
-    let decider: Decider = ctx.decider(&args.decision)?;
+    let decider = ctx.decider(&args.decision)?;
     let format = if args.json {
         Format::Json
     } else {
@@ -30,35 +30,35 @@ pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
     };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let mut unparsed = 0;
-    let score = scorer(classifier, &decider);
-    let result = for_each_mapped(&args.paths, &args.mailbox.options(), &score, &mut |batch| {
-        classifier.intact()?;
-        for s in batch {
-            let id = s.raw.id.to_string();
-            match s.score {
-                Ok((score, verdict)) => {
-                    write_line(&mut out, format, &Line::new(&id, &score, verdict))?
-                }
-                Err(err) => {
-                    unparsed += 1;
-                    eprintln!("bayesmail: {}: {err}", for_terminal(&id));
+    let (summary, result) = reader.scan(
+        &args.paths,
+        &args.mailbox.options(),
+        &decider,
+        None,
+        &mut |event| -> Result<()> {
+            match event {
+                Event::Skipped(skip) => eprintln!("bayesmail: {}", for_terminal(&skip.to_string())),
+                Event::Scanned(s) => {
+                    let id = s.id.to_string();
+                    match s.judged {
+                        Ok((score, verdict)) => {
+                            write_line(&mut out, format, &Line::new(&id, &score, verdict))?
+                        }
+                        Err(err) => eprintln!("bayesmail: {}: {err}", for_terminal(&id)),
+                    }
                 }
             }
-        }
-        Ok(())
-    });
-    finish_stream(result, &mut out, unparsed)
+            Ok(())
+        },
+    );
+    super::finish_stream(result, &mut out, summary.failures())
 }
 
 pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     let reader = ctx.reader()?;
     let classifier = reader.classifier();
     let decider = ctx.decider(&args.decision)?;
-    let raw = read_one(&args.file)?;
-    if !bayesmail::message::looks_like_mail(&raw) {
-        anyhow::bail!("{}: {NOT_MAIL}", args.file.display());
-    }
+    let raw = read_mail(&args.file)?;
     let features = Extractor::new()
         .extract(&raw)
         .with_context(|| format!("parsing {}", args.file.display()))?;

@@ -9,19 +9,23 @@
 //! closed) does the exit status tell the delivery agent to keep it and try
 //! again. Runs on one thread and reads only the model snapshot, so it starts
 //! fast and many can run at once while a training run holds the database.
+//!
+//! Its arguments, one call of [`bayesmail::db::Database::status`] (the
+//! verdict and its fields, or why there is none), and the message written
+//! out through [`bayesmail::headers::write_with_fields`]; the rest is the
+//! process's plumbing: standard streams that may be closed or
+//! non-blocking, a size cap, a spool for the rest of a large message.
 
 use std::io::{self, Read, Write};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 
 use bayesmail::config::DEFAULT_FILTER_MAX_SIZE;
-use bayesmail::db::{self, Database};
+use bayesmail::db::{Reason, Status};
 use bayesmail::decision::Verdict;
-use bayesmail::features::Extractor;
 use bayesmail::fsutil::words;
-use bayesmail::headers::{HeaderBlock, Renamer};
+use bayesmail::headers::write_with_fields;
 use bayesmail::sanitize::for_terminal;
-use bayesmail::store;
 
 use super::{Context, FilterArgs};
 use crate::ClosedStreams;
@@ -40,98 +44,22 @@ pub(super) const EXIT_ERROR: u8 = 3;
 /// delivery agent to keep the message and try again.
 pub(super) const EXIT_TEMPFAIL: u8 = 75;
 
-/// Why a message got no verdict. The name goes into
-/// `X-Spam-Status: Unknown, reason=NAME`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reason {
-    /// The configuration file or a setting is invalid.
-    Config,
-    /// No model has been trained into the database.
-    NoModel,
-    /// The model was written by another format or tokenizer version.
-    ModelVersion,
-    /// The model file cannot be read or is damaged.
-    ModelUnreadable,
-    /// The message is larger than the size cap.
-    TooLarge,
-    /// The message cannot be parsed at all (e.g. it is empty).
-    Unparseable,
-    /// A bug: scoring panicked.
-    Internal,
-}
-
-impl Reason {
-    fn name(self) -> &'static str {
-        match self {
-            Reason::Config => "config-error",
-            Reason::NoModel => "no-model",
-            Reason::ModelVersion => "model-version",
-            Reason::ModelUnreadable => "model-unreadable",
-            Reason::TooLarge => "too-large",
-            Reason::Unparseable => "unparseable",
-            Reason::Internal => "internal-error",
-        }
-    }
-}
-
-/// A verdict with its probability and the spam cutoff, or why there is none.
-enum Status {
-    Verdict {
-        verdict: Verdict,
-        probability: f64,
-        cutoff: f64,
-    },
-    Unknown(Reason),
-}
-
-impl Status {
-    /// The header fields to add, in order.
-    fn fields(&self) -> Vec<(&'static str, String)> {
-        let version = env!("CARGO_PKG_VERSION");
-        match *self {
-            Status::Verdict {
-                verdict,
-                probability,
-                cutoff,
-            } => {
-                let word = match verdict {
-                    Verdict::Spam => "Yes",
-                    Verdict::Ham => "No",
-                    Verdict::Unsure => "Unsure",
-                };
-                let status = format!(
-                    "{word}, probability={probability:.6}, cutoff={cutoff:.6}, version={version}"
-                );
-                let mut fields = Vec::with_capacity(2);
-                if verdict == Verdict::Spam {
-                    fields.push(("X-Spam-Flag", "YES".to_string()));
-                }
-                fields.push(("X-Spam-Status", status));
-                fields
-            }
-            Status::Unknown(reason) => vec![(
-                "X-Spam-Status",
-                format!("Unknown, reason={}, version={version}", reason.name()),
-            )],
-        }
-    }
-
-    fn exit_code(&self) -> u8 {
-        match self {
-            Status::Verdict {
-                verdict: Verdict::Spam,
-                ..
-            } => EXIT_SPAM,
-            Status::Verdict {
-                verdict: Verdict::Ham,
-                ..
-            } => EXIT_HAM,
-            Status::Verdict {
-                verdict: Verdict::Unsure,
-                ..
-            } => EXIT_UNSURE,
-            Status::Unknown(_) => EXIT_ERROR,
-        }
+/// The `--verdict-exit` status of `status`.
+fn exit_code(status: &Status) -> u8 {
+    match status {
+        Status::Verdict {
+            verdict: Verdict::Spam,
+            ..
+        } => EXIT_SPAM,
+        Status::Verdict {
+            verdict: Verdict::Ham,
+            ..
+        } => EXIT_HAM,
+        Status::Verdict {
+            verdict: Verdict::Unsure,
+            ..
+        } => EXIT_UNSURE,
+        Status::Unknown(_) => EXIT_ERROR,
     }
 }
 
@@ -325,7 +253,7 @@ fn pass_on(
         ));
         return io_failure;
     }
-    if verdict_exit { status.exit_code() } else { 0 }
+    if verdict_exit { exit_code(&status) } else { 0 }
 }
 
 /// Standard input or output as a file, not through `io::stdin()` /
@@ -417,38 +345,25 @@ fn spool(input: &mut impl Read) -> io::Result<Spool> {
 
 /// Writes the message (`raw`, then `rest` if the message was larger than
 /// what was read into memory) with the status fields added at the top and
-/// fields of ours already in it renamed (see [`bayesmail::headers`]);
-/// without the status fields if they cannot go in.
+/// fields of ours already in it renamed (see
+/// [`bayesmail::headers::write_with_fields`]).
 fn write_message(
     out: &mut dyn Write,
     raw: &[u8],
     rest: Option<Box<dyn Read + '_>>,
     status: &Status,
 ) -> io::Result<()> {
-    let (mut renamer, from) = match HeaderBlock::locate(raw) {
-        Some(block) => (block.start(out, raw, &status.fields())?, block.top()),
-        None => {
-            if !raw.is_empty() {
-                warn("the message starts with a folded line: passed through without our headers");
-            }
-            let crlf = memchr::memchr(b'\n', raw).is_some_and(|p| p > 0 && raw[p - 1] == b'\r');
-            (Renamer::new(crlf), 0)
-        }
-    };
-    renamer.write(out, &raw[from..])?;
-    if let Some(mut rest) = rest {
-        let mut buf = vec![0; 64 * 1024];
-        loop {
-            let n = match rest.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                Err(err) => return Err(err),
-            };
-            renamer.write(out, &buf[..n])?;
-        }
+    let mut rest = rest;
+    let added = write_with_fields(
+        out,
+        raw,
+        rest.as_mut().map(|r| &mut **r as &mut dyn Read),
+        &status.fields(),
+    )?;
+    if !added && !raw.is_empty() {
+        warn("the message starts with a folded line: passed through without our headers");
     }
-    renamer.finish(out)
+    Ok(())
 }
 
 /// Scores the message; any failure becomes an unknown status.
@@ -466,41 +381,11 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
             return Status::Unknown(Reason::Config);
         }
     };
-    let reader = match Database::new(ctx.db.dir()).reader() {
-        Ok(r) => r,
-        Err(err) => {
-            warn(&err.to_string());
-            return Status::Unknown(match err {
-                db::Error::NoModel(_) => Reason::NoModel,
-                db::Error::Store(store::Error::Version { .. }) => Reason::ModelVersion,
-                _ => Reason::ModelUnreadable,
-            });
-        }
-    };
-    let classifier = reader.classifier();
-    // What a delivery agent hands us is one message, whatever its body
-    // holds: agents pass body lines starting with "From " unescaped, so a
-    // line that looks like an mbox separator is the sender's to write, and
-    // judging only what comes before it would let a spam hide behind a
-    // harmless first part.
-    let features = match Extractor::new().extract(raw) {
-        Ok(features) => features,
-        Err(err) => {
-            warn(&format!("cannot parse the message: {err}"));
-            return Status::Unknown(Reason::Unparseable);
-        }
-    };
-    let judgment = classifier.judge(&features, &decider);
-    if let Err(err) = classifier.intact() {
-        warn(&err.to_string());
-        return Status::Unknown(Reason::ModelUnreadable);
+    let (status, why) = ctx.database().status(raw, &decider);
+    if let Some(why) = why {
+        warn(&why);
     }
-    let (score, verdict) = (judgment.score, judgment.verdict);
-    Status::Verdict {
-        verdict,
-        probability: score.probability,
-        cutoff: decider.costs.cutoffs().1,
-    }
+    status
 }
 
 /// Reports on stderr. Writing there must never cost the message: a closed

@@ -1,46 +1,21 @@
 //! `bayesmail scan`: classify whole mailboxes in parallel, print one result
 //! per message (table, JSON lines or CSV) and a summary, and optionally move
-//! or copy the spam into a Maildir.
+//! or copy the spam into a Maildir. Its arguments, one call of
+//! [`bayesmail::db::Reader::scan`], and what that call hands back, printed.
 
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use bayesmail::db::{Classifier, Score};
-use bayesmail::decision::Decider;
+use bayesmail::db::{Action, ActionError, Event, ScanSummary, Score, SpamAction};
 use bayesmail::decision::Verdict;
-use bayesmail::features::Extractor;
-use bayesmail::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, MoveError, RawMessage};
-use bayesmail::message;
 use bayesmail::sanitize::{for_json, for_terminal};
+use bayesmail::sources::planned_bytes;
 
-use super::read::{Skipped, finish_stream, for_each_mapped, planned_bytes};
 use super::{Context, Outcome, ScanArgs};
-
-/// One message classified (or why it could not be).
-pub(super) struct Scanned {
-    pub raw: RawMessage,
-    pub score: Result<(Score, Verdict), message::Error>,
-}
-
-/// Extracts and scores one message; runs on the rayon workers of
-/// [`for_each_mapped`]. Shared by `scan` and `classify`.
-pub(super) fn scorer<'a>(
-    classifier: &'a Classifier,
-    decider: &'a Decider,
-) -> impl Fn(&mut Extractor, RawMessage) -> Scanned + Sync + 'a {
-    move |ex, raw| {
-        let score = ex.extract(&raw.bytes).map(|features| {
-            let j = classifier.judge(&features, decider);
-            (j.score, j.verdict)
-        });
-        Scanned { raw, score }
-    }
-}
 
 /// How per-message lines are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,32 +26,6 @@ pub(super) enum Format {
     Json,
     /// CSV with a header row.
     Csv,
-}
-
-/// Where spam goes, and how.
-struct SpamAction {
-    maildir: Maildir,
-    moving: bool,
-    dry_run: bool,
-    /// The target's canonical path, if it exists.
-    canonical: Option<std::path::PathBuf>,
-}
-
-impl SpamAction {
-    /// Whether `id` is a message of the target Maildir itself (reached with
-    /// --recursive, or by naming a folder that holds the target). Such a
-    /// message is already where spam goes; scanning it would also see the
-    /// messages this run moves in, so a real run would count more than its
-    /// --dry-run.
-    fn holds(&self, id: &MessageId) -> bool {
-        let (Some(target), MessageId::Path(path)) = (&self.canonical, id) else {
-            return false;
-        };
-        path.parent()
-            .and_then(Path::parent)
-            .and_then(|maildir| std::fs::canonicalize(maildir).ok())
-            .is_some_and(|maildir| maildir == *target)
-    }
 }
 
 /// The result line of one message.
@@ -108,25 +57,9 @@ impl<'a> Line<'a> {
     }
 }
 
-#[derive(Default)]
-struct Tally {
-    messages: usize,
-    verdicts: [usize; 3],
-    unparsed: usize,
-    acted: usize,
-    already: usize,
-    action_failed: usize,
-    /// Moved messages copied into the target whose original could not be
-    /// removed: in both places now.
-    kept: usize,
-    /// Messages read from the target Maildir itself, left alone.
-    in_target: usize,
-}
-
 pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
     let reader = ctx.reader()?;
-    let classifier = reader.classifier();
-    let decider: Decider = ctx.decider(&args.decision)?;
+    let decider = ctx.decider(&args.decision)?;
     let opts = args.mailbox.options();
     let action = spam_action(args)?;
     let format = if args.json {
@@ -147,55 +80,85 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
             "id,verdict,probability,log_odds,known_tokens,action,to"
         )?;
     }
-    let mut tally = Tally::default();
-    let score = scorer(classifier, &decider);
-    let result = for_each_mapped(&args.paths, &opts, &score, &mut |batch| {
-        // Nothing judged with a model changed under us is printed or acted on.
-        classifier.intact()?;
-        for s in batch {
-            progress.inc(s.raw.bytes.len() as u64);
-            if action.as_ref().is_some_and(|a| a.holds(&s.raw.id)) {
-                tally.in_target += 1;
-                continue;
+    let mut messages = 0usize;
+    let (summary, result) = reader.scan(
+        &args.paths,
+        &opts,
+        &decider,
+        action.as_ref(),
+        &mut |event| -> Result<()> {
+            let s = match event {
+                Event::Skipped(skip) => {
+                    progress
+                        .suspend(|| eprintln!("bayesmail: {}", for_terminal(&skip.to_string())));
+                    return Ok(());
+                }
+                Event::Scanned(s) => s,
+            };
+            progress.inc(s.bytes as u64);
+            messages += 1;
+            if messages.is_multiple_of(256) {
+                progress.set_message(format!(
+                    "{messages} messages, {:.0} msg/s",
+                    messages as f64 / started.elapsed().as_secs_f64().max(1e-9)
+                ));
             }
-            tally.messages += 1;
-            let id = s.raw.id.to_string();
-            let (score, verdict) = match s.score {
-                Ok(scored) => scored,
+            let id = s.id.to_string();
+            let (score, verdict) = match s.judged {
+                Ok(judged) => judged,
                 Err(err) => {
-                    tally.unparsed += 1;
                     progress.suspend(|| eprintln!("bayesmail: {}: {err}", for_terminal(&id)));
-                    continue;
+                    return Ok(());
                 }
             };
-            tally.verdicts[verdict_index(verdict)] += 1;
-            let (act, to) = match (&action, verdict) {
-                (Some(a), Verdict::Spam) => act_on(a, &s.raw, &mut tally, &progress),
-                _ => (None, None),
-            };
+            report_action(&id, s.action.as_ref(), action.as_ref(), &progress);
+            let to = s
+                .action
+                .as_ref()
+                .and_then(|a| a.to())
+                .map(|p| p.display().to_string());
             let line = Line {
-                action: act,
+                action: s.action.as_ref().map(|a| a.name()),
                 to: to.as_deref(),
                 ..Line::new(&id, &score, verdict)
             };
-            write_line(&mut out, format, &line)?;
-        }
-        progress.set_message(format!(
-            "{} messages, {:.0} msg/s",
-            tally.messages,
-            tally.messages as f64 / started.elapsed().as_secs_f64().max(1e-9)
-        ));
-        Ok(())
-    });
+            write_line(&mut out, format, &line)
+        },
+    );
     progress.finish_and_clear();
-    let skipped = result.as_ref().map_or(Skipped::default(), |s| *s);
-    let outcome = finish_stream(
-        result,
-        &mut out,
-        tally.unparsed + tally.action_failed + tally.kept,
-    )?;
-    summary(&tally, skipped, started, action.as_ref());
+    let outcome = super::finish_stream(result, &mut out, summary.failures())?;
+    print_summary(&summary, started, action.as_ref());
     Ok(outcome)
+}
+
+/// Says on stderr what went wrong with moving or copying a message, if
+/// anything did.
+fn report_action(
+    id: &str,
+    done: Option<&Action>,
+    action: Option<&SpamAction>,
+    progress: &ProgressBar,
+) {
+    let id = for_terminal(id);
+    match done {
+        Some(Action::NotMoved) => progress.suspend(|| {
+            eprintln!("bayesmail: {id}: in an mbox file, not moved (use --copy-spam-to)")
+        }),
+        // Not lost and not moved: reported as what it is, so the user
+        // knows the original is still where it was.
+        Some(Action::Kept { why, .. }) => {
+            progress.suspend(|| eprintln!("bayesmail: {id}: {}", for_terminal(why)))
+        }
+        Some(Action::Failed(why)) => {
+            let verb = if action.is_some_and(|a| a.moving()) {
+                "moving"
+            } else {
+                "copying"
+            };
+            progress.suspend(|| eprintln!("bayesmail: {id}: {verb} failed: {}", for_terminal(why)))
+        }
+        _ => {}
+    }
 }
 
 /// Checks the move/copy options before anything is read.
@@ -211,96 +174,11 @@ fn spam_action(args: &ScanArgs) -> Result<Option<SpamAction>> {
         }
         (Some(_), Some(_)) => bail!("give --move-spam-to or --copy-spam-to, not both"),
     };
-    if moving {
-        for path in &args.paths {
-            if path.as_os_str() == "-" {
-                bail!("--move-spam-to cannot move a message read from standard input");
-            }
-            if mailbox::detect(path).ok() == Some(MailboxKind::Mbox) {
-                bail!(
-                    "--move-spam-to cannot move messages out of an mbox file ({}); use --copy-spam-to",
-                    path.display()
-                );
-            }
-        }
-    }
-    let maildir = if args.dry_run {
-        Maildir::at(target)
-    } else {
-        Maildir::create(target)
-            .with_context(|| format!("preparing the Maildir {}", target.display()))?
-    };
-    Ok(Some(SpamAction {
-        canonical: std::fs::canonicalize(target).ok(),
-        maildir,
-        moving,
-        dry_run: args.dry_run,
-    }))
-}
-
-/// Moves or copies one spam message; returns the action's name and where
-/// the message went, or reports why not.
-fn act_on(
-    a: &SpamAction,
-    raw: &RawMessage,
-    tally: &mut Tally,
-    progress: &ProgressBar,
-) -> (Option<&'static str>, Option<String>) {
-    let source = match &raw.id {
-        MessageId::Path(p) => Some(p.as_path()),
-        _ => None,
-    };
-    if a.moving && source.is_none() {
-        tally.action_failed += 1;
-        progress.suspend(|| {
-            eprintln!(
-                "bayesmail: {}: in an mbox file, not moved (use --copy-spam-to)",
-                for_terminal(&raw.id.to_string())
-            )
-        });
-        return (Some("not-moved"), None);
-    }
-    if a.dry_run {
-        tally.acted += 1;
-        let to = a.maildir.target(source, &raw.bytes);
-        let name = if a.moving { "would-move" } else { "would-copy" };
-        return (Some(name), Some(to.display().to_string()));
-    }
-    let done = match source {
-        Some(src) if a.moving => a.maildir.move_in(src),
-        _ => a
-            .maildir
-            .copy_in(source, &raw.bytes)
-            .map_err(MoveError::from),
-    };
-    match done {
-        Ok(Delivered::New(to)) => {
-            tally.acted += 1;
-            let name = if a.moving { "moved" } else { "copied" };
-            (Some(name), Some(to.display().to_string()))
-        }
-        Ok(Delivered::Already(to)) => {
-            tally.already += 1;
-            (Some("already-there"), Some(to.display().to_string()))
-        }
-        Err(err) => {
-            let id = for_terminal(&raw.id.to_string()).into_owned();
-            let why = for_terminal(&err.to_string()).into_owned();
-            if let MoveError::SourceKept { target, .. } = &err {
-                // Not lost and not moved: reported as what it is, so the
-                // user knows the original is still where it was.
-                tally.kept += 1;
-                progress.suspend(|| eprintln!("bayesmail: {id}: {why}"));
-                return (
-                    Some("copied-not-removed"),
-                    Some(target.display().to_string()),
-                );
-            }
-            tally.action_failed += 1;
-            let verb = if a.moving { "moving" } else { "copying" };
-            progress.suspend(|| eprintln!("bayesmail: {id}: {verb} failed: {why}"));
-            (Some("failed"), None)
-        }
+    match SpamAction::new(target, moving, args.dry_run, &args.paths) {
+        Ok(action) => Ok(Some(action)),
+        Err(err @ ActionError::MoveMbox(_)) => bail!("--move-spam-to {err}; use --copy-spam-to"),
+        Err(err @ ActionError::MoveStdin) => bail!("--move-spam-to {err}"),
+        Err(err) => Err(err.into()),
     }
 }
 
@@ -349,15 +227,7 @@ fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-fn verdict_index(v: Verdict) -> usize {
-    match v {
-        Verdict::Ham => 0,
-        Verdict::Unsure => 1,
-        Verdict::Spam => 2,
-    }
-}
-
-fn summary(t: &Tally, skipped: Skipped, started: Instant, action: Option<&SpamAction>) {
+fn print_summary(t: &ScanSummary, started: Instant, action: Option<&SpamAction>) {
     let secs = started.elapsed().as_secs_f64();
     let mut s = format!(
         "scanned {} messages in {secs:.2}s ({:.0} msg/s): {} ham, {} unsure, {} spam",
@@ -370,9 +240,9 @@ fn summary(t: &Tally, skipped: Skipped, started: Instant, action: Option<&SpamAc
     if t.unparsed > 0 {
         s += &format!("; {} could not be parsed", t.unparsed);
     }
-    s += &skipped.note();
+    s += &super::train::not_mail_note(t.skipped);
     if let Some(a) = action {
-        let verb = match (a.moving, a.dry_run) {
+        let verb = match (a.moving(), a.dry_run()) {
             (true, false) => "moved",
             (false, false) => "copied",
             (true, true) => "would move",
@@ -381,7 +251,7 @@ fn summary(t: &Tally, skipped: Skipped, started: Instant, action: Option<&SpamAc
         s += &format!(
             "; {verb} {} to {}",
             t.acted,
-            for_terminal(&a.maildir.root().display().to_string())
+            for_terminal(&a.target().display().to_string())
         );
         if t.already > 0 {
             s += &format!(" ({} were already there)", t.already);

@@ -1,41 +1,56 @@
-//! `bayesmail tokens`: print each message's features.
+//! `bayesmail tokens`: print each message's features, as
+//! [`bayesmail::sources::for_each_mapped`] reads and extracts them.
 
 use std::io::{self, BufWriter, Write};
 
 use anyhow::Result;
 
-use bayesmail::features::{Features, grams};
+use bayesmail::features::{Extractor, Features, grams};
+use bayesmail::mailbox::RawMessage;
 use bayesmail::sanitize::{for_terminal, quote_bytes};
+use bayesmail::sources;
 use bayesmail::vocab::METADATA_NAMES;
 
-use super::read::{finish_stream, for_each_batch};
 use super::{Outcome, TokensArgs};
 
 pub(super) fn run(args: &TokensArgs) -> Result<Outcome> {
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let mut unparsed = 0;
-    let result = for_each_batch(&args.paths, &args.mailbox.options(), &mut |batch| {
-        for e in batch {
-            let id = e.raw.id.to_string();
-            match e.features {
-                Ok(features) => {
-                    let bytes = byte_view(&e.raw.bytes, &features);
-                    if args.json {
-                        write_json(&mut out, &id, &features, &bytes)?;
-                    } else {
-                        write_text(&mut out, &id, &features, &bytes)?;
+    let mut failures = 0;
+    let extract = |ex: &mut Extractor, raw: RawMessage| {
+        let features = ex.extract(&raw.bytes);
+        (raw, features)
+    };
+    let result = sources::for_each_mapped(
+        &args.paths,
+        &args.mailbox.options(),
+        &extract,
+        &mut |skip| {
+            eprintln!("bayesmail: {}", for_terminal(&skip.to_string()));
+        },
+        &mut |batch| -> Result<()> {
+            for (raw, features) in batch {
+                let id = raw.id.to_string();
+                match features {
+                    Ok(features) => {
+                        let bytes = byte_view(&raw.bytes, &features);
+                        if args.json {
+                            write_json(&mut out, &id, &features, &bytes)?;
+                        } else {
+                            write_text(&mut out, &id, &features, &bytes)?;
+                        }
+                    }
+                    Err(err) => {
+                        failures += 1;
+                        eprintln!("bayesmail: {}: {err}", for_terminal(&id));
                     }
                 }
-                Err(err) => {
-                    unparsed += 1;
-                    eprintln!("bayesmail: {}: {err}", for_terminal(&id));
-                }
             }
-        }
-        Ok(())
-    });
-    finish_stream(result, &mut out, unparsed)
+            Ok(())
+        },
+    );
+    let skipped = result.as_ref().map_or(0, |s| s.total());
+    super::finish_stream(result.map(|_| ()), &mut out, failures + skipped)
 }
 
 /// One bucket of the byte view: its name and the 4-grams of this message

@@ -23,19 +23,27 @@
 use std::path::{Path, PathBuf};
 
 mod database;
+mod delivery;
 mod lock;
 pub(crate) mod quick;
 mod reader;
 mod run;
+mod scan;
+mod train;
 mod writer;
 
 pub use database::{Database, ModelAfter, Reader, Unlearned};
+pub use delivery::{Reason, Status};
 
 pub use lock::WriterLock;
 pub use reader::{
     Classifier, Explanation, Judgment, ModelHeader, Score, TokenWeight, ViewPart, judge,
 };
 pub use run::Run;
+pub use scan::{Action, ActionError, Event, ScanSummary, Scanned, SpamAction};
+pub use train::{
+    Calibration, Interrupted, MIN_CALIBRATION_PER_CLASS, Progress, Trained, Training, missing_class,
+};
 pub use writer::{
     CHUNK_MESSAGES, DEFAULT_LOCK_WAIT, Labelled, SetAside, TrainSummary, Trainer,
     release_freed_memory,
@@ -62,8 +70,20 @@ pub enum Error {
     },
     /// A training run was given messages under both labels: it cannot
     /// say which label the user meant, so it stores nothing.
-    #[error("{0} messages are given as both spam and ham; nothing is stored")]
-    Conflicting(usize),
+    #[error(
+        "{} message{} given as both spam and ham; nothing was learned and no model was written",
+        .0.len(),
+        if .0.len() == 1 { " is" } else { "s are" }
+    )]
+    Conflicting(Vec<String>),
+    /// Paths given to a training run that are not mailboxes: it reads
+    /// nothing and stores nothing.
+    #[error(
+        "{}\nnothing was learned and no model was written: fix the path{}",
+        .0.join("\n"),
+        if .0.len() > 1 { "s" } else { "" }
+    )]
+    BadPaths(Vec<String>),
     /// Unlearning a message that was never learned.
     #[error("this message was never learned, so it cannot be unlearned")]
     NotLearned,

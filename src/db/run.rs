@@ -235,7 +235,7 @@ impl Run {
     /// run has conflicts.
     pub(super) fn into_delta(self) -> Result<(Delta, TrainSummary)> {
         if !self.conflicts.is_empty() {
-            return Err(Error::Conflicting(self.conflicts.len()));
+            return Err(Error::Conflicting(self.conflicts));
         }
         let Run {
             ids,

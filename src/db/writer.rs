@@ -729,7 +729,7 @@ mod tests {
         assert_eq!(both.conflicts(), ["b"]);
         assert!(matches!(
             trainer.store_run(both),
-            Err(Error::Conflicting(1))
+            Err(Error::Conflicting(c)) if c == ["b"]
         ));
         assert_eq!(trainer.store.identity().unwrap(), before);
     }

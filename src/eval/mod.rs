@@ -3,7 +3,10 @@
 //! protocol), in memory. Library code, so tests measure with it too.
 
 pub mod confusion;
+mod corpus;
 pub mod protocol;
+
+pub use corpus::{Corpus, Error, Evaluation, Fold, Item, evaluate};
 
 use serde::Serialize;
 

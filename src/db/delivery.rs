@@ -1,0 +1,149 @@
+//! The verdict a delivered message carries: [`Status`], the fields that
+//! say it (`X-Spam-Status`, `X-Spam-Flag`), and [`Database::status`] /
+//! [`Reader::status`], which judge a raw message and never fail: whatever
+//! goes wrong becomes a status with a [`Reason`], so the message can still
+//! be passed on.
+
+use super::{Database, Error, Reader};
+use crate::decision::{Decider, Verdict};
+use crate::features::Extractor;
+use crate::store;
+
+/// Why a message got no verdict. Its name goes into
+/// `X-Spam-Status: Unknown, reason=NAME`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The configuration file or a setting is invalid.
+    Config,
+    /// No model has been trained into the database.
+    NoModel,
+    /// The model was written by another format or tokenizer version.
+    ModelVersion,
+    /// The model file cannot be read or is damaged.
+    ModelUnreadable,
+    /// The message is larger than the size cap.
+    TooLarge,
+    /// The message cannot be parsed at all (e.g. it is empty).
+    Unparseable,
+    /// A bug: judging panicked.
+    Internal,
+}
+
+impl Reason {
+    /// Its name in `X-Spam-Status`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Config => "config-error",
+            Reason::NoModel => "no-model",
+            Reason::ModelVersion => "model-version",
+            Reason::ModelUnreadable => "model-unreadable",
+            Reason::TooLarge => "too-large",
+            Reason::Unparseable => "unparseable",
+            Reason::Internal => "internal-error",
+        }
+    }
+
+    /// The reason a reader that cannot open gives.
+    pub fn of(err: &Error) -> Reason {
+        match err {
+            Error::NoModel(_) => Reason::NoModel,
+            Error::Store(store::Error::Version { .. }) => Reason::ModelVersion,
+            _ => Reason::ModelUnreadable,
+        }
+    }
+}
+
+/// A verdict with its probability and the spam cutoff, or why there is none.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Status {
+    /// Judged.
+    Verdict {
+        /// The verdict.
+        verdict: Verdict,
+        /// P(spam).
+        probability: f64,
+        /// The probability above which a message is spam.
+        cutoff: f64,
+    },
+    /// Not judged.
+    Unknown(Reason),
+}
+
+impl Status {
+    /// The header fields that say it, in order.
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        let version = env!("CARGO_PKG_VERSION");
+        match *self {
+            Status::Verdict {
+                verdict,
+                probability,
+                cutoff,
+            } => {
+                let word = match verdict {
+                    Verdict::Spam => "Yes",
+                    Verdict::Ham => "No",
+                    Verdict::Unsure => "Unsure",
+                };
+                let status = format!(
+                    "{word}, probability={probability:.6}, cutoff={cutoff:.6}, version={version}"
+                );
+                let mut fields = Vec::with_capacity(2);
+                if verdict == Verdict::Spam {
+                    fields.push(("X-Spam-Flag", "YES".to_string()));
+                }
+                fields.push(("X-Spam-Status", status));
+                fields
+            }
+            Status::Unknown(reason) => vec![(
+                "X-Spam-Status",
+                format!("Unknown, reason={}, version={version}", reason.name()),
+            )],
+        }
+    }
+}
+
+impl Reader {
+    /// Judges the raw message `raw` as delivered: the whole of it (what a
+    /// delivery agent hands over is one message, whatever its body holds:
+    /// agents pass body lines starting with "From " unescaped, so a line
+    /// that looks like an mbox separator is the sender's to write, and
+    /// judging only what comes before it would let a spam hide behind a
+    /// harmless first part). Returns the status and, when there is no
+    /// verdict, why in words.
+    pub fn status(&self, raw: &[u8], decider: &Decider) -> (Status, Option<String>) {
+        let features = match Extractor::new().extract(raw) {
+            Ok(features) => features,
+            Err(err) => {
+                return (
+                    Status::Unknown(Reason::Unparseable),
+                    Some(format!("cannot parse the message: {err}")),
+                );
+            }
+        };
+        let classifier = self.classifier();
+        let judgment = classifier.judge(&features, decider);
+        if let Err(err) = classifier.intact() {
+            return (
+                Status::Unknown(Reason::ModelUnreadable),
+                Some(err.to_string()),
+            );
+        }
+        let status = Status::Verdict {
+            verdict: judgment.verdict,
+            probability: judgment.score.probability,
+            cutoff: decider.costs.cutoffs().1,
+        };
+        (status, None)
+    }
+}
+
+impl Database {
+    /// Opens a reader and judges `raw` with it (see [`Reader::status`]); a
+    /// reader that cannot open gives a status with its [`Reason`].
+    pub fn status(&self, raw: &[u8], decider: &Decider) -> (Status, Option<String>) {
+        match self.reader() {
+            Ok(reader) => reader.status(raw, decider),
+            Err(err) => (Status::Unknown(Reason::of(&err)), Some(err.to_string())),
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! [`Database::train`]: a training run over labelled folders, from reading
+//! them to the model it leaves.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::{Database, Error, Labelled, Result, Run, SetAside, TrainSummary};
+use crate::features::{Extractor, Features};
+use crate::fit::{DEFAULT_INNER_FOLDS, Settings};
+use crate::mailbox::{self, MessageId, RawMessage};
+use crate::message::{self, Identity};
+use crate::model::{Label, Params, ValidParams};
+use crate::sources::{self, Skip, Skipped};
+
+/// Fewer messages of a class than this in a run: too few to fit the
+/// calibration by cross-validation; the previous calibration (or none) is
+/// kept.
+pub const MIN_CALIBRATION_PER_CLASS: usize = 20;
+
+/// What a training run is asked to do.
+#[derive(Debug)]
+pub struct Training<'a> {
+    /// Folders (or files) of ham.
+    pub ham: &'a [PathBuf],
+    /// Folders (or files) of spam.
+    pub spam: &'a [PathBuf],
+    /// How to read them.
+    pub options: mailbox::Options,
+    /// The model's parameters; with `select_strength`, the stacker's fit
+    /// chooses the prior's strength among its candidates.
+    pub params: ValidParams,
+    /// Whether the fit may choose the prior's strength (the user did not
+    /// pin it).
+    pub select_strength: bool,
+    /// How long to wait for another writer's lock.
+    pub wait: Duration,
+    /// Set (by a signal handler, say) to stop the run: while reading, it
+    /// stops before anything is stored; after, what was read is stored and
+    /// the model written, and the run says it was interrupted.
+    pub interrupt: &'a AtomicBool,
+}
+
+/// What a training run reports as it goes.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// A damaged journal was set aside before the run began.
+    SetAside(&'a SetAside),
+    /// A message was passed over while reading.
+    Skipped(Skip),
+    /// A message could not be parsed.
+    Unparsed(&'a MessageId, &'a message::Error),
+    /// A batch was read: its bytes, and the messages read so far.
+    Read {
+        /// Bytes of the batch's messages.
+        bytes: u64,
+        /// Messages read so far in the run.
+        messages: usize,
+    },
+    /// Reading is over; the calibration is being fitted.
+    Calibrating,
+}
+
+/// How the run left the calibration.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Calibration {
+    /// Fitted on this many messages, with these parameters.
+    Fitted {
+        /// Messages of the sample it was fitted on.
+        messages: usize,
+        /// The parameters chosen.
+        params: Params,
+    },
+    /// Too few messages of a class in the run: the previous one is kept.
+    TooFew,
+    /// The run held no message.
+    NotRun,
+}
+
+/// Where a run was interrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupted {
+    /// While reading: nothing was stored.
+    Reading,
+    /// After reading: everything read was stored and the model written.
+    AfterReading,
+}
+
+/// What a training run did.
+#[derive(Debug)]
+pub struct Trained {
+    /// Messages read and parsed.
+    pub read: usize,
+    /// Messages passed over while reading.
+    pub skipped: Skipped,
+    /// Messages that could not be parsed.
+    pub unparsed: usize,
+    /// What was stored (empty when interrupted while reading).
+    pub summary: TrainSummary,
+    /// Why no model was written, when the counts cannot make one.
+    pub no_model: Option<String>,
+    /// The calibration.
+    pub calibration: Calibration,
+    /// Messages stored in the run (distinct, duplicates and conflicts
+    /// aside).
+    pub stored: usize,
+    /// Whether and where the run was interrupted.
+    pub interrupted: Option<Interrupted>,
+}
+
+/// Why no model can be written for counts of `[ham, spam]` messages, if
+/// it cannot: a model needs at least one message of each class.
+pub fn missing_class(totals: [u64; 2]) -> Option<String> {
+    match totals {
+        [0, 0] => Some("the database holds no messages".to_string()),
+        [0, n] => Some(format!(
+            "the database holds {n} spam and no ham; learn some ham (--ham)"
+        )),
+        [n, 0] => Some(format!(
+            "the database holds {n} ham and no spam; learn some spam (--spam)"
+        )),
+        _ => None,
+    }
+}
+
+/// What a training run keeps of a message it read.
+struct Read {
+    id: MessageId,
+    /// Its size.
+    bytes: usize,
+    /// Its features and identity.
+    read: std::result::Result<(Features, Identity), message::Error>,
+}
+
+/// Extracts what training needs of `raw` on a reading worker, which also
+/// frees the message's bytes: the thread that counts has enough to do.
+fn read_for_training(ex: &mut Extractor, raw: RawMessage) -> Read {
+    Read {
+        read: ex.read(&raw.bytes),
+        bytes: raw.bytes.len(),
+        id: raw.id,
+    }
+}
+
+/// A stage stopped by [`Training::interrupt`].
+struct Stop;
+
+impl Database {
+    /// Trains the database on labelled folders: takes the writer's lock
+    /// (setting a damaged journal aside), reads every message (each counted
+    /// as it is read and its features dropped, unless sampled for the
+    /// calibration, so memory follows the vocabulary, not the number of
+    /// messages), refuses a run that gives a message both labels
+    /// ([`Error::Conflicting`]), fits the calibration, stores the counts in
+    /// one atomic write, and compiles the model when anything changed (a
+    /// journal left by learn is folded too: a run always leaves one model
+    /// holding everything). Paths that are not mailboxes are refused before
+    /// anything is read ([`Error::BadPaths`]).
+    pub fn train(&self, job: &Training<'_>, progress: &dyn Fn(Progress<'_>)) -> Result<Trained> {
+        let bad: Vec<String> = job
+            .spam
+            .iter()
+            .chain(job.ham)
+            .filter_map(|path| mailbox::detect(path).err().map(|e| e.to_string()))
+            .collect();
+        if !bad.is_empty() {
+            return Err(Error::BadPaths(bad));
+        }
+        // The lock first: fail fast, before reading any mail.
+        let (mut trainer, set_aside) = self.rebuilding_writer(job.wait)?;
+        if let Some(aside) = &set_aside {
+            progress(Progress::SetAside(aside));
+        }
+        let interrupted = || job.interrupt.load(Ordering::SeqCst);
+        let mut run = Run::new();
+        let mut read = 0;
+        let mut unparsed = 0;
+        let mut skipped = Skipped::default();
+        for (paths, label) in [(job.ham, Label::Ham), (job.spam, Label::Spam)] {
+            let mut failed = None;
+            let result = sources::for_each_mapped(
+                paths,
+                &job.options,
+                &read_for_training,
+                &mut |skip| progress(Progress::Skipped(skip)),
+                &mut |batch| {
+                    let mut bytes = 0;
+                    for e in batch {
+                        bytes += e.bytes as u64;
+                        match e.read {
+                            Ok((features, identity)) => {
+                                read += 1;
+                                let message = Labelled {
+                                    features,
+                                    identity,
+                                    label,
+                                };
+                                if let Err(err) = trainer.add_to_run(&mut run, &message, &e.id) {
+                                    failed = Some(err);
+                                    return Err(Stop);
+                                }
+                            }
+                            Err(err) => {
+                                unparsed += 1;
+                                progress(Progress::Unparsed(&e.id, &err));
+                            }
+                        }
+                    }
+                    progress(Progress::Read {
+                        bytes,
+                        messages: read,
+                    });
+                    if interrupted() { Err(Stop) } else { Ok(()) }
+                },
+            );
+            if let Some(err) = failed {
+                return Err(err);
+            }
+            match result {
+                Ok(s) => {
+                    skipped.unreadable += s.unreadable;
+                    skipped.not_mail += s.not_mail;
+                }
+                Err(Stop) => {
+                    return Ok(Trained {
+                        read,
+                        skipped,
+                        unparsed,
+                        summary: TrainSummary::default(),
+                        no_model: None,
+                        calibration: Calibration::NotRun,
+                        stored: 0,
+                        interrupted: Some(Interrupted::Reading),
+                    });
+                }
+            }
+        }
+        if !run.conflicts().is_empty() {
+            return Err(Error::Conflicting(run.conflicts().to_vec()));
+        }
+        super::release_freed_memory();
+
+        // Everything after reading is short and finishes even when
+        // interrupted.
+        let (chosen, fitted) = if run.is_empty() {
+            (*job.params.get(), None)
+        } else {
+            progress(Progress::Calibrating);
+            let settings = Settings {
+                select_strength: job.select_strength,
+                params: job.params,
+                inner_folds: DEFAULT_INNER_FOLDS,
+                inputs: Default::default(),
+            };
+            run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS)
+        };
+        let calibration = match (&fitted, run.is_empty()) {
+            (_, true) => Calibration::NotRun,
+            (Some((_, n)), false) => Calibration::Fitted {
+                messages: *n,
+                params: chosen,
+            },
+            (None, false) => Calibration::TooFew,
+        };
+        let stored = run.len();
+        let mut summary = trainer.store_run(run)?;
+        let no_model = missing_class(summary.totals);
+        let changed = summary.learned + summary.relearned > 0
+            || trainer.model_is_stale()?
+            || self.paths().journal().exists();
+        if changed && no_model.is_none() {
+            trainer.compile(chosen, fitted)?;
+            summary.snapshot_written = true;
+        }
+        Ok(Trained {
+            read,
+            skipped,
+            unparsed,
+            summary,
+            no_model,
+            calibration,
+            stored,
+            interrupted: interrupted().then_some(Interrupted::AfterReading),
+        })
+    }
+}

@@ -1,0 +1,307 @@
+//! [`evaluate`]: an evaluation from a labelled corpus on disk (a fold
+//! file, a TREC index, or labelled mailboxes) to its scores.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use super::confusion::Confusion;
+use super::protocol::{self, Settings};
+use super::{Report, Scored};
+use crate::decision::Costs;
+use crate::features::Extractor;
+use crate::fit::Dataset;
+use crate::mailbox;
+use crate::message;
+use crate::model::Label;
+use crate::sources::Skip;
+
+/// A labelled corpus to evaluate on.
+#[derive(Debug, Clone, Copy)]
+pub enum Corpus<'a> {
+    /// A fold file: `fold<TAB>label<TAB>path` lines, paths relative to
+    /// `root`; cross-validation over its folds.
+    Folds {
+        /// The fold file.
+        file: &'a Path,
+        /// What its paths are relative to.
+        root: &'a Path,
+    },
+    /// A TREC index: `spam PATH` / `ham PATH` lines in stream order, paths
+    /// relative to the index's folder; the online protocol.
+    Online(&'a Path),
+    /// Every message of these mailboxes (any kind), folds assigned
+    /// round-robin within each class (stratified); cross-validation over
+    /// `k` folds.
+    Folders {
+        /// Mailboxes of spam.
+        spam: &'a [PathBuf],
+        /// Mailboxes of ham.
+        ham: &'a [PathBuf],
+        /// Folds.
+        k: usize,
+    },
+}
+
+/// Errors of reading a corpus.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file could not be read.
+    #[error("reading {}: {}", .path.display(), crate::fsutil::words(.source))]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line of a fold file or index is not what it should be.
+    #[error("{}:{line}: {what}", .file.display())]
+    Line {
+        /// The file.
+        file: PathBuf,
+        /// Its line, from 1.
+        line: usize,
+        /// What is wrong.
+        what: String,
+    },
+    /// A labelled mailbox could not be read.
+    #[error("reading a labelled mailbox: {0}")]
+    Mailbox(#[from] mailbox::Error),
+    /// A message could not be parsed.
+    #[error("parsing {}: {source}", .path.display())]
+    Parse {
+        /// The message.
+        path: PathBuf,
+        /// Why.
+        source: message::Error,
+    },
+    /// The corpus holds no message.
+    #[error("no messages to evaluate on")]
+    Empty,
+    /// The protocol cannot run on this corpus.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+/// One labelled message of a corpus.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Its bytes, when read from a mailbox.
+    bytes: Option<Vec<u8>>,
+    /// Its label.
+    pub label: Label,
+    /// Its fold (0 online).
+    pub fold: usize,
+}
+
+/// An evaluation done: the corpus's messages and their scores.
+#[derive(Debug)]
+pub struct Evaluation {
+    /// The messages, in corpus order.
+    pub items: Vec<Item>,
+    /// Their scores (`Scored::index` is the item's).
+    pub scored: Vec<Scored>,
+    /// Whether it ran the online protocol.
+    pub online: bool,
+    /// How long it took, in seconds.
+    pub seconds: f64,
+}
+
+/// The figures of one fold.
+#[derive(Debug)]
+pub struct Fold {
+    /// The fold.
+    pub fold: usize,
+    /// Its figures (speed left out: it is measured over the whole run).
+    pub report: Report,
+    /// Its confusion counts.
+    pub confusion: Confusion,
+}
+
+impl Evaluation {
+    /// The figures of the whole run.
+    pub fn report(&self, costs: &Costs) -> Report {
+        Report::new(&self.scored, costs, self.seconds)
+    }
+
+    /// The figures of each fold, in fold order (none online).
+    pub fn folds(&self, costs: &Costs) -> Vec<Fold> {
+        if self.online {
+            return Vec::new();
+        }
+        let mut by_fold: std::collections::BTreeMap<usize, Vec<Scored>> = Default::default();
+        for s in &self.scored {
+            by_fold
+                .entry(self.items[s.index].fold)
+                .or_default()
+                .push(s.clone());
+        }
+        by_fold
+            .into_iter()
+            .map(|(fold, scored)| Fold {
+                fold,
+                report: Report::new(&scored, costs, 0.0),
+                confusion: Confusion::new(&scored),
+            })
+            .collect()
+    }
+}
+
+/// Evaluates on `corpus` with `settings`: cross-validation over its folds,
+/// or the online protocol over an index. Files among labelled mailboxes
+/// that do not look like mail are handed to `skip` and left out, as a
+/// training run leaves them out, so that what is evaluated is what would
+/// be trained.
+pub fn evaluate(
+    corpus: Corpus<'_>,
+    settings: &Settings,
+    skip: &mut dyn FnMut(Skip),
+) -> Result<Evaluation, Error> {
+    let start = Instant::now();
+    let items = match corpus {
+        Corpus::Folds { file, root } => read_folds(file, root)?,
+        Corpus::Online(index) => read_index(index)?,
+        Corpus::Folders { spam, ham, k } => read_folders(spam, ham, k, skip)?,
+    };
+    if items.is_empty() {
+        return Err(Error::Empty);
+    }
+    let online = matches!(corpus, Corpus::Online(_));
+    let features = items
+        .par_iter()
+        .map_init(Extractor::new, |ex, item| {
+            let read;
+            let raw = match &item.bytes {
+                Some(b) => b,
+                None => {
+                    read = std::fs::read(&item.path).map_err(|source| Error::Read {
+                        path: item.path.clone(),
+                        source,
+                    })?;
+                    &read
+                }
+            };
+            ex.extract(raw).map_err(|source| Error::Parse {
+                path: item.path.clone(),
+                source,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let data = Dataset::new(features.into_iter().zip(items.iter().map(|i| i.label)));
+    let scored = if online {
+        protocol::online(&data, settings).map_err(Error::Protocol)?
+    } else {
+        let folds: Vec<usize> = items.iter().map(|i| i.fold).collect();
+        protocol::cross_validate(&data, &folds, settings)
+    };
+    Ok(Evaluation {
+        items: items
+            .into_iter()
+            .map(|i| Item { bytes: None, ..i })
+            .collect(),
+        scored,
+        online,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// A bad line of `file`.
+fn bad_line(file: &Path, n: usize, what: impl Into<String>) -> Error {
+    Error::Line {
+        file: file.to_path_buf(),
+        line: n + 1,
+        what: what.into(),
+    }
+}
+
+/// Reads `fold<TAB>label<TAB>path` lines; paths relative to `root`.
+fn read_folds(file: &Path, root: &Path) -> Result<Vec<Item>, Error> {
+    let read = |source| Error::Read {
+        path: file.to_path_buf(),
+        source,
+    };
+    let f = std::fs::File::open(file).map_err(read)?;
+    let mut items = Vec::new();
+    for (n, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let line = line.map_err(read)?;
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut cols = line.splitn(3, '\t');
+        let (Some(fold), Some(label), Some(path)) = (cols.next(), cols.next(), cols.next()) else {
+            return Err(bad_line(file, n, "expected fold<TAB>label<TAB>path"));
+        };
+        let fold: usize = fold
+            .trim()
+            .parse()
+            .map_err(|e| bad_line(file, n, format!("bad fold '{fold}': {e}")))?;
+        let label: Label = label.parse().map_err(|e| bad_line(file, n, e))?;
+        items.push(Item {
+            path: root.join(path),
+            bytes: None,
+            label,
+            fold,
+        });
+    }
+    Ok(items)
+}
+
+/// Reads a TREC index: `spam PATH` / `ham PATH` lines, paths relative to
+/// the index file's folder.
+fn read_index(file: &Path) -> Result<Vec<Item>, Error> {
+    let base = file.parent().unwrap_or(Path::new("."));
+    let text = std::fs::read_to_string(file).map_err(|source| Error::Read {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let mut items = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Some((label, path)) = line.trim().split_once(char::is_whitespace) else {
+            return Err(bad_line(file, n, "expected 'spam PATH' or 'ham PATH'"));
+        };
+        let label: Label = label.parse().map_err(|e| bad_line(file, n, e))?;
+        items.push(Item {
+            path: base.join(path.trim()),
+            bytes: None,
+            label,
+            fold: 0,
+        });
+    }
+    Ok(items)
+}
+
+/// Labelled mailboxes, folds round-robin within each class.
+fn read_folders(
+    spam: &[PathBuf],
+    ham: &[PathBuf],
+    k: usize,
+    skip: &mut dyn FnMut(Skip),
+) -> Result<Vec<Item>, Error> {
+    let opts = mailbox::Options::default();
+    let mut items = Vec::new();
+    for (paths, label) in [(ham, Label::Ham), (spam, Label::Spam)] {
+        let mut n = 0;
+        for m in mailbox::open_all(paths, &opts) {
+            let m = m?;
+            if !message::looks_like_mail(&m.bytes) {
+                skip(Skip::NotMail(m.id));
+                continue;
+            }
+            items.push(Item {
+                path: PathBuf::from(m.id.to_string()),
+                bytes: Some(m.bytes),
+                label,
+                fold: n % k.max(1),
+            });
+            n += 1;
+        }
+    }
+    Ok(items)
+}
