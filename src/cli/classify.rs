@@ -1,6 +1,8 @@
 //! `bayesmail classify`, `explain` and `stats`: the read side. Only the
 //! model snapshot is read, never the count store, so these run while a
-//! training run holds the database.
+//! training run holds the database. Each is its arguments, one call of
+//! [`bayesmail::db::Reader`] (`scan` without an action, `explain_message`,
+//! `stats`) and what it returned, printed.
 
 use std::io::{self, BufWriter, Write};
 
@@ -8,7 +10,6 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 
 use bayesmail::decision::Verdict;
-use bayesmail::features::{Extractor, grams};
 use bayesmail::sanitize::{for_terminal, quote_bytes};
 
 use bayesmail::db::Event;
@@ -56,31 +57,16 @@ pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
 
 pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     let reader = ctx.reader()?;
-    let classifier = reader.classifier();
     let decider = ctx.decider(&args.decision)?;
     let raw = read_mail(&args.file)?;
-    let features = Extractor::new()
-        .extract(&raw)
+    let mut explained = reader
+        .explain_message(&raw, &decider)
         .with_context(|| format!("parsing {}", args.file.display()))?;
-    let judgment = classifier.judge(&features, &decider);
-    let (score, verdict) = (judgment.score, judgment.verdict);
-    let mut why = classifier.explain(&features);
-    classifier.intact()?;
-    why.tokens.truncate(args.top);
-    // What each byte feature stands for: the 4-grams of this message in
-    // its bucket.
-    // From the bytes the features were taken from.
-    let all_grams = grams::grams(&bayesmail::message::canonical(&raw));
-    let grams_of = |t: &bayesmail::db::TokenWeight| -> Option<Vec<&[u8; 4]>> {
-        let bucket = t.bucket?;
-        Some(
-            all_grams
-                .iter()
-                .filter(|(b, _)| *b == bucket)
-                .map(|(_, g)| g)
-                .collect(),
-        )
-    };
+    reader.classifier().intact()?;
+    explained.explanation.tokens.truncate(args.top);
+    let (score, verdict) = (&explained.judgment.score, explained.judgment.verdict);
+    let why = &explained.explanation;
+    let grams_of = |t| explained.grams_of(t);
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if args.json {
@@ -173,84 +159,17 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     Ok(Outcome::AllOk)
 }
 
-fn dir_size(path: &std::path::Path) -> u64 {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => std::fs::read_dir(path)
-            .map(|entries| entries.flatten().map(|e| dir_size(&e.path())).sum())
-            .unwrap_or(0),
-        Ok(m) => m.len(),
-        Err(_) => 0,
-    }
-}
-
-/// Warns on stderr when others may read the database directory: the
-/// counts hold every correspondent's address as a token. Only a warning:
-/// loosening it is the user's choice to make.
-fn warn_if_not_private(dir: &std::path::Path) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let Ok(meta) = std::fs::metadata(dir) else {
-            return;
-        };
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o044 != 0 {
-            eprintln!(
-                "bayesmail: warning: the database directory {} is readable by other users \
-                 (mode {mode:03o}), and its counts name every correspondent; \
-                 `chmod 700 {}` makes it private",
-                for_terminal(&dir.display().to_string()),
-                for_terminal(&dir.display().to_string()),
-            );
-        }
-    }
-}
-
 pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
-    #[derive(Serialize)]
-    struct Stats {
-        database: String,
-        ham_messages: u64,
-        spam_messages: u64,
-        vocabulary: usize,
-        size_on_disk_bytes: u64,
-        model_bytes: u64,
-        bayesmail_version: &'static str,
-        model_written_by: String,
-        store_format_version: u32,
-        tokenizer_version: u32,
-        params: bayesmail::model::Params,
-        calibrated_on: usize,
-        /// The stacker's weight of each view and of the metadata: how much
-        /// each counts for this user's mail.
-        weights: std::collections::BTreeMap<&'static str, f64>,
+    let s = ctx.reader()?.stats()?;
+    if let Some(mode) = s.readable_by_others {
+        // Only a warning: loosening it is the user's choice to make.
+        let dir = for_terminal(&s.database);
+        eprintln!(
+            "bayesmail: warning: the database directory {dir} is readable by other users \
+             (mode {mode:03o}), and its counts name every correspondent; `chmod 700 {dir}` makes \
+             it private",
+        );
     }
-    let reader = ctx.reader()?;
-    let classifier = reader.classifier();
-    // The one reader that always checks every byte of the model: where
-    // damage on the storage itself shows.
-    classifier.check_every_byte()?;
-    warn_if_not_private(ctx.db.dir());
-    let h = classifier.header();
-    let s = Stats {
-        database: ctx.db.dir().display().to_string(),
-        ham_messages: h.totals.messages[0],
-        spam_messages: h.totals.messages[1],
-        vocabulary: classifier.vocabulary(),
-        size_on_disk_bytes: dir_size(ctx.db.dir()),
-        model_bytes: dir_size(&ctx.db.snapshot()),
-        bayesmail_version: env!("CARGO_PKG_VERSION"),
-        model_written_by: h.version.clone(),
-        store_format_version: bayesmail::store::FORMAT_VERSION,
-        tokenizer_version: bayesmail::vocab::TOKENIZER_VERSION,
-        params: h.params,
-        calibrated_on: h.calibrated_on,
-        weights: bayesmail::vocab::View::ALL
-            .iter()
-            .map(|v| (v.name(), h.calibrator.weights[v.index()]))
-            .chain([("metadata", h.calibrator.weights[bayesmail::vocab::VIEWS])])
-            .collect(),
-    };
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if args.json {

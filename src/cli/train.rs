@@ -98,11 +98,12 @@ fn spinner(bar: &ProgressBar, what: &str) {
     bar.set_message(what.to_string());
 }
 
-/// A writer's error, with what to do when it is a damaged journal: no
-/// writer but `train` touches one.
-fn hint(ctx: &Context, err: bayesmail::db::Error) -> anyhow::Error {
+/// A writer's error, with what to do about it: `verb` is the command that
+/// failed; a damaged journal is set aside by `train` only.
+fn hint(ctx: &Context, verb: &str, err: bayesmail::db::Error) -> anyhow::Error {
     use bayesmail::{db::Error, store};
     match &err {
+        Error::NothingLearned(_) => anyhow::anyhow!("{err}, so there is nothing to {verb}"),
         Error::Store(store::Error::Corrupt { path, .. }) if *path == ctx.db.journal() => {
             anyhow::anyhow!(
                 "{err}; nothing was changed. `bayesmail train` over your folders sets the damaged \
@@ -342,13 +343,6 @@ pub(super) fn not_mail_note(skipped: Skipped) -> String {
 }
 
 pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
-    // Opening a database that does not exist would create it, empty.
-    if !ctx.db.counts().exists() {
-        bail!(
-            "nothing has been learned into {} yet, so there is nothing to prune",
-            ctx.db.dir().display()
-        );
-    }
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
     let (removed, left, model) = ctx
         .database()
@@ -358,7 +352,7 @@ pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
             Duration::from_secs(args.wait),
             *params.get(),
         )
-        .map_err(|e| hint(ctx, e))?;
+        .map_err(|e| hint(ctx, "prune", e))?;
     let no_model = no_model_now(model);
     note!(
         "pruned {removed} tokens seen in at most {} messages and unchanged for {} days; {left} \
@@ -426,7 +420,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     let (summary, model) = ctx
         .database()
         .learn(&labelled, wait, journal_limit(), *params.get())
-        .map_err(|e| hint(ctx, e))?;
+        .map_err(|e| hint(ctx, "learn", e))?;
     let no_model = no_model_now(model);
     let moved = match names.as_slice() {
         [one] => one.clone(),
@@ -497,14 +491,6 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
 }
 
 pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
-    // Only a database that exists can have learned the message; opening one
-    // that does not would create it, empty.
-    if !ctx.db.counts().exists() {
-        bail!(
-            "nothing has been learned into {} yet, so there is nothing to unlearn",
-            ctx.db.dir().display()
-        );
-    }
     let (messages, mut failed) = read_messages(&args.file, "unlearn")?;
     let wait = Duration::from_secs(args.wait);
     let given: Vec<_> = messages.iter().map(|m| (&m.features, m.identity)).collect();
@@ -512,7 +498,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     let unlearned = ctx
         .database()
         .unlearn(&given, wait, journal_limit(), *params.get())
-        .map_err(|e| hint(ctx, e))?;
+        .map_err(|e| hint(ctx, "unlearn", e))?;
     let no_model = no_model_now(unlearned.model);
     let what = match messages.as_slice() {
         [one] => one.id.clone(),

@@ -109,6 +109,7 @@ impl Database {
         journal_limit: u64,
         params: Params,
     ) -> Result<Unlearned> {
+        self.must_exist()?;
         if let Some((results, inexact)) =
             quick::unlearn(&self.paths, wait, messages, journal_limit)?
         {
@@ -150,11 +151,22 @@ impl Database {
         wait: Duration,
         params: Params,
     ) -> Result<(usize, u64, ModelAfter)> {
+        self.must_exist()?;
         let mut writer = self.writer(wait)?;
         let removed = writer.prune(max_count, min_age_days)?;
         let model = self.follow(&mut writer, params)?;
         let left = writer.store().token_count()?;
         Ok((removed, left, model))
+    }
+
+    /// [`Error::NothingLearned`] when the count store does not exist:
+    /// opening a writer would create it, empty.
+    fn must_exist(&self) -> Result<()> {
+        if self.paths.counts().exists() {
+            Ok(())
+        } else {
+            Err(Error::NothingLearned(self.paths.dir().to_path_buf()))
+        }
     }
 
     /// Makes the model follow the counts after `writer` changed them (see

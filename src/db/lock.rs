@@ -5,7 +5,8 @@ use std::time::Duration;
 use super::{DbPaths, Error, Result};
 use crate::store;
 
-/// The writers' lock: an exclusive `flock` on `DB/lock`, held by one
+/// The writers' lock: an exclusive lock (`File::try_lock`, `flock` on
+/// Linux) on `DB/lock`, held by one
 /// writer at a time (`train`, `learn`, `unlearn`), whether or not it opens
 /// the count store. Released when dropped (or when the process dies).
 #[derive(Debug)]
@@ -18,7 +19,6 @@ impl WriterLock {
     /// another writer. The directory must exist. Anything but a regular
     /// file at `DB/lock` (a FIFO, a link) is refused at once.
     pub fn take(paths: &DbPaths, wait: Duration) -> Result<WriterLock> {
-        use std::os::unix::io::AsRawFd;
         let path = paths.lock();
         let io = |source| {
             Error::Store(store::Error::Io {
@@ -29,13 +29,10 @@ impl WriterLock {
         let file = crate::fsutil::open_or_create(&path, 0o600).map_err(io)?;
         let start = std::time::Instant::now();
         loop {
-            // SAFETY: flock on a descriptor this function owns.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                return Ok(WriterLock { _file: file });
-            }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::WouldBlock {
-                return Err(io(err));
+            match file.try_lock() {
+                Ok(()) => return Ok(WriterLock { _file: file }),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(err)) => return Err(io(err)),
             }
             let waited = start.elapsed();
             if waited >= wait {

@@ -27,6 +27,7 @@ mod delivery;
 mod lock;
 pub(crate) mod quick;
 mod reader;
+mod report;
 mod run;
 mod scan;
 mod train;
@@ -39,6 +40,7 @@ pub use lock::WriterLock;
 pub use reader::{
     Classifier, Explanation, Judgment, ModelHeader, Score, TokenWeight, ViewPart, judge,
 };
+pub use report::{Explained, Stats};
 pub use run::Run;
 pub use scan::{Action, ActionError, Event, ScanSummary, Scanned, SpamAction};
 pub use train::{
@@ -84,6 +86,10 @@ pub enum Error {
         if .0.len() > 1 { "s" } else { "" }
     )]
     BadPaths(Vec<String>),
+    /// Nothing has been learned into the database, so there is nothing to
+    /// take back (unlearn) or remove (prune); it is not created.
+    #[error("nothing has been learned into {} yet", .0.display())]
+    NothingLearned(PathBuf),
     /// Unlearning a message that was never learned.
     #[error("this message was never learned, so it cannot be unlearned")]
     NotLearned,

@@ -13,6 +13,7 @@ mod common;
 mod compact;
 mod corpus;
 mod delivery;
+mod engine;
 mod golden;
 mod hostile;
 mod hostile_message;

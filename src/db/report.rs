@@ -1,0 +1,142 @@
+//! What a reader can say about one message ([`Reader::explain_message`])
+//! and about its database ([`Reader::stats`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{Explanation, Judgment, Reader, Result, TokenWeight};
+use crate::decision::Decider;
+use crate::features::{Extractor, grams};
+use crate::message;
+use crate::model::Params;
+use crate::vocab::{TOKENIZER_VERSION, VIEWS, View};
+
+/// One message judged and explained.
+#[derive(Debug)]
+pub struct Explained {
+    /// Its score and verdict.
+    pub judgment: Judgment,
+    /// Why: each view's part, the strongest features, the metadata.
+    pub explanation: Explanation,
+    /// The byte 4-grams of the message with their buckets, sorted by
+    /// bucket: what each byte feature stands for.
+    grams: Vec<(u32, [u8; 4])>,
+}
+
+impl Explained {
+    /// The 4-grams of this message behind a byte feature; `None` for a
+    /// word.
+    pub fn grams_of(&self, t: &TokenWeight) -> Option<Vec<&[u8; 4]>> {
+        let bucket = t.bucket?;
+        Some(
+            self.grams
+                .iter()
+                .filter(|(b, _)| *b == bucket)
+                .map(|(_, g)| g)
+                .collect(),
+        )
+    }
+}
+
+/// What a database holds, as its model says.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    /// The directory.
+    pub database: String,
+    /// Ham learned.
+    pub ham_messages: u64,
+    /// Spam learned.
+    pub spam_messages: u64,
+    /// Features in the model.
+    pub vocabulary: usize,
+    /// Bytes of the directory's files.
+    pub size_on_disk_bytes: u64,
+    /// Bytes of the model file.
+    pub model_bytes: u64,
+    /// This bayesmail's version.
+    pub bayesmail_version: &'static str,
+    /// The version that wrote the model.
+    pub model_written_by: String,
+    /// The store's format.
+    pub store_format_version: u32,
+    /// The tokenizer's version.
+    pub tokenizer_version: u32,
+    /// The model's parameters.
+    pub params: Params,
+    /// Messages the stacker was fitted on.
+    pub calibrated_on: usize,
+    /// The stacker's weight of each view and of the metadata: how much
+    /// each counts for this user's mail.
+    pub weights: BTreeMap<&'static str, f64>,
+    /// The directory's permission bits when others may read it (the
+    /// counts name every correspondent).
+    #[serde(skip)]
+    pub readable_by_others: Option<u32>,
+}
+
+/// Bytes of the files under `path` (symlinks not followed).
+fn size(path: &Path) -> u64 {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::read_dir(path)
+            .map(|entries| entries.flatten().map(|e| size(&e.path())).sum())
+            .unwrap_or(0),
+        Ok(m) => m.len(),
+        Err(_) => 0,
+    }
+}
+
+impl Reader {
+    /// Judges `raw` with `decider` and says why.
+    pub fn explain_message(
+        &self,
+        raw: &[u8],
+        decider: &Decider,
+    ) -> std::result::Result<Explained, message::Error> {
+        let features = Extractor::new().extract(raw)?;
+        let classifier = self.classifier();
+        Ok(Explained {
+            judgment: classifier.judge(&features, decider),
+            explanation: classifier.explain(&features),
+            // From the bytes the features were taken from.
+            grams: grams::grams(&message::canonical(raw)),
+        })
+    }
+
+    /// What the database holds, after checking every byte of its model:
+    /// the one report where damage on the storage itself shows.
+    pub fn stats(&self) -> Result<Stats> {
+        let classifier = self.classifier();
+        classifier.check_every_byte()?;
+        let paths = self.paths();
+        let h = classifier.header();
+        let readable_by_others = {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(paths.dir())
+                .ok()
+                .map(|m| m.permissions().mode() & 0o777)
+                .filter(|mode| mode & 0o044 != 0)
+        };
+        Ok(Stats {
+            database: paths.dir().display().to_string(),
+            ham_messages: h.totals.messages[0],
+            spam_messages: h.totals.messages[1],
+            vocabulary: classifier.vocabulary(),
+            size_on_disk_bytes: size(paths.dir()),
+            model_bytes: size(&paths.snapshot()),
+            bayesmail_version: env!("CARGO_PKG_VERSION"),
+            model_written_by: h.version.clone(),
+            store_format_version: crate::store::FORMAT_VERSION,
+            tokenizer_version: TOKENIZER_VERSION,
+            params: h.params,
+            calibrated_on: h.calibrated_on,
+            weights: View::ALL
+                .iter()
+                .map(|v| (v.name(), h.calibrator.weights[v.index()]))
+                .chain([("metadata", h.calibrator.weights[VIEWS])])
+                .collect(),
+            readable_by_others,
+        })
+    }
+}
