@@ -84,7 +84,7 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
             probability: score.probability,
             log_odds: score.log_odds,
             known_tokens: score.evidence.known_words(),
-            explanation: &why,
+            explanation: why,
         })?;
         if let Some(tokens) = json["tokens"].as_array_mut() {
             for (t, weight) in tokens.iter_mut().zip(&why.tokens) {
