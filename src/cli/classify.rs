@@ -62,7 +62,6 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     let mut explained = reader
         .explain_message(&raw, &decider)
         .with_context(|| format!("parsing {}", args.file.display()))?;
-    reader.classifier().intact()?;
     explained.explanation.tokens.truncate(args.top);
     let (score, verdict) = (&explained.judgment.score, explained.judgment.verdict);
     let why = &explained.explanation;

@@ -122,12 +122,6 @@ impl Reader {
         };
         let classifier = self.classifier();
         let judgment = classifier.judge(&features, decider);
-        if let Err(err) = classifier.intact() {
-            return (
-                Status::Unknown(Reason::ModelUnreadable),
-                Some(err.to_string()),
-            );
-        }
         let status = Status::Verdict {
             verdict: judgment.verdict,
             probability: judgment.score.probability,

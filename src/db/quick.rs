@@ -45,6 +45,7 @@ impl State {
                 crate::store::snapshot::remove_stale_temps(paths.dir(), &name.to_string_lossy());
             }
         }
+        crate::store::snapshot::remove_check_record(&paths.snapshot());
         let Some(registry) = RegistryFile::read(&paths.registry())? else {
             return Ok(None);
         };
@@ -114,7 +115,7 @@ impl State {
         }
         // The counts as readers see them, for this message's features
         // only: the snapshot's, plus the journal's changes.
-        let snapshot = Snapshot::open_unverified(&paths.snapshot()).ok()?;
+        let snapshot = Snapshot::open(&paths.snapshot()).ok()?;
         let header = snapshot.header::<ModelHeader>().ok()?;
         if header.store.as_ref() != Some(&self.registry.base) {
             return None;
@@ -135,7 +136,6 @@ impl State {
             };
             crate::store::apply_token(token, now, d, &mut inexact).ok()?;
         }
-        snapshot.intact().ok()?;
         Some(inexact)
     }
 
@@ -170,10 +170,6 @@ impl State {
                 journal::start(&paths.journal(), &self.registry.base, &entry)?;
             }
         }
-        // A model whose mode was loosened for a delivery agent (a new
-        // change time) is checked whole by every reader until a record
-        // vouches for it again.
-        crate::store::snapshot::refresh_checked(&paths.snapshot());
         Ok(Some(inexact))
     }
 }

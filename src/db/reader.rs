@@ -10,8 +10,9 @@
 //! [`Classifier`] reads only the snapshot and its journal (the changes
 //! `learn` and `unlearn` made since the snapshot was compiled), never the
 //! count store, so classification never waits for or blocks a training run;
-//! opening it maps the snapshot, reads the journal, and checks both (see
-//! [`Snapshot::open`]), so a damaged model is refused.
+//! opening it reads the snapshot and the journal and checks both (see
+//! [`Snapshot::open`]), so a damaged model is refused when it is opened and
+//! nothing need be checked after judging.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -278,20 +279,6 @@ impl Classifier {
             .header::<ModelHeader>()
             .ok()
             .and_then(|h| h.store)
-    }
-
-    /// Whether the counts read so far are the model file's as opened: an
-    /// error if the file was changed or cut short in place under this
-    /// reader (see [`Snapshot::intact`]). Check it before acting on a
-    /// judgment.
-    pub fn intact(&self) -> Result<()> {
-        Ok(self.snapshot.intact()?)
-    }
-
-    /// Checks the model file's checksum over every byte, whatever opening
-    /// skipped (see [`Snapshot::check_every_byte`]).
-    pub fn check_every_byte(&self) -> Result<()> {
-        Ok(self.snapshot.check_every_byte()?)
     }
 
     /// The model header: the snapshot's, with the totals and the store

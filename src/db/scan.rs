@@ -311,9 +311,6 @@ impl Reader {
                 if let Some(err) = failed.borrow_mut().take() {
                     return Err(err);
                 }
-                // Nothing judged with a model changed under us is handed on
-                // or acted on.
-                classifier.intact()?;
                 for (raw, judged) in batch {
                     if action.is_some_and(|a| a.holds(&raw.id)) {
                         summary.in_target += 1;

@@ -26,7 +26,6 @@
 //! on a count it cannot take back exactly.
 
 pub mod journal;
-pub mod mapped;
 pub mod packed;
 pub mod registry;
 pub mod sled;

@@ -141,27 +141,29 @@ fn learn_and_unlearn_append_to_the_journal_and_leave_the_model_file_alone() {
     assert_model_matches_store(&db);
 }
 
-/// A user loosens the model's mode for a delivery agent: the file's change
-/// time moves, so the writer's record no longer vouches for it and every
-/// reader checks every byte; the next `learn` checks it once and leaves a
-/// record that vouches for it again.
+/// Earlier versions left a record beside the model (`model.bin.checked`)
+/// that let readers skip the checksum; nothing reads it now, and the next
+/// `learn` removes it. A model whose mode a user loosened for a delivery
+/// agent reads as before.
 #[cfg(unix)]
 #[test]
-fn a_learn_leaves_a_current_check_record_after_a_mode_change() {
+fn a_learn_removes_the_old_check_record() {
     use std::os::unix::fs::PermissionsExt;
     let db = Db::new();
     db.train_sample();
     let paths = DbPaths::new(db.dir());
     let model = paths.snapshot();
-    let open = || bayesmail::store::Snapshot::open(&model).unwrap();
-    assert!(!open().checked_whole(), "train leaves a record");
+    let record = db.dir().join("model.bin.checked");
+    assert!(!record.exists(), "train leaves no record");
+    std::fs::write(&record, b"BAYESCHK, left by an earlier version").unwrap();
     std::fs::set_permissions(&model, std::fs::Permissions::from_mode(0o640)).unwrap();
-    assert!(open().checked_whole(), "a new mode is a new change time");
+    bayesmail::store::Snapshot::open(&model).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let (message, label) = &extra_messages(tmp.path(), 1)[0];
     let out = db.run(&["learn", flag(*label), utf8(message)], None);
     assert_exit(&out, 0, &["learn"]);
-    assert!(!open().checked_whole(), "learn left a current record");
+    assert!(!record.exists(), "learn removed the old record");
+    bayesmail::store::Snapshot::open(&model).unwrap();
 }
 
 #[test]

@@ -5,8 +5,9 @@
 
 use std::fs;
 
-use bayesmail::db::{Database, Reader};
+use bayesmail::db::{Database, Error, Reader};
 use bayesmail::decision::Decider;
+use bayesmail::store;
 
 use crate::common::*;
 
@@ -97,9 +98,13 @@ fn a_damaged_or_truncated_model_is_the_readers_own_error() {
         let tmp = db.path("model.tmp");
         fs::write(&tmp, &bytes).unwrap();
         fs::rename(&tmp, &model).unwrap();
-        let err = reader.refresh().unwrap_err().to_string();
-        assert!(err.contains("model.bin"), "{what}: {err}");
-        assert!(database.reader().is_err(), "{what}");
+        let err = reader.refresh().unwrap_err();
+        assert!(is_corrupt(&err), "{what}: {err:?}");
+        assert!(err.to_string().contains("model.bin"), "{what}: {err}");
+        assert!(
+            matches!(database.reader(), Err(e) if is_corrupt(&e)),
+            "{what}"
+        );
         assert_eq!(
             counts(&reader),
             [24, 24],
@@ -113,4 +118,63 @@ fn a_damaged_or_truncated_model_is_the_readers_own_error() {
     fs::rename(&tmp, &model).unwrap();
     assert!(reader.refresh().unwrap());
     assert_eq!(counts(&reader), [24, 24]);
+}
+
+/// The reader's own error for a model it refuses: the file is damaged.
+fn is_corrupt(err: &Error) -> bool {
+    matches!(err, Error::Store(store::Error::Corrupt { .. }))
+}
+
+/// Someone changes the model in place (a `cp` over it, a write into it, a
+/// flip on the disk) under a reader that has it open: the reader keeps
+/// judging with what it read and checked; its next refresh, and any new
+/// reader, refuse the file as damaged, not crash or judge with it.
+#[cfg(unix)]
+#[test]
+fn a_model_changed_in_place_under_a_reader_is_refused_at_refresh() {
+    use std::os::unix::fs::FileExt;
+    let db = Db::new();
+    db.train_sample();
+    let database = Database::new(db.dir());
+    let mut reader = database.reader().unwrap();
+    let model = database.paths().snapshot();
+    let good = fs::read(&model).unwrap();
+    let raw = unseen(0, "zqinplace");
+    let before = probability(&reader, &raw);
+    let open = || fs::OpenOptions::new().write(true).open(&model).unwrap();
+
+    // Cut short in place (a new size: a refresh looks again).
+    let file = open();
+    file.set_len(good.len() as u64 / 2).unwrap();
+    drop(file);
+    assert_eq!(
+        probability(&reader, &raw),
+        before,
+        "what it read is its own"
+    );
+    let err = reader.refresh().unwrap_err();
+    assert!(is_corrupt(&err), "cut short: {err:?}");
+    assert!(matches!(database.reader(), Err(e) if is_corrupt(&e)));
+
+    // Grown in place: one byte more.
+    let file = open();
+    file.write_all_at(&good, 0).unwrap();
+    file.write_all_at(&[0], good.len() as u64).unwrap();
+    drop(file);
+    let err = reader.refresh().unwrap_err();
+    assert!(is_corrupt(&err), "grown: {err:?}");
+
+    // One byte changed, size kept: every new reader refuses it.
+    let file = open();
+    file.set_len(good.len() as u64).unwrap();
+    let at = good.len() as u64 / 3;
+    file.write_all_at(&[good[at as usize] ^ 0x20], at).unwrap();
+    drop(file);
+    assert!(matches!(database.reader(), Err(e) if is_corrupt(&e)));
+    assert_eq!(counts(&reader), [24, 24], "the reader keeps what it had");
+    assert_eq!(probability(&reader, &raw), before);
+
+    // Put right in place: read again.
+    open().write_all_at(&good, 0).unwrap();
+    assert!(database.reader().is_ok());
 }

@@ -1,4 +1,5 @@
-//! The checksum of the model file, the journal and the registry file.
+//! The checksums of the model file (XXH3-64 from format 5 on, bayesmail's
+//! own before), the journal and the registry file (bayesmail's own).
 
 /// The state step of both checksums: a bijection of the state for a given
 /// word, and of the word for a given state.
@@ -22,12 +23,15 @@ pub(super) fn last_word(rest: &[u8]) -> u64 {
     u64::from_le_bytes(last)
 }
 
+/// The first snapshot format whose checksum is XXH3-64.
+pub(super) const XXH3_FORMAT: u32 = 5;
+
 /// The checksum of a snapshot of format `version`.
 pub(super) fn checksum_of(version: u32, bytes: &[u8]) -> u64 {
-    if version == 2 {
-        checksum_v2(bytes)
-    } else {
-        checksum(bytes)
+    match version {
+        2 => checksum_v2(bytes),
+        v if v >= XXH3_FORMAT => xxhash_rust::xxh3::xxh3_64(bytes),
+        _ => checksum(bytes),
     }
 }
 
@@ -36,7 +40,7 @@ pub(super) fn checksum_of(version: u32, bytes: &[u8]) -> u64 {
 /// one state with the same step, then the length and a final mix. Every
 /// step is a bijection, so any change confined to one word is always
 /// detected. Four independent lanes keep the multiplier busy where one chain
-/// waits on each multiplication: every `filter` run checks the whole file.
+/// waits on each multiplication. The model file of format 4 has it.
 pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     const LANES: usize = 4;
     let mut lanes: [u64; LANES] = std::array::from_fn(|i| CHECKSUM_SEED.wrapping_add(i as u64));

@@ -50,9 +50,26 @@ where
         .map_err(|e| Error::Invalid(format!("snapshot header does not serialize: {e}")))?;
     let bytes = encode(&header, &tokens)?;
     write_atomically(path, &bytes)?;
-    let sum = stored_checksum(&bytes);
-    Checked::record(path, sum);
+    remove_check_record(path);
     Ok(())
+}
+
+/// Removes what earlier versions kept beside the model at `path`: the
+/// record `NAME.checked` (the file as its writer last checked it, which let
+/// readers skip the checksum; nothing reads it now) and the temporary
+/// files of its killed writers. For writers; best effort.
+pub(crate) fn remove_check_record(path: &Path) {
+    let Some(name) = path.file_name() else {
+        return;
+    };
+    let mut record = name.to_owned();
+    record.push(".checked");
+    let record = path.with_file_name(record);
+    if let (Some(dir), Some(name)) = (record.parent(), record.file_name()) {
+        remove_stale_temps(dir, &name.to_string_lossy());
+    }
+    // A link there is removed, never followed.
+    let _ = fs::remove_file(&record);
 }
 
 /// Writes a snapshot of every token in `store` (see [`write_snapshot`]).
@@ -132,7 +149,7 @@ pub(super) fn encode<K: AsRef<str>>(header: &[u8], tokens: &[(K, TokenCounts)]) 
         table[at + 4..at + 8].copy_from_slice(&c.spam.to_le_bytes());
     }
     out.extend_from_slice(&table);
-    let sum = checksum(&out);
+    let sum = checksum_of(SNAPSHOT_VERSION, &out);
     out.extend_from_slice(&sum.to_le_bytes());
     Ok(out)
 }
@@ -196,9 +213,6 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
             file.set_permissions(existing.permissions())
                 .map_err(io(&tmp))?;
         }
-        // One write of the whole file: the page cache then holds it in
-        // folios as large as the file system allows, which a reader's
-        // mapping covers with a few page-table entries (`super::mapped`).
         file.write_all(bytes).map_err(io(&tmp))?;
         file.sync_all().map_err(io(&tmp))?;
         drop(file);
