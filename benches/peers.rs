@@ -26,7 +26,10 @@
 //!
 //! `BAYESMAIL_PEERS_ALSO` (paths separated by `:`) names other bayesmail
 //! binaries (another build of the same code, say) whose `filter` is timed in
-//! the same alternation, against the same model, and reported beside it.
+//! the same alternation, each against a model trained on the same messages
+//! by that binary itself (a build of another model file format cannot read
+//! this build's model), and reported beside it. Every bayesmail binary must
+//! judge a first message (not pass it on unscored) before any is timed.
 //!
 //! Needs `bogofilter` on the PATH (Debian: `apt-get install bogofilter`).
 
@@ -82,10 +85,15 @@ fn main() {
     }
     files.sort();
     eprintln!("training both tools on {} messages", files.len());
-    let mut train = Command::new(&bm);
-    train.arg("--db").arg(&bm_db).arg("train").arg("--spam");
-    train.args(&spam).arg("--ham").args(&ham);
-    check(train.stdout(Stdio::null()));
+    let also_dbs: Vec<PathBuf> = (0..also.len())
+        .map(|k| work.path().join(format!("also-{k}-db")))
+        .collect();
+    for (bin, db) in std::iter::once((&bm, &bm_db)).chain(also.iter().zip(&also_dbs)) {
+        let mut train = Command::new(bin);
+        train.arg("--db").arg(db).arg("train").arg("--spam");
+        train.args(&spam).arg("--ham").args(&ham);
+        check(train.stdout(Stdio::null()));
+    }
     for (flag, set) in [("-s", &spam), ("-n", &ham)] {
         let mut reg = Command::new("bogofilter");
         reg.arg("-d")
@@ -99,12 +107,12 @@ fn main() {
     // filter latency: the same messages for both, every k-th of the corpus.
     let step = (files.len() / n_messages.max(1)).max(1);
     let sample: Vec<&PathBuf> = files.iter().step_by(step).take(n_messages).collect();
-    let bm_filter_with = |bin: &Path, f: &Path| {
+    let bm_filter_with = |bin: &Path, db: &Path, f: &Path| {
         let mut c = Command::new(bin);
-        c.arg("--db").arg(&bm_db).arg("filter");
+        c.arg("--db").arg(db).arg("filter");
         run(&mut c, f)
     };
-    let bm_filter = |f: &Path| bm_filter_with(&bm, f);
+    let bm_filter = |f: &Path| bm_filter_with(&bm, &bm_db, f);
     let bogo_filter = |f: &Path| {
         let mut c = Command::new("bogofilter");
         c.arg("-d").arg(&bogo_db).arg("-p");
@@ -118,8 +126,22 @@ fn main() {
     let run_one = |which: usize, f: &Path| match which {
         0 => bm_filter(f),
         1 => bogo_filter(f),
-        k => bm_filter_with(&also[k - 2], f),
+        k => bm_filter_with(&also[k - 2], &also_dbs[k - 2], f),
     };
+    // A binary that cannot read its model passes messages on unscored,
+    // which is fast and times nothing of interest.
+    for (bin, db) in std::iter::once((&bm, &bm_db)).chain(also.iter().zip(&also_dbs)) {
+        let first = sample
+            .first()
+            .map_or(Path::new("/dev/null"), |f| f.as_path());
+        if let Err(status) = judges(bin, db, first) {
+            fail(&format!(
+                "{} filter does not judge {}: {status}",
+                bin.display(),
+                first.display()
+            ));
+        }
+    }
     for f in sample.iter().take(50) {
         for which in 0..contestants {
             run_one(which, f);
@@ -310,6 +332,25 @@ fn wait(pid: libc::pid_t) -> (i32, u64, u64) {
         u64::try_from(usage.ru_maxrss).unwrap_or(0),
         u64::try_from(usage.ru_minflt).unwrap_or(0),
     )
+}
+
+/// Whether `bin`'s `filter` judges the message `f` with the model in `db`:
+/// `Err` with its status field if it passes the message on unscored.
+fn judges(bin: &Path, db: &Path, f: &Path) -> Result<(), String> {
+    let out = Command::new(bin)
+        .arg("--db")
+        .arg(db)
+        .arg("filter")
+        .stdin(File::open(f).expect("input file"))
+        .stderr(Stdio::null())
+        .output()
+        .expect("process starts");
+    let out = String::from_utf8_lossy(&out.stdout);
+    match out.lines().find_map(|l| l.strip_prefix("X-Spam-Status: ")) {
+        Some(status) if !status.starts_with("Unknown") => Ok(()),
+        Some(status) => Err(status.to_owned()),
+        None => Err("no X-Spam-Status field".into()),
+    }
 }
 
 fn check(cmd: &mut Command) {
