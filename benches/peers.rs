@@ -25,11 +25,12 @@
 //! ```
 //!
 //! `BAYESMAIL_PEERS_ALSO` (paths separated by `:`) names other bayesmail
-//! binaries (another build of the same code, say) whose `filter` is timed in
-//! the same alternation, each against a model trained on the same messages
-//! by that binary itself (a build of another model file format cannot read
-//! this build's model), and reported beside it. Every bayesmail binary must
-//! judge a first message (not pass it on unscored) before any is timed.
+//! binaries (another build of the same code, say) whose `filter`, `scan`
+//! and `learn` + `unlearn` are timed in the same rotations, each against a
+//! database trained on the same messages by that binary itself (a build of
+//! another model file format cannot read this build's model), and reported
+//! beside it. Every bayesmail binary must judge a first message (not pass
+//! it on unscored) before any is timed.
 //!
 //! Needs `bogofilter` on the PATH (Debian: `apt-get install bogofilter`).
 
@@ -165,9 +166,9 @@ fn main() {
         writeln!(out, "{}", f.display()).expect("file list");
     }
     drop(out);
-    let bm_scan = || {
-        let mut c = Command::new(&bm);
-        c.arg("--db").arg(&bm_db).arg("scan").arg("--json");
+    let bm_scan_with = |bin: &Path, db: &Path| {
+        let mut c = Command::new(bin);
+        c.arg("--db").arg(db).arg("scan").arg("--json");
         c.args(spam.iter().chain(&ham));
         run(&mut c, Path::new("/dev/null"))
     };
@@ -176,22 +177,34 @@ fn main() {
         c.arg("-d").arg(&bogo_db).arg("-b").arg("-t");
         run(&mut c, &list)
     };
-    bm_scan();
-    bogo_scan();
-    let (mut bm_scans, mut bogo_scans) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        bm_scans.push(bm_scan());
-        bogo_scans.push(bogo_scan());
+    let scan_one = |which: usize| match which {
+        0 => bm_scan_with(&bm, &bm_db),
+        1 => bogo_scan(),
+        k => bm_scan_with(&also[k - 2], &also_dbs[k - 2]),
+    };
+    for which in 0..contestants {
+        scan_one(which);
     }
+    let mut scans: Vec<Vec<Run>> = (0..contestants).map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for j in 0..contestants {
+            let which = (round + j) % contestants;
+            scans[which].push(scan_one(which));
+        }
+    }
+    let also_scans = scans.split_off(2);
+    let bogo_scans = scans.pop().expect("bogofilter's scans");
+    let bm_scans = scans.pop().expect("bayesmail's scans");
 
-    // learn + unlearn of one unseen message, both tools, alternating.
+    // learn + unlearn of one unseen message, every tool, the order
+    // rotating from message to message.
     let unseen = work.path().join("unseen");
     std::fs::create_dir(&unseen).expect("unseen directory");
-    let learn_pair_bm = |f: &Path| {
-        let mut learn = Command::new(&bm);
-        learn.arg("--db").arg(&bm_db).args(["learn", "--spam", "-"]);
-        let mut unlearn = Command::new(&bm);
-        unlearn.arg("--db").arg(&bm_db).args(["unlearn", "-"]);
+    let learn_pair_bm = |bin: &Path, db: &Path, f: &Path| {
+        let mut learn = Command::new(bin);
+        learn.arg("--db").arg(db).args(["learn", "--spam", "-"]);
+        let mut unlearn = Command::new(bin);
+        unlearn.arg("--db").arg(db).args(["unlearn", "-"]);
         run(&mut learn, f).wall + run(&mut unlearn, f).wall
     };
     let learn_pair_bogo = |f: &Path| {
@@ -201,20 +214,25 @@ fn main() {
         unlearn.arg("-d").arg(&bogo_db).arg("-S");
         run(&mut learn, f).wall + run(&mut unlearn, f).wall
     };
-    let (mut bm_learns, mut bogo_learns) = (Vec::new(), Vec::new());
+    let learn_one = |which: usize, f: &Path| match which {
+        0 => learn_pair_bm(&bm, &bm_db, f),
+        1 => learn_pair_bogo(f),
+        k => learn_pair_bm(&also[k - 2], &also_dbs[k - 2], f),
+    };
+    let mut learns: Vec<Vec<f64>> = (0..contestants).map(|_| Vec::new()).collect();
     for (i, f) in files.iter().step_by(step).take(n_learn).enumerate() {
         let mut bytes = format!("X-Peers-Unseen: {i}\n").into_bytes();
         bytes.extend(std::fs::read(f).expect("corpus message"));
         let path = unseen.join(format!("{i}.eml"));
         std::fs::write(&path, bytes).expect("unseen message");
-        if i % 2 == 0 {
-            bm_learns.push(learn_pair_bm(&path).as_secs_f64());
-            bogo_learns.push(learn_pair_bogo(&path).as_secs_f64());
-        } else {
-            bogo_learns.push(learn_pair_bogo(&path).as_secs_f64());
-            bm_learns.push(learn_pair_bm(&path).as_secs_f64());
+        for j in 0..contestants {
+            let which = (i + j) % contestants;
+            learns[which].push(learn_one(which, &path).as_secs_f64());
         }
     }
+    let also_learns = learns.split_off(2);
+    let bogo_learns = learns.pop().expect("bogofilter's learns");
+    let bm_learns = learns.pop().expect("bayesmail's learns");
     let count = bm_learns.len();
     let mean = |xs: &[f64]| 1e3 * xs.iter().sum::<f64>() / xs.len().max(1) as f64;
     let (bm_learn_mean, bogo_learn_mean) = (mean(&bm_learns), mean(&bogo_learns));
@@ -262,6 +280,15 @@ fn main() {
         peak(&bogo_scans)
     );
     println!("  ratio bayesmail/bogofilter  {:.2}", bm_rate / bogo_rate);
+    for (bin, scans) in also.iter().zip(&also_scans) {
+        let also_rate = rate(scans);
+        println!(
+            "  also {}: {also_rate:.0} msg/s   peak RSS {}   ratio to bogofilter {:.2}",
+            bin.display(),
+            peak(scans),
+            also_rate / bogo_rate
+        );
+    }
     println!("learn + unlearn of one unseen message, two processes, {count} messages:");
     println!(
         "  bayesmail learn --spam + unlearn   median {bm_learn_ms:.1} ms   mean {bm_learn_mean:.1} ms"
@@ -273,6 +300,14 @@ fn main() {
         "  ratio bayesmail/bogofilter  {:.2}",
         bm_learn_ms / bogo_learn_ms
     );
+    for (bin, learns) in also.iter().zip(also_learns) {
+        let (also_mean, also_ms) = (mean(&learns), 1e3 * median(learns));
+        println!(
+            "  also {}: median {also_ms:.1} ms   mean {also_mean:.1} ms   ratio to bogofilter {:.2}",
+            bin.display(),
+            also_ms / bogo_learn_ms
+        );
+    }
 }
 
 /// Wall time, peak resident memory and minor page faults of one finished
