@@ -55,6 +55,7 @@
 //! - `db`: the database directory, its readers and its writers
 //! - `eval`: metrics and evaluation protocols
 //! - `config`: the configuration file
+//! - `serve`: the resident server (milter, spamd's protocol, HTTP), a model per user
 //!
 //! A module uses only those above it in this list (a test holds it).
 
@@ -70,6 +71,7 @@ pub mod mailbox;
 pub mod message;
 pub mod model;
 pub mod sanitize;
+pub mod serve;
 pub mod sources;
 pub mod store;
 pub mod tokenize;

@@ -149,6 +149,16 @@ pub(super) enum Command {
     /// --verdict-exit: 0 spam, 1 ham, 2 unsure, 3 no verdict or not passed
     /// on.
     Filter(FilterArgs),
+    /// Run as a server that mail servers call: a milter (Postfix,
+    /// Sendmail), spamd's protocol (spamc, Exim) and HTTP/JSON, with a model
+    /// per user.
+    ///
+    /// Listens where told (TCP on HOST:PORT, or unix:PATH), judges each
+    /// message with the user's own model (--user-db) or the database's, and
+    /// learns through the same journal as `learn`. Loopback peers only
+    /// unless --allow says otherwise. Stops on SIGTERM or SIGINT after the
+    /// messages in flight; SIGHUP reopens every model.
+    Serve(Box<ServeArgs>),
     /// Show the tokens and metadata that moved a message's score the most.
     Explain(ExplainArgs),
     /// Show what the database holds: counts, vocabulary, size, versions.
@@ -516,4 +526,67 @@ pub(super) struct TokensArgs {
     pub(super) json: bool,
     #[command(flatten)]
     pub(super) mailbox: MailboxArgs,
+}
+
+/// `serve`'s arguments.
+#[derive(Args, Debug)]
+pub(super) struct ServeArgs {
+    /// Speak spamd's protocol (SPAMC/1.5) on ADDR: HOST:PORT or unix:PATH
+    /// (repeatable).
+    #[arg(long, value_name = "ADDR")]
+    pub(super) spamd: Vec<bayesmail::serve::Addr>,
+    /// Speak the milter protocol (version 6) on ADDR (repeatable).
+    #[arg(long, value_name = "ADDR")]
+    pub(super) milter: Vec<bayesmail::serve::Addr>,
+    /// Speak HTTP/JSON on ADDR (repeatable).
+    #[arg(long, value_name = "ADDR")]
+    pub(super) http: Vec<bayesmail::serve::Addr>,
+    /// Each user's database: an absolute path with %u (user), %l (its local
+    /// part), %d (its domain), e.g. /var/lib/bayesmail/%d/%l. Without it
+    /// every message is judged by --db.
+    #[arg(long, value_name = "PATTERN")]
+    pub(super) user_db: Option<String>,
+    /// A user's model judges once it holds this many ham and this many
+    /// spam; before, --db's model does.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub(super) min_user_messages: u64,
+    /// Networks TCP peers may connect from (ADDRESS or ADDRESS/PREFIX,
+    /// repeatable). Default: loopback only.
+    #[arg(long, value_name = "NETWORK")]
+    pub(super) allow: Vec<bayesmail::serve::Network>,
+    /// Mode of the Unix sockets, in octal.
+    #[arg(long, value_name = "MODE", default_value = "660", value_parser = parse_mode)]
+    pub(super) socket_mode: u32,
+    /// Group of the Unix sockets (a name or a number).
+    #[arg(long, value_name = "GROUP")]
+    pub(super) socket_group: Option<String>,
+    /// After binding, run as this user (and its group): for a server
+    /// started as root to listen on a low port.
+    #[arg(long, value_name = "USER")]
+    pub(super) user: Option<String>,
+    /// Messages larger than this (bytes; K, M, G suffixes) get no verdict
+    /// and are passed on unchanged. Default: filter's cap.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(super) max_size: Option<u64>,
+    /// Connections served at once; more wait to be accepted.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub(super) max_connections: usize,
+    /// Megabytes of models kept in memory at once (least recently used out).
+    #[arg(long, value_name = "MB", default_value_t = 512)]
+    pub(super) cache_mb: u64,
+    /// Seconds a client may send nothing before it is dropped.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub(super) timeout: u64,
+    /// One log line per message on stderr (id, user, verdict, P, model, ms).
+    #[arg(long)]
+    pub(super) log_messages: bool,
+    #[command(flatten)]
+    pub(super) decision: DecisionArgs,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("{s:?} is not an octal mode such as 660"))
 }

@@ -9,6 +9,7 @@ mod filter;
 mod manual;
 mod plot;
 mod scan;
+mod serve;
 mod tokens;
 mod train;
 
@@ -193,6 +194,7 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
         Command::Prune(args) => train::prune(&ctx, &args),
         Command::Classify(args) => classify::classify(&ctx, &args),
         Command::Scan(args) => scan::scan(&ctx, &args),
+        Command::Serve(args) => serve::run(&ctx, &args),
         Command::Filter(_) | Command::Completions(_) | Command::Man(_) => {
             unreachable!("returned above")
         }

@@ -268,6 +268,13 @@ impl Reader {
         Ok(true)
     }
 
+    /// Whether the model and journal files are as this reader last read
+    /// them (only their metadata is looked at): when not,
+    /// [`Reader::refresh`] reads them again.
+    pub fn is_current(&self) -> bool {
+        Self::look(&self.paths) == self.seen
+    }
+
     /// The model as last read, to judge and explain with.
     pub fn classifier(&self) -> &Classifier {
         &self.classifier

@@ -102,32 +102,62 @@ impl Status {
     }
 }
 
+/// A delivered message judged: its status and, when judged, its
+/// calibrated log-odds; when not, why, in words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stamped {
+    /// The verdict and its fields, or why there is none.
+    pub status: Status,
+    /// The calibrated log-odds, when judged.
+    pub log_odds: Option<f64>,
+    /// Why there is no verdict, in words.
+    pub why: Option<String>,
+}
+
+impl Stamped {
+    /// No verdict, for `reason`, said as `why`.
+    pub fn unknown(reason: Reason, why: String) -> Stamped {
+        Stamped {
+            status: Status::Unknown(reason),
+            log_odds: None,
+            why: Some(why),
+        }
+    }
+}
+
 impl Reader {
     /// Judges the raw message `raw` as delivered: the whole of it (what a
     /// delivery agent hands over is one message, whatever its body holds:
     /// agents pass body lines starting with "From " unescaped, so a line
     /// that looks like an mbox separator is the sender's to write, and
     /// judging only what comes before it would let a spam hide behind a
-    /// harmless first part). Returns the status and, when there is no
-    /// verdict, why in words.
-    pub fn status(&self, raw: &[u8], decider: &Decider) -> (Status, Option<String>) {
+    /// harmless first part).
+    pub fn stamp(&self, raw: &[u8], decider: &Decider) -> Stamped {
         let features = match Extractor::new().extract(raw) {
             Ok(features) => features,
             Err(err) => {
-                return (
-                    Status::Unknown(Reason::Unparseable),
-                    Some(format!("cannot parse the message: {err}")),
+                return Stamped::unknown(
+                    Reason::Unparseable,
+                    format!("cannot parse the message: {err}"),
                 );
             }
         };
-        let classifier = self.classifier();
-        let judgment = classifier.judge(&features, decider);
-        let status = Status::Verdict {
-            verdict: judgment.verdict,
-            probability: judgment.score.probability,
-            cutoff: decider.costs.cutoffs().1,
-        };
-        (status, None)
+        let judgment = self.classifier().judge(&features, decider);
+        Stamped {
+            status: Status::Verdict {
+                verdict: judgment.verdict,
+                probability: judgment.score.probability,
+                cutoff: decider.costs.cutoffs().1,
+            },
+            log_odds: Some(judgment.score.log_odds),
+            why: None,
+        }
+    }
+
+    /// [`Reader::stamp`]'s status, and why there is none in words.
+    pub fn status(&self, raw: &[u8], decider: &Decider) -> (Status, Option<String>) {
+        let stamped = self.stamp(raw, decider);
+        (stamped.status, stamped.why)
     }
 }
 

@@ -34,7 +34,7 @@ mod train;
 mod writer;
 
 pub use database::{Database, ModelAfter, Reader, Unlearned};
-pub use delivery::{Reason, Status};
+pub use delivery::{Reason, Stamped, Status};
 
 pub use lock::WriterLock;
 pub use reader::{

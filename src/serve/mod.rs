@@ -1,0 +1,398 @@
+//! `serve`: one resident process that mail servers call, over a milter
+//! (Postfix, Sendmail), spamd's protocol (spamc, Exim) and HTTP/JSON, with
+//! a model per user.
+//!
+//! Async is here only: a tokio runtime accepts connections and reads and
+//! writes them; judging and learning are the library's synchronous calls
+//! ([`Models`]), run on tokio's blocking threads. Every failure to judge is
+//! an answer without a verdict, never a lost or altered message.
+
+pub mod listen;
+pub mod metrics;
+mod models;
+pub mod users;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, Semaphore};
+
+pub use listen::{Addr, BoxConn, Listener, Network, Peer};
+pub use metrics::Metrics;
+pub use models::{Judged, LearnError, ModelSettings, Models, Which};
+
+use crate::model::Label;
+
+/// The protocols `serve` speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// spamd's (SPAMC/1.5).
+    Spamd,
+    /// The milter protocol (version 6).
+    Milter,
+    /// HTTP/1.1 with JSON answers.
+    Http,
+}
+
+impl Protocol {
+    /// Its name, as the command line and the log say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Spamd => "spamd",
+            Protocol::Milter => "milter",
+            Protocol::Http => "http",
+        }
+    }
+}
+
+/// What `serve` is told.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where to listen, and for which protocol.
+    pub listen: Vec<(Protocol, Addr)>,
+    /// The networks TCP peers may connect from.
+    pub allow: Vec<Network>,
+    /// Mode of the Unix sockets it makes.
+    pub socket_mode: u32,
+    /// Group of the Unix sockets it makes.
+    pub socket_group: Option<u32>,
+    /// The models and learning.
+    pub models: ModelSettings,
+    /// Messages larger than this get no verdict (and are passed on
+    /// unchanged).
+    pub max_message: u64,
+    /// Connections served at once; more wait to be accepted.
+    pub max_connections: usize,
+    /// A client that sends nothing for this long is dropped.
+    pub read_timeout: Duration,
+    /// A kept-alive connection with no request for this long is closed.
+    pub idle_timeout: Duration,
+    /// After SIGTERM, how long connections in flight may take to finish.
+    pub shutdown_grace: Duration,
+    /// One log line per message on stderr.
+    pub log_messages: bool,
+}
+
+/// What every connection shares.
+#[derive(Debug)]
+pub struct State {
+    /// The settings.
+    pub settings: Settings,
+    /// The models.
+    pub models: Models,
+    /// The counters.
+    pub metrics: Metrics,
+    /// Connections open now.
+    pub open: AtomicUsize,
+    /// Told when the server is stopping: a kept-alive connection ends after
+    /// its current request.
+    pub stopping: Notify,
+    /// Set once the server is stopping.
+    pub stopped: std::sync::atomic::AtomicBool,
+}
+
+impl State {
+    /// Shared state for `settings`.
+    pub fn new(settings: Settings) -> State {
+        State {
+            models: Models::new(settings.models.clone()),
+            settings,
+            metrics: Metrics::default(),
+            open: AtomicUsize::new(0),
+            stopping: Notify::new(),
+            stopped: Default::default(),
+        }
+    }
+
+    /// Judges `raw` for `user` on a blocking thread, counts it and logs it
+    /// (when asked to): `id` names the message in the log (a queue id or a
+    /// Message-ID).
+    pub async fn judge(self: &Arc<Self>, user: Option<String>, raw: Vec<u8>, id: &str) -> Judged {
+        let started = Instant::now();
+        let too_large = raw.len() as u64 > self.settings.max_message;
+        let state = self.clone();
+        let judged = if too_large {
+            Judged {
+                stamped: crate::db::Stamped::unknown(
+                    crate::db::Reason::TooLarge,
+                    format!(
+                        "message larger than {} bytes: passed on unscored",
+                        self.settings.max_message
+                    ),
+                ),
+                which: None,
+            }
+        } else {
+            let user = user.clone();
+            tokio::task::spawn_blocking(move || state.models.judge(user.as_deref(), &raw))
+                .await
+                .unwrap_or_else(|_| Judged {
+                    stamped: crate::db::Stamped::unknown(
+                        crate::db::Reason::Internal,
+                        "internal error while judging".to_string(),
+                    ),
+                    which: None,
+                })
+        };
+        let took = started.elapsed();
+        self.metrics.judged(&judged.stamped.status, took);
+        if self.settings.log_messages || judged.stamped.why.is_some() {
+            log_line(&format!(
+                "id={} user={} {} model={} ms={:.2}{}",
+                crate::sanitize::for_terminal(if id.is_empty() { "-" } else { id }),
+                crate::sanitize::for_terminal(user.as_deref().unwrap_or("-")),
+                judged
+                    .stamped
+                    .status
+                    .fields()
+                    .last()
+                    .map_or(String::new(), |(_, v)| v
+                        .split(", version=")
+                        .next()
+                        .unwrap_or("")
+                        .replace(", ", " ")),
+                judged
+                    .which
+                    .as_ref()
+                    .map_or("none".to_string(), |w| w.to_string()),
+                took.as_secs_f64() * 1e3,
+                judged
+                    .stamped
+                    .why
+                    .as_deref()
+                    .map_or(String::new(), |w| format!(
+                        " why={}",
+                        crate::sanitize::for_terminal(w)
+                    )),
+            ));
+        }
+        judged
+    }
+
+    /// Learns (`Some(label)`) or unlearns (`None`) `raw` for `user` on a
+    /// blocking thread, and counts it. Returns what it did in words.
+    pub async fn learn(
+        self: &Arc<Self>,
+        user: Option<String>,
+        raw: Vec<u8>,
+        label: Option<Label>,
+    ) -> Result<Learned, LearnError> {
+        let state = self.clone();
+        let result = tokio::task::spawn_blocking(move || match label {
+            Some(label) => state
+                .models
+                .learn(user.as_deref(), &raw, label)
+                .map(|(summary, _)| {
+                    if summary.relearned > 0 {
+                        Learned::Moved(label)
+                    } else if summary.learned > 0 {
+                        Learned::Learned(label)
+                    } else {
+                        Learned::Already(label)
+                    }
+                }),
+            None => state
+                .models
+                .unlearn(user.as_deref(), &raw)
+                .map(Learned::Unlearned),
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(LearnError::Message(
+                "internal error while learning".to_string(),
+            ))
+        });
+        self.metrics.learned(
+            label.map(|l| l == Label::Spam),
+            result
+                .as_ref()
+                .is_ok_and(|l| !matches!(l, Learned::Already(_))),
+        );
+        result
+    }
+}
+
+/// What a learn through `serve` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Learned {
+    /// Learned under this label.
+    Learned(Label),
+    /// Moved from the other label to this one.
+    Moved(Label),
+    /// Already learned under this label: nothing changed.
+    Already(Label),
+    /// Unlearned; it had this label.
+    Unlearned(Label),
+}
+
+/// One line on stderr (where a service manager's journal takes it). A
+/// closed or full stderr is ignored.
+pub fn log_line(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "bayesmail serve: {line}");
+}
+
+/// Serves one connection with its protocol.
+async fn connection(protocol: Protocol, conn: BoxConn, peer: Peer, state: Arc<State>) {
+    let result = match protocol {
+        Protocol::Spamd => spamd::serve(conn, &peer, &state).await,
+        Protocol::Http => http::serve(conn, &peer, &state).await,
+        Protocol::Milter => milter::serve(conn, &peer, &state).await,
+    };
+    if let Err(err) = result {
+        log_line(&format!("{} {peer}: {err}", protocol.name()));
+    }
+}
+
+mod http;
+mod milter;
+mod spamd;
+
+/// Binds every address of `settings` (before any privilege is dropped).
+pub fn bind(settings: &Settings) -> Result<Vec<(Protocol, Listener)>, listen::BindError> {
+    settings
+        .listen
+        .iter()
+        .map(|(p, a)| {
+            Listener::bind(a, settings.socket_mode, settings.socket_group).map(|l| (*p, l))
+        })
+        .collect()
+}
+
+/// What SIGHUP calls: the model settings to take, if they are read again.
+pub type Reload = Box<dyn Fn() -> Option<ModelSettings> + Send + Sync>;
+
+/// A protocol and the address its listener is bound to.
+pub type Bound = (Protocol, String);
+
+/// Serves on `listeners` until SIGTERM or SIGINT, then lets connections in
+/// flight finish (up to the grace period); SIGHUP calls `reload` and, when
+/// it gives new model settings, takes them and forgets every open reader.
+/// `ready` is called with the addresses once every listener accepts.
+pub fn run(
+    settings: Settings,
+    listeners: Vec<(Protocol, Listener)>,
+    reload: Reload,
+    ready: &dyn Fn(&[Bound]),
+) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("bayesmail-serve")
+        .build()?;
+    runtime.block_on(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let state = Arc::new(State::new(settings));
+        let limit = Arc::new(Semaphore::new(state.settings.max_connections.max(1)));
+        let bound: Vec<_> = listeners.iter().map(|(p, l)| (*p, l.local())).collect();
+        let sockets: Vec<std::path::PathBuf> = listeners
+            .iter()
+            .filter_map(|(_, l)| match l {
+                Listener::Unix(_, path) => Some(path.clone()),
+                Listener::Tcp(_) => None,
+            })
+            .collect();
+        let mut tasks = tokio::task::JoinSet::new();
+        for (protocol, listener) in listeners {
+            let state = state.clone();
+            let limit = limit.clone();
+            tasks.spawn(accept_loop(protocol, listener.accepting()?, state, limit));
+        }
+        ready(&bound);
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => {
+                    if let Some(models) = reload() {
+                        state.models.reload(models);
+                        log_line("reloaded: settings read again, models reopened");
+                    }
+                }
+            }
+        }
+        // Stop accepting, then wait for what is in flight.
+        state.stopped.store(true, Ordering::SeqCst);
+        state.stopping.notify_waiters();
+        tasks.abort_all();
+        let deadline = Instant::now() + state.settings.shutdown_grace;
+        while state.open.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = state.open.load(Ordering::SeqCst);
+        if left > 0 {
+            log_line(&format!("stopped with {left} connections still open"));
+        }
+        for path in sockets {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
+    })
+}
+
+/// Accepts connections on one listener, each served on its own task,
+/// at most `limit` at once; TCP peers outside the allowed networks are
+/// closed at once.
+async fn accept_loop(
+    protocol: Protocol,
+    listener: listen::Accepting,
+    state: Arc<State>,
+    limit: Arc<Semaphore>,
+) {
+    loop {
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            return;
+        };
+        let (conn, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(err) => {
+                // Out of descriptors, say: wait a little rather than spin.
+                log_line(&format!(
+                    "{}: accepting: {}",
+                    protocol.name(),
+                    crate::fsutil::words(&err)
+                ));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if let Peer::Tcp(addr) = &peer
+            && !state.settings.allow.iter().any(|n| n.contains(addr.ip()))
+        {
+            state.metrics.connection(false);
+            log_line(&format!(
+                "{}: refused {addr}: not in the allowed networks (--allow)",
+                protocol.name()
+            ));
+            continue;
+        }
+        state.metrics.connection(true);
+        state.open.fetch_add(1, Ordering::SeqCst);
+        let state = state.clone();
+        tokio::spawn(async move {
+            connection(protocol, conn, peer, state.clone()).await;
+            state.open.fetch_sub(1, Ordering::SeqCst);
+            drop(permit);
+        });
+    }
+}
+
+/// Reads from `conn` into `buf` with the read timeout: `Ok(0)` at the end,
+/// an error of kind `TimedOut` when the client sent nothing for that long.
+pub async fn read_some(
+    conn: &mut BoxConn,
+    buf: &mut [u8],
+    timeout: Duration,
+) -> std::io::Result<usize> {
+    use tokio::io::AsyncReadExt;
+    match tokio::time::timeout(timeout, conn.read(buf)).await {
+        Ok(read) => read,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client sent nothing for too long",
+        )),
+    }
+}

@@ -1,0 +1,311 @@
+//! [`Models`]: the readers `serve` judges with, one per database (the
+//! global one and each user's), opened on first use, kept under a memory
+//! bound (least recently used out) and refreshed when a writer changed
+//! their model or journal; and learning, through the same calls as the
+//! `learn` and `unlearn` commands.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use super::users::{UserDbPattern, UserError};
+use crate::db::{self, Database, Labelled, ModelAfter, Reader, Reason, Stamped, TrainSummary};
+use crate::decision::Decider;
+use crate::features::Extractor;
+use crate::model::{Label, Params};
+
+/// What [`Models`] needs to know.
+#[derive(Debug, Clone)]
+pub struct ModelSettings {
+    /// The global database: judges users without a model of their own
+    /// (or all, without `user_db`).
+    pub global: PathBuf,
+    /// Where each user's database is, if users have their own.
+    pub user_db: Option<UserDbPattern>,
+    /// A user's model judges once it holds at least this many messages of
+    /// each class; before, the global one does.
+    pub min_user_messages: u64,
+    /// Bytes of models kept open at once, at most (the last one used is
+    /// always kept, however large).
+    pub cache_bytes: u64,
+    /// The verdict rule.
+    pub decider: Decider,
+    /// Learning: how long to wait for another writer's lock.
+    pub learn_wait: Duration,
+    /// Learning: the journal's bound.
+    pub journal_limit: u64,
+    /// Learning: the parameters of a first model.
+    pub params: Params,
+}
+
+/// Which model judged a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Which {
+    /// The user's own.
+    User(String),
+    /// The global one.
+    Global,
+}
+
+impl std::fmt::Display for Which {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Which::User(u) => write!(f, "user:{u}"),
+            Which::Global => f.write_str("global"),
+        }
+    }
+}
+
+/// A message judged, and which model judged it.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    /// The verdict and its fields, or why there is none.
+    pub stamped: Stamped,
+    /// The model that judged; `None` when none could.
+    pub which: Option<Which>,
+}
+
+/// Errors of learning through `serve`.
+#[derive(Debug, thiserror::Error)]
+pub enum LearnError {
+    /// The user name or its database path is refused.
+    #[error(transparent)]
+    User(#[from] UserError),
+    /// The message cannot be parsed or is not mail.
+    #[error("the message cannot be learned: {0}")]
+    Message(String),
+    /// The database refused.
+    #[error(transparent)]
+    Db(#[from] db::Error),
+}
+
+/// One open database: its reader and the bytes its model takes.
+struct Open {
+    reader: RwLock<Reader>,
+    bytes: u64,
+}
+
+/// The open readers, with when each was last used.
+#[derive(Default)]
+struct Cache {
+    open: HashMap<PathBuf, (Arc<Open>, u64)>,
+    clock: u64,
+    bytes: u64,
+}
+
+/// The readers `serve` judges with, and its learning.
+pub struct Models {
+    settings: RwLock<ModelSettings>,
+    cache: Mutex<Cache>,
+}
+
+impl std::fmt::Debug for Models {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Models").finish_non_exhaustive()
+    }
+}
+
+/// The model file's size.
+fn model_bytes(db: &Path) -> u64 {
+    std::fs::metadata(db.join("model.bin")).map_or(0, |m| m.len())
+}
+
+impl Models {
+    /// Models under `settings`; nothing is opened yet.
+    pub fn new(settings: ModelSettings) -> Models {
+        Models {
+            settings: RwLock::new(settings),
+            cache: Mutex::new(Cache::default()),
+        }
+    }
+
+    /// Replaces the settings and forgets every open reader (a reload).
+    pub fn reload(&self, settings: ModelSettings) {
+        *self.settings.write().unwrap_or_else(|e| e.into_inner()) = settings;
+        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Cache::default();
+    }
+
+    /// The current settings.
+    pub fn settings(&self) -> ModelSettings {
+        self.settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Databases open now, and the bytes their models take.
+    pub fn open_now(&self) -> Vec<(PathBuf, u64)> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut open: Vec<_> = cache
+            .open
+            .iter()
+            .map(|(p, (o, _))| (p.clone(), o.bytes))
+            .collect();
+        open.sort();
+        open
+    }
+
+    /// The reader of the database at `dir`, opened if need be (evicting the
+    /// least recently used ones past the memory bound) and refreshed if a
+    /// writer changed its files.
+    fn reader(&self, dir: &Path, bound: u64) -> db::Result<Arc<Open>> {
+        let found = {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.clock += 1;
+            let now = cache.clock;
+            cache.open.get_mut(dir).map(|(open, used)| {
+                *used = now;
+                open.clone()
+            })
+        };
+        if let Some(open) = found {
+            let current = open
+                .reader
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_current();
+            if !current {
+                let mut reader = open.reader.write().unwrap_or_else(|e| e.into_inner());
+                // A failed refresh keeps judging with what it had; the error
+                // is said by the next open of a reader that has none.
+                let _ = reader.refresh();
+            }
+            return Ok(open);
+        }
+        let reader = Database::new(dir).reader()?;
+        let open = Arc::new(Open {
+            bytes: model_bytes(dir),
+            reader: RwLock::new(reader),
+        });
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.clock += 1;
+        let now = cache.clock;
+        if let Some((old, _)) = cache.open.insert(dir.to_path_buf(), (open.clone(), now)) {
+            cache.bytes -= old.bytes;
+        }
+        cache.bytes += open.bytes;
+        while cache.bytes > bound && cache.open.len() > 1 {
+            let Some(oldest) = cache
+                .open
+                .iter()
+                .filter(|(p, _)| p.as_path() != dir)
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(p, _)| p.clone())
+            else {
+                break;
+            };
+            if let Some((gone, _)) = cache.open.remove(&oldest) {
+                cache.bytes -= gone.bytes;
+            }
+        }
+        Ok(open)
+    }
+
+    /// The database of `user` under the settings, if users have their own.
+    pub fn user_db(&self, user: &str) -> Result<Option<PathBuf>, UserError> {
+        let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
+        settings
+            .user_db
+            .as_ref()
+            .map(|pattern| pattern.path(user))
+            .transpose()
+    }
+
+    /// Judges `raw` for `user` (or for no one): with the user's own model
+    /// when there is one holding at least the minimum of each class, else
+    /// with the global one. Never fails: whatever goes wrong is a status
+    /// without a verdict, with its reason.
+    pub fn judge(&self, user: Option<&str>, raw: &[u8]) -> Judged {
+        let settings = self.settings();
+        let bound = settings.cache_bytes;
+        let unknown = |reason, why: String| Judged {
+            stamped: Stamped::unknown(reason, why),
+            which: None,
+        };
+        let mut chosen = None;
+        if let Some(user) = user {
+            match self.user_db(user) {
+                Ok(Some(dir)) => {
+                    if let Ok(open) = self.reader(&dir, bound) {
+                        let reader = open.reader.read().unwrap_or_else(|e| e.into_inner());
+                        let [ham, spam] = reader.classifier().header().totals.messages;
+                        drop(reader);
+                        if ham.min(spam) >= settings.min_user_messages {
+                            chosen = Some((open, Which::User(user.to_string())));
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(err) => return unknown(Reason::Config, err.to_string()),
+            }
+        }
+        let (open, which) = match chosen {
+            Some(c) => c,
+            None => match self.reader(&settings.global, bound) {
+                Ok(open) => (open, Which::Global),
+                Err(err) => return unknown(Reason::of(&err), err.to_string()),
+            },
+        };
+        let reader = open.reader.read().unwrap_or_else(|e| e.into_inner());
+        let stamped = reader.stamp(raw, &settings.decider);
+        Judged {
+            which: stamped.log_odds.is_some().then_some(which),
+            stamped,
+        }
+    }
+
+    /// The database learning for `user` goes to: the user's own when users
+    /// have their own, else the global one.
+    fn learning_db(&self, user: Option<&str>) -> Result<(Database, ModelSettings), LearnError> {
+        let settings = self.settings();
+        let dir = match user.map(|u| self.user_db(u)).transpose()?.flatten() {
+            Some(dir) => dir,
+            None => settings.global.clone(),
+        };
+        Ok((Database::new(dir), settings))
+    }
+
+    /// Learns `raw` as `label` for `user` (see [`Database::learn`]):
+    /// idempotent, and a message learned under the other label is moved.
+    pub fn learn(
+        &self,
+        user: Option<&str>,
+        raw: &[u8],
+        label: Label,
+    ) -> Result<(TrainSummary, ModelAfter), LearnError> {
+        let (db, settings) = self.learning_db(user)?;
+        if !crate::message::looks_like_mail(raw) {
+            return Err(LearnError::Message(crate::sources::NOT_MAIL.to_string()));
+        }
+        let (features, identity) = Extractor::new()
+            .read(raw)
+            .map_err(|e| LearnError::Message(e.to_string()))?;
+        let message = Labelled {
+            features,
+            identity,
+            label,
+        };
+        Ok(db.learn(
+            &[message],
+            settings.learn_wait,
+            settings.journal_limit,
+            settings.params,
+        )?)
+    }
+
+    /// Unlearns `raw` for `user`: returns the label it had.
+    pub fn unlearn(&self, user: Option<&str>, raw: &[u8]) -> Result<Label, LearnError> {
+        let (db, settings) = self.learning_db(user)?;
+        let (features, identity) = Extractor::new()
+            .read(raw)
+            .map_err(|e| LearnError::Message(e.to_string()))?;
+        let mut unlearned = db.unlearn(
+            &[(&features, identity)],
+            settings.learn_wait,
+            settings.journal_limit,
+            settings.params,
+        )?;
+        Ok(unlearned.results.remove(0)?)
+    }
+}

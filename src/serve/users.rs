@@ -1,0 +1,178 @@
+//! Users and their databases: which names are accepted, and where a
+//! user's database is under `--user-db PATTERN`.
+
+use std::path::{Component, Path, PathBuf};
+
+/// The longest user name accepted, in bytes.
+pub const MAX_USER: usize = 255;
+
+/// Why a user name or pattern is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UserError {
+    /// Empty, too long, or holding a character outside spamd's safe set
+    /// (`A-Z a-z 0-9 - + _ . , @ =`), or a `.` or `..` part.
+    #[error("user name refused: {0}")]
+    Refused(String),
+    /// The pattern is not usable.
+    #[error("--user-db pattern {pattern:?}: {why}")]
+    Pattern {
+        /// The pattern.
+        pattern: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+}
+
+/// Checks a user name as spamd does (its safe characters only), and
+/// refuses what could name something else on disk: an empty name, one over
+/// [`MAX_USER`] bytes, a name that is `.` or `..` or whose local part or
+/// domain is.
+pub fn check_user(user: &str) -> Result<&str, UserError> {
+    let refuse = |why: &str| {
+        let shown: String = user.chars().take(40).collect();
+        Err(UserError::Refused(format!(
+            "{}{}: {why}",
+            crate::sanitize::for_terminal(&shown),
+            if user.chars().count() > 40 { "…" } else { "" }
+        )))
+    };
+    if user.is_empty() {
+        return refuse("empty");
+    }
+    if user.len() > MAX_USER {
+        return refuse("longer than 255 bytes");
+    }
+    if let Some(c) = user
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-+_.,@=".contains(*c)))
+    {
+        return refuse(&format!("the character {c:?} is not allowed"));
+    }
+    let (local, domain) = split(user);
+    if [user, local, domain]
+        .iter()
+        .any(|p| *p == "." || *p == "..")
+    {
+        return refuse("names a directory");
+    }
+    Ok(user)
+}
+
+/// The local part and the domain of `user` (`""` when it has none).
+fn split(user: &str) -> (&str, &str) {
+    user.rsplit_once('@').unwrap_or((user, ""))
+}
+
+/// Where each user's database is: a pattern with `%u` (the whole user
+/// name), `%l` (its local part), `%d` (its domain) and `%%`, as spamd's
+/// `--virtual-config-dir`, e.g. `/var/lib/bayesmail/%d/%l`. It must be an
+/// absolute path and name the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserDbPattern {
+    pattern: String,
+}
+
+impl UserDbPattern {
+    /// Checks `pattern`.
+    pub fn new(pattern: &str) -> Result<UserDbPattern, UserError> {
+        let bad = |why| UserError::Pattern {
+            pattern: pattern.to_string(),
+            why,
+        };
+        if !Path::new(pattern).is_absolute() {
+            return Err(bad("it must be an absolute path"));
+        }
+        let mut names_user = false;
+        let mut chars = pattern.chars();
+        while let Some(c) = chars.next() {
+            if c == '%' {
+                match chars.next() {
+                    Some('u' | 'l' | 'd') => names_user = true,
+                    Some('%') => {}
+                    _ => return Err(bad("% is followed by u, l, d or %")),
+                }
+            }
+        }
+        if !names_user {
+            return Err(bad("it names no user (%u, %l or %d)"));
+        }
+        if Path::new(pattern)
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        {
+            return Err(bad("it has a . or .. part"));
+        }
+        Ok(UserDbPattern {
+            pattern: pattern.to_string(),
+        })
+    }
+
+    /// The database of `user` (checked by [`check_user`]); a user name
+    /// without a domain has `%d` empty (`nodomain` would be a name a user
+    /// could take), so the path is made of the parts it has.
+    pub fn path(&self, user: &str) -> Result<PathBuf, UserError> {
+        let user = check_user(user)?;
+        let (local, domain) = split(user);
+        let mut out = String::with_capacity(self.pattern.len() + user.len());
+        let mut chars = self.pattern.chars();
+        while let Some(c) = chars.next() {
+            if c != '%' {
+                out.push(c);
+                continue;
+            }
+            match chars.next() {
+                Some('u') => out.push_str(user),
+                Some('l') => out.push_str(local),
+                Some('d') => out.push_str(domain),
+                _ => out.push('%'),
+            }
+        }
+        // An empty part (`%d` of a user without a domain) leaves `//`,
+        // which a path reads as one separator.
+        let path = PathBuf::from(out);
+        if path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        {
+            return Err(UserError::Refused(format!("{user}: names a directory")));
+        }
+        Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_names_pass_and_others_are_refused() {
+        for ok in ["alice", "alice@example.org", "a.b+c_d-e=f,g", "A1"] {
+            assert_eq!(check_user(ok), Ok(ok));
+        }
+        let long = "a".repeat(300);
+        for bad in [
+            "", "..", ".", "../etc", "a/b", "a%b", "a\0b", "a b", "é", &long, "..@x", "a@..",
+        ] {
+            assert!(check_user(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_pattern_places_each_user_under_its_root() {
+        let p = UserDbPattern::new("/var/lib/bayesmail/%d/%l").unwrap();
+        assert_eq!(
+            p.path("alice@example.org").unwrap(),
+            PathBuf::from("/var/lib/bayesmail/example.org/alice")
+        );
+        assert_eq!(
+            p.path("bob").unwrap(),
+            PathBuf::from("/var/lib/bayesmail//bob")
+        );
+        assert!(p.path("../x").is_err());
+        let u = UserDbPattern::new("/srv/%u/db%%").unwrap();
+        assert_eq!(u.path("c@d").unwrap(), PathBuf::from("/srv/c@d/db%"));
+        for bad in ["relative/%u", "/srv/db", "/srv/%x", "/srv/../%u"] {
+            assert!(UserDbPattern::new(bad).is_err(), "{bad}");
+        }
+    }
+}
