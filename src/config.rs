@@ -108,6 +108,45 @@ pub struct FilterConfig {
     pub max_size: Option<Size>,
 }
 
+/// The `[serve]` table: what `bayesmail serve`'s flags of the same names
+/// say; a flag given on the command line wins over its key.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServeConfig {
+    /// Addresses for spamd's protocol (`HOST:PORT` or `unix:PATH`).
+    #[serde(default)]
+    pub spamd: Vec<String>,
+    /// Addresses for the milter.
+    #[serde(default)]
+    pub milter: Vec<String>,
+    /// Addresses for HTTP.
+    #[serde(default)]
+    pub http: Vec<String>,
+    /// Each user's database: a pattern with `%u`, `%l`, `%d`.
+    pub user_db: Option<String>,
+    /// Messages of each class a user's model needs before it judges.
+    pub min_user_messages: Option<u64>,
+    /// Networks TCP peers may connect from.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Mode of the Unix sockets, in octal, as a string (`"660"`).
+    pub socket_mode: Option<String>,
+    /// Group of the Unix sockets.
+    pub socket_group: Option<String>,
+    /// The user to run as after binding.
+    pub user: Option<String>,
+    /// Largest message judged.
+    pub max_size: Option<Size>,
+    /// Connections served at once.
+    pub max_connections: Option<usize>,
+    /// Megabytes of models kept in memory.
+    pub cache_mb: Option<u64>,
+    /// Seconds a client may send nothing.
+    pub timeout: Option<u64>,
+    /// One log line per message.
+    pub log_messages: Option<bool>,
+}
+
 /// A size in a config file: a number of bytes, or a string such as `"16M"`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(untagged)]
@@ -164,6 +203,9 @@ pub struct Config {
     /// `filter` settings.
     #[serde(default)]
     pub filter: FilterConfig,
+    /// `serve` settings.
+    #[serde(default)]
+    pub serve: ServeConfig,
 }
 
 impl Config {

@@ -153,6 +153,10 @@ pub(super) enum Command {
     /// Sendmail), spamd's protocol (spamc, Exim) and HTTP/JSON, with a model
     /// per user.
     ///
+    /// Every option can also be given in the config file's [serve] table
+    /// under the same name (spamd, milter, http and allow as lists); an
+    /// option on the command line wins.
+    ///
     /// Listens where told (TCP on HOST:PORT, or unix:PATH), judges each
     /// message with the user's own model (--user-db) or the database's, and
     /// learns through the same journal as `learn`. Loopback peers only
@@ -547,16 +551,16 @@ pub(super) struct ServeArgs {
     #[arg(long, value_name = "PATTERN")]
     pub(super) user_db: Option<String>,
     /// A user's model judges once it holds this many ham and this many
-    /// spam; before, --db's model does.
-    #[arg(long, value_name = "N", default_value_t = 20)]
-    pub(super) min_user_messages: u64,
+    /// spam; before, --db's model does. Default 20.
+    #[arg(long, value_name = "N")]
+    pub(super) min_user_messages: Option<u64>,
     /// Networks TCP peers may connect from (ADDRESS or ADDRESS/PREFIX,
     /// repeatable). Default: loopback only.
     #[arg(long, value_name = "NETWORK")]
     pub(super) allow: Vec<bayesmail::serve::Network>,
-    /// Mode of the Unix sockets, in octal.
-    #[arg(long, value_name = "MODE", default_value = "660", value_parser = parse_mode)]
-    pub(super) socket_mode: u32,
+    /// Mode of the Unix sockets, in octal. Default 660.
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    pub(super) socket_mode: Option<u32>,
     /// Group of the Unix sockets (a name or a number).
     #[arg(long, value_name = "GROUP")]
     pub(super) socket_group: Option<String>,
@@ -568,15 +572,16 @@ pub(super) struct ServeArgs {
     /// and are passed on unchanged. Default: filter's cap.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub(super) max_size: Option<u64>,
-    /// Connections served at once; more wait to be accepted.
-    #[arg(long, value_name = "N", default_value_t = 256)]
-    pub(super) max_connections: usize,
-    /// Megabytes of models kept in memory at once (least recently used out).
-    #[arg(long, value_name = "MB", default_value_t = 512)]
-    pub(super) cache_mb: u64,
-    /// Seconds a client may send nothing before it is dropped.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
-    pub(super) timeout: u64,
+    /// Connections served at once; more wait to be accepted. Default 256.
+    #[arg(long, value_name = "N")]
+    pub(super) max_connections: Option<usize>,
+    /// Megabytes of models kept in memory at once (least recently used
+    /// out). Default 512.
+    #[arg(long, value_name = "MB")]
+    pub(super) cache_mb: Option<u64>,
+    /// Seconds a client may send nothing before it is dropped. Default 30.
+    #[arg(long, value_name = "SECONDS")]
+    pub(super) timeout: Option<u64>,
     /// One log line per message on stderr (id, user, verdict, P, model, ms).
     #[arg(long)]
     pub(super) log_messages: bool,
@@ -584,7 +589,7 @@ pub(super) struct ServeArgs {
     pub(super) decision: DecisionArgs,
 }
 
-fn parse_mode(s: &str) -> Result<u32, String> {
+pub(super) fn parse_mode(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s, 8)
         .ok()
         .filter(|m| *m <= 0o777)

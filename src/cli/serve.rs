@@ -12,41 +12,74 @@ use bayesmail::serve::{self, ModelSettings, Network, Protocol, Settings, users::
 use super::{Context, Outcome, ServeArgs};
 
 pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
+    let conf = &ctx.config.serve;
     let mut listen = Vec::new();
-    for (protocol, addrs) in [
-        (Protocol::Spamd, &args.spamd),
-        (Protocol::Milter, &args.milter),
-        (Protocol::Http, &args.http),
+    for (protocol, flags, keys) in [
+        (Protocol::Spamd, &args.spamd, &conf.spamd),
+        (Protocol::Milter, &args.milter, &conf.milter),
+        (Protocol::Http, &args.http, &conf.http),
     ] {
-        listen.extend(addrs.iter().map(|a| (protocol, a.clone())));
+        let addrs = if flags.is_empty() {
+            parse_all(keys, protocol.name())?
+        } else {
+            flags.clone()
+        };
+        listen.extend(addrs.into_iter().map(|a| (protocol, a)));
     }
     if listen.is_empty() {
-        bail!("say where to listen: --spamd ADDR, --milter ADDR and/or --http ADDR");
+        bail!(
+            "say where to listen: --spamd ADDR, --milter ADDR and/or --http ADDR (or spamd, \
+             milter, http in the config file's [serve] table)"
+        );
     }
     let models = model_settings(ctx, args)?;
-    let socket_group = args.socket_group.as_deref().map(group_id).transpose()?;
+    let socket_group = args
+        .socket_group
+        .as_deref()
+        .or(conf.socket_group.as_deref())
+        .map(group_id)
+        .transpose()?;
+    let socket_mode = match (args.socket_mode, &conf.socket_mode) {
+        (Some(mode), _) => mode,
+        (None, Some(text)) => super::args::parse_mode(text)
+            .map_err(|e| anyhow::anyhow!("[serve] socket_mode: {e}"))?,
+        (None, None) => 0o660,
+    };
+    let allow = if !args.allow.is_empty() {
+        args.allow.clone()
+    } else if !conf.allow.is_empty() {
+        parse_all(&conf.allow, "allow")?
+    } else {
+        Network::loopback()
+    };
+    let max_message = match args.max_size {
+        Some(n) => n,
+        None => match &conf.max_size {
+            Some(bayesmail::config::Size::Bytes(n)) => *n,
+            Some(bayesmail::config::Size::Text(t)) => bayesmail::config::parse_size(t)
+                .map_err(|e| anyhow::anyhow!("[serve] max_size: {e}"))?,
+            None => ctx
+                .config
+                .filter_max_size(None)
+                .map_err(anyhow::Error::msg)?,
+        },
+    };
+    let timeout = args.timeout.or(conf.timeout).unwrap_or(30).max(1);
     let settings = Settings {
         listen,
-        allow: if args.allow.is_empty() {
-            Network::loopback()
-        } else {
-            args.allow.clone()
-        },
-        socket_mode: args.socket_mode,
+        allow,
+        socket_mode,
         socket_group,
         models,
-        max_message: ctx
-            .config
-            .filter_max_size(args.max_size)
-            .map_err(anyhow::Error::msg)?,
-        max_connections: args.max_connections,
-        read_timeout: Duration::from_secs(args.timeout.max(1)),
-        idle_timeout: Duration::from_secs(args.timeout.max(1) * 2),
+        max_message,
+        max_connections: args.max_connections.or(conf.max_connections).unwrap_or(256),
+        read_timeout: Duration::from_secs(timeout),
+        idle_timeout: Duration::from_secs(timeout * 2),
         shutdown_grace: Duration::from_secs(30),
-        log_messages: args.log_messages,
+        log_messages: args.log_messages || conf.log_messages == Some(true),
     };
     let listeners = serve::bind(&settings)?;
-    if let Some(user) = &args.user {
+    if let Some(user) = args.user.as_deref().or(conf.user.as_deref()) {
         drop_privileges(user)?;
     }
     // SIGHUP: the same settings again, every model reopened.
@@ -65,6 +98,14 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     Ok(Outcome::AllOk)
 }
 
+/// Parses the config file's `[serve] KEY` list.
+fn parse_all<T: std::str::FromStr<Err = String>>(texts: &[String], key: &str) -> Result<Vec<T>> {
+    texts
+        .iter()
+        .map(|t| t.parse().map_err(|e| anyhow::anyhow!("[serve] {key}: {e}")))
+        .collect()
+}
+
 /// The models' settings from the arguments and the configuration.
 fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
@@ -73,10 +114,18 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
         user_db: args
             .user_db
             .as_deref()
+            .or(ctx.config.serve.user_db.as_deref())
             .map(UserDbPattern::new)
             .transpose()?,
-        min_user_messages: args.min_user_messages,
-        cache_bytes: args.cache_mb.saturating_mul(1 << 20),
+        min_user_messages: args
+            .min_user_messages
+            .or(ctx.config.serve.min_user_messages)
+            .unwrap_or(20),
+        cache_bytes: args
+            .cache_mb
+            .or(ctx.config.serve.cache_mb)
+            .unwrap_or(512)
+            .saturating_mul(1 << 20),
         decider: ctx.decider(&args.decision)?,
         learn_wait: Duration::from_secs(5),
         journal_limit: bayesmail::store::DEFAULT_JOURNAL_LIMIT,
