@@ -1,0 +1,105 @@
+//! `bayesmail serve` as a process, whatever the protocol: where it listens
+//! and what it refuses, its Unix sockets, its stop on SIGTERM, and the
+//! systemd unit in contrib/.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::process::{Child, Command, Stdio};
+
+use crate::common::*;
+
+/// `bayesmail serve ARGS` on `db`, started; returns the child and the
+/// addresses it says it listens on, once it listens on all `n`.
+pub fn start_serve(db: &Db, args: &[&str], n: usize) -> (Child, Vec<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        .args(db.global_args())
+        .arg("serve")
+        .args(args)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut bound = Vec::new();
+    while bound.len() < n {
+        let line = lines
+            .next()
+            .expect("serve says where it listens before anything else")
+            .unwrap();
+        let addr = line
+            .split(" listening on ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+        bound.push(addr.to_string());
+    }
+    // The rest of stderr is drained, so that the server never blocks on it.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, bound)
+}
+
+/// Stops `child` with SIGTERM and returns its exit status.
+pub fn stop(mut child: Child) -> std::process::ExitStatus {
+    // SAFETY: kill(2) on a child this test started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    child.wait().unwrap()
+}
+
+#[test]
+fn serve_needs_somewhere_to_listen_and_refuses_bad_addresses() {
+    let db = Db::new();
+    let out = db.run(&["serve"], None);
+    assert_exit(&out, 2, &["serve", "with nowhere to listen"]);
+    assert!(stderr(&out).contains("--spamd ADDR"), "{}", stderr(&out));
+    let out = db.run(&["serve", "--http", "localhost"], None);
+    assert_exit(&out, 2, &["serve", "with a bad address"]);
+    assert!(stderr(&out).contains("HOST:PORT"), "{}", stderr(&out));
+    let out = db.run(
+        &["serve", "--http", "127.0.0.1:0", "--user-db", "users/%u"],
+        None,
+    );
+    assert_exit(&out, 2, &["serve", "with a relative --user-db"]);
+    assert!(stderr(&out).contains("absolute"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_unix_socket_has_its_mode_and_goes_away_on_sigterm() {
+    let db = Db::new();
+    let sock = db.path("spamd.sock");
+    let addr = format!("unix:{}", sock.display());
+    let (child, bound) = start_serve(&db, &["--spamd", &addr, "--socket-mode", "600"], 1);
+    assert_eq!(bound, [addr.clone()]);
+    let meta = std::fs::symlink_metadata(&sock).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    // A second server does not take over a socket someone listens on.
+    let out = db.run(&["serve", "--spamd", &addr], None);
+    assert_exit(&out, 2, &["serve", "on a socket in use"]);
+    assert!(stop(child).success());
+    assert!(!sock.exists(), "the socket is removed when serve stops");
+}
+
+#[test]
+fn the_systemd_unit_verifies() {
+    let unit = std::fs::read_to_string(root().join("contrib/bayesmail.service")).unwrap();
+    assert!(unit.contains("ExecStart=/usr/local/bin/bayesmail "));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bayesmail.service");
+    // The unit as installed, with this build where it says to install it.
+    std::fs::write(
+        &path,
+        unit.replace("/usr/local/bin/bayesmail", env!("CARGO_BIN_EXE_bayesmail")),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze is installed (.ci/run installs systemd)");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
