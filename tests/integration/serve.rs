@@ -69,7 +69,7 @@ fn a_unix_socket_has_its_mode_and_goes_away_on_sigterm() {
     let sock = db.path("spamd.sock");
     let addr = format!("unix:{}", sock.display());
     let (child, bound) = start_serve(&db, &["--spamd", &addr, "--socket-mode", "600"], 1);
-    assert_eq!(bound, [addr.clone()]);
+    assert_eq!(bound, std::slice::from_ref(&addr));
     let meta = std::fs::symlink_metadata(&sock).unwrap();
     assert!(meta.file_type().is_socket());
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
