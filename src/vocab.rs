@@ -1,11 +1,14 @@
 //! The shared vocabulary: names and numbers that every layer agrees on and
-//! that depend on nothing else. The views a feature can belong to and how a
-//! feature's name tells its view, how a byte-view bucket is spelled as a
-//! feature name, the metadata vector's names and length, the token
-//! namespaces the views are told by, and the version of the feature rules.
+//! that depend on nothing else. The views a feature can belong to, the
+//! typed feature itself ([`Feature`]: a word token, or a byte-view bucket
+//! by number) and its view, the metadata vector's names and length, the
+//! token namespaces the views are told by, and the version of the feature
+//! rules.
 //!
 //! Every other module may use this one; it uses none of them, so putting a
 //! name here never makes two modules depend on each other.
+
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -19,8 +22,8 @@ pub const URL_NAMESPACE: &str = "URL:";
 
 /// One view of a message: its own Bernoulli naive Bayes over its own binary
 /// features, with its own tempered evidence. Every feature belongs to
-/// exactly one view, told by its name ([`View::of`]), so the counts of all
-/// views live in one store and one snapshot.
+/// exactly one view ([`Feature::view`]), so the counts of all views live in
+/// one store and one snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum View {
@@ -59,17 +62,7 @@ impl View {
         if feature.starts_with(BYTES_PREFIX) {
             return View::Bytes;
         }
-        // A namespace is upper-case letters up to the first ':': stop at
-        // the first byte that is not one, not at the first ':' (a body
-        // word can be long and have none).
-        let upper = feature.bytes().take_while(u8::is_ascii_uppercase).count();
-        let namespace =
-            (upper > 0 && feature.as_bytes().get(upper) == Some(&b':')).then(|| &feature[..upper]);
-        let url = URL_NAMESPACE.trim_end_matches(':');
-        match namespace {
-            Some(ns) if ns != url => View::Header,
-            _ => View::Body,
-        }
+        word_view(feature)
     }
 
     /// Its index in [`View::ALL`].
@@ -84,6 +77,128 @@ impl View {
             View::Body => "body",
             View::Bytes => "bytes",
         }
+    }
+}
+
+/// Bits of a bucket number: 2^18 buckets.
+pub const BUCKET_BITS: u32 = 18;
+
+/// Whether `n` is a bucket of the byte view: below 2^[`BUCKET_BITS`]. A
+/// larger number in [`Feature::Gram`] stands for nothing: extraction never
+/// makes one, scoring and training leave it out, and stores refuse it.
+pub fn is_bucket(n: u32) -> bool {
+    n < 1 << BUCKET_BITS
+}
+
+/// One binary feature of a message: a word token, or a bucket of the
+/// byte view by its number.
+///
+/// Features order as their owned form does: words in byte order, then
+/// buckets in number order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Feature<'a> {
+    /// A word token of the header or the body view (which, its namespace
+    /// tells: see [`Feature::view`]).
+    Word(&'a str),
+    /// A bucket of the byte view's hashed 4-grams
+    /// ([`crate::features::grams`]), below 2^[`BUCKET_BITS`].
+    Gram(u32),
+}
+
+impl Feature<'_> {
+    /// The view the feature belongs to: a bucket, the byte view's; a word,
+    /// the header view if it has a header field's namespace (a non-empty
+    /// run of upper-case ASCII letters before a `:`, other than `URL:`),
+    /// else the body view.
+    ///
+    /// ```
+    /// use bayesmail::vocab::{Feature, View};
+    /// assert_eq!(Feature::Word("SUBJ:cheap").view(), View::Header);
+    /// assert_eq!(Feature::Word("URL:example.com").view(), View::Body);
+    /// assert_eq!(Feature::Word("cheap").view(), View::Body);
+    /// assert_eq!(Feature::Gram(0xbadf).view(), View::Bytes);
+    /// ```
+    pub fn view(self) -> View {
+        match self {
+            Feature::Word(word) => word_view(word),
+            Feature::Gram(_) => View::Bytes,
+        }
+    }
+
+    /// The owned form.
+    pub fn into_owned(self) -> FeatureBuf {
+        match self {
+            Feature::Word(word) => FeatureBuf::Word(word.to_owned()),
+            Feature::Gram(bucket) => FeatureBuf::Gram(bucket),
+        }
+    }
+}
+
+/// The view of a word token: see [`Feature::view`].
+fn word_view(word: &str) -> View {
+    // A namespace is upper-case letters up to the first ':': stop at the
+    // first byte that is not one, not at the first ':' (a body word can be
+    // long and have none).
+    let upper = word.bytes().take_while(u8::is_ascii_uppercase).count();
+    let namespace =
+        (upper > 0 && word.as_bytes().get(upper) == Some(&b':')).then(|| &word[..upper]);
+    let url = URL_NAMESPACE.trim_end_matches(':');
+    match namespace {
+        Some(ns) if ns != url => View::Header,
+        _ => View::Body,
+    }
+}
+
+/// A feature as people read it: a word as it is, a bucket as `bytes:`
+/// and its number in five hex digits.
+///
+/// ```
+/// use bayesmail::vocab::Feature;
+/// assert_eq!(Feature::Word("SUBJ:cheap").to_string(), "SUBJ:cheap");
+/// assert_eq!(Feature::Gram(0x3_a0f1).to_string(), "bytes:3a0f1");
+/// ```
+impl fmt::Display for Feature<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Feature::Word(word) => f.write_str(word),
+            Feature::Gram(bucket) => write!(f, "bytes:{bucket:05x}"),
+        }
+    }
+}
+
+/// The owned form of a [`Feature`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FeatureBuf {
+    /// A word token.
+    Word(String),
+    /// A bucket of the byte view.
+    Gram(u32),
+}
+
+impl FeatureBuf {
+    /// The borrowed form.
+    pub fn as_feature(&self) -> Feature<'_> {
+        match self {
+            FeatureBuf::Word(word) => Feature::Word(word),
+            FeatureBuf::Gram(bucket) => Feature::Gram(*bucket),
+        }
+    }
+
+    /// Its view ([`Feature::view`]).
+    pub fn view(&self) -> View {
+        self.as_feature().view()
+    }
+}
+
+impl From<Feature<'_>> for FeatureBuf {
+    fn from(feature: Feature<'_>) -> FeatureBuf {
+        feature.into_owned()
+    }
+}
+
+impl fmt::Display for FeatureBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_feature().fmt(f)
     }
 }
 
@@ -133,9 +248,6 @@ pub const RENAMED_PREFIX: &str = "Old-";
 /// A digest identifying a message for the learned-message registry.
 pub type Digest = [u8; 32];
 
-/// Bits of a bucket number: 2^18 buckets.
-pub const BUCKET_BITS: u32 = 18;
-
 /// The feature name of a bucket: [`BYTES_PREFIX`] and the bucket in hex.
 pub fn gram_name(bucket: u32) -> String {
     GramName::default().of(bucket).to_owned()
@@ -181,6 +293,82 @@ impl GramName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A word's view is its namespace's, by the definition: a header
+    /// field's namespace is a non-empty run of upper-case letters before
+    /// the first ':', and `URL:` is the body's.
+    #[test]
+    fn views_by_definition() {
+        let by_definition = |f: &str| {
+            let ns = f.find(':').map(|p| &f[..p]);
+            match ns {
+                Some(ns) if !ns.is_empty() && ns.bytes().all(|b| b.is_ascii_uppercase()) => {
+                    if ns == "URL" {
+                        View::Body
+                    } else {
+                        View::Header
+                    }
+                }
+                _ => View::Body,
+            }
+        };
+        let words = [
+            "",
+            ":",
+            "A:",
+            "SUBJ:x",
+            "SUBJ:a:b",
+            "Subj:x",
+            "SUBJx",
+            "SUBJ",
+            "URL:x.example",
+            "URLS:x",
+            "UR:x",
+            "a:B:c",
+            "AB:CD:e",
+            "ÉT:x",
+            "\u{1}0abcd",
+            "x\u{1}",
+            "free",
+            "FROM::",
+            "FROM1:x",
+        ];
+        for w in words {
+            assert_eq!(Feature::Word(w).view(), by_definition(w), "{w:?}");
+        }
+        for b in [0, 0xabcd, (1 << BUCKET_BITS) - 1] {
+            assert_eq!(Feature::Gram(b).view(), View::Bytes);
+        }
+    }
+
+    #[test]
+    fn features_order_words_first_and_own_themselves() {
+        let mut all = [
+            FeatureBuf::Gram(16),
+            FeatureBuf::Word("b".into()),
+            FeatureBuf::Gram(1),
+            FeatureBuf::Word("\u{1}00000".into()),
+            FeatureBuf::Word("a".into()),
+        ];
+        all.sort();
+        let borrowed: Vec<Feature> = all.iter().map(FeatureBuf::as_feature).collect();
+        assert_eq!(
+            borrowed,
+            [
+                Feature::Word("\u{1}00000"),
+                Feature::Word("a"),
+                Feature::Word("b"),
+                Feature::Gram(1),
+                Feature::Gram(16),
+            ]
+        );
+        assert!(borrowed.is_sorted());
+        for f in borrowed {
+            assert_eq!(FeatureBuf::from(f).as_feature(), f);
+        }
+        assert!(is_bucket((1 << BUCKET_BITS) - 1));
+        assert!(!is_bucket(1 << BUCKET_BITS));
+    }
 
     #[test]
     fn gram_names_are_of_the_bytes_view() {
