@@ -18,7 +18,7 @@ use crate::model::{
     Combine, Label, Model, ModelSet, Params, TokenCounts, Totals, ValidParams, bernoulli,
 };
 use crate::vocab::METADATA_LEN;
-use crate::vocab::{VIEWS, View};
+use crate::vocab::{Feature, VIEWS, View};
 
 /// One labelled message, its features interned.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,22 +45,25 @@ pub struct Dataset {
 impl Dataset {
     /// Interns the features of labelled messages.
     pub fn new(items: impl IntoIterator<Item = (Features, Label)>) -> Dataset {
-        let mut ids: HashMap<String, u32> = HashMap::new();
+        let mut words: HashMap<String, u32> = HashMap::new();
+        let mut grams: HashMap<u32, u32> = HashMap::new();
         let mut views = Vec::new();
         let examples = items
             .into_iter()
             .map(|(f, label)| {
                 let mut tokens: Vec<u32> = Vec::with_capacity(f.tokens.len() + f.grams.len());
-                f.for_each_feature(|t| {
-                    let id = match ids.get(t) {
-                        Some(&id) => id,
-                        None => {
-                            let next = ids.len() as u32;
-                            ids.insert(t.to_owned(), next);
-                            views.push(View::of(t));
-                            next
-                        }
+                f.for_each_feature(|feature| {
+                    let next = views.len() as u32;
+                    let id = match feature {
+                        Feature::Word(word) => match words.get(word) {
+                            Some(&id) => id,
+                            None => *words.entry(word.to_owned()).or_insert(next),
+                        },
+                        Feature::Gram(bucket) => *grams.entry(bucket).or_insert(next),
                     };
+                    if id == next {
+                        views.push(feature.view());
+                    }
                     tokens.push(id);
                 });
                 tokens.sort_unstable();
@@ -73,7 +76,7 @@ impl Dataset {
             .collect();
         Dataset {
             examples,
-            vocabulary: ids.len(),
+            vocabulary: views.len(),
             views,
         }
     }

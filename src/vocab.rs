@@ -41,29 +41,9 @@ pub enum View {
 /// Number of views.
 pub const VIEWS: usize = 3;
 
-/// What every byte n-gram feature's name starts with: a control character
-/// no word token can contain.
-pub const BYTES_PREFIX: char = '\u{1}';
-
 impl View {
     /// Every view, in the order of evidence and stacker inputs.
     pub const ALL: [View; VIEWS] = [View::Header, View::Body, View::Bytes];
-
-    /// The view a feature belongs to, by its name.
-    ///
-    /// ```
-    /// use bayesmail::vocab::View;
-    /// assert_eq!(View::of("SUBJ:cheap"), View::Header);
-    /// assert_eq!(View::of("URL:example.com"), View::Body);
-    /// assert_eq!(View::of("cheap"), View::Body);
-    /// assert_eq!(View::of("\u{1}0badf"), View::Bytes);
-    /// ```
-    pub fn of(feature: &str) -> View {
-        if feature.starts_with(BYTES_PREFIX) {
-            return View::Bytes;
-        }
-        word_view(feature)
-    }
 
     /// Its index in [`View::ALL`].
     pub fn index(self) -> usize {
@@ -90,8 +70,10 @@ pub fn is_bucket(n: u32) -> bool {
     n < 1 << BUCKET_BITS
 }
 
-/// One binary feature of a message: a word token, or a bucket of the
-/// byte view by its number.
+/// One binary feature of a message, as every stage from extraction to the
+/// model file handles it: a word token, or a bucket of the byte view by its
+/// number. A bucket is never spelled as a name on the way; only a file
+/// format that keys every feature by a name spells one (`store`).
 ///
 /// Features order as their owned form does: words in byte order, then
 /// buckets in number order.
@@ -248,48 +230,6 @@ pub const RENAMED_PREFIX: &str = "Old-";
 /// A digest identifying a message for the learned-message registry.
 pub type Digest = [u8; 32];
 
-/// The feature name of a bucket: [`BYTES_PREFIX`] and the bucket in hex.
-pub fn gram_name(bucket: u32) -> String {
-    GramName::default().of(bucket).to_owned()
-}
-
-/// The bucket a feature name stands for, if it is exactly what [`gram_name`]
-/// spells for a bucket below 2^[`BUCKET_BITS`]: the inverse of [`gram_name`].
-/// The snapshot keeps the counts of such names in a table indexed by
-/// bucket; any other name stays a name.
-///
-/// ```
-/// use bayesmail::vocab::{gram_bucket, gram_name};
-/// assert_eq!(gram_bucket(&gram_name(0x3_a0f1)), Some(0x3_a0f1));
-/// assert_eq!(gram_bucket("\u{1}3A0F1"), None);
-/// assert_eq!(gram_bucket("free"), None);
-/// ```
-pub fn gram_bucket(name: &str) -> Option<u32> {
-    let hex = name.strip_prefix(BYTES_PREFIX)?;
-    if hex.len() != 5 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return None;
-    }
-    u32::from_str_radix(hex, 16)
-        .ok()
-        .filter(|&b| b < 1 << BUCKET_BITS)
-}
-
-/// A buffer that spells bucket names without allocating, as [`gram_name`] does.
-#[derive(Debug, Default)]
-pub(crate) struct GramName([u8; 6]);
-
-impl GramName {
-    /// The name of `bucket`, valid until the next call.
-    pub fn of(&mut self, bucket: u32) -> &str {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        self.0[0] = BYTES_PREFIX as u8;
-        for (i, slot) in self.0[1..].iter_mut().enumerate() {
-            *slot = HEX[(bucket >> (4 * (4 - i)) & 0xf) as usize];
-        }
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,29 +308,5 @@ mod tests {
         }
         assert!(is_bucket((1 << BUCKET_BITS) - 1));
         assert!(!is_bucket(1 << BUCKET_BITS));
-    }
-
-    #[test]
-    fn gram_names_are_of_the_bytes_view() {
-        let k = gram_name((1 << BUCKET_BITS) - 1);
-        assert_eq!(View::of(&k), View::Bytes);
-        assert_ne!(gram_name(1), gram_name(16));
-        assert_eq!(gram_name(0x3_a0f1), "\u{1}3a0f1");
-        assert_eq!(gram_name(0x1f), "\u{1}0001f");
-        for b in [0, 1, 0x1f, 0x3_a0f1, (1 << BUCKET_BITS) - 1] {
-            assert_eq!(gram_bucket(&gram_name(b)), Some(b));
-        }
-        for name in [
-            "",
-            "\u{1}",
-            "\u{1}0001",
-            "\u{1}000001",
-            "\u{1}4_000",
-            "\u{1}fffff",
-            "\u{1}0001F",
-            "+0001f",
-        ] {
-            assert_eq!(gram_bucket(name), None, "{name:?}");
-        }
     }
 }

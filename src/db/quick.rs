@@ -21,7 +21,7 @@ use crate::model::{Combine, Delta, Label};
 use crate::store::Snapshot;
 use crate::store::journal::{self, Entry, Journal};
 use crate::store::registry::RegistryFile;
-use crate::vocab::Digest;
+use crate::vocab::{Digest, Feature};
 
 /// The registry file and the journal that applies on top of it, read under
 /// the writers' lock.
@@ -110,7 +110,7 @@ impl State {
         // Only a count that goes down can be inexact: a plain learn needs
         // no look at the model (a count of 2^32 messages is out of reach).
         let lowers = |d: &[i64; 2]| d[0] < 0 || d[1] < 0;
-        if !lowers(&delta.messages) && !delta.tokens.values().any(lowers) {
+        if !lowers(&delta.messages) && !delta.changes().any(|(_, d)| lowers(&d)) {
             return Some(0);
         }
         // The counts as readers see them, for this message's features
@@ -120,7 +120,7 @@ impl State {
         if header.store.as_ref() != Some(&self.registry.base) {
             return None;
         }
-        let lookup = |token: &str| snapshot.lookup(token);
+        let lookup = |feature: Feature<'_>| snapshot.lookup(feature);
         // What the journal itself left inexact is not this change's doing.
         let mut before = 0;
         let (totals, replayed) = match &self.journal {
@@ -129,12 +129,12 @@ impl State {
         };
         let mut inexact = 0;
         crate::store::apply_totals(&totals, delta, &mut inexact).ok()?;
-        for (token, &d) in &delta.tokens {
-            let now = match replayed.get(token) {
-                Some(&(_, now)) => now,
-                None => lookup(token).unwrap_or_default(),
+        for (feature, d) in delta.changes() {
+            let now = match replayed.get(feature) {
+                Some((_, now)) => now,
+                None => lookup(feature).unwrap_or_default(),
             };
-            crate::store::apply_token(token, now, d, &mut inexact).ok()?;
+            crate::store::apply_token(feature, now, d, &mut inexact).ok()?;
         }
         Some(inexact)
     }

@@ -24,7 +24,7 @@ use crate::decision::{Calibrator, Decider, Verdict};
 use crate::features::Features;
 use crate::model::{Combine, Evidence, Model, Params, TokenCounts, Totals};
 use crate::store::{self, Journal, Snapshot, StoreIdentity};
-use crate::vocab::{METADATA_LEN, METADATA_NAMES};
+use crate::vocab::{Feature, METADATA_LEN, METADATA_NAMES};
 use crate::vocab::{VIEWS, View};
 
 /// What the snapshot carries besides token counts.
@@ -242,22 +242,22 @@ impl Classifier {
             // Counts the journal cannot take back exactly become zero, as
             // they do in the count store when it takes the journal in.
             let mut inexact = 0;
-            let (totals, tokens) = journal
-                .replay(&header.totals, |token| snapshot.lookup(token), &mut inexact)
+            let (totals, replayed) = journal
+                .replay(&header.totals, |f| snapshot.lookup(f), &mut inexact)
                 .map_err(bad)?;
             header.totals = totals;
-            for (token, (old, new)) in tokens {
+            for (old, new) in replayed.words.values().chain(replayed.grams.values()) {
                 match (old.is_some(), new.is_zero()) {
                     (false, false) => vocabulary += 1,
                     (true, true) => vocabulary -= 1,
                     _ => {}
                 }
-                match crate::vocab::gram_bucket(&token) {
-                    Some(b) => gram_overlay.insert(b, new),
-                    None => {
-                        overlay.insert(token, new);
-                    }
-                }
+            }
+            for (word, (_, new)) in replayed.words {
+                overlay.insert(word, new);
+            }
+            for (bucket, (_, new)) in replayed.grams {
+                gram_overlay.insert(bucket, new);
             }
             header.store = Some(journal.end());
         }
@@ -293,22 +293,22 @@ impl Classifier {
     }
 
     /// The counts of a feature, if it is in the vocabulary.
-    pub fn lookup(&self, token: &str) -> Option<TokenCounts> {
-        if let Some(bucket) = crate::vocab::gram_bucket(token) {
-            return self.gram(bucket);
+    pub fn lookup(&self, feature: Feature<'_>) -> Option<TokenCounts> {
+        match feature {
+            Feature::Word(word) => self.word(word),
+            Feature::Gram(bucket) => self.gram(bucket),
         }
-        self.word(token)
     }
 
     /// The counts of a word token, if it is in the vocabulary.
     fn word(&self, token: &str) -> Option<TokenCounts> {
         if self.overlay.is_empty() {
-            return self.snapshot.lookup(token);
+            return self.snapshot.lookup(Feature::Word(token));
         }
         match self.overlay.get(token) {
             Some(c) if c.is_zero() => None,
             Some(&c) => Some(c),
-            None => self.snapshot.lookup(token),
+            None => self.snapshot.lookup(Feature::Word(token)),
         }
     }
 
@@ -339,7 +339,7 @@ impl Classifier {
                     None => stored,
                 };
                 if let Some(c) = counts {
-                    words.push((View::of(t), c));
+                    words.push((Feature::Word(t).view(), c));
                 }
             });
         let grams = features.grams.iter().enumerate().filter_map(|(i, &b)| {
@@ -407,15 +407,16 @@ impl Classifier {
         });
         let mut unknown_tokens = 0;
         let mut tokens = Vec::new();
-        let mut weigh = |token: String,
-                         bucket: Option<u32>,
-                         view: View,
-                         counts: Option<TokenCounts>| match counts {
+        let mut weigh = |feature: Feature<'_>| match self.lookup(feature) {
             Some(c) => {
                 let llr = self.model.token_llr(c);
+                let view = feature.view();
                 tokens.push(TokenWeight {
-                    token,
-                    bucket,
+                    token: feature.to_string(),
+                    bucket: match feature {
+                        Feature::Gram(b) => Some(b),
+                        Feature::Word(_) => None,
+                    },
                     view,
                     llr,
                     ham: c.ham,
@@ -426,10 +427,10 @@ impl Classifier {
             None => unknown_tokens += 1,
         };
         for t in features.tokens.iter() {
-            weigh(t.to_owned(), None, View::of(t), self.word(t));
+            weigh(Feature::Word(t));
         }
         for &b in &features.grams {
-            weigh(format!("bytes:{b:05x}"), Some(b), View::Bytes, self.gram(b));
+            weigh(Feature::Gram(b));
         }
         tokens.sort_by(|a, b| b.llr.abs().total_cmp(&a.llr.abs()));
         let shares = self.model.metadata_shares(&features.metadata.0);

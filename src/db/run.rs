@@ -10,7 +10,7 @@ use crate::decision::Calibrator;
 use crate::features::Features;
 use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings};
 use crate::model::{Delta, Label, Params};
-use crate::vocab::{BYTES_PREFIX, Digest, View};
+use crate::vocab::{Digest, Feature, View, is_bucket};
 
 /// No id yet.
 const NO_ID: u32 = u32::MAX;
@@ -23,8 +23,8 @@ const NO_ID: u32 = u32::MAX;
 /// that make a run idempotent and find duplicates), not with the messages'
 /// features: those of a message are dropped once counted, unless sampled.
 pub struct Run {
-    /// Ids of the named features. foldhash, seeded at random per run (so
-    /// names crafted to collide cannot be planned): SipHash, the standard
+    /// Ids of the word tokens. foldhash, seeded at random per run (so
+    /// words crafted to collide cannot be planned): SipHash, the standard
     /// one, was most of the time a run spends counting.
     pub(super) ids: HashMap<Box<str>, u32, foldhash::fast::RandomState>,
     /// Ids of the byte view's buckets ([`NO_ID`]: none yet), indexed by
@@ -112,15 +112,13 @@ impl Run {
         id
     }
 
-    /// The id of the byte view's `bucket`, a new one if it is new.
+    /// The id of the byte view's `bucket` (a bucket: [`is_bucket`]), a new
+    /// one if it is new.
     pub(super) fn gram_id(&mut self, bucket: u32) -> u32 {
         if self.gram_ids.is_empty() {
             self.gram_ids = vec![NO_ID; 1 << crate::vocab::BUCKET_BITS];
         }
-        let Some(&id) = self.gram_ids.get(bucket as usize) else {
-            // Not a bucket `grams` makes: named like any other feature.
-            return self.token_id(&crate::vocab::gram_name(bucket));
-        };
+        let id = self.gram_ids[bucket as usize];
         if id != NO_ID {
             return id;
         }
@@ -129,42 +127,27 @@ impl Run {
         id
     }
 
-    /// The id of a named feature, a new one if it is new. A name that
-    /// spells a bucket of the byte view is that bucket.
-    pub(super) fn token_id(&mut self, token: &str) -> u32 {
-        if token.starts_with(BYTES_PREFIX)
-            && let Some(bucket) = crate::vocab::gram_bucket(token)
-        {
-            return self.gram_id(bucket);
-        }
-        if let Some(&id) = self.ids.get(token) {
+    /// The id of a word token, a new one if it is new.
+    pub(super) fn word_id(&mut self, word: &str) -> u32 {
+        if let Some(&id) = self.ids.get(word) {
             return id;
         }
-        let id = self.next_id(View::of(token));
-        self.ids.insert(token.into(), id);
+        let id = self.next_id(Feature::Word(word).view());
+        self.ids.insert(word.into(), id);
         id
     }
 
     /// Interns a message's features (new ones get the next ids), each id
-    /// once, in no particular order (the calibration sorts those it keeps).
-    /// Distinct names and distinct buckets have distinct ids, so the ids
-    /// are distinct as they come unless a name spells a bucket's key (or a
-    /// bucket is out of the table): only then are they sorted to drop the
-    /// repeats.
+    /// once, in no particular order (the calibration sorts those it keeps):
+    /// distinct words and distinct buckets have distinct ids, so a
+    /// message's ids are distinct as they come.
     pub(super) fn intern(&mut self, features: &Features, label: Label) -> Example {
         let mut tokens = Vec::with_capacity(features.tokens.len() + features.grams.len());
-        let mut may_repeat = false;
         for t in features.tokens.iter() {
-            may_repeat |= t.starts_with(BYTES_PREFIX);
-            tokens.push(self.token_id(t));
+            tokens.push(self.word_id(t));
         }
-        for &b in &features.grams {
-            may_repeat |= b >= 1 << crate::vocab::BUCKET_BITS;
+        for &b in features.grams.iter().filter(|&&b| is_bucket(b)) {
             tokens.push(self.gram_id(b));
-        }
-        if may_repeat {
-            tokens.sort_unstable();
-            tokens.dedup();
         }
         self.counts.grow(self.views.len());
         Example {
@@ -263,20 +246,20 @@ impl Run {
             ];
             (d != [0, 0]).then_some(d)
         };
-        let grams = gram_ids
+        rest.grams = gram_ids
             .into_iter()
             .enumerate()
             .filter(|&(_, id)| id != NO_ID)
-            .filter_map(|(bucket, id)| Some((crate::vocab::gram_name(bucket as u32), change(id)?)));
+            .filter_map(|(bucket, id)| Some((bucket as u32, change(id)?)))
+            .collect();
         // Sized once: a table grown by doubling holds two copies at its peak.
         let changed = (0..vocabulary as u32)
             .filter(|&id| change(id).is_some())
             .count();
-        rest.tokens = HashMap::with_capacity(changed);
-        rest.tokens.extend(
+        rest.words = HashMap::with_capacity(changed.saturating_sub(rest.grams.len()));
+        rest.words.extend(
             ids.into_iter()
-                .filter_map(|(name, id)| Some((String::from(&*name), change(id)?)))
-                .chain(grams),
+                .filter_map(|(word, id)| Some((String::from(word), change(id)?))),
         );
         rest.registry = registry;
         Ok((rest, summary))

@@ -22,7 +22,7 @@ use crate::features::Features;
 use crate::message::Identity;
 use crate::model::{Combine, Delta, Label, Params, TokenCounts, bernoulli};
 use crate::store::{self, Journal, SledStore, Snapshot, Store, StoreIdentity};
-use crate::vocab::{Digest, VIEWS, View};
+use crate::vocab::{Digest, VIEWS};
 
 /// How long a writer waits for another writer's lock before giving up.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -525,7 +525,7 @@ impl Trainer {
         // today minus that (0: any day up to today).
         let before = (crate::store::sled::today() + 1).saturating_sub(min_age_days);
         let delta = self.store.rare_and_old(max_count, before)?;
-        let removed = delta.tokens.len();
+        let removed = delta.words.len();
         if removed > 0 {
             self.change_store(&delta)?;
             self.store.flush()?;
@@ -560,7 +560,7 @@ impl Trainer {
         if params.combine == Combine::Textbook {
             let mut vocab: [Vec<TokenCounts>; VIEWS] = Default::default();
             self.store
-                .for_each_token(&mut |t, c: TokenCounts| vocab[View::of(t).index()].push(c))?;
+                .for_each_token(&mut |f, c: TokenCounts| vocab[f.view().index()].push(c))?;
             for (constant, vocab) in absent_constant.iter_mut().zip(vocab) {
                 *constant = bernoulli::absent_constant(valid.prior(), totals.messages, vocab);
             }
@@ -659,7 +659,7 @@ mod tests {
     use super::*;
     use crate::features::Extractor;
     use crate::fit::Settings;
-    use crate::vocab::BYTES_PREFIX;
+    use crate::vocab::{BUCKET_BITS, Feature, FeatureBuf};
     use std::path::Path;
 
     const WAIT: Duration = Duration::from_secs(5);
@@ -702,8 +702,9 @@ mod tests {
         let summary = trainer.store_run(run).unwrap();
         assert_eq!((summary.learned, summary.duplicates), (200, 200));
         assert_eq!(summary.totals, [150, 50]);
-        assert_eq!(trainer.store.token("meeting").unwrap().ham, 150);
-        assert_eq!(trainer.store.token("pills").unwrap().spam, 50);
+        let count = |w| trainer.store.token(Feature::Word(w)).unwrap();
+        assert_eq!(count("meeting").ham, 150);
+        assert_eq!(count("pills").spam, 50);
 
         // A second run of the same messages changes nothing, not even the
         // store's generation; one with a message under both labels is
@@ -736,8 +737,9 @@ mod tests {
 
     /// A second run stores what changes: a message it holds already adds
     /// nothing, a moved one leaves its old label, a new one adds; each
-    /// feature counts once per message, even a name that spells a byte
-    /// bucket the message has.
+    /// feature counts once per message: a word spelled as a format keyed by
+    /// name spells a bucket the message has is a word of its own, and a
+    /// number that is no bucket is left out.
     #[test]
     fn a_second_run_stores_the_counts_of_the_final_labels() {
         let dir = tempfile::tempdir().unwrap();
@@ -754,9 +756,9 @@ mod tests {
                 .tokens
                 .iter()
                 .map(str::to_owned)
-                .chain([crate::vocab::gram_name(5), format!("{BYTES_PREFIX}40000")]),
+                .chain(["\u{1}00005".to_owned(), "\u{1}40000".to_owned()]),
         );
-        odd.features.grams = vec![5, 7, 1 << crate::vocab::BUCKET_BITS];
+        odd.features.grams = vec![5, 7, 1 << BUCKET_BITS];
         let mut first = Run::new();
         for m in [&a, &b] {
             trainer.add_to_run(&mut first, m, "x").unwrap();
@@ -776,11 +778,11 @@ mod tests {
             (1, 1, 2)
         );
         assert_eq!(summary.totals, [3, 1]);
-        let mut expected: HashMap<String, TokenCounts> = HashMap::new();
+        let mut expected: HashMap<FeatureBuf, TokenCounts> = HashMap::new();
         for m in [&a, &moved, &c, &odd] {
             let mut names = std::collections::HashSet::new();
             m.features.for_each_feature(|t| {
-                names.insert(t.to_owned());
+                names.insert(t.into_owned());
             });
             for t in names {
                 let e = expected.entry(t).or_default();
@@ -790,17 +792,20 @@ mod tests {
                 }
             }
         }
-        let mut stored: HashMap<String, TokenCounts> = HashMap::new();
+        let mut stored: HashMap<FeatureBuf, TokenCounts> = HashMap::new();
         trainer
             .store
             .for_each_token(&mut |t, c| {
                 if c.ham + c.spam > 0 {
-                    stored.insert(t.to_owned(), c);
+                    stored.insert(t.into_owned(), c);
                 }
             })
             .unwrap();
         assert_eq!(stored, expected);
-        assert_eq!(stored[&crate::vocab::gram_name(5)].ham, 1);
+        assert_eq!(stored[&FeatureBuf::Gram(5)].ham, 1);
+        assert_eq!(stored[&FeatureBuf::Word("\u{1}00005".into())].ham, 1);
+        assert_eq!(stored[&FeatureBuf::Word("\u{1}40000".into())].ham, 1);
+        assert!(!stored.contains_key(&FeatureBuf::Gram(1 << BUCKET_BITS)));
     }
 
     /// A database trained on a few messages, its model compiled.
@@ -884,7 +889,7 @@ mod tests {
         let snapshot = Snapshot::open(&paths.snapshot()).unwrap();
         let mut header: ModelHeader = snapshot.header().unwrap();
         header.store = None;
-        let tokens: Vec<(String, TokenCounts)> =
+        let tokens: Vec<(FeatureBuf, TokenCounts)> =
             snapshot.iter().map(|(t, c)| (t.into_owned(), c)).collect();
         store::write_snapshot(&paths.snapshot(), &header, tokens).unwrap();
         // The same store is fine; a new one is not.

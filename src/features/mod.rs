@@ -46,7 +46,7 @@ pub const MAX_TOKENS: usize = 8192;
 /// Of [`MAX_TOKENS`], the room left for the tokens read after the text.
 pub const STRUCTURE_TOKENS: usize = 256;
 
-use crate::vocab::{METADATA_LEN, METADATA_NAMES};
+use crate::vocab::{Feature, METADATA_LEN, METADATA_NAMES, is_bucket};
 
 /// The numeric metadata of one message, in [`METADATA_NAMES`] order.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -70,6 +70,8 @@ pub struct Features {
     pub tokens: TokenList,
     /// Sorted, distinct byte 4-gram buckets of the raw header block (the
     /// byte view, [`grams`]); empty when only the parsed message was seen.
+    /// A number that is no bucket ([`crate::vocab::is_bucket`]) is left out
+    /// by every stage.
     #[serde(skip)]
     pub grams: Vec<u32>,
     /// The numeric metadata vector.
@@ -77,15 +79,14 @@ pub struct Features {
 }
 
 impl Features {
-    /// Calls `f` with the name of every binary feature, in every view: the
-    /// word tokens, then the byte n-gram keys.
-    pub fn for_each_feature(&self, mut f: impl FnMut(&str)) {
+    /// Calls `f` with every binary feature, in every view: the word
+    /// tokens, then the byte view's buckets (those that are buckets).
+    pub fn for_each_feature(&self, mut f: impl FnMut(Feature<'_>)) {
         for token in self.tokens.iter() {
-            f(token);
+            f(Feature::Word(token));
         }
-        let mut key = crate::vocab::GramName::default();
-        for &b in &self.grams {
-            f(key.of(b));
+        for &b in self.grams.iter().filter(|&&b| is_bucket(b)) {
+            f(Feature::Gram(b));
         }
     }
 }

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::features::Features;
-use crate::vocab::METADATA_LEN;
+use crate::vocab::{Feature, METADATA_LEN};
 
 /// The two classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -163,8 +163,10 @@ use crate::vocab::Digest;
 pub struct Delta {
     /// Signed change of message counts per class.
     pub messages: [i64; 2],
-    /// Signed change of token counts per class (`[ham, spam]`).
-    pub tokens: HashMap<String, [i64; 2]>,
+    /// Signed change of word token counts per class (`[ham, spam]`).
+    pub words: HashMap<String, [i64; 2]>,
+    /// Signed change of the byte view's counts per class, by bucket.
+    pub grams: HashMap<u32, [i64; 2]>,
     /// Signed change of metadata statistics per class and feature.
     pub gauss: [[GaussStats; METADATA_LEN]; 2],
     /// Registry changes: digest → new label, or `None` to forget it.
@@ -176,17 +178,32 @@ impl Delta {
     pub fn add_message(&mut self, features: &Features, label: Label, sign: i64) {
         let c = label.index();
         self.messages[c] += sign;
-        features.for_each_feature(|token| match self.tokens.get_mut(token) {
-            Some(d) => d[c] += sign,
-            None => {
-                let mut d = [0, 0];
-                d[c] = sign;
-                self.tokens.insert(token.to_owned(), d);
-            }
-        });
+        features.for_each_feature(|feature| self.change(feature)[c] += sign);
         for (stats, &x) in self.gauss[c].iter_mut().zip(&features.metadata.0) {
             stats.add(x, sign);
         }
+    }
+
+    /// The change of one feature's counts (`[ham, spam]`), for adding to:
+    /// zero if it had none.
+    pub fn change(&mut self, feature: Feature<'_>) -> &mut [i64; 2] {
+        match feature {
+            // Looked up before it is copied: most words are there already.
+            Feature::Word(word) => {
+                if !self.words.contains_key(word) {
+                    self.words.insert(word.to_owned(), [0, 0]);
+                }
+                self.words.get_mut(word).expect("inserted above")
+            }
+            Feature::Gram(bucket) => self.grams.entry(bucket).or_default(),
+        }
+    }
+
+    /// Every feature the delta changes, with its change (`[ham, spam]`,
+    /// possibly zero), in no particular order.
+    pub fn changes(&self) -> impl Iterator<Item = (Feature<'_>, [i64; 2])> + '_ {
+        let words = self.words.iter().map(|(w, &d)| (Feature::Word(w), d));
+        words.chain(self.grams.iter().map(|(&b, &d)| (Feature::Gram(b), d)))
     }
 
     /// Adds another delta into this one.
@@ -197,15 +214,8 @@ impl Delta {
                 mine.merge(theirs);
             }
         }
-        if self.tokens.is_empty() {
-            self.tokens = other.tokens;
-        } else {
-            for (token, d) in other.tokens {
-                let e = self.tokens.entry(token).or_default();
-                e[0] += d[0];
-                e[1] += d[1];
-            }
-        }
+        merge_map(&mut self.words, other.words);
+        merge_map(&mut self.grams, other.grams);
         self.registry.extend(other.registry);
     }
 
@@ -213,12 +223,28 @@ impl Delta {
     pub fn is_empty(&self) -> bool {
         self.messages == [0, 0]
             && self.registry.is_empty()
-            && self.tokens.values().all(|d| *d == [0, 0])
+            && self.changes().all(|(_, d)| d == [0, 0])
             && self
                 .gauss
                 .iter()
                 .flatten()
                 .all(|g| *g == GaussStats::default())
+    }
+}
+
+/// Adds the changes of `theirs` into `mine`.
+fn merge_map<K: std::hash::Hash + Eq>(
+    mine: &mut HashMap<K, [i64; 2]>,
+    theirs: HashMap<K, [i64; 2]>,
+) {
+    if mine.is_empty() {
+        *mine = theirs;
+        return;
+    }
+    for (key, d) in theirs {
+        let e = mine.entry(key).or_default();
+        e[0] += d[0];
+        e[1] += d[1];
     }
 }
 
@@ -254,11 +280,13 @@ mod tests {
         let mut d = Delta::default();
         d.add_message(&f, Label::Spam, 1);
         assert_eq!(
-            d.tokens.len(),
-            3,
+            (d.words.len(), d.grams.len()),
+            (2, 1),
             "both words and the byte n-gram are counted"
         );
-        assert_eq!(d.tokens[&crate::vocab::gram_name(7)], [0, 1]);
+        assert_eq!(d.grams[&7], [0, 1]);
+        assert_eq!(d.words["a"], [0, 1]);
+        assert_eq!(d.changes().count(), 3);
         let mut undo = Delta::default();
         undo.add_message(&f, Label::Spam, -1);
         d.merge(undo);

@@ -472,6 +472,7 @@ impl ModelSet {
 mod tests {
     use super::*;
     use crate::features::{Features, Metadata};
+    use crate::vocab::Feature;
 
     #[test]
     fn sigmoid_is_stable() {
@@ -597,53 +598,6 @@ mod tests {
         assert_ne!(together[0].meta, together[5].meta);
     }
 
-    /// [`View::of`] agrees with its definition: a header field's
-    /// namespace is a non-empty run of upper-case letters before the first
-    /// ':', and `URL:` is the body's.
-    #[test]
-    fn views_by_definition() {
-        let by_definition = |f: &str| {
-            if f.starts_with(crate::vocab::BYTES_PREFIX) {
-                return View::Bytes;
-            }
-            let ns = f.find(':').map(|p| &f[..p]);
-            match ns {
-                Some(ns) if !ns.is_empty() && ns.bytes().all(|b| b.is_ascii_uppercase()) => {
-                    if ns == "URL" {
-                        View::Body
-                    } else {
-                        View::Header
-                    }
-                }
-                _ => View::Body,
-            }
-        };
-        let features = [
-            "",
-            ":",
-            "A:",
-            "SUBJ:x",
-            "SUBJ:a:b",
-            "Subj:x",
-            "SUBJx",
-            "SUBJ",
-            "URL:x.example",
-            "URLS:x",
-            "UR:x",
-            "a:B:c",
-            "AB:CD:e",
-            "ÉT:x",
-            "\u{1}0abcd",
-            "x\u{1}",
-            "free",
-            "FROM::",
-            "FROM1:x",
-        ];
-        for f in features {
-            assert_eq!(View::of(f), by_definition(f), "{f:?}");
-        }
-    }
-
     #[test]
     fn params_are_checked() {
         assert!(Params::default().check().is_ok());
@@ -694,12 +648,12 @@ mod tests {
         };
         let model = Model::new(ValidParams::default(), &totals, [0.0; VIEWS]);
         let counts = |t: &str| {
-            let d = delta.tokens[t];
+            let d = delta.words[t];
             let c = TokenCounts {
                 ham: d[0] as u32,
                 spam: d[1] as u32,
             };
-            (View::of(t), c)
+            (Feature::Word(t).view(), c)
         };
         let zero = [0.0; METADATA_LEN];
         let spam = model.evidence(["viagra", "free"].map(counts), &zero);

@@ -52,8 +52,10 @@
 //! The payload: `u64` generation before, `u64` generation after, 2 × `i64`
 //! message-count changes (ham, spam), for ham then spam and each metadata
 //! feature `n` `i64`, `sum` `i128`, `sum_sq` `i128`; `u32` number of tokens,
-//! then per token `u16` length, the token (UTF-8), `i32` ham and `i32` spam
-//! change; then `u32` number of registry changes, each the message digest
+//! then per token `u16` length, the token (UTF-8; a byte-view bucket under
+//! its name, U+0001 and the bucket in five lower-case hex digits; the
+//! buckets come first, in bucket order, then the words in byte order),
+//! `i32` ham and `i32` spam change; then `u32` number of registry changes, each the message digest
 //! (32 bytes) and one byte: 0 learned as ham, 1 as spam, 2 forgotten.
 //! Version 1 had no registry changes (its counts were in the count store
 //! already), versions 1 and 2 no check of an entry's length: readers still
@@ -74,11 +76,13 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
+use super::keys::{self, GramName};
 use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
 use crate::fsutil;
 use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
 use crate::vocab::Digest;
+use crate::vocab::Feature;
 use crate::vocab::METADATA_LEN;
 
 /// Version of the journal layout.
@@ -107,58 +111,79 @@ pub struct Entry {
     pub messages: [i64; 2],
     /// Change of metadata statistics per class and feature.
     pub gauss: [[GaussStats; METADATA_LEN]; 2],
-    /// Change of token counts, `[ham, spam]`, in byte order of the token.
-    pub tokens: Vec<(String, [i32; 2])>,
+    /// Change of word token counts, `[ham, spam]`, in byte order of the
+    /// word.
+    pub words: Vec<(String, [i32; 2])>,
+    /// Change of the byte view's counts, `[ham, spam]`, in bucket order.
+    pub grams: Vec<(u32, [i32; 2])>,
     /// Registry changes, in order: digest → new label, or `None` to forget.
     pub registry: Vec<(Digest, Option<Label>)>,
 }
 
 impl Entry {
     /// The entry for `delta`, or `None` if a change does not fit the
-    /// journal (a token longer than 64 KiB, a count change beyond `i32`):
-    /// then fold.
+    /// journal (a word longer than 64 KiB or spelled as a bucket's name, a
+    /// number that is no bucket, a count change beyond `i32`): then fold.
     pub fn from_delta(from: u64, to: u64, delta: &Delta) -> Option<Entry> {
-        let mut tokens = Vec::with_capacity(delta.tokens.len());
-        for (token, d) in &delta.tokens {
-            if *d == [0, 0] {
-                continue;
+        let change = |d: &[i64; 2]| Some([i32::try_from(d[0]).ok()?, i32::try_from(d[1]).ok()?]);
+        let mut words = Vec::with_capacity(delta.words.len());
+        for (word, d) in delta.words.iter().filter(|(_, d)| **d != [0, 0]) {
+            u16::try_from(word.len()).ok()?;
+            if !keys::has_name(Feature::Word(word)) {
+                return None;
             }
-            u16::try_from(token.len()).ok()?;
-            let d = [i32::try_from(d[0]).ok()?, i32::try_from(d[1]).ok()?];
-            tokens.push((token.clone(), d));
+            words.push((word.clone(), change(d)?));
         }
-        tokens.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        words.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut grams = Vec::with_capacity(delta.grams.len());
+        for (&bucket, d) in delta.grams.iter().filter(|(_, d)| **d != [0, 0]) {
+            if !keys::has_name(Feature::Gram(bucket)) {
+                return None;
+            }
+            grams.push((bucket, change(d)?));
+        }
+        grams.sort_unstable_by_key(|&(bucket, _)| bucket);
         Some(Entry {
             from,
             to,
             messages: delta.messages,
             gauss: delta.gauss,
-            tokens,
+            words,
+            grams,
             registry: delta.registry.clone(),
         })
     }
 
     /// The entry as a [`Delta`].
     pub fn to_delta(&self) -> Delta {
+        let widen = |d: &[i32; 2]| [i64::from(d[0]), i64::from(d[1])];
         Delta {
             messages: self.messages,
-            tokens: self
-                .tokens
+            words: self
+                .words
                 .iter()
-                .map(|(t, d)| (t.clone(), [i64::from(d[0]), i64::from(d[1])]))
+                .map(|(w, d)| (w.clone(), widen(d)))
                 .collect(),
+            grams: self.grams.iter().map(|(b, d)| (*b, widen(d))).collect(),
             gauss: self.gauss,
             registry: self.registry.clone(),
         }
     }
 
+    /// Every change of the entry, buckets first, as the file lists them.
+    pub fn changes(&self) -> impl Iterator<Item = (Feature<'_>, [i32; 2])> + '_ {
+        let grams = self.grams.iter().map(|&(b, d)| (Feature::Gram(b), d));
+        grams.chain(self.words.iter().map(|(w, d)| (Feature::Word(w), *d)))
+    }
+
     /// The entry framed for the file: length, payload, checksum.
     pub fn encode(&self) -> Vec<u8> {
         let size: usize = self
-            .tokens
+            .words
             .iter()
-            .map(|(t, _)| 2 + t.len() + 8)
+            .map(|(w, _)| 2 + w.len() + 8)
             .sum::<usize>()
+            + self.grams.len() * (2 + 6 + 8)
             + 4
             + 33 * self.registry.len();
         let head = frame_head(JOURNAL_VERSION);
@@ -176,11 +201,19 @@ impl Entry {
                 p.extend_from_slice(&g.sum_sq.to_le_bytes());
             }
         }
-        p.extend_from_slice(&(self.tokens.len() as u32).to_le_bytes());
-        for (token, d) in &self.tokens {
+        p.extend_from_slice(&((self.words.len() + self.grams.len()) as u32).to_le_bytes());
+        for (feature, d) in self.changes() {
+            let gram;
+            let name = match feature {
+                Feature::Word(word) => word,
+                Feature::Gram(bucket) => {
+                    gram = GramName::of(bucket);
+                    gram.as_str()
+                }
+            };
             // Lengths were checked by `from_delta`.
-            p.extend_from_slice(&(token.len() as u16).to_le_bytes());
-            p.extend_from_slice(token.as_bytes());
+            p.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            p.extend_from_slice(name.as_bytes());
             p.extend_from_slice(&d[0].to_le_bytes());
             p.extend_from_slice(&d[1].to_le_bytes());
         }
@@ -221,12 +254,16 @@ impl Entry {
         let n = u32::from_le_bytes(r.take()?) as usize;
         // Each token takes at least 10 bytes: a bad count cannot make us
         // reserve more than the payload could hold.
-        let mut tokens = Vec::with_capacity(n.min(p.len() / 10));
+        let mut words = Vec::with_capacity(n.min(p.len() / 10));
+        let mut grams = Vec::new();
         for _ in 0..n {
             let len = usize::from(u16::from_le_bytes(r.take()?));
-            let token = std::str::from_utf8(r.bytes(len)?).ok()?.to_owned();
+            let name = std::str::from_utf8(r.bytes(len)?).ok()?;
             let d = [i32::from_le_bytes(r.take()?), i32::from_le_bytes(r.take()?)];
-            tokens.push((token, d));
+            match keys::feature_of(name) {
+                Feature::Gram(bucket) => grams.push((bucket, d)),
+                Feature::Word(word) => words.push((word.to_owned(), d)),
+            }
         }
         let n = if version >= 2 {
             u32::from_le_bytes(r.take()?) as usize
@@ -252,7 +289,8 @@ impl Entry {
             to,
             messages,
             gauss,
-            tokens,
+            words,
+            grams,
             registry,
         })
     }
@@ -260,8 +298,8 @@ impl Entry {
 
 struct Cursor<'a>(&'a [u8]);
 
-impl Cursor<'_> {
-    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+impl<'a> Cursor<'a> {
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
         if self.0.len() < n {
             return None;
         }
@@ -445,20 +483,24 @@ impl Journal {
     }
 
     /// The counts after the entries, applied one after the other to the
-    /// counts `base` gives for a token (`None`: it has none) and to
+    /// counts `base` gives for a feature (`None`: it has none) and to
     /// `totals`, each clamped at zero as the count store clamps it when it
     /// takes the entries in one by one (see `apply_token`), so
     /// that readers, the store and `learn`'s own check agree even where a
     /// count could not be taken back exactly. Returns the totals and, for
-    /// every token an entry changes, its count before and after.
+    /// every feature an entry changes, its count before and after.
     pub(crate) fn replay(
         &self,
         totals: &Totals,
-        mut base: impl FnMut(&str) -> Option<TokenCounts>,
+        mut base: impl FnMut(Feature<'_>) -> Option<TokenCounts>,
         inexact: &mut u64,
     ) -> Result<(Totals, Replayed)> {
         let mut totals = totals.clone();
-        let mut tokens: Replayed = HashMap::new();
+        let mut replayed = Replayed::default();
+        let mut before = |feature| {
+            let was = base(feature);
+            (was, was.unwrap_or_default())
+        };
         for e in &self.entries {
             let change = Delta {
                 messages: e.messages,
@@ -466,22 +508,44 @@ impl Journal {
                 ..Delta::default()
             };
             totals = super::apply_totals(&totals, &change, inexact)?;
-            for (token, d) in &e.tokens {
-                let (_, now) = tokens.entry(token.clone()).or_insert_with(|| {
-                    let was = base(token);
-                    (was, was.unwrap_or_default())
-                });
-                *now =
-                    super::apply_token(token, *now, [i64::from(d[0]), i64::from(d[1])], inexact)?;
+            for (feature, d) in e.changes() {
+                let (_, now) = match feature {
+                    Feature::Word(word) => replayed
+                        .words
+                        .entry(word.to_owned())
+                        .or_insert_with(|| before(feature)),
+                    Feature::Gram(bucket) => replayed
+                        .grams
+                        .entry(bucket)
+                        .or_insert_with(|| before(feature)),
+                };
+                let d = [i64::from(d[0]), i64::from(d[1])];
+                *now = super::apply_token(feature, *now, d, inexact)?;
             }
         }
-        Ok((totals, tokens))
+        Ok((totals, replayed))
     }
 }
 
-/// What [`Journal::replay`] gives per token: its count before the journal
-/// (`None`: none) and after.
-pub(crate) type Replayed = HashMap<String, (Option<TokenCounts>, TokenCounts)>;
+/// What [`Journal::replay`] gives per feature: its count before the
+/// journal (`None`: none) and after.
+#[derive(Debug, Default)]
+pub(crate) struct Replayed {
+    /// By word.
+    pub words: HashMap<String, (Option<TokenCounts>, TokenCounts)>,
+    /// By bucket.
+    pub grams: HashMap<u32, (Option<TokenCounts>, TokenCounts)>,
+}
+
+impl Replayed {
+    /// The counts of `feature` before and after, if the journal changes it.
+    pub fn get(&self, feature: Feature<'_>) -> Option<(Option<TokenCounts>, TokenCounts)> {
+        match feature {
+            Feature::Word(word) => self.words.get(word).copied(),
+            Feature::Gram(bucket) => self.grams.get(&bucket).copied(),
+        }
+    }
+}
 
 /// Bytes in front of an entry's payload in a journal of format `version`:
 /// its length and, from version 3, a check of the length, so that a
@@ -558,8 +622,9 @@ mod tests {
             messages: [0, d],
             ..Delta::default()
         };
-        delta.tokens.insert(token.into(), [0, d]);
-        delta.tokens.insert("zero".into(), [0, 0]);
+        delta.words.insert(token.into(), [0, d]);
+        delta.words.insert("zero".into(), [0, 0]);
+        delta.grams.insert(9, [0, 0]);
         delta.gauss[1][0] = GaussStats {
             n: d,
             sum: 3 * i128::from(d),
@@ -587,7 +652,8 @@ mod tests {
         bytes.extend_from_slice(&v1);
         let j = Journal::parse(&bytes).expect("a version 1 journal reads");
         assert_eq!((j.version, j.entries.len()), (1, 1));
-        assert_eq!(j.entries[0].tokens, e.tokens);
+        assert_eq!(j.entries[0].words, e.words);
+        assert_eq!(j.entries[0].grams, e.grams);
         assert!(j.is_clean());
 
         let mut delta = e.to_delta();
@@ -614,7 +680,11 @@ mod tests {
         let j = Journal::read(&path).unwrap().unwrap();
         assert_eq!(j.base, base());
         assert_eq!(j.entries, [entry(7, 8, "a", 1), entry(8, 10, "b", 2)]);
-        assert_eq!(j.entries[0].tokens.len(), 1, "zero changes are left out");
+        assert_eq!(
+            (j.entries[0].words.len(), j.entries[0].grams.len()),
+            (1, 0),
+            "zero changes are left out"
+        );
         assert!(j.is_clean());
         assert_eq!(j.end().generation, 10);
         let mut inexact = 0;
@@ -623,7 +693,10 @@ mod tests {
             .unwrap();
         assert_eq!(totals.messages, [0, 3]);
         assert_eq!(totals.gauss[1][0].sum, 9);
-        assert_eq!(tokens["b"], (None, TokenCounts { ham: 0, spam: 2 }));
+        assert_eq!(
+            tokens.get(Feature::Word("b")),
+            Some((None, TokenCounts { ham: 0, spam: 2 }))
+        );
         assert_eq!(inexact, 0);
     }
 
@@ -697,12 +770,75 @@ mod tests {
     #[test]
     fn changes_that_do_not_fit_are_refused() {
         let mut delta = Delta::default();
-        delta
-            .tokens
-            .insert("a".into(), [i64::from(i32::MAX) + 1, 0]);
+        delta.words.insert("a".into(), [i64::from(i32::MAX) + 1, 0]);
         assert_eq!(Entry::from_delta(0, 1, &delta), None);
         let mut delta = Delta::default();
-        delta.tokens.insert("x".repeat(70_000), [1, 0]);
+        delta.words.insert("x".repeat(70_000), [1, 0]);
         assert_eq!(Entry::from_delta(0, 1, &delta), None);
+        // A word that would read back as a bucket, a number that is no
+        // bucket.
+        let mut delta = Delta::default();
+        delta.words.insert("\u{1}00007".into(), [1, 0]);
+        assert_eq!(Entry::from_delta(0, 1, &delta), None);
+        let mut delta = Delta::default();
+        delta.grams.insert(1 << crate::vocab::BUCKET_BITS, [1, 0]);
+        assert_eq!(Entry::from_delta(0, 1, &delta), None);
+        // A word that spells no bucket is a word like any other.
+        let mut delta = Delta::default();
+        delta.words.insert("\u{1}40000".into(), [1, 0]);
+        let e = Entry::from_delta(0, 1, &delta).unwrap();
+        assert_eq!(e.words, [("\u{1}40000".to_string(), [1, 0])]);
+    }
+
+    /// An entry's bytes are the documented layout, byte for byte: a
+    /// bucket under its name (U+0001 and five hex digits) before the words
+    /// in byte order, as journals were always written.
+    #[test]
+    fn entries_keep_their_layout_and_buckets_their_names() {
+        let mut delta = Delta {
+            messages: [1, 0],
+            ..Delta::default()
+        };
+        delta.words.insert("b".into(), [1, 0]);
+        delta.words.insert("SUBJ:a".into(), [2, -1]);
+        delta.grams.insert(0x3_a0f1, [1, 0]);
+        delta.grams.insert(7, [-3, 0]);
+        delta.registry.push(([5; 32], Some(Label::Ham)));
+        let e = Entry::from_delta(4, 5, &delta).unwrap();
+
+        let mut p = Vec::new();
+        p.extend_from_slice(&4u64.to_le_bytes());
+        p.extend_from_slice(&5u64.to_le_bytes());
+        p.extend_from_slice(&1i64.to_le_bytes());
+        p.extend_from_slice(&0i64.to_le_bytes());
+        p.extend(std::iter::repeat_n(0u8, 2 * METADATA_LEN * (8 + 16 + 16)));
+        p.extend_from_slice(&4u32.to_le_bytes());
+        for (name, d) in [
+            ("\u{1}00007", [-3i32, 0]),
+            ("\u{1}3a0f1", [1, 0]),
+            ("SUBJ:a", [2, -1]),
+            ("b", [1, 0]),
+        ] {
+            p.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            p.extend_from_slice(name.as_bytes());
+            p.extend_from_slice(&d[0].to_le_bytes());
+            p.extend_from_slice(&d[1].to_le_bytes());
+        }
+        p.extend_from_slice(&1u32.to_le_bytes());
+        p.extend_from_slice(&[5; 32]);
+        p.push(0);
+        let framed = e.encode();
+        assert_eq!(&framed[..4], (p.len() as u32).to_le_bytes());
+        assert_eq!(&framed[8..framed.len() - 8], &p[..]);
+
+        let mut bytes = header(&StoreIdentity {
+            generation: 4,
+            ..base()
+        });
+        bytes.extend_from_slice(&framed);
+        let j = Journal::parse(&bytes).unwrap();
+        assert_eq!(j.entries, std::slice::from_ref(&e));
+        assert_eq!(e.grams, [(7, [-3, 0]), (0x3_a0f1, [1, 0])]);
+        assert_eq!(j.entries[0].to_delta(), delta);
     }
 }

@@ -2,10 +2,11 @@
 //! reads.
 //!
 //! The [`Store`] trait is the whole interface to the counts: [`Totals`]
-//! (messages and metadata statistics per class), per-token [`TokenCounts`],
-//! and the registry of learned messages (digest → label) that makes
-//! retraining idempotent. Changes arrive as a [`Delta`] and are applied all
-//! or nothing.
+//! (messages and metadata statistics per class), per-feature
+//! [`TokenCounts`] (a word token by name, a byte-view bucket by number:
+//! [`Feature`]), and the registry of learned messages (digest → label)
+//! that makes retraining idempotent. Changes arrive as a [`Delta`] and are
+//! applied all or nothing.
 //!
 //! Two implementations:
 //! - [`MemoryStore`]: ordered maps in memory, for tests and in-memory
@@ -26,6 +27,7 @@
 //! on a count it cannot take back exactly.
 
 pub mod journal;
+mod keys;
 pub mod packed;
 pub mod registry;
 pub mod sled;
@@ -39,6 +41,7 @@ use std::time::Duration;
 use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
 use crate::vocab::Digest;
 use crate::vocab::METADATA_LEN;
+use crate::vocab::{Feature, is_bucket};
 
 pub use self::sled::{SledStore, StoreIdentity};
 pub use journal::{DEFAULT_JOURNAL_LIMIT, Journal};
@@ -106,8 +109,9 @@ pub enum Error {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Applying a delta would make a count exceed what it can hold.
-    /// `token` is the token, or for the per-class totals a description in
-    /// angle brackets such as `<spam messages>`.
+    /// `token` is the feature as [`Feature`] displays it, or for the
+    /// per-class totals a description in angle brackets such as
+    /// `<spam messages>`.
     #[error("a count would overflow: {token}")]
     Overflow {
         /// The token or total concerned.
@@ -139,20 +143,23 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub trait Store {
     /// Message counts and metadata statistics per class.
     fn totals(&self) -> Result<Totals>;
-    /// Counts of one token; zero counts if it was never seen.
-    fn token(&self, token: &str) -> Result<TokenCounts>;
+    /// Counts of one feature; zero counts if it was never seen.
+    fn token(&self, feature: Feature<'_>) -> Result<TokenCounts>;
     /// The label a message was learned under, if it was learned.
     fn label_of(&self, digest: &Digest) -> Result<Option<Label>>;
-    /// Number of distinct tokens with non-zero counts (the vocabulary size).
+    /// Number of distinct features with non-zero counts (the vocabulary
+    /// size).
     fn token_count(&self) -> Result<u64>;
     /// Number of messages in the registry.
     fn registry_len(&self) -> Result<u64>;
-    /// Every token with non-zero counts, in byte order of the token.
-    fn for_each_token(&self, f: &mut dyn FnMut(&str, TokenCounts)) -> Result<()>;
+    /// Every feature with non-zero counts, in [`Feature`]'s order: the
+    /// words in byte order, then the buckets.
+    fn for_each_token(&self, f: &mut dyn FnMut(Feature<'_>, TokenCounts)) -> Result<()>;
     /// Applies a delta atomically: all of it or, on error (a count would
-    /// overflow, or I/O), none of it. A count the delta would take below
-    /// zero becomes zero; returns how many counts did (see
-    /// `apply_token`). Tokens whose counts reach zero are removed.
+    /// overflow, a bucket is no bucket, or I/O), none of it. A count the
+    /// delta would take below zero becomes zero; returns how many counts
+    /// did (see `apply_token`). Features whose counts reach zero are
+    /// removed.
     /// Registry: `Some(label)` sets, `None` removes; later entries for the
     /// same digest win.
     fn apply(&mut self, delta: &Delta) -> Result<u64>;
@@ -164,7 +171,8 @@ pub trait Store {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemoryStore {
     totals: Totals,
-    tokens: BTreeMap<String, TokenCounts>,
+    words: BTreeMap<String, TokenCounts>,
+    grams: BTreeMap<u32, TokenCounts>,
     registry: HashMap<Digest, Label>,
 }
 
@@ -178,15 +186,19 @@ impl MemoryStore {
     /// not copied: scoring does not need it). Useful to evaluate in memory
     /// what is on disk.
     pub fn load_counts(store: &dyn Store) -> Result<MemoryStore> {
-        let mut tokens = BTreeMap::new();
-        store.for_each_token(&mut |token, counts| {
-            tokens.insert(token.to_owned(), counts);
-        })?;
-        Ok(MemoryStore {
+        let mut copy = MemoryStore {
             totals: store.totals()?,
-            tokens,
-            registry: HashMap::new(),
-        })
+            ..MemoryStore::default()
+        };
+        store.for_each_token(&mut |feature, counts| match feature {
+            Feature::Word(word) => {
+                copy.words.insert(word.to_owned(), counts);
+            }
+            Feature::Gram(bucket) => {
+                copy.grams.insert(bucket, counts);
+            }
+        })?;
+        Ok(copy)
     }
 }
 
@@ -195,8 +207,12 @@ impl Store for MemoryStore {
         Ok(self.totals.clone())
     }
 
-    fn token(&self, token: &str) -> Result<TokenCounts> {
-        Ok(self.tokens.get(token).copied().unwrap_or_default())
+    fn token(&self, feature: Feature<'_>) -> Result<TokenCounts> {
+        let counts = match feature {
+            Feature::Word(word) => self.words.get(word),
+            Feature::Gram(bucket) => self.grams.get(&bucket),
+        };
+        Ok(counts.copied().unwrap_or_default())
     }
 
     fn label_of(&self, digest: &Digest) -> Result<Option<Label>> {
@@ -204,16 +220,19 @@ impl Store for MemoryStore {
     }
 
     fn token_count(&self) -> Result<u64> {
-        Ok(self.tokens.len() as u64)
+        Ok((self.words.len() + self.grams.len()) as u64)
     }
 
     fn registry_len(&self) -> Result<u64> {
         Ok(self.registry.len() as u64)
     }
 
-    fn for_each_token(&self, f: &mut dyn FnMut(&str, TokenCounts)) -> Result<()> {
-        for (token, &counts) in &self.tokens {
-            f(token, counts);
+    fn for_each_token(&self, f: &mut dyn FnMut(Feature<'_>, TokenCounts)) -> Result<()> {
+        for (word, &counts) in &self.words {
+            f(Feature::Word(word), counts);
+        }
+        for (&bucket, &counts) in &self.grams {
+            f(Feature::Gram(bucket), counts);
         }
         Ok(())
     }
@@ -221,23 +240,39 @@ impl Store for MemoryStore {
     fn apply(&mut self, delta: &Delta) -> Result<u64> {
         // Check everything before changing anything, so an error leaves the
         // store as it was.
+        check_buckets(delta)?;
         let mut inexact = 0;
         let totals = apply_totals(&self.totals, delta, &mut inexact)?;
-        let mut tokens = Vec::with_capacity(delta.tokens.len());
-        for (token, &d) in &delta.tokens {
-            if d == [0, 0] {
-                continue;
-            }
-            let old = self.tokens.get(token.as_str()).copied().unwrap_or_default();
-            tokens.push((token, apply_token(token, old, d, &mut inexact)?));
+        let mut words = Vec::with_capacity(delta.words.len());
+        for (word, &d) in delta.words.iter().filter(|(_, d)| **d != [0, 0]) {
+            let old = self.words.get(word.as_str()).copied().unwrap_or_default();
+            words.push((
+                word,
+                apply_token(Feature::Word(word), old, d, &mut inexact)?,
+            ));
+        }
+        let mut grams = Vec::with_capacity(delta.grams.len());
+        for (&bucket, &d) in delta.grams.iter().filter(|(_, d)| **d != [0, 0]) {
+            let old = self.grams.get(&bucket).copied().unwrap_or_default();
+            grams.push((
+                bucket,
+                apply_token(Feature::Gram(bucket), old, d, &mut inexact)?,
+            ));
         }
 
         self.totals = totals;
-        for (token, counts) in tokens {
+        for (word, counts) in words {
             if counts.is_zero() {
-                self.tokens.remove(token.as_str());
+                self.words.remove(word.as_str());
             } else {
-                self.tokens.insert(token.clone(), counts);
+                self.words.insert(word.clone(), counts);
+            }
+        }
+        for (bucket, counts) in grams {
+            if counts.is_zero() {
+                self.grams.remove(&bucket);
+            } else {
+                self.grams.insert(bucket, counts);
             }
         }
         for (digest, label) in &delta.registry {
@@ -254,21 +289,32 @@ impl Store for MemoryStore {
     }
 }
 
-/// The counts of `token` after adding `d` (`[ham, spam]`), or an error if
+/// The counts of `feature` after adding `d` (`[ham, spam]`), or an error if
 /// one would overflow. A count that would go below zero becomes zero and
 /// adds one to `inexact`: it cannot be taken back exactly (the token was
 /// pruned, or the message was counted with other features), and a count
 /// that stays consistent is worth more than a retraining that jams.
 pub(crate) fn apply_token(
-    token: &str,
+    feature: Feature<'_>,
     old: TokenCounts,
     d: [i64; 2],
     inexact: &mut u64,
 ) -> Result<TokenCounts> {
     Ok(TokenCounts {
-        ham: add_u32(old.ham, d[0], inexact, || token.to_owned())?,
-        spam: add_u32(old.spam, d[1], inexact, || token.to_owned())?,
+        ham: add_u32(old.ham, d[0], inexact, || feature.to_string())?,
+        spam: add_u32(old.spam, d[1], inexact, || feature.to_string())?,
     })
+}
+
+/// An error unless every bucket `delta` changes is one ([`is_bucket`]):
+/// a store has room for those only.
+pub(crate) fn check_buckets(delta: &Delta) -> Result<()> {
+    match delta.grams.keys().find(|&&b| !is_bucket(b)) {
+        Some(b) => Err(Error::Invalid(format!(
+            "{b:#x} is not a bucket of the byte view"
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn add_u32(old: u32, d: i64, inexact: &mut u64, what: impl Fn() -> String) -> Result<u32> {
@@ -329,9 +375,14 @@ fn add_gauss(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::FeatureBuf;
 
     fn counts(ham: u32, spam: u32) -> TokenCounts {
         TokenCounts { ham, spam }
+    }
+
+    fn word(w: &str) -> FeatureBuf {
+        FeatureBuf::Word(w.into())
     }
 
     fn learn(tokens: &[&str], label: Label, sign: i64, digest: u8) -> Delta {
@@ -339,7 +390,7 @@ mod tests {
         let mut d = Delta::default();
         d.messages[c] = sign;
         for t in tokens {
-            d.tokens.entry((*t).to_owned()).or_default()[c] += sign;
+            d.change(Feature::Word(t))[c] += sign;
         }
         d.gauss[c][0] = GaussStats {
             n: sign,
@@ -350,10 +401,10 @@ mod tests {
         d
     }
 
-    fn tokens_of(store: &dyn Store) -> Vec<(String, TokenCounts)> {
+    fn tokens_of(store: &dyn Store) -> Vec<(FeatureBuf, TokenCounts)> {
         let mut out = Vec::new();
         store
-            .for_each_token(&mut |t, c| out.push((t.to_owned(), c)))
+            .for_each_token(&mut |t, c| out.push((t.into_owned(), c)))
             .unwrap();
         out
     }
@@ -366,13 +417,13 @@ mod tests {
         assert_eq!(
             tokens_of(&store),
             [
-                ("a".into(), counts(1, 1)),
-                ("b".into(), counts(0, 1)),
-                ("c".into(), counts(1, 0))
+                (word("a"), counts(1, 1)),
+                (word("b"), counts(0, 1)),
+                (word("c"), counts(1, 0))
             ]
         );
-        assert_eq!(store.token("a").unwrap(), counts(1, 1));
-        assert_eq!(store.token("zzz").unwrap(), counts(0, 0));
+        assert_eq!(store.token(Feature::Word("a")).unwrap(), counts(1, 1));
+        assert_eq!(store.token(Feature::Word("zzz")).unwrap(), counts(0, 0));
         assert_eq!(store.totals().unwrap().messages, [1, 1]);
         assert_eq!(store.label_of(&[1; 32]).unwrap(), Some(Label::Spam));
         assert_eq!(store.label_of(&[3; 32]).unwrap(), None);
@@ -406,7 +457,7 @@ mod tests {
         assert_eq!(inexact, 1);
         assert_eq!(
             tokens_of(&store),
-            [("a".into(), counts(0, 1)), ("b".into(), counts(0, 1))]
+            [(word("a"), counts(0, 1)), (word("b"), counts(0, 1))]
         );
         assert_eq!(store.totals().unwrap().messages, [0, 1]);
         assert_eq!(store.label_of(&[1; 32]).unwrap(), None);
@@ -419,8 +470,13 @@ mod tests {
 
         let before = store.clone();
         let mut d = Delta::default();
-        d.tokens.insert("a".into(), [0, i64::from(u32::MAX)]);
+        d.words.insert("a".into(), [0, i64::from(u32::MAX)]);
         assert!(matches!(store.apply(&d), Err(Error::Overflow { .. })));
+        assert_eq!(store, before);
+        // A number that is no bucket cannot be stored.
+        let mut d = learn(&["a"], Label::Spam, 1, 3);
+        d.grams.insert(1 << crate::vocab::BUCKET_BITS, [0, 1]);
+        assert!(matches!(store.apply(&d), Err(Error::Invalid(_))));
         assert_eq!(store, before);
     }
 
@@ -428,6 +484,7 @@ mod tests {
     fn later_registry_entries_win_and_load_counts_copies() {
         let mut store = MemoryStore::new();
         let mut d = learn(&["x"], Label::Ham, 1, 7);
+        d.change(Feature::Gram(5))[0] += 1;
         d.registry.push(([7; 32], None));
         d.registry.push(([8; 32], Some(Label::Ham)));
         d.registry.push(([8; 32], Some(Label::Spam)));
@@ -436,6 +493,13 @@ mod tests {
         assert_eq!(store.label_of(&[8; 32]).unwrap(), Some(Label::Spam));
 
         let copy = MemoryStore::load_counts(&store).unwrap();
+        assert_eq!(
+            tokens_of(&copy),
+            [
+                (word("x"), counts(1, 0)),
+                (FeatureBuf::Gram(5), counts(1, 0))
+            ]
+        );
         assert_eq!(tokens_of(&copy), tokens_of(&store));
         assert_eq!(copy.totals().unwrap(), store.totals().unwrap());
     }

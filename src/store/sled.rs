@@ -5,7 +5,7 @@
 //! # Layout
 //! | tree | key | value |
 //! |---|---|---|
-//! | `shards` | shard number (`u16` BE) | the shard's tokens and counts, packed (see [`super::packed`]); an empty shard is not stored |
+//! | `shards` | shard number (`u16` BE) | the shard's word tokens and counts, packed (see [`super::packed`]); an empty shard is not stored |
 //! | `shards` | `G`, block number (`u16` BE) | the byte view's counts of [`packed::GRAM_BLOCK`] buckets from `block · GRAM_BLOCK` on, by bucket (no names); a block of zeros is not stored |
 //! | `messages` | registry shard number (`u16` BE) | the learned messages of the shard: records of the first 16 bytes of the digest and one byte (0 ham, 1 spam), sorted (see [`super::packed`]); an empty shard is not stored |
 //! | `meta` | `format_version`, `tokenizer_version` | `u32` LE |
@@ -35,9 +35,11 @@
 //!
 //! # Format 1
 //! Format 1 kept one key per token in a `tokens` tree (value: ham `u32`
-//! LE, spam `u32` LE). A writer opening such a store converts it: it writes
-//! the shards, then records format 3, then drops the `tokens` tree, so a
-//! conversion killed at any point is redone or finished by the next open.
+//! LE, spam `u32` LE), a byte-view bucket under its name (U+0001 and the
+//! bucket in five lower-case hex digits). A writer opening such a store
+//! converts it: it writes the shards, then records format 3, then drops
+//! the `tokens` tree, so a conversion killed at any point is redone or
+//! finished by the next open.
 
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -47,12 +49,13 @@ use ::sled::transaction::{ConflictableTransactionError, TransactionError};
 use ::sled::{Db, Transactional, Tree};
 
 use super::packed::{self, RegistryKey, registry_key, registry_shard_of, shard_key, shard_of};
-use super::{Error, FORMAT_VERSION, Result, Store, apply_token, apply_totals};
+use super::{Error, FORMAT_VERSION, Result, Store, apply_token, apply_totals, check_buckets};
 use crate::fsutil;
 use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
 use crate::vocab::Digest;
 use crate::vocab::METADATA_LEN;
 use crate::vocab::TOKENIZER_VERSION;
+use crate::vocab::{BUCKET_BITS, Feature, is_bucket};
 
 const FORMAT_KEY: &[u8] = b"format_version";
 const TOKENIZER_KEY: &[u8] = b"tokenizer_version";
@@ -205,7 +208,7 @@ impl SledStore {
             if counts.is_zero() {
                 continue;
             }
-            match crate::vocab::gram_bucket(&token) {
+            match super::keys::bucket_of(token.as_bytes()) {
                 Some(bucket) => {
                     let block = bucket as usize / packed::GRAM_BLOCK;
                     let block = blocks
@@ -380,13 +383,17 @@ impl Store for SledStore {
         decode_totals(&bytes).map_err(|e| e.into_error(&self.path))
     }
 
-    fn token(&self, token: &str) -> Result<TokenCounts> {
-        if let Some(bucket) = crate::vocab::gram_bucket(token) {
-            let block = self.gram_block(bucket / packed::GRAM_BLOCK as u32)?;
-            return Ok(block
-                .map(|b| b[bucket as usize % packed::GRAM_BLOCK])
-                .unwrap_or_default());
-        }
+    fn token(&self, feature: Feature<'_>) -> Result<TokenCounts> {
+        let token = match feature {
+            Feature::Word(word) => word,
+            Feature::Gram(bucket) if !is_bucket(bucket) => return Ok(TokenCounts::default()),
+            Feature::Gram(bucket) => {
+                let block = self.gram_block(bucket / packed::GRAM_BLOCK as u32)?;
+                return Ok(block
+                    .map(|b| b[bucket as usize % packed::GRAM_BLOCK])
+                    .unwrap_or_default());
+            }
+        };
         let shard = shard_of(token);
         match self
             .shards
@@ -425,27 +432,25 @@ impl Store for SledStore {
         Ok(self.sizes()?[1])
     }
 
-    fn for_each_token(&self, f: &mut dyn FnMut(&str, TokenCounts)) -> Result<()> {
-        // Shards hold tokens by hash: the promised byte order needs them all.
-        let mut all = Vec::new();
+    fn for_each_token(&self, f: &mut dyn FnMut(Feature<'_>, TokenCounts)) -> Result<()> {
+        // Shards hold words by hash: the promised byte order needs them all.
+        let mut words = Vec::new();
         for shard in 0..packed::SHARDS {
-            all.extend(self.shard(shard as u16)?);
+            words.extend(self.shard(shard as u16)?);
         }
-        let blocks = (1usize << crate::vocab::BUCKET_BITS).div_ceil(packed::GRAM_BLOCK);
+        words.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (word, counts, _) in &words {
+            f(Feature::Word(word), *counts);
+        }
+        drop(words);
+        let blocks = (1usize << BUCKET_BITS).div_ceil(packed::GRAM_BLOCK);
         for block in 0..blocks as u32 {
             if let Some(counts) = self.gram_block(block)? {
                 let first = block * packed::GRAM_BLOCK as u32;
-                all.extend(
-                    (first..)
-                        .zip(counts)
-                        .filter(|(_, c)| !c.is_zero())
-                        .map(|(b, c)| (crate::vocab::gram_name(b), c, 0)),
-                );
+                for (bucket, c) in (first..).zip(counts).filter(|(_, c)| !c.is_zero()) {
+                    f(Feature::Gram(bucket), c);
+                }
             }
-        }
-        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for (token, counts, _) in &all {
-            f(token, *counts);
         }
         Ok(())
     }
@@ -498,7 +503,7 @@ impl SledStore {
             for (token, c, day) in self.shard(shard as u16)? {
                 if u64::from(c.ham) + u64::from(c.spam) <= max_count && day < before {
                     delta
-                        .tokens
+                        .words
                         .insert(token, [-i64::from(c.ham), -i64::from(c.spam)]);
                 }
             }
@@ -520,29 +525,25 @@ impl SledStore {
             })
         };
         let bad_sizes = || corrupt("bad sizes record".into());
-        // The changes of each shard, sorted by token (a shard is rewritten
+        check_buckets(delta)?;
+        // The changes of each shard, sorted by word (a shard is rewritten
         // once per delta).
         let mut by_shard: std::collections::BTreeMap<u16, Vec<(&str, [i64; 2])>> =
             std::collections::BTreeMap::new();
-        // Gram block → (name, bucket, change).
-        type BlockChanges<'a> = Vec<(&'a str, u32, [i64; 2])>;
-        let mut by_block: std::collections::BTreeMap<u32, BlockChanges> =
+        for (word, &d) in delta.words.iter().filter(|(_, d)| **d != [0, 0]) {
+            by_shard
+                .entry(shard_of(word))
+                .or_default()
+                .push((word.as_str(), d));
+        }
+        // Gram block → (bucket, change).
+        let mut by_block: std::collections::BTreeMap<u32, Vec<(u32, [i64; 2])>> =
             std::collections::BTreeMap::new();
-        for (token, &d) in &delta.tokens {
-            if d == [0, 0] {
-                continue;
-            }
-            if let Some(bucket) = crate::vocab::gram_bucket(token) {
-                by_block
-                    .entry(bucket / packed::GRAM_BLOCK as u32)
-                    .or_default()
-                    .push((token.as_str(), bucket, d));
-            } else {
-                by_shard
-                    .entry(shard_of(token))
-                    .or_default()
-                    .push((token.as_str(), d));
-            }
+        for (&bucket, &d) in delta.grams.iter().filter(|(_, d)| **d != [0, 0]) {
+            by_block
+                .entry(bucket / packed::GRAM_BLOCK as u32)
+                .or_default()
+                .push((bucket, d));
         }
         let mut registry_by_shard: std::collections::BTreeMap<u16, Vec<(&Digest, &Option<Label>)>> =
             std::collections::BTreeMap::new();
@@ -576,16 +577,17 @@ impl SledStore {
                 };
                 let before = entries.len() as u64;
                 for &(token, d) in changes {
+                    let word = Feature::Word(token);
                     match entries.binary_search_by(|(e, _, _)| e.as_str().cmp(token)) {
                         Ok(i) => {
-                            let new = apply_token(token, entries[i].1, d, &mut inexact_here)
+                            let new = apply_token(word, entries[i].1, d, &mut inexact_here)
                                 .map_err(abort)?;
                             entries[i].1 = new;
                             entries[i].2 = today;
                         }
                         Err(i) => {
                             let new =
-                                apply_token(token, TokenCounts::default(), d, &mut inexact_here)
+                                apply_token(word, TokenCounts::default(), d, &mut inexact_here)
                                     .map_err(abort)?;
                             entries.insert(i, (token.to_owned(), new, today));
                         }
@@ -610,9 +612,10 @@ impl SledStore {
                         .ok_or_else(|| corrupt(format!("bad gram block {block}")))?,
                     None => vec![TokenCounts::default(); packed::GRAM_BLOCK],
                 };
-                for &(token, bucket, d) in changes {
+                for &(bucket, d) in changes {
                     let slot = &mut counts[bucket as usize % packed::GRAM_BLOCK];
-                    let new = apply_token(token, *slot, d, &mut inexact_here).map_err(abort)?;
+                    let new = apply_token(Feature::Gram(bucket), *slot, d, &mut inexact_here)
+                        .map_err(abort)?;
                     n_tokens = match (slot.is_zero(), new.is_zero()) {
                         (true, false) => n_tokens + 1,
                         (false, true) => n_tokens.checked_sub(1).ok_or_else(bad_sizes)?,
@@ -922,6 +925,8 @@ mod tests {
 
     use super::*;
     use crate::store::MemoryStore;
+    use crate::store::keys::GramName;
+    use crate::vocab::FeatureBuf;
 
     const WAIT: Duration = Duration::from_secs(5);
 
@@ -929,7 +934,7 @@ mod tests {
     #[derive(Debug, PartialEq)]
     struct Dump {
         totals: Totals,
-        tokens: Vec<(String, TokenCounts)>,
+        tokens: Vec<(FeatureBuf, TokenCounts)>,
         token_count: u64,
         registry_len: u64,
         labels: Vec<Option<Label>>,
@@ -940,10 +945,10 @@ mod tests {
     fn dump(store: &dyn Store) -> Dump {
         let mut tokens = Vec::new();
         store
-            .for_each_token(&mut |t, c| tokens.push((t.to_owned(), c)))
+            .for_each_token(&mut |t, c| tokens.push((t.into_owned(), c)))
             .unwrap();
         for (t, c) in &tokens {
-            assert_eq!(store.token(t).unwrap(), *c);
+            assert_eq!(store.token(t.as_feature()).unwrap(), *c);
         }
         Dump {
             totals: store.totals().unwrap(),
@@ -957,12 +962,18 @@ mod tests {
     }
 
     /// A delta learning (sign 1) or unlearning (sign −1) one message.
-    fn message(tokens: &[&str], label: Label, sign: i64, digest: u8, value: i128) -> Delta {
+    fn message(words: &[&str], label: Label, sign: i64, digest: u8, value: i128) -> Delta {
+        let features: Vec<Feature> = words.iter().map(|w| Feature::Word(w)).collect();
+        message_of(&features, label, sign, digest, value)
+    }
+
+    /// [`message`] of any features.
+    fn message_of(features: &[Feature], label: Label, sign: i64, digest: u8, value: i128) -> Delta {
         let c = label.index();
         let mut d = Delta::default();
         d.messages[c] = sign;
-        for t in tokens {
-            d.tokens.entry((*t).to_owned()).or_default()[c] += sign;
+        for &f in features {
+            d.change(f)[c] += sign;
         }
         for (k, g) in d.gauss[c].iter_mut().enumerate() {
             let x = value * (k as i128 + 1);
@@ -987,7 +998,7 @@ mod tests {
         store.apply(&message(&["b"], Label::Ham, 1, 2, 5)).unwrap();
         // A refused delta is not a change.
         let mut overflow = Delta::default();
-        overflow.tokens.insert("a".into(), [0, i64::from(u32::MAX)]);
+        overflow.words.insert("a".into(), [0, i64::from(u32::MAX)]);
         assert!(store.apply(&overflow).is_err());
         store.flush().unwrap();
         drop(store);
@@ -1044,7 +1055,7 @@ mod tests {
         let store = SledStore::open(&path, WAIT).unwrap();
         assert_eq!(dump(&store), before);
         assert_eq!(
-            store.token("hello").unwrap(),
+            store.token(Feature::Word("hello")).unwrap(),
             TokenCounts { ham: 1, spam: 1 }
         );
         assert_eq!(store.label_of(&[1; 32]).unwrap(), Some(Label::Spam));
@@ -1138,13 +1149,27 @@ mod tests {
         let before = dump(&store);
 
         let mut bad = message(&["a", "b"], Label::Spam, 1, 1, 5);
-        bad.tokens.insert("b".into(), [0, i64::from(u32::MAX)]);
+        bad.words.insert("b".into(), [0, i64::from(u32::MAX)]);
         bad.registry.push(([2; 32], Some(Label::Ham)));
         let err = store.apply(&bad).unwrap_err();
         assert!(
             matches!(&err, Error::Overflow { token } if token == "b"),
             "{err}"
         );
+        assert_eq!(dump(&store), before);
+        // A bucket's overflow names it as people read it.
+        let mut bad = message_of(&[Feature::Gram(7)], Label::Spam, 1, 3, 5);
+        bad.grams.insert(7, [0, i64::from(u32::MAX) + 1]);
+        let err = store.apply(&bad).unwrap_err();
+        assert!(
+            matches!(&err, Error::Overflow { token } if token == "bytes:00007"),
+            "{err}"
+        );
+        // A number that is no bucket is refused, before anything changes.
+        let mut bad = message(&["a", "b"], Label::Spam, 1, 4, 5);
+        bad.grams.insert(1 << BUCKET_BITS, [1, 0]);
+        let err = store.apply(&bad).unwrap_err();
+        assert!(matches!(&err, Error::Invalid(_)), "{err}");
         assert_eq!(dump(&store), before);
     }
 
@@ -1157,8 +1182,7 @@ mod tests {
             .unwrap();
         // "never" was pruned or never counted; a bucket of the byte view too.
         let mut back = message(&["a", "b", "never"], Label::Spam, -1, 1, 5);
-        back.tokens
-            .insert(crate::vocab::gram_name(7).to_owned(), [0, -1]);
+        back.grams.insert(7, [0, -1]);
         assert_eq!(store.apply(&back).unwrap(), 2);
         assert_eq!(store.totals().unwrap().messages, [0, 0]);
         assert_eq!(store.token_count().unwrap(), 0);
@@ -1192,8 +1216,14 @@ mod tests {
     fn a_format_1_store_is_converted_with_every_count_and_label() {
         let mut memory = MemoryStore::new();
         memory
-            .apply(&message(
-                &["a", "b", "subject:x", "\u{1}00007", "\u{1}2ffff"],
+            .apply(&message_of(
+                &[
+                    Feature::Word("a"),
+                    Feature::Word("b"),
+                    Feature::Word("subject:x"),
+                    Feature::Gram(7),
+                    Feature::Gram(0x2ffff),
+                ],
                 Label::Spam,
                 1,
                 1,
@@ -1212,7 +1242,11 @@ mod tests {
             let tokens = db.open_tree("tokens").unwrap();
             memory
                 .for_each_token(&mut |t, c| {
-                    tokens.insert(t, &encode_counts(c)[..]).unwrap();
+                    let name = match t {
+                        Feature::Word(w) => w.to_owned(),
+                        Feature::Gram(b) => GramName::of(b).as_str().to_owned(),
+                    };
+                    tokens.insert(name, &encode_counts(c)[..]).unwrap();
                 })
                 .unwrap();
             let registry = db.open_tree("registry").unwrap();
@@ -1257,8 +1291,13 @@ mod tests {
         let mut store = SledStore::open(&dir.path().join("db"), WAIT).unwrap();
         store.set_today(100);
         store
-            .apply(&message(
-                &["old1", "often", "later", "\u{1}00001"],
+            .apply(&message_of(
+                &[
+                    Feature::Word("old1"),
+                    Feature::Word("often"),
+                    Feature::Word("later"),
+                    Feature::Gram(1),
+                ],
                 Label::Spam,
                 1,
                 1,
@@ -1279,14 +1318,15 @@ mod tests {
         // ("often" is seen 4 times, "later" changed on day 200, "new1" is
         // new, and the byte view's bucket is never pruned).
         let delta = store.rare_and_old(2, 150).unwrap();
-        let pruned: Vec<&String> = delta.tokens.keys().collect();
+        let pruned: Vec<&String> = delta.words.keys().collect();
         assert_eq!(pruned, ["old1"]);
+        assert!(delta.grams.is_empty());
         store.apply(&delta).unwrap();
         let after = dump(&store);
         let kept: Vec<_> = before
             .tokens
             .iter()
-            .filter(|(t, _)| t != "old1")
+            .filter(|(t, _)| t.as_feature() != Feature::Word("old1"))
             .cloned()
             .collect();
         assert_eq!(after.tokens, kept);
@@ -1294,7 +1334,7 @@ mod tests {
         assert_eq!(after.totals, before.totals);
         assert_eq!(after.labels, before.labels);
         // Nothing older than day 0: nothing to prune.
-        assert!(store.rare_and_old(u64::MAX, 0).unwrap().tokens.is_empty());
+        assert!(store.rare_and_old(u64::MAX, 0).unwrap().words.is_empty());
     }
 
     #[test]
@@ -1372,21 +1412,22 @@ mod tests {
         ));
     }
 
-    // With names of byte-view buckets (kept by bucket, in gram blocks), and
-    // one past the last bucket (a name like any other).
-    const TOKENS: [&str; 12] = [
-        "\u{1}00000",
-        "\u{1}00fff",
-        "\u{1}3ffff",
-        "\u{1}40000",
-        "a",
-        "ab",
-        "b",
-        "SUBJ:free",
-        "URL:example.com",
-        "é",
-        "日本",
-        "zz",
+    // With buckets of the byte view (kept by number, in gram blocks), the
+    // last one among them, and a word spelled as a format keyed by name
+    // spells a bucket (a word like any other).
+    const TOKENS: [Feature<'static>; 12] = [
+        Feature::Gram(0),
+        Feature::Gram(0xfff),
+        Feature::Gram((1 << BUCKET_BITS) - 1),
+        Feature::Word("\u{1}00fff"),
+        Feature::Word("a"),
+        Feature::Word("ab"),
+        Feature::Word("b"),
+        Feature::Word("SUBJ:free"),
+        Feature::Word("URL:example.com"),
+        Feature::Word("é"),
+        Feature::Word("日本"),
+        Feature::Word("zz"),
     ];
 
     #[derive(Debug, Clone)]
@@ -1406,7 +1447,7 @@ mod tests {
             any::<i64>(),
         )
             .prop_map(|(tokens, label, sign, digest, value)| {
-                message(&tokens, label, sign, digest, i128::from(value) << 40)
+                message_of(&tokens, label, sign, digest, i128::from(value) << 40)
             })
     }
 

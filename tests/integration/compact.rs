@@ -8,7 +8,7 @@ use std::time::Duration;
 use bayesmail::db::{Classifier, DbPaths, Trainer};
 use bayesmail::model::TokenCounts;
 use bayesmail::store::Store;
-use bayesmail::vocab::BUCKET_BITS;
+use bayesmail::vocab::{BUCKET_BITS, Feature};
 
 use crate::common::*;
 
@@ -22,9 +22,9 @@ fn store_counts(db: &Db) -> (Vec<Option<TokenCounts>>, u64) {
     let mut buckets = vec![None; 1 << BUCKET_BITS];
     let mut words = 0;
     store
-        .for_each_token(&mut |t, c| match bayesmail::vocab::gram_bucket(t) {
-            Some(b) => buckets[b as usize] = Some(c),
-            None => words += 1,
+        .for_each_token(&mut |t, c| match t {
+            Feature::Gram(b) => buckets[b as usize] = Some(c),
+            Feature::Word(_) => words += 1,
         })
         .unwrap();
     (buckets, words)
@@ -40,7 +40,7 @@ fn assert_buckets_match_store(db: &Db) {
         let b = b as u32;
         assert_eq!(classifier.gram(b), *counts, "bucket {b:#x}");
         assert_eq!(
-            classifier.lookup(&bayesmail::vocab::gram_name(b)),
+            classifier.lookup(Feature::Gram(b)),
             *counts,
             "bucket {b:#x}"
         );

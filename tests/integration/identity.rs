@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use bayesmail::db::DbPaths;
 use bayesmail::model::{Label, TokenCounts};
 use bayesmail::store::{MemoryStore, SledStore, Store};
+use bayesmail::vocab::FeatureBuf;
 use proptest::prelude::*;
 
 use crate::common::*;
@@ -354,7 +355,7 @@ fn op(messages: usize) -> impl Strategy<Value = Op> {
 
 /// Every token count, the totals and the registry size of a database's
 /// count store.
-fn counts_of(dir: &Path) -> (MemoryStore, BTreeMap<String, TokenCounts>, u64) {
+fn counts_of(dir: &Path) -> (MemoryStore, BTreeMap<FeatureBuf, TokenCounts>, u64) {
     let store = SledStore::open(
         &DbPaths::new(dir).counts(),
         std::time::Duration::from_secs(60),
@@ -364,7 +365,7 @@ fn counts_of(dir: &Path) -> (MemoryStore, BTreeMap<String, TokenCounts>, u64) {
     let mut tokens = BTreeMap::new();
     memory
         .for_each_token(&mut |t, c| {
-            tokens.insert(t.to_owned(), c);
+            tokens.insert(t.into_owned(), c);
         })
         .unwrap();
     (memory, tokens, store.registry_len().unwrap())

@@ -8,7 +8,7 @@ use bayesmail::features::{Features, Metadata};
 use bayesmail::model::{Delta, Label, Model, Params, TokenCounts, Totals, sigmoid};
 use bayesmail::store::{MemoryStore, Store};
 use bayesmail::vocab::METADATA_LEN;
-use bayesmail::vocab::{VIEWS, View};
+use bayesmail::vocab::{Feature, FeatureBuf, VIEWS};
 use proptest::prelude::*;
 use rayon::prelude::*;
 
@@ -40,10 +40,10 @@ fn delta_of(messages: &[(Features, Label)], sign: i64) -> Delta {
     d
 }
 
-fn snapshot(store: &MemoryStore) -> (Totals, Vec<(String, TokenCounts)>) {
+fn snapshot(store: &MemoryStore) -> (Totals, Vec<(FeatureBuf, TokenCounts)>) {
     let mut tokens = Vec::new();
     store
-        .for_each_token(&mut |t, c| tokens.push((t.to_string(), c)))
+        .for_each_token(&mut |t, c| tokens.push((t.into_owned(), c)))
         .unwrap();
     (store.totals().unwrap(), tokens)
 }
@@ -112,7 +112,7 @@ proptest! {
             .0
             .tokens
             .iter()
-            .map(|t| (View::of(t), store.token(t).unwrap()))
+            .map(|t| (Feature::Word(t).view(), store.token(Feature::Word(t)).unwrap()))
             .filter(|(_, c)| !c.is_zero());
         let ev = model.evidence(known, &probe.0.metadata.0);
         prop_assert!(ev.log_odds().is_finite(), "{ev:?}");

@@ -46,13 +46,14 @@
 //! | 4 m | `u32` hash slots: 0 empty, else token index + 1 in the low `k` bits, `k` the bits of `n` (`⌈log2(n + 1)⌉`), and the low `32 - k` bits of `hash(t)` above them (a tag: most slots of other tokens are passed over without reading their key); token `t` is at the first slot from `⌊hash(t) · m / 2^64⌋` on (linear probing, slot `m - 1` followed by slot 0), see [`token_hash`] |
 //! | 8 | `u64` `g`: buckets of the byte view with non-zero counts |
 //! | 8 | `u64` `b`: buckets in the table below: the highest such bucket + 1 (0 if none), at most 2^[`BUCKET_BITS`] |
-//! | 8 b | counts of bucket `i` (the feature [`crate::vocab::gram_name`]`(i)`): `u32` ham, `u32` spam; both zero for a bucket never seen |
+//! | 8 b | counts of bucket `i` (the feature [`Feature::Gram`]`(i)`): `u32` ham, `u32` spam; both zero for a bucket never seen |
 //! | 8 | `u64` checksum of all the bytes before it: XXH3-64, seed 0 |
 //!
 //! Version 4 has the same layout, with a checksum of bayesmail's own (four
 //! lanes of 8-byte words, folded; see `checksum` in the source). Versions
-//! 2 and 3 have no bucket table (the buckets are keyed tokens like
-//! the others), `m` is the smallest power of two ≥ max(2n, 1), token `t`'s
+//! 2 and 3 have no bucket table (the buckets are keyed tokens like the
+//! others, under their names: U+0001 and the bucket in five lower-case hex
+//! digits), `m` is the smallest power of two ≥ max(2n, 1), token `t`'s
 //! first slot is `hash(t) mod m` and slots hold no tag.
 
 use std::fs::{self, File};
@@ -64,16 +65,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use std::borrow::Cow;
-
 mod buffer;
 mod checksum;
 mod write;
 
+use super::keys::{self, GramName};
 use super::{Error, Result, Store};
 use crate::fsutil::{self, open_regular};
 use crate::model::TokenCounts;
 use crate::vocab::BUCKET_BITS;
+use crate::vocab::Feature;
 use crate::vocab::TOKENIZER_VERSION;
 use buffer::*;
 pub(crate) use checksum::checksum;
@@ -357,28 +358,33 @@ impl Snapshot {
             .map_err(|e| self.corrupt(format!("bad header: {e}")))
     }
 
-    /// The counts of `token`, if it is in the snapshot: a hash-table probe
-    /// for a word token, a read of the bucket table for a byte n-gram's
-    /// name ([`crate::vocab::gram_name`]); no allocation.
-    pub fn lookup(&self, token: &str) -> Option<TokenCounts> {
-        if self.version >= DENSE_GRAMS
-            && let Some(bucket) = crate::vocab::gram_bucket(token)
-        {
-            return self.gram(bucket);
+    /// The counts of `feature`, if it is in the snapshot: a hash-table
+    /// probe for a word token, a read of the bucket table for a bucket of
+    /// the byte view ([`Snapshot::gram`]); no allocation.
+    pub fn lookup(&self, feature: Feature<'_>) -> Option<TokenCounts> {
+        match feature {
+            Feature::Word(word) => self.word_token(word),
+            Feature::Gram(bucket) => self.gram(bucket),
         }
-        self.word(token.as_bytes())
     }
 
-    /// The counts of the byte view's `bucket` (the feature
-    /// [`crate::vocab::gram_name`]`(bucket)`), if it was seen: one read of the bucket
-    /// table.
+    /// The counts of a word token. Before version 4 a key that spells a
+    /// bucket's name is that bucket, not a word.
+    fn word_token(&self, word: &str) -> Option<TokenCounts> {
+        if self.version < DENSE_GRAMS && !keys::has_name(Feature::Word(word)) {
+            return None;
+        }
+        self.word(word.as_bytes())
+    }
+
+    /// The counts of the byte view's `bucket`, if it was seen: one read of
+    /// the bucket table.
     pub fn gram(&self, bucket: u32) -> Option<TokenCounts> {
         if bucket as usize >= BUCKETS {
-            // Not a bucket (its name would be another's).
             return None;
         }
         if self.version < DENSE_GRAMS {
-            return self.word(crate::vocab::GramName::default().of(bucket).as_bytes());
+            return self.word(GramName::of(bucket).as_str().as_bytes());
         }
         let i = bucket as usize;
         if i >= self.b {
@@ -415,7 +421,7 @@ impl Snapshot {
         /// processor's outstanding fetches busy.
         const BATCH: usize = 16;
         if self.version < DENSE_GRAMS {
-            tokens.for_each(|t| found(t, self.lookup(t)));
+            tokens.for_each(|t| found(t, self.word_token(t)));
             return;
         }
         let mut batch = [("", Step::Done(None)); BATCH];
@@ -459,12 +465,9 @@ impl Snapshot {
         }
     }
 
-    /// [`Snapshot::lookup_all`]'s first step (version 4 on): a bucket's
-    /// counts, or where `token`'s probe starts (its slot asked for).
+    /// [`Snapshot::lookup_all`]'s first step (version 4 on): where
+    /// `token`'s probe starts (its slot asked for).
     fn first_step(&self, token: &str) -> Step {
-        if let Some(bucket) = crate::vocab::gram_bucket(token) {
-            return Step::Done(self.gram(bucket));
-        }
         let hash = token_hash(token.as_bytes());
         let slot = home_slot(self.version, hash, self.m);
         prefetch(&self.bytes, self.slots + 4 * slot);
@@ -518,31 +521,27 @@ impl Snapshot {
         self.len() == 0
     }
 
-    /// Every token and its counts, in byte order of the token, the byte
-    /// view's buckets under their names ([`crate::vocab::gram_name`]). Entries that are
-    /// damaged (see [`Snapshot::verify`]) are skipped.
-    pub fn iter(&self) -> impl Iterator<Item = (Cow<'_, str>, TokenCounts)> {
-        let mut words = (0..self.n)
-            .filter_map(|i| {
+    /// Every feature and its counts, in [`Feature`]'s order: the words in
+    /// byte order, then the buckets. Entries that are damaged (see
+    /// [`Snapshot::verify`]) are skipped.
+    pub fn iter(&self) -> impl Iterator<Item = (Feature<'_>, TokenCounts)> + '_ {
+        let old = self.version < DENSE_GRAMS;
+        let keyed = move |n: usize| {
+            (0..n).filter_map(move |i| {
                 let key = std::str::from_utf8(self.key(i)?).ok()?;
-                Some((Cow::Borrowed(key), self.counts_at(i)?))
+                Some((key, self.counts_at(i)?))
             })
-            .peekable();
-        let mut buckets = self
-            .grams()
-            .map(|(b, c)| (Cow::<str>::Owned(crate::vocab::gram_name(b)), c))
-            .peekable();
-        std::iter::from_fn(move || {
-            let word_first = match (words.peek(), buckets.peek()) {
-                (Some(w), Some(g)) => w.0.as_bytes() < g.0.as_bytes(),
-                (w, _) => w.is_some(),
-            };
-            if word_first {
-                words.next()
-            } else {
-                buckets.next()
-            }
-        })
+        };
+        let words = keyed(self.n)
+            .filter(move |(k, _)| !old || keys::has_name(Feature::Word(k)))
+            .map(|(k, c)| (Feature::Word(k), c));
+        // Before version 4 the buckets are keyed tokens, whose names sort
+        // in bucket order.
+        let named = keyed(if old { self.n } else { 0 })
+            .map(|(k, c)| (keys::feature_of(k), c))
+            .filter(|(f, _)| matches!(f, Feature::Gram(_)));
+        let table = self.grams().map(|(b, c)| (Feature::Gram(b), c));
+        words.chain(named).chain(table)
     }
 
     /// The byte view's buckets with counts in the bucket table, in bucket
@@ -580,11 +579,6 @@ impl Snapshot {
             }
             if self.index_of(key) != Some(i) {
                 return Err(self.corrupt(format!("token {i} is not in the hash table")));
-            }
-            if self.version >= DENSE_GRAMS
-                && std::str::from_utf8(key).is_ok_and(|k| crate::vocab::gram_bucket(k).is_some())
-            {
-                return Err(self.corrupt(format!("token {i} belongs in the bucket table")));
             }
             previous = Some(key);
         }
@@ -678,6 +672,7 @@ mod tests {
 
     use super::*;
     use crate::store::MemoryStore;
+    use crate::vocab::FeatureBuf;
     use std::fs::OpenOptions;
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -693,32 +688,36 @@ mod tests {
         }
     }
 
-    fn sample() -> Vec<(String, TokenCounts)> {
-        let words = [
-            "free",
-            "a",
-            "ab",
-            "abc",
-            "b",
-            "SUBJ:free",
-            "URL:example.com",
-            "é",
-            "日本",
-            "zz",
+    fn word(w: &str) -> FeatureBuf {
+        FeatureBuf::Word(w.into())
+    }
+
+    fn sample() -> Vec<(FeatureBuf, TokenCounts)> {
+        let features = [
+            word("free"),
+            word("a"),
+            word("ab"),
+            word("abc"),
+            word("b"),
+            word("SUBJ:free"),
+            word("URL:example.com"),
+            word("é"),
+            word("日本"),
+            word("zz"),
             // Buckets of the byte view: the bucket table.
-            "\u{1}00000",
-            "\u{1}00005",
-            "\u{1}00028",
-            // Not a bucket's name: keyed tokens.
-            "\u{1}0002A",
-            "\u{1}fffff",
+            FeatureBuf::Gram(0),
+            FeatureBuf::Gram(5),
+            FeatureBuf::Gram(0x28),
+            // Words spelled almost as a bucket's name: keyed tokens.
+            word("\u{1}0002A"),
+            word("\u{1}fffff"),
         ];
-        words
-            .iter()
+        features
+            .into_iter()
             .enumerate()
-            .map(|(i, w)| {
+            .map(|(i, f)| {
                 (
-                    w.to_string(),
+                    f,
                     TokenCounts {
                         ham: i as u32,
                         spam: 7 * i as u32 + 1,
@@ -728,10 +727,39 @@ mod tests {
             .collect()
     }
 
-    fn sorted_sample() -> Vec<(String, TokenCounts)> {
+    fn sorted_sample() -> Vec<(FeatureBuf, TokenCounts)> {
         let mut s = sample();
-        s.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        s.sort_by(|a, b| a.0.cmp(&b.0));
         s
+    }
+
+    /// The words and the buckets of `features` apart, as `encode` takes
+    /// them.
+    type Parts = (Vec<(String, TokenCounts)>, Vec<(u32, TokenCounts)>);
+    fn parts(features: &[(FeatureBuf, TokenCounts)]) -> Parts {
+        let (mut words, mut grams) = (Vec::new(), Vec::new());
+        for (f, c) in features {
+            match f {
+                FeatureBuf::Word(w) => words.push((w.clone(), *c)),
+                FeatureBuf::Gram(b) => grams.push((*b, *c)),
+            }
+        }
+        words.sort_by(|a, b| a.0.cmp(&b.0));
+        grams.sort_by_key(|&(b, _)| b);
+        (words, grams)
+    }
+
+    /// `features` as a format keyed by name spells them, in byte order.
+    fn named(features: &[(FeatureBuf, TokenCounts)]) -> Vec<(String, TokenCounts)> {
+        let mut named: Vec<(String, TokenCounts)> = features
+            .iter()
+            .map(|(f, c)| match f {
+                FeatureBuf::Word(w) => (w.clone(), *c),
+                FeatureBuf::Gram(b) => (GramName::of(*b).as_str().to_owned(), *c),
+            })
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        named
     }
 
     /// The bytes `write_snapshot` writes for the sample (built in memory:
@@ -740,7 +768,8 @@ mod tests {
         static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
         BYTES
             .get_or_init(|| {
-                encode(&serde_json::to_vec(&header()).unwrap(), &sorted_sample()).unwrap()
+                let (words, grams) = parts(&sample());
+                encode(&serde_json::to_vec(&header()).unwrap(), &words, &grams).unwrap()
             })
             .clone()
     }
@@ -789,7 +818,7 @@ mod tests {
         assert!(!snap.is_empty());
         assert_eq!(snap.header::<Header>().unwrap(), header());
         for (token, counts) in sample() {
-            assert_eq!(snap.lookup(&token), Some(counts), "{token}");
+            assert_eq!(snap.lookup(token.as_feature()), Some(counts), "{token}");
         }
         assert_lookup_all_agrees(&snap, &wanted());
         for absent in [
@@ -806,17 +835,19 @@ mod tests {
             "\u{1}00029",
             "\u{1}3ffff",
             "\u{1}",
+            "\u{1}00000",
         ] {
-            assert_eq!(snap.lookup(absent), None, "{absent}");
+            assert_eq!(snap.lookup(Feature::Word(absent)), None, "{absent}");
         }
         // Buckets by number, as the classifier looks them up.
-        let gram = |name: &str| sample().into_iter().find(|(t, _)| t == name).map(|t| t.1);
+        let gram = |b: u32| {
+            sample()
+                .into_iter()
+                .find(|(t, _)| *t == FeatureBuf::Gram(b))
+        };
         for bucket in [0, 5, 0x28] {
-            assert_eq!(
-                snap.gram(bucket),
-                gram(&crate::vocab::gram_name(bucket)),
-                "{bucket}"
-            );
+            assert_eq!(snap.gram(bucket), gram(bucket).map(|t| t.1), "{bucket}");
+            assert_eq!(snap.gram(bucket), snap.lookup(Feature::Gram(bucket)));
             assert!(snap.gram(bucket).is_some());
         }
         for bucket in [
@@ -829,12 +860,13 @@ mod tests {
             u32::MAX,
         ] {
             assert_eq!(snap.gram(bucket), None, "{bucket}");
+            assert_eq!(snap.lookup(Feature::Gram(bucket)), None, "{bucket}");
         }
         assert_eq!(
             snap.grams().map(|(b, _)| b).collect::<Vec<_>>(),
             [0, 5, 0x28]
         );
-        let listed: Vec<(String, TokenCounts)> =
+        let listed: Vec<(FeatureBuf, TokenCounts)> =
             snap.iter().map(|(t, c)| (t.into_owned(), c)).collect();
         assert_eq!(listed, sorted_sample());
         assert!(
@@ -873,12 +905,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.bin");
         let zero = TokenCounts::default();
-        write_snapshot(&path, &(), [("gone", zero)]).unwrap();
+        write_snapshot(
+            &path,
+            &(),
+            [(Feature::Word("gone"), zero), (Feature::Gram(3), zero)],
+        )
+        .unwrap();
         let snap = Snapshot::open(&path).unwrap();
         snap.verify().unwrap();
         assert!(snap.is_empty());
-        assert_eq!(snap.lookup("gone"), None);
-        assert_eq!(snap.lookup(""), None);
+        assert_eq!(snap.lookup(Feature::Word("gone")), None);
+        assert_eq!(snap.lookup(Feature::Word("")), None);
+        assert_eq!(snap.lookup(Feature::Gram(3)), None);
         assert_eq!(snap.iter().count(), 0);
         snap.header::<()>().unwrap();
     }
@@ -888,7 +926,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.bin");
         let c = TokenCounts { ham: 1, spam: 0 };
-        let err = write_snapshot(&path, &(), [("b", c), ("a", c), ("b", c)]).unwrap_err();
+        let (a, b) = (Feature::Word("a"), Feature::Word("b"));
+        let err = write_snapshot(&path, &(), [(b, c), (a, c), (b, c)]).unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+        let g = Feature::Gram(4);
+        let err = write_snapshot(&path, &(), [(g, c), (a, c), (g, c)]).unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+        // A number that is no bucket has no place in the table.
+        let err = write_snapshot(&path, &(), [(Feature::Gram(1 << BUCKET_BITS), c)]).unwrap_err();
         assert!(matches!(err, Error::Invalid(_)), "{err:?}");
         assert!(!path.exists());
     }
@@ -900,16 +945,15 @@ mod tests {
         let mut store = MemoryStore::new();
         let mut delta = crate::model::Delta::default();
         for (token, c) in sample() {
-            delta
-                .tokens
-                .insert(token, [i64::from(c.ham), i64::from(c.spam)]);
+            *delta.change(token.as_feature()) = [i64::from(c.ham), i64::from(c.spam)];
         }
         store.apply(&delta).unwrap();
         write_store_snapshot(&path, &header(), &store).unwrap();
         let snap = Snapshot::open(&path).unwrap();
-        let listed: Vec<(String, TokenCounts)> =
+        let listed: Vec<(FeatureBuf, TokenCounts)> =
             snap.iter().map(|(t, c)| (t.into_owned(), c)).collect();
         assert_eq!(listed, sorted_sample());
+        assert_eq!(fs::read(&path).unwrap(), sample_bytes());
     }
 
     #[test]
@@ -918,14 +962,15 @@ mod tests {
         let path = dir.path().join("model.bin");
         let old = TokenCounts { ham: 1, spam: 2 };
         let new = TokenCounts { ham: 3, spam: 4 };
-        write_snapshot(&path, "old", [("t", old)]).unwrap();
+        let (t, u) = (Feature::Word("t"), Feature::Word("u"));
+        write_snapshot(&path, "old", [(t, old)]).unwrap();
         let reader = Snapshot::open(&path).unwrap();
-        write_snapshot(&path, "new", [("t", new), ("u", new)]).unwrap();
-        assert_eq!(reader.lookup("t"), Some(old));
+        write_snapshot(&path, "new", [(t, new), (u, new)]).unwrap();
+        assert_eq!(reader.lookup(t), Some(old));
         assert_eq!(reader.header::<String>().unwrap(), "old");
         reader.verify().unwrap();
         let fresh = Snapshot::open(&path).unwrap();
-        assert_eq!((fresh.lookup("t"), fresh.len()), (Some(new), 2));
+        assert_eq!((fresh.lookup(t), fresh.len()), (Some(new), 2));
     }
 
     #[test]
@@ -973,14 +1018,15 @@ mod tests {
     /// Uses a damaged snapshot every way there is; must not panic.
     fn exercise(snap: &Snapshot) {
         for (token, _) in sample() {
-            let _ = snap.lookup(&token);
+            let _ = snap.lookup(token.as_feature());
         }
         for bucket in (0..64).chain([(1 << BUCKET_BITS) - 1, 1 << BUCKET_BITS, u32::MAX]) {
             let _ = snap.gram(bucket);
         }
         let _ = snap.grams().count();
-        let _ = snap.lookup("");
-        let _ = snap.lookup("not there");
+        let _ = snap.lookup(Feature::Word(""));
+        let _ = snap.lookup(Feature::Word("not there"));
+        let _ = snap.lookup(Feature::Word("\u{1}00005"));
         let _ = snap.iter().count();
         let _ = snap.header::<Header>();
         let _ = snap.len();
@@ -1022,19 +1068,19 @@ mod tests {
         }
     }
 
-    /// The tokens `lookup_all` is tried on: every token of the sample and
-    /// some that are not in it.
+    /// The words `lookup_all` is tried on: every word of the sample, the
+    /// sample's buckets spelled as words, and some that are not in it.
     fn wanted() -> Vec<String> {
-        let mut tokens: Vec<String> = sample().into_iter().map(|(t, _)| t).collect();
+        let mut tokens: Vec<String> = named(&sample()).into_iter().map(|(t, _)| t).collect();
         tokens.extend(["", "zzz", "free ", "\u{1}00001", "\u{1}3ffff"].map(String::from));
         tokens
     }
 
-    /// `lookup_all` gives, in order, what `lookup` gives for each token.
+    /// `lookup_all` gives, in order, what `lookup` gives for each word.
     fn assert_lookup_all_agrees(snap: &Snapshot, tokens: &[String]) {
         let one_by_one: Vec<_> = tokens
             .iter()
-            .map(|t| (t.as_str(), snap.lookup(t)))
+            .map(|t| (t.as_str(), snap.lookup(Feature::Word(t))))
             .collect();
         let mut all = Vec::new();
         snap.lookup_all(tokens.iter().map(String::as_str), |t, c| all.push((t, c)));
@@ -1048,14 +1094,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.bin");
         let counts = |i: u32| TokenCounts { ham: i, spam: 1 };
-        let vocabulary = (0..3000u32).map(|i| (format!("w{i}"), counts(i)));
+        let vocabulary = (0..3000u32).map(|i| (FeatureBuf::Word(format!("w{i}")), counts(i)));
         write_snapshot(&path, &header(), vocabulary).unwrap();
         let snap = Snapshot::open(&path).unwrap();
         let tokens: Vec<String> = (0..6001)
             .map(|i| format!("{}{}", if i % 2 == 0 { "w" } else { "x" }, i / 2))
             .collect();
         assert_lookup_all_agrees(&snap, &tokens);
-        assert_eq!(snap.lookup("w2999"), Some(counts(2999)));
+        assert_eq!(snap.lookup(Feature::Word("w2999")), Some(counts(2999)));
     }
 
     proptest! {
@@ -1087,7 +1133,7 @@ mod tests {
         prop_oneof![
             "[abc]{0,4}",
             "[a-z\u{e9}]{1,8}",
-            (0..1u32 << BUCKET_BITS).prop_map(crate::vocab::gram_name),
+            (0..1u32 << BUCKET_BITS).prop_map(|b| GramName::of(b).as_str().to_owned()),
             "\u{1}[0-9a-fA-F]{4,6}",
         ]
     }
@@ -1118,7 +1164,14 @@ mod tests {
             let mut bytes = if v3 {
                 encode_v3(&header, &tokens)
             } else {
-                encode(&header, &tokens).unwrap()
+                // As a version 4 writer takes them: a bucket's name is the
+                // bucket.
+                let typed: Vec<(FeatureBuf, TokenCounts)> = tokens
+                    .iter()
+                    .map(|(t, c)| (keys::feature_of(t).into_owned(), *c))
+                    .collect();
+                let (words, grams) = parts(&typed);
+                encode(&header, &words, &grams).unwrap()
             };
             let mut wanted: Vec<String> = tokens.into_iter().rev().map(|(t, _)| t).collect();
             wanted.extend(absent);
@@ -1164,11 +1217,13 @@ mod tests {
         // A present word at its home slot with an empty slot after it.
         let present = sample()
             .into_iter()
-            .map(|(t, _)| t)
+            .filter_map(|(t, _)| match t {
+                FeatureBuf::Word(w) => Some(w),
+                FeatureBuf::Gram(_) => None,
+            })
             .find(|t| {
                 let h = home(t);
-                crate::vocab::gram_bucket(t).is_none()
-                    && h + 1 < snap.m
+                h + 1 < snap.m
                     && value(h + 1) == 0
                     && value(h) & !slot_tag(snap.version, snap.n, 0).0 == tag(t)
             })
@@ -1185,13 +1240,17 @@ mod tests {
         let path = dir.path().join("forged.bin");
         fs::write(&path, resealed(forged)).unwrap();
         let snap = Snapshot::open(&path).unwrap();
-        let expected = sample().into_iter().find(|(t, _)| *t == present).unwrap().1;
+        let expected = sample()
+            .into_iter()
+            .find(|(t, _)| t.as_feature() == Feature::Word(&present))
+            .unwrap()
+            .1;
         assert_eq!(
-            snap.lookup(&present),
+            snap.lookup(Feature::Word(&present)),
             Some(expected),
             "found past the shared tag"
         );
-        assert_eq!(snap.lookup(absent), None);
+        assert_eq!(snap.lookup(Feature::Word(absent)), None);
         let mut tokens = wanted();
         tokens.push(absent.into());
         assert_lookup_all_agrees(&snap, &tokens);
@@ -1203,8 +1262,13 @@ mod tests {
     fn open_refuses_a_zeroed_run_of_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.bin");
-        let many: Vec<(String, TokenCounts)> = (0..5000)
-            .map(|i| (format!("token{i:05}"), TokenCounts { ham: i, spam: 1 }))
+        let many: Vec<(FeatureBuf, TokenCounts)> = (0..5000)
+            .map(|i| {
+                (
+                    word(&format!("token{i:05}")),
+                    TokenCounts { ham: i, spam: 1 },
+                )
+            })
             .collect();
         write_snapshot(&path, &header(), many).unwrap();
         let mut bytes = fs::read(&path).unwrap();
@@ -1273,7 +1337,7 @@ mod tests {
         let body = v4.len() - 8;
         let sum = checksum(&v4[..body]);
         v4[body..].copy_from_slice(&sum.to_le_bytes());
-        let v3 = encode_v3(&serde_json::to_vec(&header()).unwrap(), &sorted_sample());
+        let v3 = encode_v3(&serde_json::to_vec(&header()).unwrap(), &named(&sample()));
         let mut v2 = v3.clone();
         v2[8..12].copy_from_slice(&2u32.to_le_bytes());
         let body = v2.len() - 8;
@@ -1291,13 +1355,16 @@ mod tests {
             assert_eq!(snap.len(), sample().len());
             assert_eq!(snap.header::<Header>().unwrap(), header());
             for (token, counts) in sample() {
-                assert_eq!(snap.lookup(&token), Some(counts), "{token:?}");
-                if let Some(bucket) = crate::vocab::gram_bucket(&token) {
+                assert_eq!(snap.lookup(token.as_feature()), Some(counts), "{token:?}");
+                if let FeatureBuf::Gram(bucket) = token {
                     assert_eq!(snap.gram(bucket), Some(counts), "{bucket}");
+                    // A bucket's name is the bucket, not a word.
+                    let name = GramName::of(bucket);
+                    assert_eq!(snap.lookup(Feature::Word(name.as_str())), None);
                 }
             }
             assert_eq!((snap.gram(1), snap.gram(u32::MAX)), (None, None));
-            let listed: Vec<(String, TokenCounts)> =
+            let listed: Vec<(FeatureBuf, TokenCounts)> =
                 snap.iter().map(|(t, c)| (t.into_owned(), c)).collect();
             assert_eq!(listed, sorted_sample());
             exercise(&snap);
@@ -1363,16 +1430,19 @@ mod tests {
                 "b = {b}"
             );
         }
-        // A bucket's name among the keyed tokens: `verify` refuses it.
+        // Keyed tokens spelled as buckets' names, with an empty bucket
+        // table: from version 4 on, keyed tokens are words, whatever their
+        // spelling, and the buckets are the table's.
         let header = serde_json::to_vec(&header()).unwrap();
-        let keyed = encode_v3(&header, &sorted_sample());
+        let named = named(&sample());
+        let keyed = encode_v3(&header, &named);
         let mut keyed = keyed[..keyed.len() - 8].to_vec();
         keyed[8..12].copy_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
         let n = sample().len();
         let slots_at = keyed.len() - 4 * (2 * n).next_power_of_two();
         let m = slot_count(SNAPSHOT_VERSION, n);
         let mut slots = vec![0u32; m];
-        for (i, (k, _)) in sorted_sample().iter().enumerate() {
+        for (i, (k, _)) in named.iter().enumerate() {
             let hash = token_hash(k.as_bytes());
             let mut slot = home_slot(SNAPSHOT_VERSION, hash, m);
             while slots[slot] != 0 {
@@ -1387,11 +1457,14 @@ mod tests {
         keyed.extend_from_slice(&[0; 8]);
         fs::write(&path, resealed(keyed)).unwrap();
         let snap = Snapshot::open(&path).unwrap();
-        let err = snap.verify().unwrap_err();
-        assert!(
-            err.to_string().contains("belongs in the bucket table"),
-            "{err}"
-        );
+        snap.verify().unwrap();
+        for (name, counts) in &named {
+            assert_eq!(snap.lookup(Feature::Word(name)), Some(*counts), "{name:?}");
+        }
+        for bucket in [0, 5, 0x28] {
+            assert_eq!(snap.gram(bucket), None);
+        }
+        assert!(snap.iter().all(|(f, _)| matches!(f, Feature::Word(_))));
         exercise(&snap);
     }
 
@@ -1400,11 +1473,11 @@ mod tests {
     fn every_bucket_round_trips() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.bin");
-        let all: Vec<(String, TokenCounts)> = (0..1u32 << BUCKET_BITS)
+        let all: Vec<(FeatureBuf, TokenCounts)> = (0..1u32 << BUCKET_BITS)
             .step_by(5)
             .chain([(1 << BUCKET_BITS) - 1])
-            .map(|b| (crate::vocab::gram_name(b), TokenCounts { ham: b, spam: 1 }))
-            .chain((0..3000).map(|i| (format!("word{i}"), TokenCounts { ham: i, spam: 0 })))
+            .map(|b| (FeatureBuf::Gram(b), TokenCounts { ham: b, spam: 1 }))
+            .chain((0..3000).map(|i| (word(&format!("word{i}")), TokenCounts { ham: i, spam: 0 })))
             .filter(|(_, c)| !c.is_zero())
             .collect();
         write_snapshot(&path, &(), all.clone()).unwrap();
@@ -1414,15 +1487,15 @@ mod tests {
         assert_eq!(snap.bytes.as_ptr() as usize % HUGE_PAGE, 0);
         assert_eq!(snap.len(), all.len());
         for (name, counts) in &all {
-            assert_eq!(snap.lookup(name), Some(*counts), "{name:?}");
-            if let Some(b) = crate::vocab::gram_bucket(name) {
+            assert_eq!(snap.lookup(name.as_feature()), Some(*counts), "{name:?}");
+            if let FeatureBuf::Gram(b) = *name {
                 assert_eq!(snap.gram(b), Some(*counts));
             }
         }
         for i in 0..3000 {
-            assert_eq!(snap.lookup(&format!("word{i}x")), None);
+            assert_eq!(snap.lookup(Feature::Word(&format!("word{i}x"))), None);
         }
-        assert_eq!(snap.lookup("word0"), None);
+        assert_eq!(snap.lookup(Feature::Word("word0")), None);
         assert_eq!(snap.gram(1), None);
         assert_eq!(snap.grams().count(), all.len() - 2999);
         // Eight bytes a bucket, no more; a word: its key (at most 8 bytes),
@@ -1446,7 +1519,7 @@ mod tests {
         (&file).write_all(b"BAYESMDL half a model").unwrap();
         drop(file);
         for (token, counts) in sample() {
-            assert_eq!(reader.lookup(&token), Some(counts), "{token}");
+            assert_eq!(reader.lookup(token.as_feature()), Some(counts), "{token}");
         }
         assert_eq!(reader.header::<Header>().unwrap(), header());
         reader.verify().unwrap();
@@ -1481,8 +1554,11 @@ mod tests {
         );
         // The reader opened before still has what it checked.
         assert_eq!(
-            snap.lookup("free"),
-            sample().into_iter().find(|t| t.0 == "free").map(|t| t.1)
+            snap.lookup(Feature::Word("free")),
+            sample()
+                .into_iter()
+                .find(|t| t.0 == word("free"))
+                .map(|t| t.1)
         );
     }
 
