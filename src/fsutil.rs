@@ -22,16 +22,21 @@
 //! own files) the same way, as far as a check before the open can.
 //! [`words`] says what an I/O error was in a few words on one line.
 //!
-//! Owns: how files are opened, and what an I/O error says. Not: what is in
-//! the files, where they are ([`crate::db::DbPaths`]), or replacing a file
-//! atomically (`write_atomically` in [`crate::store::snapshot`], built on
-//! `create_new`).
+//! [`write_atomically`] replaces a file whole (a private temporary file
+//! beside it, synced, renamed over it, the directory synced), and
+//! [`remove_stale_temps`] clears what killed writers left.
+//!
+//! Owns: how files are opened, created and replaced, and what an I/O error
+//! says. Not: what is in the files, or where they are
+//! ([`crate::db::DbPaths`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Opens `path` for reading if it is a regular file (a link is followed).
 ///
@@ -233,6 +238,123 @@ fn os_words(code: i32) -> String {
     match chars.next() {
         Some(first) => first.to_lowercase().chain(chars).collect(),
         None => text.to_string(),
+    }
+}
+
+/// A file operation that failed, with the file it failed on.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {}", .path.display(), words(.source))]
+pub struct PathError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub source: io::Error,
+}
+
+/// Distinguishes temporary files of concurrent writers in one process.
+pub(crate) static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A new temporary file name beside `path` (`.NAME.PID.N.tmp`), as
+/// [`remove_stale_temps`] knows them.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(
+        ".{}.{}.{}.tmp",
+        name,
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Creates a new temporary file beside `path` (mode 0600), never through
+/// a link: a name that is taken (by a link someone put there, say) is
+/// passed over for the next.
+fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
+    let mut tries = 0;
+    loop {
+        let tmp = temp_path(path);
+        match create_new(&tmp, 0o600) {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes `bytes` to `path` atomically (to a temporary file beside it, synced, then renamed over it, and the directory synced). A new
+/// file is private to its owner (mode 0600); one that replaces a file takes
+/// that file's permissions, so a user who loosened them keeps theirs.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PathError> {
+    let name = path.file_name().ok_or_else(|| PathError {
+        path: path.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
+    })?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    remove_stale_temps(dir, &name.to_string_lossy());
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| PathError { path, source }
+    };
+    let (tmp, mut file) = create_temp(path).map_err(io(path))?;
+    let written = (|| {
+        // Only a file's own permissions: a link there is replaced, and
+        // what it leads to (someone else's file, readable by all) says
+        // nothing about who may read ours.
+        if let Some(existing) = fs::symlink_metadata(path).ok().filter(|m| m.is_file()) {
+            file.set_permissions(existing.permissions())
+                .map_err(io(&tmp))?;
+        }
+        file.write_all(bytes).map_err(io(&tmp))?;
+        file.sync_all().map_err(io(&tmp))?;
+        drop(file);
+        fs::rename(&tmp, path).map_err(io(path))
+    })();
+    if written.is_err() {
+        // Best effort: the error that matters is the one already in hand.
+        let _ = fs::remove_file(&tmp);
+        return written;
+    }
+    // Make the rename itself durable.
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// Removes the temporary files that killed writers of `name` left in `dir`:
+/// only files named as [`write_atomically`] names them (`.NAME.PID.N.tmp`),
+/// and only those of a process that no longer runs, so a concurrent writer
+/// keeps its file. Where live processes cannot be told (no `/proc`), removes
+/// nothing. Best effort: a file that cannot be removed is left for the next
+/// write.
+pub fn remove_stale_temps(dir: &Path, name: &str) {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(rest) = file_name
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|f| f.strip_suffix(".tmp"))
+        else {
+            continue;
+        };
+        let Some((pid, n)) = rest.split_once('.') else {
+            continue;
+        };
+        let (Ok(pid), Ok(_)) = (pid.parse::<u32>(), n.parse::<u64>()) else {
+            continue;
+        };
+        let dead = pid != std::process::id() && !proc.join(pid.to_string()).exists();
+        if dead && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = fs::remove_file(entry.path());
+        }
     }
 }
 

@@ -42,7 +42,7 @@ impl State {
         let lock = WriterLock::take(paths, wait)?;
         for file in [paths.snapshot(), paths.journal(), paths.registry()] {
             if let Some(name) = file.file_name() {
-                crate::store::snapshot::remove_stale_temps(paths.dir(), &name.to_string_lossy());
+                crate::fsutil::remove_stale_temps(paths.dir(), &name.to_string_lossy());
             }
         }
         crate::store::snapshot::remove_check_record(&paths.snapshot());

@@ -189,7 +189,7 @@ impl Trainer {
         // every writer sweeps what killed writers left.
         for file in [paths.snapshot(), paths.journal(), paths.registry()] {
             if let Some(name) = file.file_name() {
-                store::snapshot::remove_stale_temps(paths.dir(), &name.to_string_lossy());
+                crate::fsutil::remove_stale_temps(paths.dir(), &name.to_string_lossy());
             }
         }
         let header: Option<ModelHeader> = Snapshot::open(&paths.snapshot())

@@ -76,10 +76,11 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
+use super::checksum::checksum;
 use super::keys::{self, GramName};
-use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
 use crate::fsutil;
+use crate::fsutil::write_atomically;
 use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
 use crate::vocab::Digest;
 use crate::vocab::Feature;
@@ -578,7 +579,7 @@ fn header(base: &StoreIdentity) -> Vec<u8> {
 pub fn start(path: &Path, base: &StoreIdentity, entry: &Entry) -> Result<()> {
     let mut bytes = header(base);
     bytes.extend_from_slice(&entry.encode());
-    write_atomically(path, &bytes)
+    Ok(write_atomically(path, &bytes)?)
 }
 
 /// Appends `entry` to the journal at `path` in one write, then syncs it. A

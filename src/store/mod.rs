@@ -26,6 +26,7 @@
 //! it to zero instead and is counted as inexact: retraining must never jam
 //! on a count it cannot take back exactly.
 
+mod checksum;
 pub mod journal;
 mod keys;
 pub mod packed;
@@ -120,6 +121,15 @@ pub enum Error {
     /// The caller passed something that cannot be stored.
     #[error("invalid input: {0}")]
     Invalid(String),
+}
+
+impl From<crate::fsutil::PathError> for Error {
+    fn from(e: crate::fsutil::PathError) -> Error {
+        Error::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 /// `what` of a model file written in another snapshot format: unlike the

@@ -29,10 +29,11 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::Path;
 
+use super::checksum::checksum;
 use super::packed::{RegistryKey, registry_key};
-use super::snapshot::{checksum, write_atomically};
 use super::{Error, Result, StoreIdentity};
 use crate::fsutil;
+use crate::fsutil::write_atomically;
 use crate::model::Label;
 use crate::vocab::Digest;
 
@@ -169,7 +170,7 @@ pub fn write(
     bytes[count_at..count_at + 8].copy_from_slice(&n.to_le_bytes());
     let sum = checksum(&bytes);
     bytes.extend_from_slice(&sum.to_le_bytes());
-    write_atomically(path, &bytes)
+    Ok(write_atomically(path, &bytes)?)
 }
 
 /// Removes the registry file at `path`, if there is one, and makes the

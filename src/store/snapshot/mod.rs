@@ -56,32 +56,29 @@
 //! digits), `m` is the smallest power of two ≥ max(2n, 1), token `t`'s
 //! first slot is `hash(t) mod m` and slots hold no tag.
 
-use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::fs;
+use std::io::{self, Read};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 mod buffer;
-mod checksum;
 mod write;
 
+use super::checksum::{checksum, checksum_v2};
 use super::keys::{self, GramName};
 use super::{Error, Result, Store};
-use crate::fsutil::{self, open_regular};
+use crate::fsutil::open_regular;
 use crate::model::TokenCounts;
 use crate::vocab::BUCKET_BITS;
 use crate::vocab::Feature;
 use crate::vocab::TOKENIZER_VERSION;
 use buffer::*;
-pub(crate) use checksum::checksum;
-use checksum::*;
+pub(crate) use write::remove_check_record;
 #[cfg(test)]
 use write::*;
-pub(crate) use write::{remove_check_record, remove_stale_temps, write_atomically};
 pub use write::{write_snapshot, write_store_snapshot};
 
 /// Version of the snapshot file layout (independent of the count store's
@@ -104,6 +101,18 @@ const OLDEST_READABLE: u32 = 2;
 
 /// First bytes of every snapshot file.
 pub const MAGIC: &[u8; 8] = b"BAYESMDL";
+
+/// The first snapshot format whose checksum is XXH3-64.
+const XXH3_FORMAT: u32 = 5;
+
+/// The checksum of a snapshot of format `version`.
+fn checksum_of(version: u32, bytes: &[u8]) -> u64 {
+    match version {
+        2 => checksum_v2(bytes),
+        v if v >= XXH3_FORMAT => xxhash_rust::xxh3::xxh3_64(bytes),
+        _ => checksum(bytes),
+    }
+}
 
 /// Magic, two versions, header length.
 const PREAMBLE: usize = 8 + 4 + 4 + 8;
@@ -669,6 +678,8 @@ fn read_u64(bytes: &[u8], at: usize) -> Option<u64> {
 mod tests {
     use proptest::prelude::*;
     use serde::Deserialize;
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
 
     use super::*;
     use crate::store::MemoryStore;
@@ -791,7 +802,7 @@ mod tests {
         let path = dir.path().join("model.bin");
         let victim = dir.path().join("victim");
         fs::write(&victim, b"someone else's file").unwrap();
-        let next = TEMP_COUNTER.load(Ordering::Relaxed);
+        let next = crate::fsutil::TEMP_COUNTER.load(Ordering::Relaxed);
         let planted: Vec<PathBuf> = (next..next + 20)
             .map(|n| {
                 let name = format!(".model.bin.{}.{n}.tmp", std::process::id());

@@ -1,38 +1,26 @@
-//! The checksums of the model file (XXH3-64 from format 5 on, bayesmail's
-//! own before), the journal and the registry file (bayesmail's own).
+//! bayesmail's own checksum: of the journal, the registry file and the
+//! model file before format 5 (from format 5 on, the model's is XXH3-64).
 
 /// The state step of both checksums: a bijection of the state for a given
 /// word, and of the word for a given state.
-pub(super) fn step(h: u64, w: u64) -> u64 {
+pub(crate) fn step(h: u64, w: u64) -> u64 {
     (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29)
 }
 
 /// The final mix of both checksums (a bijection).
-pub(super) fn finish(mut h: u64) -> u64 {
+pub(crate) fn finish(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^ (h >> 33)
 }
 
-pub(super) const CHECKSUM_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+pub(crate) const CHECKSUM_SEED: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// The word made of the last `bytes.len() % 8` bytes, zero-padded.
-pub(super) fn last_word(rest: &[u8]) -> u64 {
+pub(crate) fn last_word(rest: &[u8]) -> u64 {
     let mut last = [0u8; 8];
     last[..rest.len()].copy_from_slice(rest);
     u64::from_le_bytes(last)
-}
-
-/// The first snapshot format whose checksum is XXH3-64.
-pub(super) const XXH3_FORMAT: u32 = 5;
-
-/// The checksum of a snapshot of format `version`.
-pub(super) fn checksum_of(version: u32, bytes: &[u8]) -> u64 {
-    match version {
-        2 => checksum_v2(bytes),
-        v if v >= XXH3_FORMAT => xxhash_rust::xxh3::xxh3_64(bytes),
-        _ => checksum(bytes),
-    }
 }
 
 /// A 64-bit checksum of `bytes`: each 8-byte word goes through [`step`] in
@@ -65,7 +53,7 @@ pub(crate) fn checksum(bytes: &[u8]) -> u64 {
 
 /// The checksum of version 2 files: one chain over the 8-byte words, then
 /// the length and a final mix.
-pub(super) fn checksum_v2(bytes: &[u8]) -> u64 {
+pub(crate) fn checksum_v2(bytes: &[u8]) -> u64 {
     let mut chunks = bytes.chunks_exact(8);
     let mut h = CHECKSUM_SEED;
     for chunk in &mut chunks {
