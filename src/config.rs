@@ -353,7 +353,7 @@ impl Config {
 
 /// The largest config file read: far more than any real one, small enough
 /// that a wrong path (a log, a disk image, /dev/zero) fails at once.
-pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// Reads a config file of at most [`MAX_CONFIG_BYTES`], as UTF-8: a FIFO is
 /// refused without blocking, and an endless device (`/dev/zero`) stops at
@@ -390,7 +390,7 @@ fn read_small_file(path: &Path) -> std::io::Result<String> {
 /// that is an absolute path. Delivery agents often run us without `HOME`
 /// (Postfix's `pipe` does), and a relative home would put the database
 /// wherever the agent's working directory happens to be.
-pub fn home_dir() -> Option<PathBuf> {
+pub(crate) fn home_dir() -> Option<PathBuf> {
     home_dir_from(std::env::var_os("HOME"))
 }
 

@@ -85,7 +85,7 @@ impl Dataset {
 /// Candidate `min_strength` values of the tempered combination, chosen
 /// among by inner cross-validation on the training data (see
 /// [`select_and_calibrate`]).
-pub const STRENGTH_GRID: [f64; 5] = [0.5, 1.0, 1.5, 2.0, 2.5];
+pub(crate) const STRENGTH_GRID: [f64; 5] = [0.5, 1.0, 1.5, 2.0, 2.5];
 
 /// Inner folds for fitting calibration and choosing the strength.
 pub const DEFAULT_INNER_FOLDS: usize = 5;
@@ -169,7 +169,7 @@ impl Inputs {
 
 /// Integer statistics over interned tokens.
 #[derive(Clone)]
-pub struct Counts {
+pub(crate) struct Counts {
     tokens: Vec<[u32; 2]>,
     totals: Totals,
 }
@@ -253,13 +253,6 @@ impl Counts {
             ))
         })
     }
-
-    /// The stacker's inputs for `ex` under `model` (built from these counts).
-    pub fn stacker_inputs(&self, model: &Model, ex: &Example, data: &Dataset) -> [f64; INPUTS] {
-        model
-            .evidence(self.known(ex, data), &ex.metadata)
-            .stacker_inputs()
-    }
 }
 
 /// Stacker inputs of one sample, and whether it is spam.
@@ -330,7 +323,7 @@ fn log_loss(c: &Calibrator, samples: &[([f64; INPUTS], bool)]) -> f64 {
 /// Candidate strengths of the byte view (`bytes_min_strength`), chosen
 /// among after the word strength: its features are many and weak, so its
 /// floor lies higher.
-pub const BYTES_STRENGTH_GRID: [f64; 3] = [2.0, 3.0, 4.0];
+pub(crate) const BYTES_STRENGTH_GRID: [f64; 3] = [2.0, 3.0, 4.0];
 
 /// Messages of each class the stacker is fitted on, at most. Fitting on
 /// a bounded sample keeps the cost of calibrating (and the memory of a
@@ -396,14 +389,14 @@ impl<T> Sample<T> {
     }
 
     /// How many items of each class were offered, `[ham, spam]`.
-    pub fn offered(&self) -> [usize; 2] {
+    pub(crate) fn offered(&self) -> [usize; 2] {
         self.offered
     }
 
     /// The kept items, each class in the order it was offered and the two
     /// interleaved in proportion: inner folds taken by position are then
     /// stratified (each holds its share of both classes).
-    pub fn into_items(self) -> Vec<(Label, T)> {
+    pub(crate) fn into_items(self) -> Vec<(Label, T)> {
         let in_order = |heap: std::collections::BinaryHeap<Keyed<T>>| {
             let mut items: Vec<(usize, T)> = heap
                 .into_iter()
@@ -467,7 +460,7 @@ fn bounded(data: &Dataset, members: &[usize]) -> Vec<usize> {
 /// [`BYTES_STRENGTH_GRID`] for the byte view with the words' choice kept;
 /// each time the one whose fitted inner cross-validated scores have the
 /// lowest log-loss wins.
-pub fn select_and_calibrate(
+pub(crate) fn select_and_calibrate(
     data: &Dataset,
     base: &Counts,
     members: &[usize],

@@ -95,7 +95,8 @@ impl HeaderBlock {
     }
 
     /// The message's line ending, which our fields use too.
-    pub fn eol(&self) -> &'static [u8] {
+    #[cfg(test)]
+    pub(crate) fn eol(&self) -> &'static [u8] {
         self.eol
     }
 

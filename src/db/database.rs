@@ -48,7 +48,7 @@ impl Database {
     /// Its writer for rebuilding the model from the count store and the
     /// folders a training run reads: a damaged journal is set aside rather
     /// than refused (see [`Trainer::open_rebuilding`]).
-    pub fn rebuilding_writer(&self, wait: Duration) -> Result<(Trainer, Option<SetAside>)> {
+    pub(crate) fn rebuilding_writer(&self, wait: Duration) -> Result<(Trainer, Option<SetAside>)> {
         Trainer::open_rebuilding(&self.paths, wait)
     }
 }
@@ -271,7 +271,7 @@ impl Reader {
     /// Whether the model and journal files are as this reader last read
     /// them (only their metadata is looked at): when not,
     /// [`Reader::refresh`] reads them again.
-    pub fn is_current(&self) -> bool {
+    pub(crate) fn is_current(&self) -> bool {
         Self::look(&self.paths) == self.seen
     }
 

@@ -272,15 +272,6 @@ impl Classifier {
         })
     }
 
-    /// The count store state the snapshot itself was compiled from (the
-    /// journal aside), if it records one.
-    pub fn snapshot_store(&self) -> Option<crate::store::StoreIdentity> {
-        self.snapshot
-            .header::<ModelHeader>()
-            .ok()
-            .and_then(|h| h.store)
-    }
-
     /// The model header: the snapshot's, with the totals and the store
     /// generation the journal brings it to.
     pub fn header(&self) -> &ModelHeader {

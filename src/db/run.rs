@@ -69,7 +69,7 @@ impl Run {
 
     /// An empty run whose calibration sample keeps `per_class` messages of
     /// each class at most.
-    pub fn with_sample(per_class: usize) -> Run {
+    pub(crate) fn with_sample(per_class: usize) -> Run {
         Run {
             ids: HashMap::default(),
             gram_ids: Vec::new(),
@@ -96,7 +96,7 @@ impl Run {
     }
 
     /// Where the messages given with both labels were met the second time.
-    pub fn conflicts(&self) -> &[String] {
+    pub(crate) fn conflicts(&self) -> &[String] {
         &self.conflicts
     }
 
@@ -185,7 +185,7 @@ impl Run {
     /// chosen parameters and the stacker with the number of messages it
     /// was fitted on, or the given parameters and `None` when the run has
     /// fewer than `min` messages of either class.
-    pub fn calibrate(
+    pub(crate) fn calibrate(
         &mut self,
         settings: &Settings,
         min: usize,

@@ -155,7 +155,10 @@ impl Trainer {
     /// returned. What `learn` and `unlearn` recorded only there since the
     /// model was last compiled is then not in the counts; learning the
     /// folders again puts it back.
-    pub fn open_rebuilding(paths: &DbPaths, wait: Duration) -> Result<(Trainer, Option<SetAside>)> {
+    pub(crate) fn open_rebuilding(
+        paths: &DbPaths,
+        wait: Duration,
+    ) -> Result<(Trainer, Option<SetAside>)> {
         Self::open_with(paths, wait, true)
     }
 
@@ -371,7 +374,7 @@ impl Trainer {
     /// store holds now (e.g. a run was killed after storing its counts but
     /// before writing the snapshot or the journal): the next write must
     /// bring it up to date even if it learns nothing new.
-    pub fn model_is_stale(&self) -> Result<bool> {
+    pub(crate) fn model_is_stale(&self) -> Result<bool> {
         match self.model_identity()? {
             Some(model) => Ok(model != self.store.identity()?),
             // A model from before stores had an identity: compare counts.
@@ -388,7 +391,7 @@ impl Trainer {
     /// store and the registry file is there, so that the next `learn` can
     /// take the journal alone. `params` are those of a first snapshot.
     /// Returns whether it compiled.
-    pub fn publish(&mut self, params: Params) -> Result<bool> {
+    pub(crate) fn publish(&mut self, params: Params) -> Result<bool> {
         let up_to_date = self.model_identity()? == Some(self.store.identity()?);
         if up_to_date && self.paths.registry().exists() {
             return Ok(false);
@@ -427,7 +430,7 @@ impl Trainer {
     /// under the other, else counted for calibration and, unless the
     /// registry already has it under this label, for the store. `source`
     /// names where it came from (for a conflict).
-    pub fn add_to_run(
+    pub(crate) fn add_to_run(
         &self,
         run: &mut Run,
         m: &Labelled,
@@ -500,7 +503,7 @@ impl Trainer {
     /// Applies what `run` changes to the store in one atomic write (all of
     /// it or, on error, none) and returns its summary. A run with a
     /// conflict must not be stored; it is refused.
-    pub fn store_run(&mut self, run: Run) -> Result<TrainSummary> {
+    pub(crate) fn store_run(&mut self, run: Run) -> Result<TrainSummary> {
         let (delta, mut summary) = run.into_delta()?;
         if delta.is_empty() {
             // Nothing new: the store (and its generation) stay as they are.

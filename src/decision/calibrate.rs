@@ -28,14 +28,14 @@ use crate::vocab::VIEWS;
 
 /// Number of inputs to the calibration map: one per view, then the
 /// metadata.
-pub const INPUTS: usize = VIEWS + 1;
+pub(crate) const INPUTS: usize = VIEWS + 1;
 
 /// Precision of the Gaussian prior on each weight and the intercept, in
 /// units of the log-loss summed over samples: one sample's worth, so it
 /// decides only when samples are few or separate the classes perfectly
 /// (where the labels alone would send the weights and the intercept to
 /// infinity).
-pub const PRIOR_PRECISION: f64 = 1.0;
+pub(crate) const PRIOR_PRECISION: f64 = 1.0;
 
 /// p = σ(w · x + bias).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

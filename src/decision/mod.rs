@@ -3,7 +3,7 @@
 //! probability into ham, unsure or spam; [`Decider`] is the one verdict
 //! rule. Pure maths, no I/O.
 
-pub mod calibrate;
+pub(crate) mod calibrate;
 
 use std::fmt;
 use std::str::FromStr;
@@ -60,7 +60,7 @@ pub struct Costs {
 /// 0.975 < spam. Chosen by measurement (docs/experiments.md, "The default
 /// costs"): the band holds at most 3% of mail while at most 0.1% of ham is
 /// lost, where a tenth for the unsure cost left 5% of mail unsure.
-pub const DEFAULT_COSTS: &str = "20:1:0.5";
+pub(crate) const DEFAULT_COSTS: &str = "20:1:0.5";
 
 impl Default for Costs {
     fn default() -> Self {
@@ -125,7 +125,7 @@ impl Costs {
     }
 
     /// The verdict minimising expected cost at probability `p`.
-    pub fn decide(&self, p: f64) -> Verdict {
+    pub(crate) fn decide(&self, p: f64) -> Verdict {
         let (ham, spam) = self.cutoffs();
         if p.is_nan() {
             Verdict::Unsure

@@ -145,7 +145,7 @@ pub fn auc(scores: &[(f64, bool)]) -> f64 {
 /// The spam-missed rate when the threshold is the lowest that keeps the
 /// ham-judged-spam rate at or under `max_fpr` (a message is judged spam
 /// when its score is strictly above the threshold).
-pub fn fnr_at_fpr(scores: &[(f64, bool)], max_fpr: f64) -> f64 {
+pub(crate) fn fnr_at_fpr(scores: &[(f64, bool)], max_fpr: f64) -> f64 {
     let mut ham: Vec<f64> = scores.iter().filter(|s| !s.1).map(|s| s.0).collect();
     let spam: Vec<f64> = scores.iter().filter(|s| s.1).map(|s| s.0).collect();
     if ham.is_empty() || spam.is_empty() {

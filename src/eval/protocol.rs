@@ -65,7 +65,7 @@ fn scored(
 
 /// k-fold cross-validation: `folds[i]` is the fold of example `i`. Returns
 /// one [`Scored`] per example, in corpus order.
-pub fn cross_validate(data: &Dataset, folds: &[usize], settings: &Settings) -> Vec<Scored> {
+pub(crate) fn cross_validate(data: &Dataset, folds: &[usize], settings: &Settings) -> Vec<Scored> {
     assert_eq!(folds.len(), data.examples.len(), "one fold per example");
     let mut all = Counts::new(data.vocabulary);
     for ex in &data.examples {

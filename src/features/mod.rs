@@ -81,7 +81,7 @@ pub struct Features {
 impl Features {
     /// Calls `f` with every binary feature, in every view: the word
     /// tokens, then the byte view's buckets (those that are buckets).
-    pub fn for_each_feature(&self, mut f: impl FnMut(Feature<'_>)) {
+    pub(crate) fn for_each_feature(&self, mut f: impl FnMut(Feature<'_>)) {
         for token in self.tokens.iter() {
             f(Feature::Word(token));
         }

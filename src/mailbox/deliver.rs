@@ -146,7 +146,7 @@ impl Maildir {
     }
 
     /// Moves the message file at `source` into this Maildir.
-    pub fn move_in(&self, source: &Path) -> Result<Delivered, MoveError> {
+    pub(crate) fn move_in(&self, source: &Path) -> Result<Delivered, MoveError> {
         let is_link = fs::symlink_metadata(source)
             .map_err(|e| annotate(e, source))?
             .file_type()
@@ -194,7 +194,7 @@ impl Maildir {
 
     /// Copies a message into this Maildir; `source` is the file it was read
     /// from, if it is one message in a file (it names the copy).
-    pub fn copy_in(&self, source: Option<&Path>, bytes: &[u8]) -> io::Result<Delivered> {
+    pub(crate) fn copy_in(&self, source: Option<&Path>, bytes: &[u8]) -> io::Result<Delivered> {
         let target = self.target(source, bytes);
         if let Some(existing) = self.existing(&target)? {
             return if holds(&existing, bytes)? {

@@ -212,7 +212,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Anything that is neither a regular file nor a directory (a FIFO, a device)
 /// is an error too, since sniffing it would consume its data; [`open_as`]
 /// reads those as [`MailboxKind::File`] or [`MailboxKind::Mbox`].
-pub fn detect(path: &Path) -> Result<MailboxKind> {
+pub(crate) fn detect(path: &Path) -> Result<MailboxKind> {
     if path == Path::new("-") {
         return Ok(MailboxKind::Stdin);
     }
@@ -317,7 +317,7 @@ pub fn open_as(path: &Path, kind: MailboxKind, opts: &Options) -> Result<Message
 /// Each path is detected and opened when the previous one is exhausted; a path
 /// that cannot be opened comes out as one `Err` item and the others continue.
 /// The same message reached through two of the paths comes out twice.
-pub fn open_all(
+pub(crate) fn open_all(
     paths: &[PathBuf],
     opts: &Options,
 ) -> impl Iterator<Item = Result<RawMessage>> + Send + use<> {

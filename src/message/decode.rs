@@ -15,7 +15,7 @@ use encoding_rs::{Encoding, UTF_8, WINDOWS_1252};
 /// Decodes base64, skipping every byte outside the alphabet (line breaks,
 /// stray spaces, garbage) and stopping at the first `=` pad. Never fails:
 /// a truncated final group yields the bytes it fully determines.
-pub fn base64_lenient(input: &[u8]) -> Vec<u8> {
+pub(crate) fn base64_lenient(input: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(input.len() / 4 * 3 + 3);
     let mut acc: u32 = 0;
     let mut bits = 0u32;
@@ -42,13 +42,13 @@ pub fn base64_lenient(input: &[u8]) -> Vec<u8> {
 
 /// Decodes quoted-printable in robust mode: malformed escapes are kept as
 /// they are instead of failing the part.
-pub fn quoted_printable(input: &[u8]) -> Vec<u8> {
+pub(crate) fn quoted_printable(input: &[u8]) -> Vec<u8> {
     quoted_printable::decode(input, quoted_printable::ParseMode::Robust)
         .unwrap_or_else(|_| input.to_vec())
 }
 
 /// The number of bytes a base64 body decodes to, without decoding it.
-pub fn base64_decoded_len(input: &[u8]) -> usize {
+pub(crate) fn base64_decoded_len(input: &[u8]) -> usize {
     let symbols = input
         .iter()
         .take_while(|&&b| b != b'=')
@@ -70,7 +70,7 @@ pub fn base64_decoded_len(input: &[u8]) -> usize {
 ///   windows-1252 (no U+FFFD for a single bad byte).
 /// - With no usable label, windows-1252 (a superset of Latin-1 that maps
 ///   every byte) is the fallback.
-pub fn decode_charset(bytes: &[u8], label: Option<&str>) -> String {
+pub(crate) fn decode_charset(bytes: &[u8], label: Option<&str>) -> String {
     let encoding = label.and_then(|l| Encoding::for_label(l.trim().as_bytes()));
     let ascii_compatible = encoding.is_none_or(|e| e.is_ascii_compatible());
     if ascii_compatible && bytes.is_ascii() {
@@ -106,7 +106,7 @@ fn utf8_with_1252_fallback(bytes: &[u8]) -> String {
 
 /// A raw header value as text: UTF-8 if it is valid UTF-8 (RFC 6532),
 /// else Latin-1 (every byte one character).
-pub fn header_text(raw: &[u8]) -> Cow<'_, str> {
+pub(crate) fn header_text(raw: &[u8]) -> Cow<'_, str> {
     match std::str::from_utf8(raw) {
         Ok(text) => Cow::Borrowed(text),
         Err(_) => encoding_rs::mem::decode_latin1(raw),

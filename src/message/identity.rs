@@ -236,7 +236,7 @@ impl Identity {
 
     /// The identity of the message `raw` whose [`canonical`] bytes are
     /// `canonical` (for a caller that has them already).
-    pub fn with_canonical(raw: &[u8], canonical: &[u8]) -> Identity {
+    pub(crate) fn with_canonical(raw: &[u8], canonical: &[u8]) -> Identity {
         use sha2::{Digest as _, Sha256};
         let digest: Digest = Sha256::digest(canonical).into();
         // Both earlier digests in one pass: the bytes as read now, and the
@@ -265,7 +265,7 @@ impl Identity {
 
     /// The digests the registry may know the message by, the current one
     /// first.
-    pub fn digests(&self) -> impl Iterator<Item = Digest> + '_ {
+    pub(crate) fn digests(&self) -> impl Iterator<Item = Digest> + '_ {
         std::iter::once(self.digest).chain(self.legacy.iter().flatten().copied())
     }
 }

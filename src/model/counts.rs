@@ -25,7 +25,7 @@ pub enum Label {
 
 impl Label {
     /// Both labels, in index order.
-    pub const ALL: [Label; 2] = [Label::Ham, Label::Spam];
+    pub(crate) const ALL: [Label; 2] = [Label::Ham, Label::Spam];
 
     /// Index into per-class arrays: ham 0, spam 1.
     pub fn index(self) -> usize {
@@ -88,7 +88,7 @@ impl TokenCounts {
 
 /// Fixed-point scale of metadata values in [`GaussStats`]: values are
 /// stored as `round(x · 2^16)`, exact to ±8e-6, so sums are integers.
-pub const GAUSS_SCALE: f64 = 65_536.0;
+pub(crate) const GAUSS_SCALE: f64 = 65_536.0;
 
 /// Sufficient statistics of one metadata feature in one class, in fixed
 /// point: count, sum and sum of squares. Signed so a [`Delta`] can carry
@@ -121,7 +121,7 @@ impl GaussStats {
     }
 
     /// `(n, mean, M2)` in real units; `M2` is the sum of squared deviations.
-    pub fn moments(&self) -> (i64, f64, f64) {
+    pub(crate) fn moments(&self) -> (i64, f64, f64) {
         if self.n <= 0 {
             return (0, 0.0, 0.0);
         }

@@ -51,7 +51,7 @@ impl GaussianNb {
     }
 
     /// ln N(x; μ, σ²) for one class, summed over features.
-    pub fn log_likelihood(&self, class: usize, x: &[f64; METADATA_LEN]) -> f64 {
+    pub(crate) fn log_likelihood(&self, class: usize, x: &[f64; METADATA_LEN]) -> f64 {
         (0..METADATA_LEN)
             .map(|k| log_normal(x[k], self.mean[class][k], self.var[class][k]))
             .sum()
@@ -67,7 +67,7 @@ impl GaussianNb {
 }
 
 /// ln N(x; μ, σ²).
-pub fn log_normal(x: f64, mean: f64, var: f64) -> f64 {
+pub(crate) fn log_normal(x: f64, mean: f64, var: f64) -> f64 {
     let d = x - mean;
     -0.5 * ((std::f64::consts::TAU * var).ln() + d * d / var)
 }

@@ -6,9 +6,9 @@
 //! metadata. How much each counts is learned per user by the stacker in
 //! [`crate::decision::calibrate`].
 
-pub mod bernoulli;
+pub(crate) mod bernoulli;
 pub mod counts;
-pub mod gaussian;
+pub(crate) mod gaussian;
 
 use serde::{Deserialize, Serialize};
 
@@ -71,7 +71,7 @@ pub struct ValidParams {
 impl Params {
     /// How the evidence of `view` is combined: the byte view's tempered
     /// combination has its own strength.
-    pub fn combine_of(&self, view: View) -> Combine {
+    pub(crate) fn combine_of(&self, view: View) -> Combine {
         match (view, self.combine) {
             (View::Bytes, Combine::Tempered { power, .. }) => Combine::Tempered {
                 min_strength: self.bytes_min_strength,
@@ -132,7 +132,7 @@ impl ValidParams {
     }
 
     /// The Beta prior.
-    pub fn prior(&self) -> BetaPrior {
+    pub(crate) fn prior(&self) -> BetaPrior {
         self.prior
     }
 }
@@ -233,13 +233,8 @@ impl Model {
         &self.params
     }
 
-    /// The Gaussian model.
-    pub fn gaussian(&self) -> &GaussianNb {
-        &self.gauss
-    }
-
     /// The evidence of one token: its present-token LLR.
-    pub fn token_llr(&self, counts: TokenCounts) -> f64 {
+    pub(crate) fn token_llr(&self, counts: TokenCounts) -> f64 {
         self.thetas.present_llr(counts)
     }
 
@@ -247,7 +242,7 @@ impl Model {
     /// log-likelihood ratio clipped to ± `meta_clip`, times `meta_weight`,
     /// over the number of features. They add up to [`Evidence::meta`]; all
     /// zero until both classes have been learned.
-    pub fn metadata_shares(&self, metadata: &[f64; METADATA_LEN]) -> [f64; METADATA_LEN] {
+    pub(crate) fn metadata_shares(&self, metadata: &[f64; METADATA_LEN]) -> [f64; METADATA_LEN] {
         let mut shares = [0.0; METADATA_LEN];
         if self.n[0] > 0 && self.n[1] > 0 {
             let p = self.params.get();
@@ -365,7 +360,7 @@ impl Model {
 /// metadata is scored once. Choosing a combination strength scores every
 /// message under each candidate; most of that work is the same.
 #[derive(Debug, Clone)]
-pub struct ModelSet {
+pub(crate) struct ModelSet {
     models: Vec<Model>,
     /// For each model and view, the first model that scores the view the
     /// same way (itself if none before it does).
@@ -391,11 +386,6 @@ impl ModelSet {
             view_from,
             meta_from,
         }
-    }
-
-    /// The models, in order.
-    pub fn models(&self) -> &[Model] {
-        &self.models
     }
 
     /// The evidence of one message under each model, in order: equal to

@@ -9,7 +9,7 @@ use crate::db::{Reason, Status};
 use crate::decision::Verdict;
 
 /// The upper bounds of the latency histogram's buckets, in seconds.
-pub const LATENCY_BUCKETS: [f64; 12] = [
+pub(crate) const LATENCY_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0,
 ];
 
@@ -87,7 +87,7 @@ impl Metrics {
     }
 
     /// Counts a connection, accepted or refused.
-    pub fn connection(&self, accepted: bool) {
+    pub(crate) fn connection(&self, accepted: bool) {
         let c = if accepted {
             &self.connections
         } else {

@@ -76,7 +76,7 @@ pub struct Settings {
 
 /// What every connection shares.
 #[derive(Debug)]
-pub struct State {
+pub(crate) struct State {
     /// The settings.
     pub settings: Settings,
     /// The models.

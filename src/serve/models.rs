@@ -121,7 +121,7 @@ impl Models {
     }
 
     /// Replaces the settings and forgets every open reader (a reload).
-    pub fn reload(&self, settings: ModelSettings) {
+    pub(crate) fn reload(&self, settings: ModelSettings) {
         *self.settings.write().unwrap_or_else(|e| e.into_inner()) = settings;
         *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Cache::default();
     }

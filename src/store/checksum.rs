@@ -8,7 +8,7 @@ pub(crate) fn step(h: u64, w: u64) -> u64 {
 }
 
 /// The final mix of both checksums (a bijection).
-pub(crate) fn finish(mut h: u64) -> u64 {
+pub fn finish(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^ (h >> 33)

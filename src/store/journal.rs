@@ -87,10 +87,10 @@ use crate::vocab::Feature;
 use crate::vocab::METADATA_LEN;
 
 /// Version of the journal layout.
-pub const JOURNAL_VERSION: u32 = 3;
+pub(crate) const JOURNAL_VERSION: u32 = 3;
 
 /// First bytes of every journal file.
-pub const JOURNAL_MAGIC: &[u8; 8] = b"BAYESJNL";
+pub(crate) const JOURNAL_MAGIC: &[u8; 8] = b"BAYESJNL";
 
 /// The size past which a writer folds the journal into a new snapshot
 /// instead of appending: readers parse the whole journal on every open, so
@@ -99,7 +99,7 @@ pub const DEFAULT_JOURNAL_LIMIT: u64 = 1 << 20;
 
 /// The most a journal ever holds, whatever limit its writer was given:
 /// readers refuse a larger file without reading it.
-pub const MAX_JOURNAL_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_JOURNAL_BYTES: u64 = 16 << 20;
 
 /// One change: what one writer's session did to the counts.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -125,7 +125,7 @@ impl Entry {
     /// The entry for `delta`, or `None` if a change does not fit the
     /// journal (a word longer than 64 KiB or spelled as a bucket's name, a
     /// number that is no bucket, a count change beyond `i32`): then fold.
-    pub fn from_delta(from: u64, to: u64, delta: &Delta) -> Option<Entry> {
+    pub(crate) fn from_delta(from: u64, to: u64, delta: &Delta) -> Option<Entry> {
         let change = |d: &[i64; 2]| Some([i32::try_from(d[0]).ok()?, i32::try_from(d[1]).ok()?]);
         let mut words = Vec::with_capacity(delta.words.len());
         for (word, d) in delta.words.iter().filter(|(_, d)| **d != [0, 0]) {
@@ -156,7 +156,7 @@ impl Entry {
     }
 
     /// The entry as a [`Delta`].
-    pub fn to_delta(&self) -> Delta {
+    pub(crate) fn to_delta(&self) -> Delta {
         let widen = |d: &[i32; 2]| [i64::from(d[0]), i64::from(d[1])];
         Delta {
             messages: self.messages,
@@ -178,7 +178,7 @@ impl Entry {
     }
 
     /// The entry framed for the file: length, payload, checksum.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let size: usize = self
             .words
             .iter()
@@ -468,7 +468,7 @@ impl Journal {
 
     /// Whether every byte of the file belongs to a valid entry (no torn
     /// tail that an append would have to follow).
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         self.valid_len == self.file_len
     }
 

@@ -20,7 +20,7 @@ pub(crate) struct GramName([u8; 6]);
 impl GramName {
     /// The name of `bucket` (a bucket: [`is_bucket`]; the digits of a
     /// larger number past the fifth are lost).
-    pub(crate) fn of(bucket: u32) -> GramName {
+    pub fn of(bucket: u32) -> GramName {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut name = [GRAM_PREFIX; 6];
         for (i, slot) in name[1..].iter_mut().enumerate() {

@@ -22,18 +22,18 @@ use crate::vocab::Digest;
 /// vocabulary of hundreds of thousands of tokens. Only writers that open
 /// the count store rewrite shards (`learn` appends to the journal), and
 /// sled spends less space on fewer, larger values.
-pub const SHARD_BITS: u32 = 10;
+pub(crate) const SHARD_BITS: u32 = 10;
 
 /// Number of shards.
-pub const SHARDS: usize = 1 << SHARD_BITS;
+pub(crate) const SHARDS: usize = 1 << SHARD_BITS;
 
 /// The shard a token lives in.
-pub fn shard_of(token: &str) -> u16 {
+pub(crate) fn shard_of(token: &str) -> u16 {
     (token_hash(token.as_bytes()) >> (64 - SHARD_BITS)) as u16
 }
 
 /// The sled key of a shard (big-endian, so shards sort by number).
-pub fn shard_key(shard: u16) -> [u8; 2] {
+pub(crate) fn shard_key(shard: u16) -> [u8; 2] {
     shard.to_be_bytes()
 }
 
@@ -65,7 +65,7 @@ pub type Word = (String, TokenCounts, u32);
 
 /// Encodes a shard's entries, which must be sorted by token bytes, distinct,
 /// and none of them zero.
-pub fn encode(entries: &[Word]) -> Vec<u8> {
+pub(crate) fn encode(entries: &[Word]) -> Vec<u8> {
     let mut out = Vec::with_capacity(entries.len() * 14);
     let mut prev: &[u8] = &[];
     for (token, c, day) in entries {
@@ -152,18 +152,19 @@ pub fn find(bytes: &[u8], token: &str) -> Option<TokenCounts> {
 
 /// Buckets of the byte view per gram block: the byte view's counts are
 /// kept by bucket, without names, [`GRAM_BLOCK`] to a value.
-pub const GRAM_BLOCK: usize = 4096;
+pub(crate) const GRAM_BLOCK: usize = 4096;
 
 /// The sled key of the gram block holding `bucket` (three bytes, so it
 /// never meets a shard's two-byte key).
-pub fn gram_block_key(bucket: u32) -> [u8; 3] {
+pub(crate) fn gram_block_key(bucket: u32) -> [u8; 3] {
     let block = (bucket as usize / GRAM_BLOCK) as u16;
     let [hi, lo] = block.to_be_bytes();
     [b'G', hi, lo]
 }
 
 /// The block number of a gram block key, if it is one.
-pub fn gram_block_of_key(key: &[u8]) -> Option<u32> {
+#[cfg(test)]
+pub(crate) fn gram_block_of_key(key: &[u8]) -> Option<u32> {
     match key {
         [b'G', hi, lo] => Some(u32::from(u16::from_be_bytes([*hi, *lo]))),
         _ => None,
@@ -172,7 +173,7 @@ pub fn gram_block_of_key(key: &[u8]) -> Option<u32> {
 
 /// Encodes a gram block: the ham and spam counts (LEB128) of each of its
 /// [`GRAM_BLOCK`] buckets in order.
-pub fn encode_grams(counts: &[TokenCounts]) -> Vec<u8> {
+pub(crate) fn encode_grams(counts: &[TokenCounts]) -> Vec<u8> {
     let mut out = Vec::with_capacity(counts.len() * 3);
     for c in counts {
         put(&mut out, u64::from(c.ham));
@@ -183,7 +184,7 @@ pub fn encode_grams(counts: &[TokenCounts]) -> Vec<u8> {
 
 /// Decodes a gram block of exactly [`GRAM_BLOCK`] buckets; `None` if
 /// damaged.
-pub fn decode_grams(bytes: &[u8]) -> Option<Vec<TokenCounts>> {
+pub(crate) fn decode_grams(bytes: &[u8]) -> Option<Vec<TokenCounts>> {
     let mut out = Vec::with_capacity(GRAM_BLOCK);
     let mut at = 0;
     while at < bytes.len() {
@@ -196,18 +197,18 @@ pub fn decode_grams(bytes: &[u8]) -> Option<Vec<TokenCounts>> {
 
 /// Bits of the registry's shard number: 256 shards of the learned
 /// messages, each a sorted run of fixed-size records.
-pub const REGISTRY_SHARD_BITS: u32 = 8;
+pub(crate) const REGISTRY_SHARD_BITS: u32 = 8;
 
 /// Number of registry shards.
-pub const REGISTRY_SHARDS: usize = 1 << REGISTRY_SHARD_BITS;
+pub(crate) const REGISTRY_SHARDS: usize = 1 << REGISTRY_SHARD_BITS;
 
 /// What the registry keeps of a message digest: its first 128 bits, as
 /// unlikely to collide by chance as the whole (the digest is a
 /// cryptographic hash) and half the bytes.
-pub type RegistryKey = [u8; 16];
+pub(crate) type RegistryKey = [u8; 16];
 
 /// The registry key of a digest.
-pub fn registry_key(digest: &Digest) -> RegistryKey {
+pub(crate) fn registry_key(digest: &Digest) -> RegistryKey {
     digest[..16].try_into().expect("16 bytes")
 }
 
@@ -216,13 +217,13 @@ const RECORD: usize = 17;
 
 /// The registry shard of a message digest (its top bits: digests are
 /// hashes, so shards fill evenly).
-pub fn registry_shard_of(digest: &Digest) -> u16 {
+pub(crate) fn registry_shard_of(digest: &Digest) -> u16 {
     (u16::from_be_bytes([digest[0], digest[1]])) >> (16 - REGISTRY_SHARD_BITS)
 }
 
 /// Encodes a registry shard: `(key, label byte)` records sorted by key,
 /// distinct.
-pub fn encode_registry(entries: &[(RegistryKey, u8)]) -> Vec<u8> {
+pub(crate) fn encode_registry(entries: &[(RegistryKey, u8)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(entries.len() * RECORD);
     for (digest, label) in entries {
         out.extend_from_slice(digest);
@@ -233,7 +234,7 @@ pub fn encode_registry(entries: &[(RegistryKey, u8)]) -> Vec<u8> {
 
 /// Decodes a registry shard, checking order and length; labels are
 /// returned as stored (the caller checks them). `None` if damaged.
-pub fn decode_registry(bytes: &[u8]) -> Option<Vec<(RegistryKey, u8)>> {
+pub(crate) fn decode_registry(bytes: &[u8]) -> Option<Vec<(RegistryKey, u8)>> {
     if !bytes.len().is_multiple_of(RECORD) {
         return None;
     }

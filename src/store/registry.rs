@@ -38,7 +38,7 @@ use crate::model::Label;
 use crate::vocab::Digest;
 
 /// Version of the registry file layout.
-pub const REGISTRY_VERSION: u32 = 1;
+pub(crate) const REGISTRY_VERSION: u32 = 1;
 
 /// Magic bytes of a registry file.
 const MAGIC: &[u8; 8] = b"BAYESREG";
@@ -48,7 +48,7 @@ const RECORD: usize = 17;
 
 /// A registry file as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegistryFile {
+pub(crate) struct RegistryFile {
     /// The store state it stands for.
     pub base: StoreIdentity,
     /// Messages learned per class, `[ham, spam]`.

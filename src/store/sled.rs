@@ -150,7 +150,8 @@ impl SledStore {
     }
 
     /// Bytes the database occupies on disk.
-    pub fn size_on_disk(&self) -> Result<u64> {
+    #[cfg(test)]
+    pub(crate) fn size_on_disk(&self) -> Result<u64> {
         self.db.size_on_disk().map_err(|e| self.sled_error(e))
     }
 
@@ -468,7 +469,7 @@ impl Store for SledStore {
 impl SledStore {
     /// Every learned message (its registry key) with its label, in byte
     /// order of the key.
-    pub fn for_each_message(&self, f: &mut dyn FnMut(RegistryKey, Label)) -> Result<()> {
+    pub(crate) fn for_each_message(&self, f: &mut dyn FnMut(RegistryKey, Label)) -> Result<()> {
         for entry in self.registry.iter() {
             let (key, value) = entry.map_err(|e| self.sled_error(e))?;
             let shard = key
@@ -489,7 +490,8 @@ impl SledStore {
 
     /// Stamps changes with `day` (days since 1970) instead of today: for
     /// tests of what ages.
-    pub fn set_today(&mut self, day: u32) {
+    #[cfg(test)]
+    pub(crate) fn set_today(&mut self, day: u32) {
         self.today = Some(day);
     }
 
@@ -497,7 +499,7 @@ impl SledStore {
     /// times (ham and spam together) whose counts last changed before day
     /// `before` (days since 1970): rare and old. The byte view's buckets
     /// are a fixed table and are never pruned.
-    pub fn rare_and_old(&self, max_count: u64, before: u32) -> Result<Delta> {
+    pub(crate) fn rare_and_old(&self, max_count: u64, before: u32) -> Result<Delta> {
         let mut delta = Delta::default();
         for shard in 0..packed::SHARDS {
             for (token, c, day) in self.shard(shard as u16)? {
@@ -514,7 +516,7 @@ impl SledStore {
     /// [`Store::apply`], leaving the store at `generation` if given (a
     /// journal folded in: the store takes the generation its entries
     /// reached) instead of one past the current one.
-    pub fn apply_at(&mut self, delta: &Delta, target: Option<u64>) -> Result<u64> {
+    pub(crate) fn apply_at(&mut self, delta: &Delta, target: Option<u64>) -> Result<u64> {
         let today = self.today.unwrap_or_else(today);
         let path = &self.path;
         let abort = |e: Error| ConflictableTransactionError::Abort(e);

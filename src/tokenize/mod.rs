@@ -28,7 +28,7 @@ pub use words::MailWordTokenizer;
 /// Longest token, in bytes, namespace included. Longer ones are dropped.
 pub const MAX_TOKEN_LEN: usize = 48;
 /// Longest namespace prefix (`FROMDOM:`).
-pub const MAX_NAMESPACE_LEN: usize = 8;
+pub(crate) const MAX_NAMESPACE_LEN: usize = 8;
 
 /// The tokenizer pipeline. Cheap to create; not shareable across threads
 /// (tantivy's token streams borrow it mutably), so each worker owns one.

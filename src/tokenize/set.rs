@@ -326,7 +326,7 @@ impl TokenSet {
     /// Keeps at most `limit` distinct tokens (`None`: no limit) from now
     /// until [`TokenSet::finish`]: a new token pushed when there are
     /// `limit` already is left out, so the first ones stay.
-    pub fn set_limit(&mut self, limit: Option<usize>) {
+    pub(crate) fn set_limit(&mut self, limit: Option<usize>) {
         self.limit = limit;
     }
 
@@ -338,7 +338,7 @@ impl TokenSet {
     /// Number of distinct URL host tokens so far (those [`super::push_host`]
     /// pushed): the tokens under [`super::URL_NAMESPACE`], counted as they
     /// arrive rather than looked up after sorting.
-    pub fn url_hosts(&self) -> usize {
+    pub(crate) fn url_hosts(&self) -> usize {
         self.hosts
     }
 
