@@ -357,7 +357,7 @@ mod tests {
             );
             seen += 1;
         }
-        assert_eq!(seen, 13);
+        assert_eq!(seen, 14);
         let filter = cli.find_subcommand("filter").unwrap();
         assert!(
             filter
