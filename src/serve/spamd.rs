@@ -1,12 +1,961 @@
-//! The spamd protocol.
+//! spamd's protocol: SpamAssassin's `SPAMC/1.5` as its `spamd/PROTOCOL`
+//! documents it and its spamd answers it, so that an unchanged `spamc`
+//! (and Exim's `spamd_address`) can use `serve`. This module owns the
+//! request's parsing, the answers, and the mapping of our verdict onto
+//! spamd's score and threshold; judging and learning are [`State::judge`]
+//! and [`State::learn`], the same calls the other protocols make.
+//!
+//! One request per connection, as spamd: the answer is written and the
+//! connection closed. Every failure (a bad request or user name, a message
+//! over the size limit, no readable model, a timeout, an internal error) is
+//! one of spamd's error lines, `SPAMD/1.0 CODE TEXT`, with a sysexits code;
+//! spamc then passes the message on unchanged (PROCESS, HEADERS) or prints
+//! `0/0` (CHECK): a message is never altered or lost here.
+//!
+//! # Score and threshold
+//!
+//! spamd speaks in SpamAssassin points against a threshold: spamc's `-c`
+//! and `-E` exit codes follow the `Spam: True|False` word, Exim's `spam`
+//! condition is `score >= threshold` and its rules often compare
+//! `$spam_score_int` (ten times the score) with 50. So the threshold is
+//! always 5.0 (SpamAssassin's default) and the score is
+//! `5.0 + log-odds − logit(spam cutoff)`: one point per nat of evidence past
+//! the cutoff, rounded to one decimal, bounded to ±999.9, and nudged so
+//! that it is at least 5.0 exactly when the verdict is spam. Unsure is not
+//! spam: its score stays below 5.0, for spamc and for Exim.
 
-use super::{BoxConn, Peer, State};
+use std::io::Read as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// Serves one spamd connection.
+use tokio::io::AsyncWriteExt;
+
+use super::{BoxConn, Judged, LearnError, Learned, Peer, State, Which, log_line, read_some};
+use crate::db::{Reason, Status};
+use crate::decision::Verdict;
+use crate::model::Label;
+
+/// The threshold said to spamc, in SpamAssassin points.
+pub const THRESHOLD: f64 = 5.0;
+
+/// The longest request or header line read, in bytes (spamc's own buffer).
+const MAX_LINE: usize = 8192;
+
+/// Header lines after the request line, at most (as spamd).
+const MAX_HEADERS: usize = 255;
+
+/// The sysexits codes spamd answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Code {
+    /// The message cannot be judged as sent: too large, not mail.
+    DataErr = 65,
+    /// No model to judge with, or a compressed body that does not inflate.
+    Unavailable = 69,
+    /// A bug.
+    Software = 70,
+    /// The database is busy (another writer): try again.
+    TempFail = 75,
+    /// A request spamd's protocol does not allow.
+    Protocol = 76,
+    /// The configuration is wrong.
+    Config = 78,
+    /// The client sent nothing for too long.
+    Timeout = 79,
+}
+
+impl Code {
+    /// The words spamd puts before the reason.
+    fn label(self) -> &'static str {
+        match self {
+            Code::DataErr => "EX_DATAERR",
+            Code::Unavailable => "Service Unavailable",
+            Code::Software => "EX_SOFTWARE",
+            Code::TempFail => "EX_TEMPFAIL",
+            Code::Protocol => "Bad header line",
+            Code::Config => "EX_CONFIG",
+            Code::Timeout => "Timeout",
+        }
+    }
+}
+
+/// A request that ends with an error line instead of an answer.
+#[derive(Debug)]
+struct Failure {
+    code: Code,
+    text: String,
+    /// Already logged (by [`State::judge`]), so not again.
+    logged: bool,
+}
+
+impl Failure {
+    fn new(code: Code, text: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            text: text.into(),
+            logged: false,
+        }
+    }
+
+    fn protocol(text: impl Into<String>) -> Failure {
+        Failure::new(Code::Protocol, text)
+    }
+
+    /// The error line: one line, whatever the text holds.
+    fn line(&self) -> String {
+        format!(
+            "SPAMD/1.0 {} {}: {}\r\n",
+            self.code as u8,
+            self.code.label(),
+            one_line(&self.text)
+        )
+    }
+}
+
+/// Why a request stops early.
+enum Stop {
+    /// With an error line.
+    Fail(Failure),
+    /// The connection broke: nothing can be answered.
+    Io(std::io::Error),
+}
+
+impl From<Failure> for Stop {
+    fn from(f: Failure) -> Stop {
+        Stop::Fail(f)
+    }
+}
+
+/// `text` made safe for one protocol line (and a log): control characters
+/// become `?`, and it is cut at 200 characters.
+fn one_line(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(200)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if text.chars().count() > 200 {
+        out.push('…');
+    }
+    out
+}
+
+/// The verbs of SPAMC/1.5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    Check,
+    Symbols,
+    Report,
+    ReportIfSpam,
+    Skip,
+    Ping,
+    Process,
+    Headers,
+    Tell,
+}
+
+impl Verb {
+    fn parse(word: &[u8]) -> Option<Verb> {
+        Some(match word {
+            b"CHECK" => Verb::Check,
+            b"SYMBOLS" => Verb::Symbols,
+            b"REPORT" => Verb::Report,
+            b"REPORT_IFSPAM" => Verb::ReportIfSpam,
+            b"SKIP" => Verb::Skip,
+            b"PING" => Verb::Ping,
+            b"PROCESS" => Verb::Process,
+            b"HEADERS" => Verb::Headers,
+            b"TELL" => Verb::Tell,
+            _ => return None,
+        })
+    }
+}
+
+/// The request line: `VERB SPAMC/VERSION`. The version is a number, as
+/// spamd compares it.
+fn request_line(line: &[u8]) -> Result<(Verb, f64), Failure> {
+    let bad = || Failure::protocol(String::from_utf8_lossy(line).into_owned());
+    let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
+    let (Some(verb), Some(proto), None) = (words.next(), words.next(), words.next()) else {
+        return Err(bad());
+    };
+    let verb = Verb::parse(verb).ok_or_else(bad)?;
+    let version = proto
+        .strip_prefix(b"SPAMC/")
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+        .ok_or_else(bad)?;
+    Ok((verb, version))
+}
+
+/// The request's headers that mean something here; others are ignored.
+#[derive(Debug, Default)]
+struct Headers {
+    length: Option<u64>,
+    user: Option<String>,
+    compressed: bool,
+    class: Option<Label>,
+    set_local: bool,
+    remove_local: bool,
+}
+
+impl Headers {
+    /// Takes one header line (without its line end).
+    fn take(&mut self, line: &[u8]) -> Result<(), Failure> {
+        let Some(colon) = memchr::memchr(b':', line) else {
+            return Err(Failure::protocol("(header not in 'Name: value' format)"));
+        };
+        let name = &line[..colon];
+        let value = line[colon + 1..].trim_ascii();
+        let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+        let text = || String::from_utf8_lossy(value).into_owned();
+        if is("Content-length") {
+            let n = std::str::from_utf8(value)
+                .ok()
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| Failure::protocol("(Content-Length contains non-numeric bytes)"))?;
+            self.length = Some(n);
+        } else if is("User") {
+            let user = std::str::from_utf8(value)
+                .map_err(|_| Failure::protocol("(User header refused: not UTF-8)"))?;
+            super::users::check_user(user)
+                .map_err(|e| Failure::protocol(format!("(User header refused: {e})")))?;
+            self.user = Some(user.to_string());
+        } else if is("Message-class") {
+            self.class = Some(match value.to_ascii_lowercase().as_slice() {
+                b"spam" => Label::Spam,
+                b"ham" => Label::Ham,
+                _ => {
+                    return Err(Failure::protocol(
+                        "(Message-class header contains invalid class)",
+                    ));
+                }
+            });
+        } else if is("Set") {
+            self.set_local = contains_word(value, b"local");
+        } else if is("Remove") {
+            self.remove_local = contains_word(value, b"local");
+        } else if is("Compress") {
+            if !contains_word(value, b"zlib") {
+                return Err(Failure::protocol(format!(
+                    "(compression type not supported: {})",
+                    text()
+                )));
+            }
+            self.compressed = true;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `value` holds `word`, in any case (spamd's `/local/i`).
+fn contains_word(value: &[u8], word: &[u8]) -> bool {
+    value
+        .to_ascii_lowercase()
+        .windows(word.len())
+        .any(|w| w == word)
+}
+
+/// What the client sends, read with the read timeout, kept in memory only
+/// as far as the message limit allows.
+struct Input<'a> {
+    conn: &'a mut BoxConn,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already taken.
+    taken: usize,
+    timeout: Duration,
+}
+
+/// How much is read from the connection at a time.
+const CHUNK: usize = 16 * 1024;
+
+impl Input<'_> {
+    /// Reads more; `Ok(0)` at the end of what the client sends.
+    async fn fill(&mut self) -> Result<usize, Stop> {
+        if self.taken == self.buf.len() {
+            self.buf.clear();
+            self.taken = 0;
+        }
+        let old = self.buf.len();
+        self.buf.resize(old + CHUNK, 0);
+        let read = read_some(self.conn, &mut self.buf[old..], self.timeout).await;
+        let n = *read.as_ref().unwrap_or(&0);
+        self.buf.truncate(old + n);
+        match read {
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(Stop::Fail(Failure::new(
+                Code::Timeout,
+                format!(
+                    "({} second socket timeout reading input from client)",
+                    self.timeout.as_secs()
+                ),
+            ))),
+            Err(e) => Err(Stop::Io(e)),
+        }
+    }
+
+    /// The next line without its line end (LF or CRLF); `None` at the end.
+    async fn line(&mut self) -> Result<Option<Vec<u8>>, Stop> {
+        // Bytes after `taken` already searched for a line end.
+        let mut searched = 0;
+        loop {
+            let have = &self.buf[self.taken..];
+            if let Some(lf) = memchr::memchr(b'\n', &have[searched..]) {
+                let mut line = have[..searched + lf].to_vec();
+                self.taken += searched + lf + 1;
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                return Ok(Some(line));
+            }
+            if have.len() > MAX_LINE {
+                return Err(Failure::protocol("(header line too long)").into());
+            }
+            searched = have.len();
+            if self.fill().await? == 0 {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The header lines up to the empty one.
+    async fn headers(&mut self) -> Result<Headers, Stop> {
+        let mut headers = Headers::default();
+        for _ in 0..=MAX_HEADERS {
+            let Some(line) = self.line().await? else {
+                return Err(Failure::protocol("(EOF during headers)").into());
+            };
+            if line.is_empty() {
+                return Ok(headers);
+            }
+            headers.take(&line)?;
+        }
+        Err(Failure::protocol("(too many headers)").into())
+    }
+
+    /// Up to `limit` bytes more, and whether the client ended before.
+    async fn up_to(&mut self, limit: u64) -> Result<(Vec<u8>, bool), Stop> {
+        let mut out = Vec::new();
+        loop {
+            let have = &self.buf[self.taken..];
+            let want = (limit - out.len() as u64).min(have.len() as u64) as usize;
+            out.extend_from_slice(&have[..want]);
+            self.taken += want;
+            if out.len() as u64 == limit {
+                return Ok((out, false));
+            }
+            if self.fill().await? == 0 {
+                return Ok((out, true));
+            }
+        }
+    }
+
+    /// Reads and drops up to `limit` bytes (all, without a limit), for at
+    /// most the read timeout in all: the client's write completes, so it
+    /// reads our answer rather than a reset, and nothing is kept.
+    async fn drop_up_to(&mut self, limit: Option<u64>) -> Result<(), Stop> {
+        let until = Instant::now() + self.timeout;
+        let mut left = limit.unwrap_or(u64::MAX);
+        loop {
+            let have = (self.buf.len() - self.taken) as u64;
+            let n = have.min(left);
+            self.taken += n as usize;
+            left -= n;
+            if left == 0 || Instant::now() >= until {
+                return Ok(());
+            }
+            match self.fill().await {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(Stop::Fail(_)) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The message: `Content-length` bytes (or all the client sends, up to
+    /// the end), inflated when compressed; `None` when it is larger than
+    /// `max` (it is then read and dropped, never kept).
+    async fn message(&mut self, headers: &Headers, max: u64) -> Result<Option<Vec<u8>>, Stop> {
+        if headers.compressed && headers.length.is_none() {
+            return Err(
+                Failure::new(Code::Unavailable, "Compress requires Content-length header").into(),
+            );
+        }
+        // zlib may grow what does not compress by a few bytes per block.
+        let limit = if headers.compressed {
+            max.saturating_add(max / 1000 + 1024)
+        } else {
+            max
+        };
+        let body = match headers.length {
+            Some(n) if n > limit => {
+                self.drop_up_to(Some(n)).await?;
+                return Ok(None);
+            }
+            Some(n) => {
+                let (body, ended) = self.up_to(n).await?;
+                if ended {
+                    return Err(Failure::protocol(format!(
+                        "(Content-Length mismatch: Expected {n} bytes, got {} bytes)",
+                        body.len()
+                    ))
+                    .into());
+                }
+                body
+            }
+            None => {
+                let (body, ended) = self.up_to(limit.saturating_add(1)).await?;
+                if !ended {
+                    self.drop_up_to(None).await?;
+                    return Ok(None);
+                }
+                body
+            }
+        };
+        if !headers.compressed {
+            return Ok(Some(body));
+        }
+        let mut raw = Vec::with_capacity(body.len().saturating_mul(3).min(max as usize));
+        flate2::read::ZlibDecoder::new(&body[..])
+            .take(max.saturating_add(1))
+            .read_to_end(&mut raw)
+            .map_err(|e| Failure::new(Code::Unavailable, format!("zlib: {e}")))?;
+        Ok((raw.len() as u64 <= max).then_some(raw))
+    }
+}
+
+/// Serves one spamd connection: one request, one answer, then the
+/// connection is closed. A failure is answered with spamd's error line and
+/// returned, to be logged with the peer (unless already logged).
 pub(super) async fn serve(
-    _conn: BoxConn,
+    mut conn: BoxConn,
     _peer: &Peer,
-    _state: &std::sync::Arc<State>,
+    state: &Arc<State>,
 ) -> std::io::Result<()> {
-    Err(std::io::Error::other("spamd is not served yet"))
+    let (answer, complaint) = match request(&mut conn, state).await {
+        Ok(answer) => (answer, None),
+        Err(Stop::Fail(f)) => {
+            let complaint = (!f.logged).then(|| f.line().trim_end().to_string());
+            (f.line().into_bytes(), complaint)
+        }
+        Err(Stop::Io(e)) => return Err(e),
+    };
+    let timeout = state.settings.read_timeout;
+    let written = tokio::time::timeout(timeout, async {
+        conn.write_all(&answer).await?;
+        conn.flush().await?;
+        conn.shutdown().await
+    })
+    .await;
+    match written {
+        Ok(Ok(())) => {}
+        // A client gone after sending everything: nothing to answer.
+        Ok(Err(e)) if complaint.is_none() => return Err(e),
+        Ok(Err(_)) => {}
+        Err(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client read nothing of the answer for too long",
+            ));
+        }
+    }
+    match complaint {
+        Some(c) => Err(std::io::Error::other(c)),
+        None => Ok(()),
+    }
+}
+
+/// Reads one request and makes its answer.
+async fn request(conn: &mut BoxConn, state: &Arc<State>) -> Result<Vec<u8>, Stop> {
+    let mut input = Input {
+        conn,
+        buf: Vec::with_capacity(CHUNK),
+        taken: 0,
+        timeout: state.settings.read_timeout,
+    };
+    let Some(line) = input.line().await? else {
+        return Err(Failure::protocol("(closed before headers)").into());
+    };
+    let (verb, version) = request_line(&line)?;
+    // PING and SKIP carry headers since 1.5; the others since 1.1 (TELL
+    // always did).
+    let has_headers = match verb {
+        Verb::Ping | Verb::Skip => version >= 1.5,
+        Verb::Tell => true,
+        _ => version > 1.0,
+    };
+    let headers = if has_headers {
+        input.headers().await?
+    } else {
+        Headers::default()
+    };
+    match verb {
+        Verb::Ping => return Ok(b"SPAMD/1.5 0 PONG\r\n".to_vec()),
+        Verb::Skip => return Ok(Vec::new()),
+        _ => {}
+    }
+    if verb == Verb::Tell && headers.set_local && headers.remove_local {
+        return Err(Failure::protocol(
+            "Unable to set local and remove local in the same operation.",
+        )
+        .into());
+    }
+    if verb == Verb::Tell && headers.set_local && headers.class.is_none() {
+        return Err(Failure::protocol("(Set: local needs a Message-class: spam or ham)").into());
+    }
+    let max = state.settings.max_message;
+    let Some(raw) = input.message(&headers, max).await? else {
+        return Err(too_large(state, &headers, max).into());
+    };
+    if verb == Verb::Tell {
+        tell(state, headers, raw).await
+    } else {
+        judge(state, verb, version, headers.user, raw).await
+    }
+}
+
+/// A message over the size limit: counted and logged as `judge` would,
+/// answered with EX_DATAERR.
+fn too_large(state: &Arc<State>, headers: &Headers, max: u64) -> Failure {
+    state
+        .metrics
+        .judged(&Status::Unknown(Reason::TooLarge), Duration::ZERO);
+    log_line(&format!(
+        "id=- user={} Unknown reason={} model=none",
+        headers.user.as_deref().unwrap_or("-"),
+        Reason::TooLarge.name()
+    ));
+    Failure {
+        code: Code::DataErr,
+        text: format!("message larger than {max} bytes: passed on unscored"),
+        logged: true,
+    }
+}
+
+/// Judges `raw` and answers `verb`.
+async fn judge(
+    state: &Arc<State>,
+    verb: Verb,
+    version: f64,
+    user: Option<String>,
+    raw: Vec<u8>,
+) -> Result<Vec<u8>, Stop> {
+    let id = message_id(&raw);
+    let rewrite = matches!(verb, Verb::Process | Verb::Headers);
+    let (judged, raw) = if rewrite {
+        (state.judge(user, raw.clone(), &id).await, raw)
+    } else {
+        (state.judge(user, raw, &id).await, Vec::new())
+    };
+    let Some((spam, score)) = points(&judged.stamped.status, judged.stamped.log_odds) else {
+        return Err(no_verdict(&judged).into());
+    };
+    let spam_line = format!(
+        "Spam: {} ; {score:.1} / {THRESHOLD:.1}",
+        if spam { "True" } else { "False" }
+    );
+    let mut out = Vec::new();
+    if rewrite {
+        let mut message = Vec::with_capacity(raw.len() + 256);
+        crate::headers::write_with_fields(
+            &mut message,
+            &raw,
+            None,
+            &judged.stamped.status.fields(),
+        )
+        .map_err(|e| Failure::new(Code::Software, format!("writing the answer: {e}")))?;
+        if verb == Verb::Headers {
+            message.truncate(header_end(&message));
+        }
+        if version >= 1.3 {
+            out.extend_from_slice(
+                format!(
+                    "SPAMD/1.1 0 EX_OK\r\nContent-length: {}\r\n{spam_line}\r\n\r\n",
+                    message.len()
+                )
+                .as_bytes(),
+            );
+        } else if version >= 1.2 {
+            out.extend_from_slice(
+                format!(
+                    "SPAMD/1.1 0 EX_OK\r\nContent-length: {}\r\n\r\n",
+                    message.len()
+                )
+                .as_bytes(),
+            );
+        } else {
+            out.extend_from_slice(b"SPAMD/1.0 0 EX_OK\r\n");
+        }
+        out.extend_from_slice(&message);
+        return Ok(out);
+    }
+    out.extend_from_slice(b"SPAMD/1.1 0 EX_OK\r\n");
+    if verb == Verb::Check {
+        out.extend_from_slice(format!("{spam_line}\r\n\r\n").as_bytes());
+        return Ok(out);
+    }
+    let body = match verb {
+        Verb::Symbols => symbols(&judged.stamped.status),
+        Verb::Report => report(&judged),
+        // spamd writes "Yes"/"No" here, which spamc reads as not spam;
+        // PROTOCOL says it is REPORT's answer, so `spamc -r -E` works.
+        Verb::ReportIfSpam if spam => report(&judged),
+        _ => String::new(),
+    };
+    if version >= 1.3 {
+        out.extend_from_slice(format!("Content-length: {}\r\n", body.len()).as_bytes());
+    }
+    out.extend_from_slice(format!("{spam_line}\r\n\r\n{body}").as_bytes());
+    Ok(out)
+}
+
+/// The error answer for a message `judge` gave no verdict.
+fn no_verdict(judged: &Judged) -> Failure {
+    let Status::Unknown(reason) = judged.stamped.status else {
+        return Failure::new(Code::Software, "no verdict");
+    };
+    let code = match reason {
+        Reason::Config => Code::Config,
+        Reason::NoModel | Reason::ModelVersion | Reason::ModelUnreadable => Code::Unavailable,
+        Reason::TooLarge | Reason::Unparseable => Code::DataErr,
+        Reason::Internal => Code::Software,
+    };
+    Failure {
+        code,
+        text: judged
+            .stamped
+            .why
+            .clone()
+            .unwrap_or_else(|| reason.name().to_string()),
+        logged: true,
+    }
+}
+
+/// Learns or unlearns `raw` as TELL asks; `Set: remote` and `Remove:
+/// remote` (reporting to networks) are not done and not said done.
+async fn tell(state: &Arc<State>, headers: Headers, raw: Vec<u8>) -> Result<Vec<u8>, Stop> {
+    let label = match (headers.set_local, headers.remove_local) {
+        (true, _) => headers.class,
+        (false, true) => None,
+        (false, false) => return Ok(b"SPAMD/1.1 0 EX_OK\r\n\r\n".to_vec()),
+    };
+    let user = headers.user;
+    let id = message_id(&raw);
+    let result = state.learn(user.clone(), raw, label).await;
+    let said = match &result {
+        Ok(learned) => format!("{learned:?}"),
+        Err(e) => e.to_string(),
+    };
+    let never_learned = matches!(
+        &result,
+        Err(LearnError::Db(
+            crate::db::Error::NotLearned | crate::db::Error::NothingLearned(_)
+        ))
+    );
+    if state.settings.log_messages || (result.is_err() && !never_learned) {
+        log_line(&format!(
+            "tell id={} user={} {}",
+            crate::sanitize::for_terminal(if id.is_empty() { "-" } else { &id }),
+            crate::sanitize::for_terminal(user.as_deref().unwrap_or("-")),
+            crate::sanitize::for_terminal(&said),
+        ));
+    }
+    let did = match result {
+        Ok(Learned::Learned(_) | Learned::Moved(_)) => "DidSet: local\r\n",
+        Ok(Learned::Unlearned(_)) => "DidRemove: local\r\n",
+        Ok(Learned::Already(_)) => "",
+        // Never learned: spamc says "already un/learned".
+        Err(_) if never_learned => "",
+        Err(e) => {
+            let code = match &e {
+                LearnError::User(_) => Code::Protocol,
+                LearnError::Message(_) => Code::DataErr,
+                LearnError::Db(crate::db::Error::Store(crate::store::Error::Locked { .. })) => {
+                    Code::TempFail
+                }
+                LearnError::Db(_) => Code::Unavailable,
+            };
+            return Err(Failure {
+                code,
+                text: e.to_string(),
+                logged: true,
+            }
+            .into());
+        }
+    };
+    Ok(format!("SPAMD/1.1 0 EX_OK\r\n{did}\r\n").into_bytes())
+}
+
+/// Our verdict as spamd's: whether it is spam, and the score against
+/// [`THRESHOLD`] (see the module documentation); `None` without a verdict.
+pub fn points(status: &Status, log_odds: Option<f64>) -> Option<(bool, f64)> {
+    let Status::Verdict {
+        verdict, cutoff, ..
+    } = *status
+    else {
+        return None;
+    };
+    let spam = verdict == Verdict::Spam;
+    let logit = cutoff.ln() - (-cutoff).ln_1p();
+    let past = log_odds.map_or(f64::NAN, |l| l - logit);
+    let score = if past.is_nan() {
+        THRESHOLD
+    } else {
+        ((THRESHOLD + past).clamp(-999.9, 999.9) * 10.0).round() / 10.0
+    };
+    let score = if spam {
+        score.max(THRESHOLD)
+    } else {
+        score.min(THRESHOLD - 0.1)
+    };
+    Some((spam, score))
+}
+
+/// SYMBOLS' answer: our verdict, and SpamAssassin's Bayes rule for the
+/// probability (`BAYES_00` … `BAYES_99`, and `BAYES_999` beside
+/// `BAYES_99`), so that rules written for those names keep working.
+fn symbols(status: &Status) -> String {
+    let Status::Verdict {
+        verdict,
+        probability: p,
+        ..
+    } = *status
+    else {
+        return String::new();
+    };
+    let word = match verdict {
+        Verdict::Spam => "BAYESMAIL_SPAM",
+        Verdict::Ham => "BAYESMAIL_HAM",
+        Verdict::Unsure => "BAYESMAIL_UNSURE",
+    };
+    let bayes = [
+        (0.01, "BAYES_00"),
+        (0.05, "BAYES_05"),
+        (0.20, "BAYES_20"),
+        (0.40, "BAYES_40"),
+        (0.60, "BAYES_50"),
+        (0.80, "BAYES_60"),
+        (0.95, "BAYES_80"),
+        (0.99, "BAYES_95"),
+    ]
+    .iter()
+    .find(|(upto, _)| p <= *upto)
+    .map_or("BAYES_99", |(_, name)| name);
+    let mut out = format!("{word},{bayes}");
+    if p > 0.999 {
+        out.push_str(",BAYES_999");
+    }
+    out
+}
+
+/// REPORT's answer: the verdict in words, its probability and cutoff, and
+/// which model judged.
+fn report(judged: &Judged) -> String {
+    let Status::Verdict {
+        verdict,
+        probability,
+        cutoff,
+    } = judged.stamped.status
+    else {
+        return String::new();
+    };
+    let word = match verdict {
+        Verdict::Spam => "spam",
+        Verdict::Ham => "not spam",
+        Verdict::Unsure => "unsure (not spam)",
+    };
+    let model = match &judged.which {
+        Some(Which::User(u)) => format!("the model of user {u}"),
+        Some(Which::Global) | None => "the global model".to_string(),
+    };
+    format!(
+        "bayesmail {}: this message is {word}.\n\
+         Probability of spam {probability:.6}; spam above {cutoff:.6}.\n\
+         Judged by {model}.\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Where the header ends in `message` as spamc finds it when it puts the
+/// original body after HEADERS' answer: after the first `\r\n\r\n` or
+/// `\n\n`; the whole message when there is neither.
+fn header_end(message: &[u8]) -> usize {
+    let mut at = 0;
+    while let Some(lf) = memchr::memchr(b'\n', &message[at..]) {
+        let i = at + lf;
+        if message[i + 1..].starts_with(b"\n") {
+            return i + 2;
+        }
+        if i >= 1 && message[i - 1] == b'\r' && message[i + 1..].starts_with(b"\r\n") {
+            return i + 3;
+        }
+        at = i + 1;
+    }
+    message.len()
+}
+
+/// The message's Message-ID, for the log (empty when it has none).
+fn message_id(raw: &[u8]) -> String {
+    let (header, _) = crate::message::split_header(raw);
+    let mut lines = header.split(|&b| b == b'\n');
+    while let Some(line) = lines.next() {
+        let Some(colon) = memchr::memchr(b':', line) else {
+            continue;
+        };
+        if line[..colon]
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"message-id")
+        {
+            let mut value = line[colon + 1..].trim_ascii().to_vec();
+            // A folded Message-ID continues on the next line.
+            if value.is_empty()
+                && let Some(next) = lines.next()
+            {
+                value = next.trim_ascii().to_vec();
+            }
+            return one_line(&String::from_utf8_lossy(&value));
+        }
+    }
+    String::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(verdict: Verdict, probability: f64, cutoff: f64) -> Status {
+        Status::Verdict {
+            verdict,
+            probability,
+            cutoff,
+        }
+    }
+
+    #[test]
+    fn scores_are_spam_exactly_when_the_verdict_is() {
+        // Cutoff 0.5: logit 0, so the score is 5 + log-odds.
+        let s = verdict(Verdict::Spam, 0.999, 0.5);
+        assert_eq!(points(&s, Some(6.9)), Some((true, 11.9)));
+        let h = verdict(Verdict::Ham, 0.01, 0.5);
+        assert_eq!(points(&h, Some(-4.6)), Some((false, 0.4)));
+        // Just past the cutoff rounds to 5.0 and stays spam; at it, not.
+        assert_eq!(points(&s, Some(0.01)), Some((true, 5.0)));
+        assert_eq!(points(&h, Some(0.0)), Some((false, 4.9)));
+        // Unsure with a probability above the cutoff (too few known
+        // words) is below the threshold all the same.
+        let u = verdict(Verdict::Unsure, 0.9999, 0.5);
+        assert_eq!(points(&u, Some(9.2)), Some((false, 4.9)));
+        // Cutoff 0.9: logit ≈ 2.197.
+        let s9 = verdict(Verdict::Spam, 0.99, 0.9);
+        assert_eq!(points(&s9, Some(4.595)), Some((true, 7.4)));
+        // Extremes stay finite and on the right side.
+        assert_eq!(points(&s, Some(f64::INFINITY)), Some((true, 999.9)));
+        assert_eq!(points(&h, Some(f64::NEG_INFINITY)), Some((false, -999.9)));
+        let never = verdict(Verdict::Ham, 1.0, 1.0);
+        assert_eq!(points(&never, Some(50.0)), Some((false, -999.9)));
+        assert_eq!(points(&s, None), Some((true, 5.0)));
+        assert_eq!(points(&Status::Unknown(Reason::NoModel), None), None);
+    }
+
+    #[test]
+    fn request_lines_parse_or_are_protocol_errors() {
+        assert_eq!(
+            request_line(b"PROCESS SPAMC/1.5").unwrap(),
+            (Verb::Process, 1.5)
+        );
+        assert_eq!(
+            request_line(b"REPORT_IFSPAM SPAMC/1.2").unwrap(),
+            (Verb::ReportIfSpam, 1.2)
+        );
+        for bad in [
+            &b"FROB SPAMC/1.5"[..],
+            b"CHECK",
+            b"CHECK SPAMD/1.5",
+            b"CHECK SPAMC/x",
+            b"CHECK SPAMC/1.5 more",
+            b"check SPAMC/1.5",
+            b"",
+        ] {
+            let e = request_line(bad).unwrap_err();
+            assert_eq!(e.code, Code::Protocol, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn headers_are_checked_as_spamd_checks_them() {
+        let mut h = Headers::default();
+        for line in [
+            &b"Content-length: 120"[..],
+            b"User: alice@example.org",
+            b"Compress: zlib",
+            b"X-Unknown: whatever",
+            b"Message-class: SPAM",
+            b"Set: local, remote",
+        ] {
+            h.take(line).unwrap();
+        }
+        assert_eq!(h.length, Some(120));
+        assert_eq!(h.user.as_deref(), Some("alice@example.org"));
+        assert!(h.compressed && h.set_local && !h.remove_local);
+        assert_eq!(h.class, Some(Label::Spam));
+        let long = format!("User: {}", "a".repeat(300));
+        for bad in [
+            &b"Content-length: 12x"[..],
+            b"Content-length: ",
+            b"Content-length: 99999999999999999999999",
+            b"User: ../etc",
+            b"User: a%b",
+            b"User: a\xffb",
+            long.as_bytes(),
+            b"Message-class: eggs",
+            b"Compress: gzip",
+            b"no colon here",
+        ] {
+            let e = Headers::default().take(bad).unwrap_err();
+            assert_eq!(e.code, Code::Protocol, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn symbols_follow_spamassassins_bayes_rules() {
+        assert_eq!(
+            symbols(&verdict(Verdict::Spam, 0.9995, 0.5)),
+            "BAYESMAIL_SPAM,BAYES_99,BAYES_999"
+        );
+        assert_eq!(
+            symbols(&verdict(Verdict::Spam, 0.995, 0.5)),
+            "BAYESMAIL_SPAM,BAYES_99"
+        );
+        assert_eq!(
+            symbols(&verdict(Verdict::Unsure, 0.5, 0.5)),
+            "BAYESMAIL_UNSURE,BAYES_50"
+        );
+        assert_eq!(
+            symbols(&verdict(Verdict::Ham, 0.0, 0.5)),
+            "BAYESMAIL_HAM,BAYES_00"
+        );
+    }
+
+    #[test]
+    fn the_header_ends_where_spamc_looks_for_it() {
+        assert_eq!(header_end(b"A: b\n\nbody\n\n"), 6);
+        assert_eq!(header_end(b"A: b\r\n\r\nbody"), 8);
+        assert_eq!(header_end(b"A: b\r\nC: d\r\n"), 12);
+        assert_eq!(header_end(b"\n\nx"), 2);
+    }
+
+    #[test]
+    fn error_lines_are_one_line() {
+        let f = Failure::protocol("(User header refused: a\r\nSpam: True)");
+        let line = f.line();
+        assert_eq!(line.matches("\r\n").count(), 1, "{line:?}");
+        assert!(line.starts_with("SPAMD/1.0 76 Bad header line: "), "{line}");
+        assert_eq!(
+            message_id(b"Subject: x\nMessage-ID:\n <a@b>\n\nbody"),
+            "<a@b>"
+        );
+        assert_eq!(message_id(b"Subject: x\n\nMessage-ID: <no>\n"), "");
+    }
 }
