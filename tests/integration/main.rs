@@ -30,6 +30,7 @@ mod reader;
 mod recipes;
 mod review_speed;
 mod scale;
+mod serve_spamd;
 mod split;
 mod train;
 mod traps;
