@@ -28,9 +28,15 @@ impl Server {
     /// Starts serve on `db` with `extra` arguments; waits for its
     /// "listening on" line, which names the port.
     fn start(db: &Db, extra: &[&str]) -> Server {
+        Server::start_at(db, "127.0.0.1:0", extra)
+    }
+
+    /// Starts serve on `db` listening at `addr` (the port is 0 on a Unix
+    /// socket).
+    fn start_at(db: &Db, addr: &str, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
             .args(db.global_args())
-            .args(["serve", "--spamd", "127.0.0.1:0"])
+            .args(["serve", "--spamd", addr])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -46,7 +52,8 @@ impl Server {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 if let Some(addr) = line.split("spamd listening on ").nth(1) {
-                    let _ = tx.send(addr.rsplit(':').next().unwrap().parse::<u16>().unwrap());
+                    let port = addr.rsplit(':').next().unwrap().parse::<u16>();
+                    let _ = tx.send(port.unwrap_or(0));
                 }
                 kept.lock().unwrap().push_str(&(line + "\n"));
             }
@@ -694,4 +701,32 @@ fn the_protocol_beyond_what_spamc_sends() {
         server.raw(b"PING SPAMC/1.5\r\n\r\n"),
         b"SPAMD/1.5 0 PONG\r\n"
     );
+}
+
+#[test]
+fn spamc_over_a_unix_socket() {
+    if !have("spamc") {
+        return;
+    }
+    let db = trained();
+    let (s, h) = spam_and_ham(&db);
+    let socket = db.path("spamd.sock");
+    let addr = format!("unix:{}", socket.display());
+    let server = Server::start_at(&db, &addr, &["--socket-mode", "600"]);
+    let run = |args: &[&str], input: &[u8]| {
+        let mut cmd = Command::new("spamc");
+        cmd.args(["-F", "/dev/null", "-U", utf8(&socket), "-t", "60"])
+            .args(args);
+        run_with_stdin(cmd, input)
+    };
+    assert_eq!(
+        run(&["-c"], &read(&s)).status.code(),
+        Some(1),
+        "{}",
+        server.log()
+    );
+    assert_eq!(run(&["-c"], &read(&h)).status.code(), Some(0));
+    let out = run(&[], &read(&h));
+    assert_eq!(out.stdout, db.run(&["filter"], Some(&read(&h))).stdout);
+    assert_eq!(strip_ours(&out.stdout).0, read(&h));
 }
