@@ -273,10 +273,10 @@ const CHUNK: usize = 16 * 1024;
 impl Input<'_> {
     /// Reads more; `Ok(0)` at the end of what the client sends.
     async fn fill(&mut self) -> Result<usize, Stop> {
-        if self.taken == self.buf.len() {
-            self.buf.clear();
-            self.taken = 0;
-        }
+        // What was taken goes, so the buffer holds at most a line and a
+        // chunk however many lines come.
+        self.buf.drain(..self.taken);
+        self.taken = 0;
         let old = self.buf.len();
         self.buf.resize(old + CHUNK, 0);
         let read = read_some(self.conn, &mut self.buf[old..], self.timeout).await;
