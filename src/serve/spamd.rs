@@ -958,4 +958,172 @@ mod tests {
         );
         assert_eq!(message_id(b"Subject: x\n\nMessage-ID: <no>\n"), "");
     }
+
+    /// A state judging with a model learned from one ham and one spam in
+    /// `dir`, messages up to 2,000 bytes.
+    fn state(dir: &std::path::Path) -> Arc<State> {
+        let state = Arc::new(State::new(super::super::Settings {
+            listen: Vec::new(),
+            allow: Vec::new(),
+            socket_mode: 0o600,
+            socket_group: None,
+            models: super::super::ModelSettings {
+                global: dir.join("db"),
+                user_db: None,
+                min_user_messages: 1,
+                cache_bytes: 1 << 20,
+                decider: crate::decision::Decider {
+                    costs: Default::default(),
+                    min_known: 1,
+                    min_per_class: 1,
+                },
+                learn_wait: Duration::from_secs(5),
+                journal_limit: crate::store::DEFAULT_JOURNAL_LIMIT,
+                params: Default::default(),
+            },
+            max_message: 2000,
+            max_connections: 1,
+            read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(1),
+            log_messages: false,
+        }));
+        for (raw, label) in [(HAM, Label::Ham), (SPAM, Label::Spam)] {
+            state.models.learn(None, raw, label).unwrap();
+        }
+        state
+    }
+
+    const HAM: &[u8] = b"From: ann@example.org\nSubject: minutes\n\nThe minutes of the meeting.\n";
+    const SPAM: &[u8] =
+        b"From: win@prize.example\nSubject: cash prize\n\nClaim your cash prize now!\n";
+
+    /// Sends `input` (then closes the sending side) to a connection served
+    /// by `state`; returns all of the answer.
+    fn exchange(state: &Arc<State>, input: Vec<u8>) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (client, server) = tokio::io::duplex(8 * 1024);
+            let state = state.clone();
+            let serving = tokio::spawn(async move {
+                let _ = serve(Box::pin(server), &Peer::Unix, &state).await;
+            });
+            let (mut rd, mut wr) = tokio::io::split(client);
+            let writing = tokio::spawn(async move {
+                let _ = wr.write_all(&input).await;
+                let _ = wr.shutdown().await;
+            });
+            let mut answer = Vec::new();
+            let _ = rd.read_to_end(&mut answer).await;
+            writing.await.unwrap();
+            serving.await.unwrap();
+            answer
+        })
+    }
+
+    #[test]
+    fn a_served_request_gets_its_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(dir.path());
+        let ask = |verb: &str, headers: &str, body: &[u8]| {
+            let mut input = format!(
+                "{verb} SPAMC/1.5\r\n{headers}Content-length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            input.extend_from_slice(body);
+            String::from_utf8(exchange(&state, input)).unwrap()
+        };
+        let check = ask("CHECK", "", SPAM);
+        assert!(
+            check.starts_with("SPAMD/1.1 0 EX_OK\r\nSpam: True ; "),
+            "{check}"
+        );
+        let check = ask("CHECK", "User: ann\r\n", HAM);
+        assert!(
+            check.starts_with("SPAMD/1.1 0 EX_OK\r\nSpam: False ; "),
+            "{check}"
+        );
+        let process = ask("PROCESS", "", HAM);
+        let (head, body) = process.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.contains(&format!("Content-length: {}", body.len())),
+            "{head}"
+        );
+        assert!(body.starts_with("X-Spam-Status: No, ") && body.ends_with("meeting.\n"));
+        let tell = ask("TELL", "Message-class: spam\r\nSet: local\r\n", HAM);
+        assert_eq!(tell, "SPAMD/1.1 0 EX_OK\r\nDidSet: local\r\n\r\n");
+        let tell = ask("TELL", "Remove: local\r\n", HAM);
+        assert_eq!(tell, "SPAMD/1.1 0 EX_OK\r\nDidRemove: local\r\n\r\n");
+        let big = ask("CHECK", "", &[b'a'; 3000]);
+        assert!(big.starts_with("SPAMD/1.0 65 EX_DATAERR: "), "{big}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Whatever a client sends, in whatever pieces of a plausible
+        /// request, the answer is spamd's: nothing (SKIP, or a client gone)
+        /// or a status line first; and a PROCESS answered with EX_OK
+        /// carries the length it says.
+        #[test]
+        fn any_request_gets_a_spamd_answer(
+            verb in proptest::sample::select(vec![
+                "CHECK", "SYMBOLS", "REPORT", "REPORT_IFSPAM", "SKIP", "PING",
+                "PROCESS", "HEADERS", "TELL", "FROB", "",
+            ]),
+            version in proptest::sample::select(vec!["SPAMC/1.5", "SPAMC/1.2", "SPAMC/1.0", "SPAMC/x", "HTTP/1.1"]),
+            headers in proptest::collection::vec(proptest::sample::select(vec![
+                "User: ann", "User: ../x", "User: a%b", "Compress: zlib", "Compress: gzip",
+                "Message-class: spam", "Message-class: ham", "Message-class: x",
+                "Set: local", "Remove: local", "Content-length: 5", "Content-length: x",
+                "X-Other: y", "no colon",
+            ]), 0..5),
+            length in proptest::option::of(0usize..3000),
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            spam in proptest::bool::ANY,
+            cut in proptest::option::of(0usize..400),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let state = state(dir.path());
+            let message = [if spam { SPAM } else { HAM }, &body[..]].concat();
+            let mut input = format!("{verb} {version}\r\n");
+            for h in &headers {
+                input.push_str(h);
+                input.push_str("\r\n");
+            }
+            if let Some(n) = length {
+                input.push_str(&format!("Content-length: {}\r\n", n.min(message.len())));
+            }
+            input.push_str("\r\n");
+            let mut input = input.into_bytes();
+            input.extend_from_slice(&message);
+            if let Some(cut) = cut {
+                input.truncate(cut);
+            }
+            let answer = exchange(&state, input);
+            if answer.is_empty() {
+                return Ok(());
+            }
+            let text = String::from_utf8_lossy(&answer);
+            let (line, rest) = text.split_once("\r\n").unwrap_or_else(|| panic!("{text:?}"));
+            let mut words = line.split(' ');
+            let proto = words.next().unwrap();
+            proptest::prop_assert!(proto.starts_with("SPAMD/1."), "{text:?}");
+            let code: u8 = words.next().unwrap().parse().unwrap();
+            proptest::prop_assert!(code == 0 || (64..=79).contains(&code), "{text:?}");
+            if code != 0 {
+                proptest::prop_assert_eq!(rest, "", "an error is one line: {:?}", text);
+            }
+            if code == 0 && verb == "PROCESS" && version == "SPAMC/1.5" {
+                let (head, body) = rest.split_once("\r\n\r\n").unwrap();
+                let length = format!("Content-length: {}", answer.len() - (text.len() - body.len()));
+                proptest::prop_assert!(head.contains(&length), "{:?}", text);
+            }
+        }
+    }
 }
