@@ -417,11 +417,18 @@ impl Input<'_> {
         if !headers.compressed {
             return Ok(Some(body));
         }
-        let mut raw = Vec::with_capacity(body.len().saturating_mul(3).min(max as usize));
-        flate2::read::ZlibDecoder::new(&body[..])
-            .take(max.saturating_add(1))
-            .read_to_end(&mut raw)
-            .map_err(|e| Failure::new(Code::Unavailable, format!("zlib: {e}")))?;
+        // Inflating megabytes is work for a blocking thread, not the
+        // runtime's; what inflates past `max` stops there.
+        let inflated = tokio::task::spawn_blocking(move || {
+            let mut raw = Vec::with_capacity(body.len().saturating_mul(3).min(max as usize));
+            flate2::read::ZlibDecoder::new(&body[..])
+                .take(max.saturating_add(1))
+                .read_to_end(&mut raw)
+                .map(|_| raw)
+        })
+        .await
+        .map_err(|_| Failure::new(Code::Software, "internal error while inflating"))?;
+        let raw = inflated.map_err(|e| Failure::new(Code::Unavailable, format!("zlib: {e}")))?;
         Ok((raw.len() as u64 <= max).then_some(raw))
     }
 }
