@@ -681,6 +681,13 @@ fn the_protocol_beyond_what_spamc_sends() {
         status_line(&answer).contains("Content-Length mismatch"),
         "{answer:?}"
     );
+    // A header line longer than spamc's own buffer (8 KB).
+    let long = format!("X-Long: {}", "y".repeat(9000));
+    let answer = server.raw(&request("CHECK", &[&long], &spam));
+    assert!(
+        status_line(&answer).contains("header line too long"),
+        "{answer:?}"
+    );
     // Too many headers.
     let many: Vec<String> = (0..300).map(|i| format!("X-{i}: y")).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();

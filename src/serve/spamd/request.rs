@@ -189,16 +189,17 @@ impl<'a> Input<'a> {
         let mut searched = 0;
         loop {
             let have = &self.buf[self.taken..];
-            if let Some(lf) = memchr::memchr(b'\n', &have[searched..]) {
+            let found = memchr::memchr(b'\n', &have[searched..]);
+            if found.map_or(have.len(), |lf| searched + lf) > MAX_LINE {
+                return Err(Failure::protocol("(header line too long)").into());
+            }
+            if let Some(lf) = found {
                 let mut line = have[..searched + lf].to_vec();
                 self.taken += searched + lf + 1;
                 if line.last() == Some(&b'\r') {
                     line.pop();
                 }
                 return Ok(Some(line));
-            }
-            if have.len() > MAX_LINE {
-                return Err(Failure::protocol("(header line too long)").into());
             }
             searched = have.len();
             if self.fill().await? == 0 {
