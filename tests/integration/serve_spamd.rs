@@ -742,3 +742,39 @@ fn spamc_over_a_unix_socket() {
     assert_eq!(out.stdout, db.run(&["filter"], Some(&read(&h))).stdout);
     assert_eq!(strip_ours(&out.stdout).0, read(&h));
 }
+
+#[test]
+fn tell_while_another_writer_holds_the_lock_is_a_tempfail() {
+    if !have("spamc") {
+        return;
+    }
+    let db = trained();
+    let server = Server::start(&db, &[]);
+    let message = unseen(7, "spamd tell locked");
+    // Another writer (a train, say) holds the writers' lock past serve's
+    // wait (5 s).
+    let lock = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(db.dir().join("lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    let answer = server.raw(&request(
+        "TELL",
+        &["Message-class: spam", "Set: local"],
+        &message,
+    ));
+    assert!(
+        status_line(&answer).starts_with("SPAMD/1.0 75 EX_TEMPFAIL: "),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    lock.unlock().unwrap();
+    assert_eq!(db.counts(), [24, 24]);
+    let out = server.spamc(&["-L", "spam"], &message);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        "Message successfully un/learned"
+    );
+    assert_eq!(db.counts(), [24, 25]);
+}
