@@ -270,6 +270,8 @@ async fn judge(
             &judged.stamped.status.fields(),
         )
         .map_err(|e| Failure::new(Code::Software, format!("writing the answer: {e}")))?;
+        // At most two copies of a message at a time.
+        drop(raw);
         if verb == Verb::Headers {
             message.truncate(header_end(&message));
         }
