@@ -302,14 +302,10 @@ impl miltr_server::Milter for Bayes {
         // to touch the body or the envelope.
         let wanted =
             Capability::SMFIF_ADDHDRS | Capability::SMFIF_CHGHDRS | Capability::SMFIF_QUARANTINE;
-        // Skip what is not needed, where the MTA can skip it; header values
-        // with their leading space, where it can send them so.
-        let skip = Protocol::NO_CONNECT
-            | Protocol::NO_HELO
-            | Protocol::NO_MAIL
-            | Protocol::NO_UNKNOWN
-            | Protocol::NO_DATA
-            | Protocol::SMFIP_HDR_LEADSPC;
+        // Header values with their leading space, where the MTA can send
+        // them so. Every step is taken (each costs a few bytes), as some
+        // clients (miltertest) stop when told to skip the connection step.
+        let skip = Protocol::SMFIP_HDR_LEADSPC;
         let ours = OptNeg {
             version: theirs.version.min(6),
             capabilities: wanted & theirs.capabilities,

@@ -31,6 +31,7 @@ mod recipes;
 mod review_speed;
 mod scale;
 mod serve;
+mod serve_milter;
 mod split;
 mod train;
 mod traps;

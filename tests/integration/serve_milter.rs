@@ -1,0 +1,300 @@
+//! `bayesmail serve --milter` driven by real milter clients: `miltertest`
+//! (a Lua script written here) and Postfix's `smtpd` in a private
+//! configuration directory. Each test starts its own server on a loopback
+//! port the server picks, and stops it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common::{Db, sample_files};
+
+/// A running `bayesmail serve`, stopped (SIGTERM, then waited for) when
+/// dropped.
+pub struct Serve {
+    child: Child,
+    /// Where the milter listens, as `HOST:PORT`.
+    pub addr: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Serve {
+    /// Starts `serve --milter 127.0.0.1:0 EXTRA…` on `db` and waits for it
+    /// to say where it listens.
+    pub fn start(db: &Db, extra: &[&str]) -> Serve {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args())
+            .args(["serve", "--milter", "127.0.0.1:0", "--log-messages"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("bayesmail serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let shared = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("bayesmail serve: milter listening on ") {
+                    let _ = tx.send(addr.to_string());
+                }
+                let mut log = shared.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("serve did not listen: {}", log.lock().unwrap());
+            }
+        };
+        Serve { child, addr, log }
+    }
+
+    /// What it wrote on stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Stops it with SIGTERM and waits; returns whether it exited with 0.
+    pub fn stop(&mut self) -> bool {
+        // SAFETY: kill(2) on the id of our own child, not yet reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+/// Whether `program` can be run; if not, panics in CI (where `.ci/run`
+/// installs it) and says the test is skipped elsewhere.
+fn have(program: &str, package: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        let required = std::env::var_os("CI").is_some()
+            || std::env::var_os("BAYESMAIL_REQUIRE_CORPUS").is_some();
+        assert!(
+            !required,
+            "{program} is not installed (Debian package {package})"
+        );
+        eprintln!("{program} is not installed (package {package}): test skipped");
+    }
+    found
+}
+
+/// A Lua string literal holding `bytes` exactly.
+fn lua(bytes: &[u8]) -> String {
+    let mut out = String::from("\"");
+    for &b in bytes {
+        if b.is_ascii_graphic() && b != b'"' && b != b'\\' || b == b' ' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("\\{b:03}"));
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A message split as an MTA hands it to a milter: header fields (name,
+/// value after the colon with its leading blanks, folded lines kept with
+/// their line ends as LF) and the body in CRLF.
+fn split_message(raw: &[u8]) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<u8>) {
+    let text = raw.to_vec();
+    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut at = 0;
+    while at < text.len() {
+        let end = text[at..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(text.len(), |p| at + p + 1);
+        let line = &text[at..end];
+        let content = line.strip_suffix(b"\n").unwrap_or(line);
+        let content = content.strip_suffix(b"\r").unwrap_or(content);
+        at = end;
+        if content.is_empty() {
+            break;
+        }
+        if matches!(content[0], b' ' | b'\t') {
+            let last = fields.last_mut().expect("no folded first line");
+            last.1.push(b'\n');
+            last.1.extend_from_slice(content);
+            continue;
+        }
+        let colon = content
+            .iter()
+            .position(|&b| b == b':')
+            .expect("a header line");
+        let value = &content[colon + 1..];
+        fields.push((content[..colon].to_vec(), value.to_vec()));
+    }
+    let mut body = Vec::new();
+    for &b in &text[at..] {
+        if b == b'\n' && body.last() != Some(&b'\r') {
+            body.push(b'\r');
+        }
+        body.push(b);
+    }
+    (fields, body)
+}
+
+/// Lua that sends one message on `conn` (envelope, fields, body, end of
+/// message). A value is sent without its leading space: miltertest puts
+/// one in front of each value itself once SMFIP_HDR_LEADSPC is agreed.
+fn lua_message(raw: &[u8], rcpt: &str) -> String {
+    let (fields, body) = split_message(raw);
+    let mut lua_text = String::new();
+    lua_text.push_str("check(mt.mailfrom(conn, \"<sender@example.org>\"))\n");
+    lua_text.push_str(&format!(
+        "check(mt.rcptto(conn, {}))\n",
+        lua(rcpt.as_bytes())
+    ));
+    for (name, value) in fields {
+        let value = value.strip_prefix(b" ").unwrap_or(&value);
+        lua_text.push_str(&format!(
+            "check(mt.header(conn, {}, {}))\n",
+            lua(&name),
+            lua(value)
+        ));
+    }
+    lua_text.push_str("check(mt.eoh(conn))\n");
+    for chunk in body.chunks(60_000) {
+        lua_text.push_str(&format!("check(mt.bodystring(conn, {}))\n", lua(chunk)));
+    }
+    lua_text.push_str("check(mt.eom(conn))\n");
+    lua_text
+}
+
+/// The head of every script: connect and negotiate.
+fn lua_head(addr: &str) -> String {
+    let port = addr.rsplit_once(':').unwrap().1;
+    format!(
+        "mt.set_timeout(60)\n\
+         function check(err) if err ~= nil then error(err) end end\n\
+         conn = mt.connect(\"inet:{port}@127.0.0.1\", 20, 0.25)\n\
+         if conn == nil then error(\"cannot connect\") end\n\
+         check(mt.negotiate(conn, nil, nil, nil))\n\
+         check(mt.conninfo(conn, \"client.example.org\", \"192.0.2.1\"))\n\
+         check(mt.helo(conn, \"client.example.org\"))\n"
+    )
+}
+
+/// Runs a miltertest script; returns its stdout, panicking with its output
+/// if it fails.
+fn miltertest(dir: &Path, script: &str) -> String {
+    let path = dir.join("test.lua");
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new("miltertest")
+        .arg("-s")
+        .arg(&path)
+        .output()
+        .expect("miltertest runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "miltertest failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The X-Spam-Status `filter` writes for `raw` on `db`.
+fn filter_status(db: &Db, raw: &[u8]) -> String {
+    let out = db.run(&["filter"], Some(raw));
+    assert!(out.status.success());
+    crate::common::strip_ours(&out.stdout).1
+}
+
+/// The value miltertest saw for the `n`th field `name` added.
+fn lua_echo_header(tag: &str, name: &str) -> String {
+    format!(
+        "v = mt.getheader(conn, \"{name}\", 0)\n\
+         if v == nil then v = \"(none)\" end\n\
+         mt.echo(\"{tag} \" .. v)\n"
+    )
+}
+
+/// Lines of `out` starting with `tag `, without it.
+fn tagged<'a>(out: &'a str, tag: &str) -> Vec<&'a str> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(tag).and_then(|l| l.strip_prefix(' ')))
+        .collect()
+}
+
+#[test]
+fn miltertest_verdicts_equal_filters_on_one_connection() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let serve = Serve::start(&db, &[]);
+    let files: Vec<PathBuf> = sample_files();
+    let mut script = lua_head(&serve.addr);
+    // Every sample message over one connection: the milter forgets each
+    // message at its end and judges the next afresh.
+    for (i, file) in files.iter().enumerate() {
+        let raw = std::fs::read(file).unwrap();
+        script.push_str(&lua_message(&raw, "<user@example.org>"));
+        script.push_str(&lua_echo_header(&format!("STATUS{i}"), "X-Spam-Status"));
+        script.push_str(&format!(
+            "if mt.getreply(conn) ~= SMFIR_CONTINUE then error(\"not continued\") end\n\
+             if mt.eom_check(conn, MT_BODYCHANGE) then error(\"body changed\") end\n\
+             if mt.eom_check(conn, MT_HDRDELETE) then mt.echo(\"DELETED{i}\") end\n"
+        ));
+    }
+    script.push_str("mt.disconnect(conn)\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    let mut spam = 0;
+    for (i, file) in files.iter().enumerate() {
+        let raw = std::fs::read(file).unwrap();
+        let want = filter_status(&db, &raw);
+        // miltertest and the milter agreed on SMFIP_HDR_LEADSPC: values
+        // carry the space after the colon.
+        let got = tagged(&out, &format!("STATUS{i}"));
+        assert_eq!(got, vec![format!(" {want}")], "{}\n{out}", file.display());
+        spam += usize::from(want.starts_with("Yes"));
+        assert!(
+            !out.contains(&format!("DELETED{i}\n")),
+            "{}",
+            file.display()
+        );
+    }
+    assert!(spam > 5 && spam < files.len(), "{spam} spam verdicts");
+    let log = serve.log();
+    assert_eq!(
+        log.matches("user=user@example.org").count(),
+        files.len(),
+        "{log}"
+    );
+}
