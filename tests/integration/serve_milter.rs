@@ -298,3 +298,171 @@ fn miltertest_verdicts_equal_filters_on_one_connection() {
         "{log}"
     );
 }
+
+/// A message with forged fields of ours among others.
+const FORGED: &[u8] = b"From: a@example.org\r\n\
+X-Spam-Flag: YES\r\n\
+Subject: cheap meds\r\n\
+x-spam-status: No, probability=0.000001\r\n\
+X-Spam-Level: **\r\n\
+X-Spam-Flag: YES\r\n\
+\r\n\
+Body text.\r\nX-Spam-Flag: in the body\r\n";
+
+#[test]
+fn miltertest_forged_fields_are_renamed_and_ours_go_on_top() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let serve = Serve::start(&db, &[]);
+    let mut script = lua_head(&serve.addr);
+    script.push_str(&lua_message(FORGED, "<user@example.org>"));
+    script.push_str(&lua_echo_header("STATUS", "X-Spam-Status"));
+    for (tag, op, args) in [
+        ("DEL-FLAG", "MT_HDRDELETE", "\"X-Spam-Flag\""),
+        ("DEL-STATUS", "MT_HDRDELETE", "\"x-spam-status\""),
+        ("DEL-LEVEL", "MT_HDRDELETE", "\"X-Spam-Level\""),
+        ("CHG-LEVEL", "MT_HDRCHANGE", "\"X-Spam-Level\""),
+        ("OLD-FLAG", "MT_HDRINSERT", "\"Old-X-Spam-Flag\", \" YES\""),
+        (
+            "OLD-STATUS",
+            "MT_HDRINSERT",
+            "\"Old-x-spam-status\", \" No, probability=0.000001\"",
+        ),
+        ("ADDED", "MT_HDRADD", ""),
+        ("BODY", "MT_BODYCHANGE", ""),
+    ] {
+        let args = if args.is_empty() {
+            String::new()
+        } else {
+            format!(", {args}")
+        };
+        script.push_str(&format!(
+            "if mt.eom_check(conn, {op}{args}) then mt.echo(\"{tag} yes\") else mt.echo(\"{tag} no\") end\n"
+        ));
+    }
+    script.push_str("mt.disconnect(conn)\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    let want = filter_status(&db, FORGED);
+    assert_eq!(tagged(&out, "STATUS"), vec![format!(" {want}")], "{out}");
+    for (tag, answer) in [
+        ("DEL-FLAG", "yes"),
+        ("DEL-STATUS", "yes"),
+        ("DEL-LEVEL", "no"),
+        ("CHG-LEVEL", "no"),
+        ("OLD-FLAG", "yes"),
+        ("OLD-STATUS", "yes"),
+        ("ADDED", "no"),
+        ("BODY", "no"),
+    ] {
+        assert_eq!(tagged(&out, tag), vec![answer], "{tag}\n{out}");
+    }
+}
+
+/// Runs one message through a server started with `extra`; returns
+/// miltertest's report: the reply to the end of the message, whether
+/// fields were inserted, quarantine and the SMTP reply asked for.
+fn one_message(db: &Db, extra: &[&str], raw: &[u8]) -> (String, String) {
+    let serve = Serve::start(db, extra);
+    let mut script = lua_head(&serve.addr);
+    script.push_str(&lua_message(raw, "<user@example.org>"));
+    script.push_str(&lua_echo_header("STATUS", "X-Spam-Status"));
+    script.push_str(
+        "r = mt.getreply(conn)\n\
+         if r == SMFIR_CONTINUE then mt.echo(\"REPLY continue\")\n\
+         elseif r == SMFIR_REPLYCODE then mt.echo(\"REPLY replycode\")\n\
+         elseif r == SMFIR_DISCARD then mt.echo(\"REPLY discard\")\n\
+         elseif r == SMFIR_ACCEPT then mt.echo(\"REPLY accept\")\n\
+         else mt.echo(\"REPLY other\") end\n\
+         if mt.eom_check(conn, MT_QUARANTINE) then mt.echo(\"QUARANTINE yes\") end\n\
+         if mt.eom_check(conn, MT_SMTPREPLY, \"550\", \"5.7.1\", \"Message judged spam\") then mt.echo(\"SMTP 550 5.7.1\") end\n\
+         mt.disconnect(conn)\n",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    (out, serve.log())
+}
+
+#[test]
+fn miltertest_spam_actions_apply_to_spam_only() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    // A message of each verdict, as filter judges them.
+    let first = |word: &str| {
+        sample_files()
+            .iter()
+            .map(|f| std::fs::read(f).unwrap())
+            .find(|raw| filter_status(&db, raw).starts_with(word))
+            .expect("a sample message of that verdict")
+    };
+    let (spam, ham) = (first("Yes,"), first("No,"));
+    for (action, reply) in [
+        ("accept", "continue"),
+        ("reject", "replycode"),
+        ("discard", "discard"),
+        ("quarantine", "continue"),
+    ] {
+        let extra = ["--milter-spam-action", action];
+        let (out, log) = one_message(&db, &extra, &spam);
+        assert_eq!(tagged(&out, "REPLY"), vec![reply], "{action}\n{out}\n{log}");
+        let fields = matches!(action, "accept" | "quarantine");
+        assert_eq!(
+            tagged(&out, "STATUS")[0].starts_with(" Yes,"),
+            fields,
+            "{action}\n{out}"
+        );
+        assert_eq!(
+            out.contains("QUARANTINE yes"),
+            action == "quarantine",
+            "{out}"
+        );
+        assert_eq!(out.contains("SMTP 550 5.7.1"), action == "reject", "{out}");
+        // Ham is accepted with its fields whatever the spam action.
+        let (out, _) = one_message(&db, &extra, &ham);
+        assert_eq!(tagged(&out, "REPLY"), vec!["continue"], "{action}\n{out}");
+        assert!(tagged(&out, "STATUS")[0].starts_with(" No,"), "{out}");
+        assert!(
+            !out.contains("QUARANTINE") && !out.contains("SMTP"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn miltertest_no_verdict_is_accepted_with_the_unknown_status() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let trained = Db::new();
+    trained.train_sample();
+    let raw = std::fs::read(&sample_files()[0]).unwrap();
+    // Larger than the limit: judged by no model, said so in the log.
+    let mut large = raw.clone();
+    large.extend(std::iter::repeat_n(b"padding line\r\n", 400).flatten());
+    let (out, log) = one_message(
+        &trained,
+        &["--max-size", "4K", "--milter-spam-action", "reject"],
+        &large,
+    );
+    assert_eq!(tagged(&out, "REPLY"), vec!["continue"], "{out}");
+    let status = tagged(&out, "STATUS");
+    assert!(
+        status[0].starts_with(" Unknown, reason=too-large, version="),
+        "{out}"
+    );
+    assert!(log.contains("why=message larger than 4096 bytes"), "{log}");
+    // No model at all.
+    let empty = Db::new();
+    let (out, log) = one_message(&empty, &[], &raw);
+    assert_eq!(tagged(&out, "REPLY"), vec!["continue"], "{out}");
+    let want = filter_status(&empty, &raw);
+    assert!(want.starts_with("Unknown, reason=no-model"), "{want}");
+    assert_eq!(tagged(&out, "STATUS"), vec![format!(" {want}")], "{out}");
+    assert!(log.contains("why="), "{log}");
+}
