@@ -131,6 +131,11 @@ struct Bayes {
     /// Whether header values come and go with their leading space
     /// (SMFIP_HDR_LEADSPC), so a renamed field keeps its bytes.
     leading_space: bool,
+    /// Header fields above the first one sent that INSHEADER positions
+    /// count: Postfix puts its own Received field on top, hides it from
+    /// milters and counts it (its `v` macro says it is Postfix; seen with
+    /// Postfix 3.7's smtpd); none for other MTAs.
+    hidden: u32,
     /// The first envelope recipient, whose model judges.
     recipient: Option<String>,
     /// The MTA's queue id (macro `i`), for the log.
@@ -148,6 +153,7 @@ impl Bayes {
             state,
             in_message,
             leading_space: false,
+            hidden: 0,
             recipient: None,
             queue_id: None,
             fields: Vec::new(),
@@ -189,11 +195,13 @@ impl Bayes {
 /// The header actions for `status` on a message whose fields were
 /// `fields`: every forged field renamed in place, bottom up so each index
 /// still means what it meant when the fields were sent, then our fields
-/// inserted at the top. With `leading_space`, values carry their space.
+/// inserted at the top. With `leading_space`, values carry their space;
+/// `hidden` fields the MTA did not send sit above the first one sent.
 fn header_actions(
     fields: &[(Vec<u8>, Vec<u8>)],
     status: &Status,
     leading_space: bool,
+    hidden: u32,
 ) -> Vec<HeaderAction> {
     let mut actions = Vec::new();
     for (position, (name, value)) in fields.iter().enumerate().rev() {
@@ -211,7 +219,7 @@ fn header_actions(
             nth: nth as u32,
         });
         actions.push(HeaderAction::Insert {
-            at: position as u32,
+            at: position as u32 + hidden,
             name: [RENAMED_PREFIX.as_bytes(), name].concat(),
             value: value.clone(),
         });
@@ -321,6 +329,9 @@ impl miltr_server::Milter for Bayes {
             if name == b"i" && !value.is_empty() {
                 self.queue_id = Some(String::from_utf8_lossy(value).into_owned());
             }
+            if name == b"v" {
+                self.hidden = u32::from(value.starts_with(b"Postfix"));
+            }
         }
         Ok(())
     }
@@ -380,7 +391,7 @@ impl miltr_server::Milter for Bayes {
             }
         );
         let mut response = ModificationResponse::builder();
-        for action in header_actions(&self.fields, &status, self.leading_space) {
+        for action in header_actions(&self.fields, &status, self.leading_space, self.hidden) {
             match action {
                 HeaderAction::Delete { name, nth } => {
                     response.push(ChangeHeader::new(nth, &name, b""));
@@ -520,6 +531,62 @@ mod tests {
         ] {
             assert!(!names_ours(not), "{not:?}");
         }
+    }
+
+    #[test]
+    fn forged_fields_are_renamed_bottom_up_and_ours_go_on_top() {
+        let fields: Vec<(Vec<u8>, Vec<u8>)> = [
+            ("From", " a@example.org"),
+            ("X-Spam-Flag", " YES"),
+            ("Subject", " hi"),
+            ("x-spam-status", " No"),
+            ("X-SPAM-FLAG", " YES"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect();
+        let status = Status::Unknown(Reason::NoModel);
+        let insert = |at: u32, name: &str, value: &str| HeaderAction::Insert {
+            at,
+            name: name.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+        };
+        let delete = |name: &str, nth: u32| HeaderAction::Delete {
+            name: name.as_bytes().to_vec(),
+            nth,
+        };
+        let ours = status.fields()[0].1.clone();
+        for hidden in [0, 1] {
+            assert_eq!(
+                header_actions(&fields, &status, true, hidden),
+                vec![
+                    delete("X-SPAM-FLAG", 2),
+                    insert(4 + hidden, "Old-X-SPAM-FLAG", " YES"),
+                    delete("x-spam-status", 1),
+                    insert(3 + hidden, "Old-x-spam-status", " No"),
+                    delete("X-Spam-Flag", 1),
+                    insert(1 + hidden, "Old-X-Spam-Flag", " YES"),
+                    insert(0, "X-Spam-Status", &format!(" {ours}")),
+                ]
+            );
+        }
+        // Without the leading space agreed, values go as they came and
+        // ours without one; a spam verdict puts the flag first.
+        let spam = Status::Verdict {
+            verdict: Verdict::Spam,
+            probability: 0.99,
+            cutoff: 0.9,
+        };
+        let actions = header_actions(&fields[..1], &spam, false, 0);
+        let names: Vec<&[u8]> = actions
+            .iter()
+            .map(|a| match a {
+                HeaderAction::Insert { at: 0, name, .. } => name.as_slice(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(names, vec![&b"X-Spam-Status"[..], b"X-Spam-Flag"]);
+        assert!(matches!(&actions[1], HeaderAction::Insert { value, .. } if value == b"YES"));
     }
 
     #[test]
