@@ -306,6 +306,8 @@ Subject: cheap meds\r\n\
 x-spam-status: No, probability=0.000001\r\n\
 X-Spam-Level: **\r\n\
 X-Spam-Flag: YES\r\n\
+Message-ID: <forged@example.org>\r\n\
+Date: Mon, 23 Dec 2024 12:02:51 +0000\r\n\
 \r\n\
 Body text.\r\nX-Spam-Flag: in the body\r\n";
 
@@ -465,4 +467,393 @@ fn miltertest_no_verdict_is_accepted_with_the_unknown_status() {
     assert!(want.starts_with("Unknown, reason=no-model"), "{want}");
     assert_eq!(tagged(&out, "STATUS"), vec![format!(" {want}")], "{out}");
     assert!(log.contains("why="), "{log}");
+}
+
+/// A Postfix of its own: `smtpd` on a loopback port, milters as given,
+/// `milter_default_action = accept`, mail for user@example.org delivered
+/// by `virtual` into a Maildir; everything under a temporary directory.
+/// `message_drop_headers` is emptied so that a sent Return-Path stays, and
+/// the delivered message can be compared with the sent one.
+/// Stopped when dropped.
+struct Postfix {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Postfix {
+    /// Starts it with `smtpd_milters = MILTERS`, or `None` (said why) where
+    /// Postfix cannot run here.
+    fn start(milters: &str) -> Option<Postfix> {
+        if !have("postfix", "postfix") || !have("smtp-source", "postfix") {
+            return None;
+        }
+        if !nix::unistd::Uid::effective().is_root() {
+            let required = std::env::var_os("CI").is_some()
+                || std::env::var_os("BAYESMAIL_REQUIRE_CORPUS").is_some();
+            assert!(!required, "Postfix needs root to start");
+            eprintln!("Postfix needs root to start: test skipped");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // Postfix's daemons run as its own user: they must reach the tree.
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        for sub in ["etc", "spool", "data", "mail"] {
+            std::fs::create_dir(d.join(sub)).unwrap();
+        }
+        let nobody = 65534;
+        std::os::unix::fs::chown(d.join("mail"), Some(nobody), Some(nobody)).unwrap();
+        let postfix = nix::unistd::User::from_name("postfix")
+            .unwrap()
+            .expect("the postfix user (made by the package)");
+        std::os::unix::fs::chown(d.join("data"), Some(postfix.uid.as_raw()), None).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let d = d.display();
+        std::fs::write(
+            dir.path().join("etc/main.cf"),
+            format!(
+                "compatibility_level = 3.6\n\
+                 queue_directory = {d}/spool\n\
+                 data_directory = {d}/data\n\
+                 maillog_file_prefixes = {d}\n\
+                 maillog_file = {d}/maillog\n\
+                 mail_owner = postfix\n\
+                 myhostname = mx.example.net\n\
+                 mydomain = example.net\n\
+                 mydestination =\n\
+                 inet_interfaces = loopback-only\n\
+                 inet_protocols = ipv4\n\
+                 mynetworks = 127.0.0.0/8\n\
+                 relayhost =\n\
+                 alias_maps =\n\
+                 alias_database =\n\
+                 biff = no\n\
+                 smtputf8_enable = no\n\
+                 message_drop_headers =\n\
+                 virtual_mailbox_domains = example.org\n\
+                 virtual_mailbox_base = {d}/mail\n\
+                 virtual_mailbox_maps = texthash:{d}/etc/vmailbox\n\
+                 virtual_uid_maps = static:{nobody}\n\
+                 virtual_gid_maps = static:{nobody}\n\
+                 smtpd_milters = {milters}\n\
+                 non_smtpd_milters = $smtpd_milters\n\
+                 milter_default_action = accept\n\
+                 milter_connect_timeout = 5s\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("etc/vmailbox"), "user@example.org user/\n").unwrap();
+        let mut master = format!("127.0.0.1:{port} inet n - n - - smtpd\n");
+        for line in [
+            "pickup unix n - n 60 1 pickup",
+            "cleanup unix n - n - 0 cleanup",
+            "qmgr unix n - n 300 1 qmgr",
+            "rewrite unix - - n - - trivial-rewrite",
+            "bounce unix - - n - 0 bounce",
+            "defer unix - - n - 0 bounce",
+            "trace unix - - n - 0 bounce",
+            "verify unix - - n - 1 verify",
+            "flush unix n - n 1000? 0 flush",
+            "proxymap unix - - n - - proxymap",
+            "showq unix n - n - - showq",
+            "error unix - - n - - error",
+            "retry unix - - n - - error",
+            "discard unix - - n - - discard",
+            "local unix - n n - - local",
+            "virtual unix - n n - - virtual",
+            "anvil unix - - n - 1 anvil",
+            "scache unix - - n - 1 scache",
+            "postlog unix-dgram n - n - 1 postlogd",
+        ] {
+            master.push_str(line);
+            master.push('\n');
+        }
+        std::fs::write(dir.path().join("etc/master.cf"), master).unwrap();
+        let out = Command::new("postfix")
+            .arg("-c")
+            .arg(dir.path().join("etc"))
+            .arg("start")
+            .output()
+            .expect("postfix runs");
+        let postfix = Postfix { dir, port };
+        assert!(
+            out.status.success(),
+            "postfix start: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            postfix.maillog()
+        );
+        // smtpd answers once master has bound the port.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "smtpd not listening\n{}",
+                postfix.maillog()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(postfix)
+    }
+
+    fn maillog(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("maillog")).unwrap_or_default()
+    }
+
+    /// Submits `raw` over SMTP to user@example.org.
+    fn send(&self, raw: &[u8]) {
+        let (ok, why) = self.try_send(raw);
+        assert!(ok, "smtp-source: {why}\n{}", self.maillog());
+    }
+
+    /// Submits `raw`; returns whether it was taken, and smtp-source's
+    /// complaint.
+    fn try_send(&self, raw: &[u8]) -> (bool, String) {
+        let file = self.dir.path().join("outgoing.eml");
+        std::fs::write(&file, raw).unwrap();
+        let out = Command::new("smtp-source")
+            .arg("-F")
+            .arg(&file)
+            .args(["-f", "sender@example.org", "-t", "user@example.org"])
+            .arg(format!("127.0.0.1:{}", self.port))
+            .output()
+            .expect("smtp-source runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The names of the messages delivered so far.
+    fn mailbox(&self) -> std::collections::BTreeSet<std::ffi::OsString> {
+        std::fs::read_dir(self.dir.path().join("mail/user/new"))
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Submits `raw` and waits for its delivery; returns what was
+    /// delivered.
+    fn deliver(&self, raw: &[u8]) -> Vec<u8> {
+        let before = self.mailbox();
+        self.send(raw);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let after = self.mailbox();
+            if let Some(new) = after.difference(&before).next() {
+                assert_eq!(after.len(), before.len() + 1, "{}", self.maillog());
+                return std::fs::read(self.dir.path().join("mail/user/new").join(new)).unwrap();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not delivered\n{}",
+                self.maillog()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Postfix {
+    fn drop(&mut self) {
+        let pid_file = self.dir.path().join("spool/pid/master.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        let _ = Command::new("postfix")
+            .arg("-c")
+            .arg(self.dir.path().join("etc"))
+            .arg("stop")
+            .output();
+        if let Some(pid) = pid {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// A delivered message split into what Postfix and we added and the rest:
+/// the delivery fields `virtual` puts on top (Return-Path, X-Original-To,
+/// Delivered-To), then our X-Spam-Status (None if absent), the message with
+/// our fields taken out and renamed fields named back, and Postfix's own
+/// Received field taken out: what was sent.
+fn unwrap_delivered(delivered: &[u8]) -> (Option<String>, Vec<u8>) {
+    let text = delivered;
+    let mut rest = text;
+    for prefix in [&b"Return-Path: "[..], b"X-Original-To: ", b"Delivered-To: "] {
+        assert!(
+            rest.starts_with(prefix),
+            "{}",
+            String::from_utf8_lossy(text)
+        );
+        let end = rest.iter().position(|&b| b == b'\n').unwrap() + 1;
+        rest = &rest[end..];
+    }
+    let (restored, status) = if rest.starts_with(b"X-Spam-") {
+        let (restored, status, _) = crate::common::strip_ours(rest);
+        (restored, Some(status))
+    } else {
+        (rest.to_vec(), None)
+    };
+    // Postfix's Received field, with its folded lines.
+    assert!(
+        restored.starts_with(b"Received: from "),
+        "{}",
+        String::from_utf8_lossy(&restored)
+    );
+    let mut at = 0;
+    loop {
+        at += restored[at..].iter().position(|&b| b == b'\n').unwrap() + 1;
+        if !matches!(restored.get(at), Some(b' ' | b'\t')) {
+            break;
+        }
+    }
+    (status, restored[at..].to_vec())
+}
+
+/// `raw` as the Maildir holds it after `smtp-source -F`: LF line ends,
+/// and one more line end (smtp-source ends every line it reads with one,
+/// the empty one after a file's last line end too).
+fn as_stored(raw: &[u8]) -> Vec<u8> {
+    let mut lf: Vec<u8> = raw.iter().copied().filter(|&b| b != b'\r').collect();
+    lf.push(b'\n');
+    lf
+}
+
+#[test]
+fn postfix_delivers_each_message_with_filters_fields_and_nothing_else_changed() {
+    let db = Db::new();
+    db.train_sample();
+    let serve = Serve::start(&db, &[]);
+    let Some(postfix) = Postfix::start(&format!("inet:{}", serve.addr)) else {
+        return;
+    };
+    let mut sent: Vec<Vec<u8>> = sample_files()
+        .iter()
+        .map(|f| std::fs::read(f).unwrap())
+        .collect();
+    sent.push(FORGED.to_vec());
+    let delivered: Vec<Vec<u8>> = sent.iter().map(|raw| postfix.deliver(raw)).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut spam = 0;
+    for (i, (raw, got)) in sent.iter().zip(&delivered).enumerate() {
+        let (status, restored) = unwrap_delivered(got);
+        let status =
+            status.unwrap_or_else(|| panic!("no fields:\n{}", String::from_utf8_lossy(got)));
+        // Delivered = sent + our fields.
+        let sent_lf = as_stored(raw);
+        let same = restored
+            .iter()
+            .zip(&sent_lf)
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(
+            restored == sent_lf,
+            "message {i} changed at byte {same}: {:?} for {:?}",
+            String::from_utf8_lossy(&restored[same..(same + 80).min(restored.len())]),
+            String::from_utf8_lossy(&sent_lf[same..(same + 80).min(sent_lf.len())]),
+        );
+        // The verdict is classify's on what was sent.
+        let file = tmp.path().join(format!("{i}.eml"));
+        std::fs::write(&file, raw).unwrap();
+        let classified = &db.classify(&[&file])[0];
+        let word = match classified["verdict"].as_str().unwrap() {
+            "spam" => "Yes",
+            "ham" => "No",
+            _ => "Unsure",
+        };
+        assert_eq!(
+            crate::common::status_word(&status),
+            word,
+            "{status} {classified}"
+        );
+        assert_eq!(status, filter_status(&db, raw), "message {i}");
+        spam += usize::from(word == "Yes");
+        if word == "Yes" {
+            assert!(got.windows(18).any(|w| w == b"\nX-Spam-Flag: YES\n"), "{i}");
+        }
+    }
+    assert!(spam > 5, "{spam}");
+    // The forged fields: renamed where they were, ours on top.
+    let forged = String::from_utf8_lossy(delivered.last().unwrap()).into_owned();
+    let at = forged.find("\nReceived: from ").unwrap();
+    assert!(forged[..at].contains("\nX-Spam-Status: "), "{forged}");
+    assert!(
+        forged[at..].contains(
+            "From: a@example.org\nOld-X-Spam-Flag: YES\nSubject: cheap meds\n\
+             Old-x-spam-status: No, probability=0.000001\nX-Spam-Level: **\n\
+             Old-X-Spam-Flag: YES\n"
+        ),
+        "{forged}"
+    );
+    assert!(
+        forged.contains("\n\nBody text.\nX-Spam-Flag: in the body\n"),
+        "{forged}"
+    );
+}
+
+#[test]
+fn postfix_still_delivers_when_serve_is_stopped_mid_run() {
+    let db = Db::new();
+    db.train_sample();
+    let mut serve = Serve::start(&db, &[]);
+    let Some(postfix) = Postfix::start(&format!("inet:{}", serve.addr)) else {
+        return;
+    };
+    let files = sample_files();
+    let first = std::fs::read(&files[0]).unwrap();
+    let second = std::fs::read(&files[files.len() - 1]).unwrap();
+    let delivered = postfix.deliver(&first);
+    assert!(unwrap_delivered(&delivered).0.is_some());
+    assert!(serve.stop(), "serve exits 0 on SIGTERM\n{}", serve.log());
+    let delivered = postfix.deliver(&second);
+    let (status, restored) = unwrap_delivered(&delivered);
+    assert_eq!(status, None, "{}", String::from_utf8_lossy(&delivered));
+    assert!(
+        restored == as_stored(&second),
+        "{}",
+        String::from_utf8_lossy(&delivered)
+    );
+    let log = postfix.maillog();
+    assert!(
+        log.contains(&format!("connect to Milter service inet:{}", serve.addr)),
+        "{log}"
+    );
+}
+
+#[test]
+fn postfix_rejects_spam_only_when_told_to() {
+    let db = Db::new();
+    db.train_sample();
+    let serve = Serve::start(&db, &["--milter-spam-action", "reject"]);
+    let Some(postfix) = Postfix::start(&format!("inet:{}", serve.addr)) else {
+        return;
+    };
+    let first = |word: &str| {
+        sample_files()
+            .iter()
+            .map(|f| std::fs::read(f).unwrap())
+            .find(|raw| filter_status(&db, raw).starts_with(word))
+            .unwrap()
+    };
+    let (spam, ham) = (first("Yes,"), first("No,"));
+    let (taken, why) = postfix.try_send(&spam);
+    assert!(
+        !taken && why.contains("550 5.7.1 Message judged spam"),
+        "{why}"
+    );
+    let delivered = postfix.deliver(&ham);
+    let (status, _) = unwrap_delivered(&delivered);
+    assert!(status.unwrap().starts_with("No,"));
+    // The spam was not delivered: the ham is the only message.
+    assert_eq!(postfix.mailbox().len(), 1, "{}", postfix.maillog());
+    let log = postfix.maillog();
+    assert!(
+        log.contains("milter-reject: END-OF-MESSAGE") && log.contains("5.7.1 Message judged spam"),
+        "{log}"
+    );
 }
