@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{Db, sample_files};
+use crate::common::{Db, sample_files, utf8};
 
 /// A running `bayesmail serve`, stopped (SIGTERM, then waited for) when
 /// dropped.
@@ -22,11 +22,16 @@ pub struct Serve {
 
 impl Serve {
     /// Starts `serve --milter 127.0.0.1:0 EXTRA…` on `db` and waits for it
-    /// to say where it listens.
+    /// to say where it listens (`HOST:PORT` or `unix:PATH`).
     pub fn start(db: &Db, extra: &[&str]) -> Serve {
+        Serve::start_at(db, "127.0.0.1:0", extra)
+    }
+
+    /// Starts `serve --milter ADDR EXTRA…` on `db`.
+    pub fn start_at(db: &Db, addr: &str, extra: &[&str]) -> Serve {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
         cmd.args(db.global_args())
-            .args(["serve", "--milter", "127.0.0.1:0", "--log-messages"])
+            .args(["serve", "--milter", addr, "--log-messages"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -195,11 +200,14 @@ fn lua_message(raw: &[u8], rcpt: &str) -> String {
 
 /// The head of every script: connect and negotiate.
 fn lua_head(addr: &str) -> String {
-    let port = addr.rsplit_once(':').unwrap().1;
+    let socket = match addr.strip_prefix("unix:") {
+        Some(path) => format!("unix:{path}"),
+        None => format!("inet:{}@127.0.0.1", addr.rsplit_once(':').unwrap().1),
+    };
     format!(
         "mt.set_timeout(60)\n\
          function check(err) if err ~= nil then error(err) end end\n\
-         conn = mt.connect(\"inet:{port}@127.0.0.1\", 20, 0.25)\n\
+         conn = mt.connect(\"{socket}\", 20, 0.25)\n\
          if conn == nil then error(\"cannot connect\") end\n\
          check(mt.negotiate(conn, nil, nil, nil))\n\
          check(mt.conninfo(conn, \"client.example.org\", \"192.0.2.1\"))\n\
@@ -364,11 +372,17 @@ fn miltertest_forged_fields_are_renamed_and_ours_go_on_top() {
     }
 }
 
-/// Runs one message through a server started with `extra`; returns
+/// Runs one message through a server started with `extra` on loopback;
+/// returns
 /// miltertest's report: the reply to the end of the message, whether
 /// fields were inserted, quarantine and the SMTP reply asked for.
 fn one_message(db: &Db, extra: &[&str], raw: &[u8]) -> (String, String) {
-    let serve = Serve::start(db, extra);
+    one_message_at(db, "127.0.0.1:0", extra, raw)
+}
+
+/// [`one_message`] with the server listening on `addr`.
+fn one_message_at(db: &Db, addr: &str, extra: &[&str], raw: &[u8]) -> (String, String) {
+    let serve = Serve::start_at(db, addr, extra);
     let mut script = lua_head(&serve.addr);
     script.push_str(&lua_message(raw, "<user@example.org>"));
     script.push_str(&lua_echo_header("STATUS", "X-Spam-Status"));
@@ -469,8 +483,12 @@ fn miltertest_no_verdict_is_accepted_with_the_unknown_status() {
     assert!(log.contains("why="), "{log}");
 }
 
-/// A Postfix of its own: `smtpd` on a loopback port, milters as given,
-/// `milter_default_action = accept`, mail for user@example.org delivered
+/// The Postfix recipe, and the milter address in it.
+const CONTRIB: &str = "contrib/postfix-milter.cf";
+const CONTRIB_MILTER: &str = "inet:127.0.0.1:11340";
+
+/// A Postfix of its own: `smtpd` on a loopback port, the milter lines of
+/// contrib/postfix-milter.cf (`milter_default_action = accept`), mail for user@example.org delivered
 /// by `virtual` into a Maildir; everything under a temporary directory.
 /// `message_drop_headers` is emptied so that a sent Return-Path stays, and
 /// the delivered message can be compared with the sent one.
@@ -481,9 +499,10 @@ struct Postfix {
 }
 
 impl Postfix {
-    /// Starts it with `smtpd_milters = MILTERS`, or `None` (said why) where
-    /// Postfix cannot run here.
-    fn start(milters: &str) -> Option<Postfix> {
+    /// Starts it with contrib/postfix-milter.cf's lines for the milter at
+    /// `milter` (`inet:HOST:PORT`), or `None` (said why) where Postfix
+    /// cannot run here.
+    fn start(milter: &str) -> Option<Postfix> {
         if !have("postfix", "postfix") || !have("smtp-source", "postfix") {
             return None;
         }
@@ -513,6 +532,11 @@ impl Postfix {
             .unwrap()
             .port();
         let d = d.display();
+        // The milter lines as contrib/postfix-milter.cf gives them, at
+        // the address of the server under test.
+        let contrib = std::fs::read_to_string(crate::common::root().join(CONTRIB)).unwrap();
+        assert!(contrib.contains(CONTRIB_MILTER), "{contrib}");
+        let contrib = contrib.replace(CONTRIB_MILTER, milter);
         std::fs::write(
             dir.path().join("etc/main.cf"),
             format!(
@@ -539,10 +563,8 @@ impl Postfix {
                  virtual_mailbox_maps = texthash:{d}/etc/vmailbox\n\
                  virtual_uid_maps = static:{nobody}\n\
                  virtual_gid_maps = static:{nobody}\n\
-                 smtpd_milters = {milters}\n\
-                 non_smtpd_milters = $smtpd_milters\n\
-                 milter_default_action = accept\n\
-                 milter_connect_timeout = 5s\n"
+                 milter_connect_timeout = 5s\n\
+                 {contrib}"
             ),
         )
         .unwrap();
@@ -856,4 +878,34 @@ fn postfix_rejects_spam_only_when_told_to() {
         log.contains("milter-reject: END-OF-MESSAGE") && log.contains("5.7.1 Message judged spam"),
         "{log}"
     );
+}
+
+#[test]
+fn miltertest_over_a_unix_socket() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let socket = db.path("milter.sock");
+    let raw = std::fs::read(&sample_files()[1]).unwrap();
+    let (out, log) = one_message_at(&db, &format!("unix:{}", utf8(&socket)), &[], &raw);
+    assert_eq!(
+        tagged(&out, "STATUS"),
+        vec![format!(" {}", filter_status(&db, &raw))],
+        "{out}\n{log}"
+    );
+    // The server took its socket away when it stopped.
+    assert!(!socket.exists());
+}
+
+#[test]
+fn the_docs_postfix_lines_are_the_contrib_file() {
+    let docs = std::fs::read_to_string(crate::common::root().join("docs/serve-milter.md")).unwrap();
+    let fence = "```postfix-milter\n";
+    let start = docs.find(fence).expect("a postfix-milter block") + fence.len();
+    let end = start + docs[start..].find("```").unwrap();
+    let contrib = std::fs::read_to_string(crate::common::root().join(CONTRIB)).unwrap();
+    assert_eq!(&docs[start..end], contrib);
+    assert!(docs.contains(&format!("]({CONTRIB})")));
 }
