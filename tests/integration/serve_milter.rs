@@ -129,12 +129,15 @@ fn lua(bytes: &[u8]) -> String {
     out
 }
 
+/// A header field: name, value.
+type Field = (Vec<u8>, Vec<u8>);
+
 /// A message split as an MTA hands it to a milter: header fields (name,
 /// value after the colon with its leading blanks, folded lines kept with
 /// their line ends as LF) and the body in CRLF.
-fn split_message(raw: &[u8]) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<u8>) {
+fn split_message(raw: &[u8]) -> (Vec<Field>, Vec<u8>) {
     let text = raw.to_vec();
-    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut fields: Vec<Field> = Vec::new();
     let mut at = 0;
     while at < text.len() {
         let end = text[at..]
