@@ -92,34 +92,16 @@ const SESSION_IDLE: Duration = Duration::from_secs(600);
 /// Serves one milter connection.
 pub(super) async fn serve(conn: BoxConn, _peer: &Peer, state: &Arc<State>) -> std::io::Result<()> {
     let in_message = Arc::new(AtomicBool::new(false));
-    let timed = Timed::new(
-        conn,
-        in_message.clone(),
-        state.settings.read_timeout,
-        SESSION_IDLE,
-    );
-    let mut milter = Bayes::new(state.clone(), in_message.clone());
+    let timed = Timed::new(conn, state.clone(), in_message.clone(), SESSION_IDLE);
+    let mut milter = Bayes::new(state.clone(), in_message);
     let mut server = miltr_server::Server::new(&mut milter, false, MAX_PACKET);
-    let stopped = async {
-        // On SIGTERM, a connection between messages ends at once; one
-        // inside a message ends once the message has been answered.
-        let notified = state.stopping.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if !state.stopped.load(Ordering::SeqCst) {
-            notified.await;
-        }
-        while in_message.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::select! {
-        result = server.handle_connection(timed.compat()) => result.map_err(|err| match err {
+    server
+        .handle_connection(timed.compat())
+        .await
+        .map_err(|err| match err {
             miltr_server::Error::Io(err) => err,
             other => std::io::Error::other(other.to_string()),
-        }),
-        () = stopped => Ok(()),
-    }
+        })
 }
 
 /// One connection's milter: the message being collected.
@@ -429,29 +411,45 @@ impl miltr_server::Milter for Bayes {
     }
 }
 
-/// A connection whose reads time out: after `inside` when a message is
-/// being received, after `between` otherwise.
+/// A connection whose reads time out (after the read timeout when a
+/// message is being received, after `between` otherwise) and that reads as
+/// closed once the server is stopping and no message is being received:
+/// a read is only asked for once the last answer has been written, so a
+/// message in flight is answered before the connection ends.
 struct Timed {
     conn: BoxConn,
     in_message: Arc<AtomicBool>,
     inside: Duration,
     between: Duration,
     deadline: Pin<Box<tokio::time::Sleep>>,
+    /// Ready once the server is stopping.
+    stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    stopping: bool,
 }
 
 impl Timed {
     fn new(
         conn: BoxConn,
+        state: Arc<State>,
         in_message: Arc<AtomicBool>,
-        inside: Duration,
         between: Duration,
     ) -> Self {
+        let inside = state.settings.read_timeout;
         Timed {
             conn,
             in_message,
             inside,
             between,
             deadline: Box::pin(tokio::time::sleep(between)),
+            stop: Box::pin(async move {
+                let notified = state.stopping.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if !state.stopped.load(Ordering::SeqCst) {
+                    notified.await;
+                }
+            }),
+            stopping: false,
         }
     }
 
@@ -471,6 +469,14 @@ impl AsyncRead for Timed {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
+        if !this.stopping && this.stop.as_mut().poll(cx).is_ready() {
+            this.stopping = true;
+        }
+        if this.stopping && !this.in_message.load(Ordering::SeqCst) {
+            // Read as the end of the connection: the MTA goes on without
+            // the milter (its milter_default_action).
+            return Poll::Ready(Ok(()));
+        }
         match this.conn.as_mut().poll_read(cx, buf) {
             Poll::Ready(result) => {
                 let next = tokio::time::Instant::now() + this.timeout();

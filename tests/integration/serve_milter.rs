@@ -912,3 +912,41 @@ fn the_docs_postfix_lines_are_the_contrib_file() {
     assert_eq!(&docs[start..end], contrib);
     assert!(docs.contains(&format!("]({CONTRIB})")));
 }
+
+#[test]
+fn miltertest_sigterm_lets_the_message_in_flight_finish_then_ends_the_connection() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let mut serve = Serve::start(&db, &[]);
+    let raw = std::fs::read(&sample_files()[2]).unwrap();
+    let pid = serve.child.id();
+    // The server is told to stop between the header and the body.
+    let message = lua_message(&raw, "<user@example.org>");
+    let (head, tail) = message.split_at(message.find("check(mt.eoh(conn))").unwrap());
+    let mut script = lua_head(&serve.addr);
+    script.push_str(head);
+    script.push_str(&format!(
+        "os.execute(\"kill -TERM {pid}\")\nmt.sleep(0.5)\n"
+    ));
+    script.push_str(tail);
+    script.push_str(&lua_echo_header("STATUS", "X-Spam-Status"));
+    // The next message finds the connection closed.
+    script.push_str(
+        "err = mt.mailfrom(conn, \"<sender@example.org>\")\n\
+         if err == nil then err = mt.rcptto(conn, \"<user@example.org>\") end\n\
+         if err == nil then mt.echo(\"NEXT taken\") else mt.echo(\"NEXT refused\") end\n",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    assert_eq!(
+        tagged(&out, "STATUS"),
+        vec![format!(" {}", filter_status(&db, &raw))],
+        "{out}"
+    );
+    assert_eq!(tagged(&out, "NEXT"), vec!["refused"], "{out}");
+    assert!(serve.stop(), "{}", serve.log());
+    assert!(!serve.log().contains("still open"), "{}", serve.log());
+}
