@@ -659,11 +659,36 @@ impl Postfix {
             .unwrap_or_default()
     }
 
-    /// Submits `raw` and waits for its delivery; returns what was
-    /// delivered.
+    /// Submits `raw` over SMTP and waits for its delivery; returns what
+    /// was delivered.
     fn deliver(&self, raw: &[u8]) -> Vec<u8> {
+        self.deliver_with(|| self.send(raw))
+    }
+
+    /// Submits `raw` through Postfix's sendmail(1) (pickup, and so
+    /// `non_smtpd_milters`) and waits for its delivery.
+    fn deliver_local(&self, raw: &[u8]) -> Vec<u8> {
+        self.deliver_with(|| {
+            let mut cmd = Command::new("sendmail");
+            cmd.arg("-C").arg(self.dir.path().join("etc")).args([
+                "-f",
+                "sender@example.org",
+                "user@example.org",
+            ]);
+            let out = crate::common::run_with_stdin(cmd, raw);
+            assert!(
+                out.status.success(),
+                "sendmail: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                self.maillog()
+            );
+        })
+    }
+
+    /// Runs `submit` and waits for one more message in the Maildir.
+    fn deliver_with(&self, submit: impl FnOnce()) -> Vec<u8> {
         let before = self.mailbox();
-        self.send(raw);
+        submit();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let after = self.mailbox();
@@ -949,4 +974,36 @@ fn miltertest_sigterm_lets_the_message_in_flight_finish_then_ends_the_connection
     assert_eq!(tagged(&out, "NEXT"), vec!["refused"], "{out}");
     assert!(serve.stop(), "{}", serve.log());
     assert!(!serve.log().contains("still open"), "{}", serve.log());
+}
+
+#[test]
+fn postfix_non_smtpd_milters_judge_local_submissions_too() {
+    let db = Db::new();
+    db.train_sample();
+    let serve = Serve::start(&db, &[]);
+    let Some(postfix) = Postfix::start(&format!("inet:{}", serve.addr)) else {
+        return;
+    };
+    let delivered = String::from_utf8(postfix.deliver_local(FORGED)).unwrap();
+    let status = filter_status(&db, FORGED);
+    let at = delivered
+        .find("\nReceived: by mx.example.net (Postfix, from userid ")
+        .unwrap();
+    assert!(
+        delivered[..at].ends_with(&format!("\nX-Spam-Status: {status}")),
+        "{delivered}"
+    );
+    assert!(
+        delivered[at..].contains(
+            "From: a@example.org\nOld-X-Spam-Flag: YES\nSubject: cheap meds\n\
+             Old-x-spam-status: No, probability=0.000001\nX-Spam-Level: **\n\
+             Old-X-Spam-Flag: YES\n"
+        ),
+        "{delivered}"
+    );
+    assert!(
+        serve.log().contains("user=user@example.org"),
+        "{}",
+        serve.log()
+    );
 }
