@@ -122,8 +122,13 @@ struct Bayes {
     recipient: Option<String>,
     /// The MTA's queue id (macro `i`), for the log.
     queue_id: Option<String>,
-    /// Header fields as received: name, value.
-    fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Header fields received in this message so far.
+    seen: u32,
+    /// The fields named like ours, as received: only these are kept
+    /// apart from the rebuilt message (the others are not needed again).
+    forged: Vec<Forged>,
+    /// The message's Message-ID, for the log when there is no queue id.
+    message_id: Option<String>,
     /// The message rebuilt: header block, empty line, body; at most
     /// `max_message + 1` bytes.
     raw: Vec<u8>,
@@ -138,7 +143,9 @@ impl Bayes {
             hidden: 0,
             recipient: None,
             queue_id: None,
-            fields: Vec::new(),
+            seen: 0,
+            forged: Vec::new(),
+            message_id: None,
             raw: Vec::new(),
         }
     }
@@ -148,7 +155,9 @@ impl Bayes {
         self.in_message.store(false, Ordering::SeqCst);
         self.recipient = None;
         self.queue_id = None;
-        self.fields.clear();
+        self.seen = 0;
+        self.forged.clear();
+        self.message_id = None;
         self.raw = Vec::new();
     }
 
@@ -163,47 +172,51 @@ impl Bayes {
 
     /// The log's name for the message: the queue id, else its Message-ID.
     fn id(&self) -> String {
-        if let Some(id) = &self.queue_id {
-            return id.clone();
-        }
-        self.fields
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(b"Message-ID"))
-            .map(|(_, v)| String::from_utf8_lossy(v).trim().to_string())
+        self.queue_id
+            .clone()
+            .or_else(|| self.message_id.clone())
             .unwrap_or_default()
     }
 }
 
-/// The header actions for `status` on a message whose fields were
-/// `fields`: every forged field renamed in place, bottom up so each index
-/// still means what it meant when the fields were sent, then our fields
-/// inserted at the top. With `leading_space`, values carry their space;
-/// `hidden` fields the MTA did not send sit above the first one sent.
+/// A field named like one of ours, as the MTA sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Forged {
+    /// Its position among the fields sent, from 0.
+    position: u32,
+    name: Vec<u8>,
+    value: Vec<u8>,
+}
+
+/// The header actions for `status` on a message whose fields named like
+/// ours were `forged` (in the order sent): each renamed in place, bottom
+/// up so each index still means what it meant when the fields were sent,
+/// then our fields inserted at the top. With `leading_space`, values carry
+/// their space; `hidden` fields the MTA did not send sit above the first
+/// one sent.
 fn header_actions(
-    fields: &[(Vec<u8>, Vec<u8>)],
+    forged: &[Forged],
     status: &Status,
     leading_space: bool,
     hidden: u32,
 ) -> Vec<HeaderAction> {
     let mut actions = Vec::new();
-    for (position, (name, value)) in fields.iter().enumerate().rev() {
-        if !names_ours(name) {
-            continue;
-        }
+    for (i, field) in forged.iter().enumerate().rev() {
         // CHGHEADER's index counts the fields of that name, from 1, in
-        // any case (as Postfix and Sendmail compare names).
-        let nth = fields[..=position]
+        // any case (as Postfix and Sendmail compare names); every field of
+        // that name is named like ours, so the forged ones are all to count.
+        let nth = forged[..=i]
             .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .filter(|f| f.name.eq_ignore_ascii_case(&field.name))
             .count();
         actions.push(HeaderAction::Delete {
-            name: name.clone(),
+            name: field.name.clone(),
             nth: nth as u32,
         });
         actions.push(HeaderAction::Insert {
-            at: position as u32 + hidden,
-            name: [RENAMED_PREFIX.as_bytes(), name].concat(),
-            value: value.clone(),
+            at: field.position + hidden,
+            name: [RENAMED_PREFIX.as_bytes(), &field.name].concat(),
+            value: field.value.clone(),
         });
     }
     // Inserted at 0 last to first, so they read in filter's order.
@@ -344,7 +357,17 @@ impl miltr_server::Milter for Bayes {
         crlf_lines(&value, &mut line);
         line.extend_from_slice(b"\r\n");
         self.keep(&line);
-        self.fields.push((name, value));
+        if self.message_id.is_none() && name.eq_ignore_ascii_case(b"Message-ID") {
+            self.message_id = Some(String::from_utf8_lossy(&value).trim().to_string());
+        }
+        if names_ours(&name) {
+            self.forged.push(Forged {
+                position: self.seen,
+                name,
+                value,
+            });
+        }
+        self.seen = self.seen.saturating_add(1);
         Ok(Continue.into())
     }
 
@@ -373,7 +396,7 @@ impl miltr_server::Milter for Bayes {
             }
         );
         let mut response = ModificationResponse::builder();
-        for action in header_actions(&self.fields, &status, self.leading_space, self.hidden) {
+        for action in header_actions(&self.forged, &status, self.leading_space, self.hidden) {
             match action {
                 HeaderAction::Delete { name, nth } => {
                     response.push(ChangeHeader::new(nth, &name, b""));
@@ -541,7 +564,7 @@ mod tests {
 
     #[test]
     fn forged_fields_are_renamed_bottom_up_and_ours_go_on_top() {
-        let fields: Vec<(Vec<u8>, Vec<u8>)> = [
+        let forged: Vec<Forged> = [
             ("From", " a@example.org"),
             ("X-Spam-Flag", " YES"),
             ("Subject", " hi"),
@@ -549,7 +572,13 @@ mod tests {
             ("X-SPAM-FLAG", " YES"),
         ]
         .iter()
-        .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .enumerate()
+        .filter(|(_, (n, _))| names_ours(n.as_bytes()))
+        .map(|(i, (n, v))| Forged {
+            position: i as u32,
+            name: n.as_bytes().to_vec(),
+            value: v.as_bytes().to_vec(),
+        })
         .collect();
         let status = Status::Unknown(Reason::NoModel);
         let insert = |at: u32, name: &str, value: &str| HeaderAction::Insert {
@@ -564,7 +593,7 @@ mod tests {
         let ours = status.fields()[0].1.clone();
         for hidden in [0, 1] {
             assert_eq!(
-                header_actions(&fields, &status, true, hidden),
+                header_actions(&forged, &status, true, hidden),
                 vec![
                     delete("X-SPAM-FLAG", 2),
                     insert(4 + hidden, "Old-X-SPAM-FLAG", " YES"),
@@ -583,7 +612,7 @@ mod tests {
             probability: 0.99,
             cutoff: 0.9,
         };
-        let actions = header_actions(&fields[..1], &spam, false, 0);
+        let actions = header_actions(&[], &spam, false, 0);
         let names: Vec<&[u8]> = actions
             .iter()
             .map(|a| match a {
