@@ -1007,3 +1007,43 @@ fn postfix_non_smtpd_milters_judge_local_submissions_too() {
         serve.log()
     );
 }
+
+#[test]
+fn miltertest_the_spam_action_can_come_from_the_config_file() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let spam = sample_files()
+        .iter()
+        .map(|f| std::fs::read(f).unwrap())
+        .find(|raw| filter_status(&db, raw).starts_with("Yes,"))
+        .unwrap();
+    std::fs::write(
+        db.path("config.toml"),
+        "[serve]\nmilter_spam_action = \"quarantine\"\n",
+    )
+    .unwrap();
+    let (out, _) = one_message(&db, &[], &spam);
+    assert!(out.contains("QUARANTINE yes"), "{out}");
+    // A flag wins over the key.
+    let (out, _) = one_message(&db, &["--milter-spam-action", "reject"], &spam);
+    assert!(
+        out.contains("SMTP 550 5.7.1") && !out.contains("QUARANTINE"),
+        "{out}"
+    );
+    // A bad value is refused before anything listens.
+    std::fs::write(
+        db.path("config.toml"),
+        "[serve]\nmilter_spam_action = \"bounce\"\n",
+    )
+    .unwrap();
+    let out = db.run(&["serve", "--milter", "127.0.0.1:0"], None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("[serve] milter_spam_action") && err.contains("bounce"),
+        "{err}"
+    );
+}
