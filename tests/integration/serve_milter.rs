@@ -18,6 +18,7 @@ pub struct Serve {
     /// Where the milter listens, as `HOST:PORT`.
     pub addr: String,
     log: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Serve {
@@ -41,7 +42,7 @@ impl Serve {
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let shared = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 if let Some(addr) = line.strip_prefix("bayesmail serve: milter listening on ") {
@@ -60,12 +61,27 @@ impl Serve {
                 panic!("serve did not listen: {}", log.lock().unwrap());
             }
         };
-        Serve { child, addr, log }
+        Serve {
+            child,
+            addr,
+            log,
+            reader: Some(reader),
+        }
     }
 
-    /// What it wrote on stderr so far.
+    /// What it wrote on stderr so far (lines still in the pipe are not
+    /// there yet: [`Serve::finish`] has them all).
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// Stops it; returns whether it exited with 0, and all it wrote.
+    pub fn finish(&mut self) -> (bool, String) {
+        let ok = self.stop();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        (ok, self.log())
     }
 
     /// Stops it with SIGTERM and waits; returns whether it exited with 0.
@@ -268,7 +284,7 @@ fn miltertest_verdicts_equal_filters_on_one_connection() {
     }
     let db = Db::new();
     db.train_sample();
-    let serve = Serve::start(&db, &[]);
+    let mut serve = Serve::start(&db, &[]);
     let files: Vec<PathBuf> = sample_files();
     let mut script = lua_head(&serve.addr);
     // Every sample message over one connection: the milter forgets each
@@ -302,7 +318,7 @@ fn miltertest_verdicts_equal_filters_on_one_connection() {
         );
     }
     assert!(spam > 5 && spam < files.len(), "{spam} spam verdicts");
-    let log = serve.log();
+    let (_, log) = serve.finish();
     assert_eq!(
         log.matches("user=user@example.org").count(),
         files.len(),
@@ -385,7 +401,7 @@ fn one_message(db: &Db, extra: &[&str], raw: &[u8]) -> (String, String) {
 
 /// [`one_message`] with the server listening on `addr`.
 fn one_message_at(db: &Db, addr: &str, extra: &[&str], raw: &[u8]) -> (String, String) {
-    let serve = Serve::start_at(db, addr, extra);
+    let mut serve = Serve::start_at(db, addr, extra);
     let mut script = lua_head(&serve.addr);
     script.push_str(&lua_message(raw, "<user@example.org>"));
     script.push_str(&lua_echo_header("STATUS", "X-Spam-Status"));
@@ -402,7 +418,8 @@ fn one_message_at(db: &Db, addr: &str, extra: &[&str], raw: &[u8]) -> (String, S
     );
     let tmp = tempfile::tempdir().unwrap();
     let out = miltertest(tmp.path(), &script);
-    (out, serve.log())
+    let (_, log) = serve.finish();
+    (out, log)
 }
 
 #[test]
@@ -972,15 +989,15 @@ fn miltertest_sigterm_lets_the_message_in_flight_finish_then_ends_the_connection
         "{out}"
     );
     assert_eq!(tagged(&out, "NEXT"), vec!["refused"], "{out}");
-    assert!(serve.stop(), "{}", serve.log());
-    assert!(!serve.log().contains("still open"), "{}", serve.log());
+    let (ok, log) = serve.finish();
+    assert!(ok && !log.contains("still open"), "{log}");
 }
 
 #[test]
 fn postfix_non_smtpd_milters_judge_local_submissions_too() {
     let db = Db::new();
     db.train_sample();
-    let serve = Serve::start(&db, &[]);
+    let mut serve = Serve::start(&db, &[]);
     let Some(postfix) = Postfix::start(&format!("inet:{}", serve.addr)) else {
         return;
     };
@@ -1001,11 +1018,8 @@ fn postfix_non_smtpd_milters_judge_local_submissions_too() {
         ),
         "{delivered}"
     );
-    assert!(
-        serve.log().contains("user=user@example.org"),
-        "{}",
-        serve.log()
-    );
+    let (_, log) = serve.finish();
+    assert!(log.contains("user=user@example.org"), "{log}");
 }
 
 #[test]
