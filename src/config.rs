@@ -145,6 +145,9 @@ pub struct ServeConfig {
     pub timeout: Option<u64>,
     /// One log line per message.
     pub log_messages: Option<bool>,
+    /// What the milter does with spam: `accept`, `reject`, `discard` or
+    /// `quarantine`.
+    pub milter_spam_action: Option<String>,
 }
 
 /// A size in a config file: a number of bytes, or a string such as `"16M"`.

@@ -585,6 +585,12 @@ pub(super) struct ServeArgs {
     /// One log line per message on stderr (id, user, verdict, P, model, ms).
     #[arg(long)]
     pub(super) log_messages: bool,
+    /// What the milter tells the MTA to do with a message judged spam:
+    /// accept (with our fields), reject (550 5.7.1), discard, or
+    /// quarantine (Postfix's hold queue, with our fields). Every other
+    /// message is accepted with our fields. Default accept.
+    #[arg(long, value_name = "ACTION")]
+    pub(super) milter_spam_action: Option<bayesmail::serve::SpamAction>,
     #[command(flatten)]
     pub(super) decision: DecisionArgs,
 }

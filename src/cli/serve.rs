@@ -77,6 +77,13 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
         idle_timeout: Duration::from_secs(timeout * 2),
         shutdown_grace: Duration::from_secs(30),
         log_messages: args.log_messages || conf.log_messages == Some(true),
+        milter_spam_action: match (args.milter_spam_action, &conf.milter_spam_action) {
+            (Some(action), _) => action,
+            (None, Some(text)) => text
+                .parse()
+                .map_err(|e| anyhow::anyhow!("[serve] milter_spam_action: {e}"))?,
+            (None, None) => serve::SpamAction::default(),
+        },
     };
     let listeners = serve::bind(&settings)?;
     if let Some(user) = args.user.as_deref().or(conf.user.as_deref()) {

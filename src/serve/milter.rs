@@ -1,12 +1,642 @@
-//! The milter protocol.
+//! The milter protocol (version 6, as Postfix's `smtpd_milters` and
+//! Sendmail's `INPUT_MAIL_FILTER` speak it), on the `miltr-server` crate.
+//!
+//! Each message is collected (its header fields as the MTA sends them,
+//! then its body chunks, at most `max_message` bytes and one more, so a
+//! larger one is known to be too large without being kept), judged at the
+//! end of the body through [`State::judge`], and answered with the header
+//! actions that make the delivered message what `filter` would have
+//! written: our fields ([`crate::db::Status::fields`]) inserted at the top,
+//! and every field the client sent under one of our names
+//! ([`OUR_FIELDS`]) renamed with [`RENAMED_PREFIX`] in place (deleted with
+//! CHGHEADER, inserted again under the new name at its position). The
+//! body is never touched: the milter does not even ask for the right to.
+//!
+//! The user is the first envelope recipient (RCPT), angle brackets taken
+//! off: one message gets one verdict, so with several recipients the first
+//! one's model judges (or the global one, when that user has no model of
+//! its own or too young a one). A message without a verdict (too large,
+//! no readable model, an internal error) is accepted with the Unknown
+//! status field, as `filter` passes it on; a milter that cannot answer at
+//! all (stopped, timed out) leaves the MTA to its `milter_default_action`,
+//! which should be `accept`.
+//!
+//! It does not own the listeners, the connection limit or the models
+//! (see [`super`]).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use miltr_common::actions::{Action, Continue, Discard, Replycode};
+use miltr_common::commands::{Body, Header, Macro, Recipient};
+use miltr_common::encoding::Writable;
+use miltr_common::modifications::ModificationResponse;
+use miltr_common::modifications::headers::{ChangeHeader, InsertHeader};
+use miltr_common::modifications::quarantine::Quarantine;
+use miltr_common::optneg::{Capability, OptNeg, Protocol};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_util::compat::TokioAsyncReadCompatExt;
 
 use super::{BoxConn, Peer, State};
+use crate::db::Status;
+use crate::decision::Verdict;
+use crate::vocab::{OUR_FIELDS, RENAMED_PREFIX};
+
+/// What the milter tells the MTA to do with a message judged spam. Every
+/// other message (ham, unsure, no verdict) is accepted with our fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpamAction {
+    /// Accept it with our fields (the default).
+    #[default]
+    Accept,
+    /// Refuse it in the SMTP session (550 5.7.1).
+    Reject,
+    /// Accept it and drop it silently.
+    Discard,
+    /// Accept it with our fields into the MTA's hold queue.
+    Quarantine,
+}
+
+impl std::str::FromStr for SpamAction {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<SpamAction, String> {
+        match s {
+            "accept" => Ok(SpamAction::Accept),
+            "reject" => Ok(SpamAction::Reject),
+            "discard" => Ok(SpamAction::Discard),
+            "quarantine" => Ok(SpamAction::Quarantine),
+            _ => Err(format!(
+                "{s:?} is not an action: accept, reject, discard or quarantine"
+            )),
+        }
+    }
+}
+
+/// Longest milter packet taken: Postfix and Sendmail send body chunks of
+/// at most 64 KiB, and a header field is bounded by the MTA's own limit
+/// (Postfix's `header_size_limit` is 100 KiB by default); a larger packet
+/// ends the connection, and the MTA's default action decides.
+const MAX_PACKET: usize = 1 << 20;
+
+/// How long a connection may stay quiet between messages. An MTA keeps a
+/// milter connection for a whole SMTP session, whose client may take
+/// Postfix's `smtpd_timeout` (300 s) per command; inside a message the
+/// server's read timeout applies.
+const SESSION_IDLE: Duration = Duration::from_secs(600);
 
 /// Serves one milter connection.
-pub(super) async fn serve(
-    _conn: BoxConn,
-    _peer: &Peer,
-    _state: &std::sync::Arc<State>,
-) -> std::io::Result<()> {
-    Err(std::io::Error::other("milter is not served yet"))
+pub(super) async fn serve(conn: BoxConn, _peer: &Peer, state: &Arc<State>) -> std::io::Result<()> {
+    let in_message = Arc::new(AtomicBool::new(false));
+    let timed = Timed::new(conn, state.clone(), in_message.clone(), SESSION_IDLE);
+    let mut milter = Bayes::new(state.clone(), in_message);
+    let mut server = miltr_server::Server::new(&mut milter, false, MAX_PACKET);
+    server
+        .handle_connection(timed.compat())
+        .await
+        .map_err(|err| match err {
+            miltr_server::Error::Io(err) => err,
+            other => std::io::Error::other(other.to_string()),
+        })
+}
+
+/// One connection's milter: the message being collected.
+struct Bayes {
+    state: Arc<State>,
+    /// Set from the first field of a message to its answer: what tells the
+    /// reads' timeout and the shutdown apart between messages.
+    in_message: Arc<AtomicBool>,
+    /// Whether header values come and go with their leading space
+    /// (SMFIP_HDR_LEADSPC), so a renamed field keeps its bytes.
+    leading_space: bool,
+    /// Header fields above the first one sent that INSHEADER positions
+    /// count: Postfix puts its own Received field on top, hides it from
+    /// milters and counts it (its `v` macro says it is Postfix; seen with
+    /// Postfix 3.7's smtpd); none for other MTAs.
+    hidden: u32,
+    /// The first envelope recipient, whose model judges.
+    recipient: Option<String>,
+    /// The MTA's queue id (macro `i`), for the log.
+    queue_id: Option<String>,
+    /// Header fields received in this message so far.
+    seen: u32,
+    /// The fields named like ours, as received: only these are kept
+    /// apart from the rebuilt message (the others are not needed again).
+    forged: Vec<Forged>,
+    /// The message's Message-ID, for the log when there is no queue id.
+    message_id: Option<String>,
+    /// The message rebuilt: header block, empty line, body; at most
+    /// `max_message + 1` bytes.
+    raw: Vec<u8>,
+}
+
+impl Bayes {
+    fn new(state: Arc<State>, in_message: Arc<AtomicBool>) -> Bayes {
+        Bayes {
+            state,
+            in_message,
+            leading_space: false,
+            hidden: 0,
+            recipient: None,
+            queue_id: None,
+            seen: 0,
+            forged: Vec::new(),
+            message_id: None,
+            raw: Vec::new(),
+        }
+    }
+
+    /// Forgets the message (not the connection's negotiation).
+    fn reset(&mut self) {
+        self.in_message.store(false, Ordering::SeqCst);
+        self.recipient = None;
+        self.queue_id = None;
+        self.seen = 0;
+        self.forged.clear();
+        self.message_id = None;
+        self.raw = Vec::new();
+    }
+
+    /// Appends `bytes` to the message, keeping at most one byte past the
+    /// size limit.
+    fn keep(&mut self, bytes: &[u8]) {
+        let cap = usize::try_from(self.state.settings.max_message.saturating_add(1))
+            .unwrap_or(usize::MAX);
+        let room = cap.saturating_sub(self.raw.len());
+        self.raw.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    /// The log's name for the message: the queue id, else its Message-ID.
+    fn id(&self) -> String {
+        self.queue_id
+            .clone()
+            .or_else(|| self.message_id.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// A field named like one of ours, as the MTA sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Forged {
+    /// Its position among the fields sent, from 0.
+    position: u32,
+    name: Vec<u8>,
+    value: Vec<u8>,
+}
+
+/// The header actions for `status` on a message whose fields named like
+/// ours were `forged` (in the order sent): each renamed in place, bottom
+/// up so each index still means what it meant when the fields were sent,
+/// then our fields inserted at the top. With `leading_space`, values carry
+/// their space; `hidden` fields the MTA did not send sit above the first
+/// one sent.
+fn header_actions(
+    forged: &[Forged],
+    status: &Status,
+    leading_space: bool,
+    hidden: u32,
+) -> Vec<HeaderAction> {
+    let mut actions = Vec::new();
+    for (i, field) in forged.iter().enumerate().rev() {
+        // CHGHEADER's index counts the fields of that name, from 1, in
+        // any case (as Postfix and Sendmail compare names); every field of
+        // that name is named like ours, so the forged ones are all to count.
+        let nth = forged[..=i]
+            .iter()
+            .filter(|f| f.name.eq_ignore_ascii_case(&field.name))
+            .count();
+        actions.push(HeaderAction::Delete {
+            name: field.name.clone(),
+            nth: nth as u32,
+        });
+        actions.push(HeaderAction::Insert {
+            at: field.position + hidden,
+            name: [RENAMED_PREFIX.as_bytes(), &field.name].concat(),
+            value: field.value.clone(),
+        });
+    }
+    // Inserted at 0 last to first, so they read in filter's order.
+    for (name, value) in status.fields().into_iter().rev() {
+        let value = if leading_space {
+            format!(" {value}")
+        } else {
+            value
+        };
+        actions.push(HeaderAction::Insert {
+            at: 0,
+            name: name.as_bytes().to_vec(),
+            value: value.into_bytes(),
+        });
+    }
+    actions
+}
+
+/// A header action, as the milter answers it at the end of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HeaderAction {
+    /// Delete the `nth` field named `name` (CHGHEADER with an empty value).
+    Delete { name: Vec<u8>, nth: u32 },
+    /// Insert a field at position `at` among the fields (INSHEADER).
+    Insert {
+        at: u32,
+        name: Vec<u8>,
+        value: Vec<u8>,
+    },
+}
+
+/// Whether a field name the MTA sent names one of ours, as `filter`'s
+/// renamer reads a name: in any case, CRs left out (maildrop deletes them),
+/// ended by a NUL (where Dovecot ends it) or by a space or a tab before
+/// the colon.
+fn names_ours(name: &[u8]) -> bool {
+    let name: Vec<u8> = name
+        .iter()
+        .copied()
+        .take_while(|&b| b != 0)
+        .filter(|&b| b != b'\r')
+        .collect();
+    let end = name
+        .iter()
+        .position(|&b| b == b' ' || b == b'\t')
+        .unwrap_or(name.len());
+    OUR_FIELDS
+        .iter()
+        .any(|ours| name[..end].eq_ignore_ascii_case(ours.as_bytes()))
+}
+
+/// A header field's name and value as the MTA sent them, byte for byte
+/// (`Header` itself offers them only as lossy UTF-8).
+fn field_bytes(header: &Header) -> (Vec<u8>, Vec<u8>) {
+    let mut buf = bytes::BytesMut::with_capacity(header.len());
+    header.write(&mut buf);
+    let mut parts = buf[..].split(|&b| b == 0);
+    let name = parts.next().unwrap_or(&[]).to_vec();
+    let value = parts.next().unwrap_or(&[]).to_vec();
+    (name, value)
+}
+
+/// Header lines in the MTA's form end in LF (Postfix) or CRLF; the body
+/// comes in SMTP's CRLF. The rebuilt message takes CRLF throughout, so it
+/// reads as the message sent (features do not depend on line endings).
+fn crlf_lines(value: &[u8], out: &mut Vec<u8>) {
+    let mut previous = 0;
+    for &b in value {
+        if b == b'\n' && previous != b'\r' {
+            out.push(b'\r');
+        }
+        out.push(b);
+        previous = b;
+    }
+}
+
+#[async_trait]
+impl miltr_server::Milter for Bayes {
+    type Error = std::io::Error;
+
+    async fn option_negotiation(
+        &mut self,
+        theirs: OptNeg,
+    ) -> Result<OptNeg, miltr_server::Error<Self::Error>> {
+        // Add, change and insert header fields, and quarantine; no right
+        // to touch the body or the envelope.
+        let wanted =
+            Capability::SMFIF_ADDHDRS | Capability::SMFIF_CHGHDRS | Capability::SMFIF_QUARANTINE;
+        // Header values with their leading space, where the MTA can send
+        // them so. Every step is taken (each costs a few bytes), as some
+        // clients (miltertest) stop when told to skip the connection step.
+        let skip = Protocol::SMFIP_HDR_LEADSPC;
+        let ours = OptNeg {
+            version: theirs.version.min(6),
+            capabilities: wanted & theirs.capabilities,
+            protocol: skip & theirs.protocol,
+            ..OptNeg::default()
+        };
+        self.leading_space = ours.protocol.contains(Protocol::SMFIP_HDR_LEADSPC);
+        Ok(ours)
+    }
+
+    async fn macro_(&mut self, macro_: Macro) -> Result<(), Self::Error> {
+        for (name, value) in macro_.macros() {
+            if name == b"i" && !value.is_empty() {
+                self.queue_id = Some(String::from_utf8_lossy(value).into_owned());
+            }
+            if name == b"v" {
+                self.hidden = u32::from(value.starts_with(b"Postfix"));
+            }
+        }
+        Ok(())
+    }
+
+    async fn rcpt(&mut self, recipient: Recipient) -> Result<Action, Self::Error> {
+        if self.recipient.is_none() {
+            let rcpt = recipient.recipient();
+            let rcpt = rcpt.trim();
+            let rcpt = rcpt
+                .strip_prefix('<')
+                .and_then(|r| r.strip_suffix('>'))
+                .unwrap_or(rcpt);
+            if !rcpt.is_empty() {
+                self.recipient = Some(rcpt.to_string());
+            }
+        }
+        Ok(Continue.into())
+    }
+
+    async fn header(&mut self, header: Header) -> Result<Action, Self::Error> {
+        self.in_message.store(true, Ordering::SeqCst);
+        let (name, value) = field_bytes(&header);
+        let mut line = name.clone();
+        line.push(b':');
+        if !self.leading_space {
+            line.push(b' ');
+        }
+        crlf_lines(&value, &mut line);
+        line.extend_from_slice(b"\r\n");
+        self.keep(&line);
+        if self.message_id.is_none() && name.eq_ignore_ascii_case(b"Message-ID") {
+            self.message_id = Some(String::from_utf8_lossy(&value).trim().to_string());
+        }
+        if names_ours(&name) {
+            self.forged.push(Forged {
+                position: self.seen,
+                name,
+                value,
+            });
+        }
+        self.seen = self.seen.saturating_add(1);
+        Ok(Continue.into())
+    }
+
+    async fn end_of_header(&mut self) -> Result<Action, Self::Error> {
+        self.in_message.store(true, Ordering::SeqCst);
+        self.keep(b"\r\n");
+        Ok(Continue.into())
+    }
+
+    async fn body(&mut self, body: Body) -> Result<Action, Self::Error> {
+        self.in_message.store(true, Ordering::SeqCst);
+        self.keep(body.as_bytes());
+        Ok(Continue.into())
+    }
+
+    async fn end_of_body(&mut self) -> Result<ModificationResponse, Self::Error> {
+        let raw = std::mem::take(&mut self.raw);
+        let id = self.id();
+        let judged = self.state.judge(self.recipient.clone(), raw, &id).await;
+        let status = judged.stamped.status;
+        let spam = matches!(
+            status,
+            Status::Verdict {
+                verdict: Verdict::Spam,
+                ..
+            }
+        );
+        let mut response = ModificationResponse::builder();
+        for action in header_actions(&self.forged, &status, self.leading_space, self.hidden) {
+            match action {
+                HeaderAction::Delete { name, nth } => {
+                    response.push(ChangeHeader::new(nth, &name, b""));
+                }
+                HeaderAction::Insert { at, name, value } => {
+                    response.push(InsertHeader::new(at, &name, &value));
+                }
+            }
+        }
+        let action = if spam {
+            self.state.settings.milter_spam_action
+        } else {
+            SpamAction::Accept
+        };
+        let response = match action {
+            SpamAction::Accept => response.contin(),
+            SpamAction::Quarantine => {
+                response.push(Quarantine::new(b"judged spam by bayesmail"));
+                response.contin()
+            }
+            SpamAction::Discard => ModificationResponse::builder().build(Discard),
+            SpamAction::Reject => ModificationResponse::builder().build(Replycode::new(
+                [5u8, 5, 0],
+                [5u16, 7, 1],
+                "Message judged spam",
+            )),
+        };
+        self.reset();
+        Ok(response)
+    }
+
+    async fn abort(&mut self) -> Result<(), Self::Error> {
+        self.reset();
+        Ok(())
+    }
+}
+
+/// A connection whose reads time out (after the read timeout when a
+/// message is being received, after `between` otherwise) and that reads as
+/// closed once the server is stopping and no message is being received:
+/// a read is only asked for once the last answer has been written, so a
+/// message in flight is answered before the connection ends.
+struct Timed {
+    conn: BoxConn,
+    in_message: Arc<AtomicBool>,
+    inside: Duration,
+    between: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// Ready once the server is stopping.
+    stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    stopping: bool,
+}
+
+impl Timed {
+    fn new(
+        conn: BoxConn,
+        state: Arc<State>,
+        in_message: Arc<AtomicBool>,
+        between: Duration,
+    ) -> Self {
+        let inside = state.settings.read_timeout;
+        Timed {
+            conn,
+            in_message,
+            inside,
+            between,
+            deadline: Box::pin(tokio::time::sleep(between)),
+            stop: Box::pin(async move {
+                let notified = state.stopping.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if !state.stopped.load(Ordering::SeqCst) {
+                    notified.await;
+                }
+            }),
+            stopping: false,
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        if self.in_message.load(Ordering::SeqCst) {
+            self.inside
+        } else {
+            self.between
+        }
+    }
+}
+
+impl AsyncRead for Timed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if !this.stopping && this.stop.as_mut().poll(cx).is_ready() {
+            this.stopping = true;
+        }
+        if this.stopping && !this.in_message.load(Ordering::SeqCst) {
+            // Read as the end of the connection: the MTA goes on without
+            // the milter (its milter_default_action).
+            return Poll::Ready(Ok(()));
+        }
+        match this.conn.as_mut().poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                let next = tokio::time::Instant::now() + this.timeout();
+                this.deadline.as_mut().reset(next);
+                Poll::Ready(result)
+            }
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the MTA sent nothing for too long",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl AsyncWrite for Timed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.conn.as_mut().poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.conn.as_mut().poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.conn.as_mut().poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::Reason;
+
+    #[test]
+    fn our_names_are_told_as_filter_tells_them() {
+        for ours in [
+            &b"X-Spam-Flag"[..],
+            b"x-spam-status",
+            b"X-SPAM-FLAG ",
+            b"X-Spam-\rFlag",
+            b"X-Spam-Flag\0garbage",
+            b"X-Spam-Status\t",
+        ] {
+            assert!(names_ours(ours), "{ours:?}");
+        }
+        for not in [
+            &b"X-Spam-Flagged"[..],
+            b"X-Spam-Level",
+            b"Old-X-Spam-Flag",
+            b"",
+        ] {
+            assert!(!names_ours(not), "{not:?}");
+        }
+    }
+
+    #[test]
+    fn forged_fields_are_renamed_bottom_up_and_ours_go_on_top() {
+        let forged: Vec<Forged> = [
+            ("From", " a@example.org"),
+            ("X-Spam-Flag", " YES"),
+            ("Subject", " hi"),
+            ("x-spam-status", " No"),
+            ("X-SPAM-FLAG", " YES"),
+        ]
+        .iter()
+        .enumerate()
+        .filter(|(_, (n, _))| names_ours(n.as_bytes()))
+        .map(|(i, (n, v))| Forged {
+            position: i as u32,
+            name: n.as_bytes().to_vec(),
+            value: v.as_bytes().to_vec(),
+        })
+        .collect();
+        let status = Status::Unknown(Reason::NoModel);
+        let insert = |at: u32, name: &str, value: &str| HeaderAction::Insert {
+            at,
+            name: name.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+        };
+        let delete = |name: &str, nth: u32| HeaderAction::Delete {
+            name: name.as_bytes().to_vec(),
+            nth,
+        };
+        let ours = status.fields()[0].1.clone();
+        for hidden in [0, 1] {
+            assert_eq!(
+                header_actions(&forged, &status, true, hidden),
+                vec![
+                    delete("X-SPAM-FLAG", 2),
+                    insert(4 + hidden, "Old-X-SPAM-FLAG", " YES"),
+                    delete("x-spam-status", 1),
+                    insert(3 + hidden, "Old-x-spam-status", " No"),
+                    delete("X-Spam-Flag", 1),
+                    insert(1 + hidden, "Old-X-Spam-Flag", " YES"),
+                    insert(0, "X-Spam-Status", &format!(" {ours}")),
+                ]
+            );
+        }
+        // Without the leading space agreed, values go as they came and
+        // ours without one; a spam verdict puts the flag first.
+        let spam = Status::Verdict {
+            verdict: Verdict::Spam,
+            probability: 0.99,
+            cutoff: 0.9,
+        };
+        let actions = header_actions(&[], &spam, false, 0);
+        let names: Vec<&[u8]> = actions
+            .iter()
+            .map(|a| match a {
+                HeaderAction::Insert { at: 0, name, .. } => name.as_slice(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(names, vec![&b"X-Spam-Status"[..], b"X-Spam-Flag"]);
+        assert!(matches!(&actions[1], HeaderAction::Insert { value, .. } if value == b"YES"));
+    }
+
+    #[test]
+    fn field_bytes_keep_eight_bit_bytes() {
+        let header = Header::new(b"Subject", b" \xa3100 \xff");
+        assert_eq!(
+            field_bytes(&header),
+            (b"Subject".to_vec(), b" \xa3100 \xff".to_vec())
+        );
+    }
+
+    #[test]
+    fn folded_values_take_crlf() {
+        let mut out = Vec::new();
+        crlf_lines(b"a\n\tb\r\n c", &mut out);
+        assert_eq!(out, b"a\r\n\tb\r\n c");
+    }
 }

@@ -20,6 +20,7 @@ use tokio::sync::{Notify, Semaphore};
 
 pub use listen::{Addr, BoxConn, Listener, Network, Peer};
 pub use metrics::Metrics;
+pub use milter::SpamAction;
 pub use models::{Judged, LearnError, ModelSettings, Models, Which};
 
 use crate::model::Label;
@@ -72,6 +73,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// One log line per message on stderr.
     pub log_messages: bool,
+    /// What the milter does with a message judged spam.
+    pub milter_spam_action: SpamAction,
 }
 
 /// What every connection shares.

@@ -32,6 +32,7 @@ mod review_speed;
 mod scale;
 mod serve;
 mod serve_spamd;
+mod serve_milter;
 mod split;
 mod train;
 mod traps;

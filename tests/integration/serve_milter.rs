@@ -1,0 +1,1063 @@
+//! `bayesmail serve --milter` driven by real milter clients: `miltertest`
+//! (a Lua script written here) and Postfix's `smtpd` in a private
+//! configuration directory. Each test starts its own server on a loopback
+//! port the server picks, and stops it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common::{Db, sample_files, utf8};
+
+/// A running `bayesmail serve`, stopped (SIGTERM, then waited for) when
+/// dropped.
+pub struct Serve {
+    child: Child,
+    /// Where the milter listens, as `HOST:PORT`.
+    pub addr: String,
+    log: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Serve {
+    /// Starts `serve --milter 127.0.0.1:0 EXTRA…` on `db` and waits for it
+    /// to say where it listens (`HOST:PORT` or `unix:PATH`).
+    pub fn start(db: &Db, extra: &[&str]) -> Serve {
+        Serve::start_at(db, "127.0.0.1:0", extra)
+    }
+
+    /// Starts `serve --milter ADDR EXTRA…` on `db`.
+    pub fn start_at(db: &Db, addr: &str, extra: &[&str]) -> Serve {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args())
+            .args(["serve", "--milter", addr, "--log-messages"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("bayesmail serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let shared = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("bayesmail serve: milter listening on ") {
+                    let _ = tx.send(addr.to_string());
+                }
+                let mut log = shared.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("serve did not listen: {}", log.lock().unwrap());
+            }
+        };
+        Serve {
+            child,
+            addr,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    /// What it wrote on stderr so far (lines still in the pipe are not
+    /// there yet: [`Serve::finish`] has them all).
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Stops it; returns whether it exited with 0, and all it wrote.
+    pub fn finish(&mut self) -> (bool, String) {
+        let ok = self.stop();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        (ok, self.log())
+    }
+
+    /// Stops it with SIGTERM and waits; returns whether it exited with 0.
+    pub fn stop(&mut self) -> bool {
+        // SAFETY: kill(2) on the id of our own child, not yet reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+/// Whether `program` can be run; if not, panics in CI (where `.ci/run`
+/// installs it) and says the test is skipped elsewhere.
+fn have(program: &str, package: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        let required = std::env::var_os("CI").is_some()
+            || std::env::var_os("BAYESMAIL_REQUIRE_CORPUS").is_some();
+        assert!(
+            !required,
+            "{program} is not installed (Debian package {package})"
+        );
+        eprintln!("{program} is not installed (package {package}): test skipped");
+    }
+    found
+}
+
+/// A Lua string literal holding `bytes` exactly.
+fn lua(bytes: &[u8]) -> String {
+    let mut out = String::from("\"");
+    for &b in bytes {
+        if b.is_ascii_graphic() && b != b'"' && b != b'\\' || b == b' ' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("\\{b:03}"));
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A header field: name, value.
+type Field = (Vec<u8>, Vec<u8>);
+
+/// A message split as an MTA hands it to a milter: header fields (name,
+/// value after the colon with its leading blanks, folded lines kept with
+/// their line ends as LF) and the body in CRLF.
+fn split_message(raw: &[u8]) -> (Vec<Field>, Vec<u8>) {
+    let text = raw.to_vec();
+    let mut fields: Vec<Field> = Vec::new();
+    let mut at = 0;
+    while at < text.len() {
+        let end = text[at..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(text.len(), |p| at + p + 1);
+        let line = &text[at..end];
+        let content = line.strip_suffix(b"\n").unwrap_or(line);
+        let content = content.strip_suffix(b"\r").unwrap_or(content);
+        at = end;
+        if content.is_empty() {
+            break;
+        }
+        if matches!(content[0], b' ' | b'\t') {
+            let last = fields.last_mut().expect("no folded first line");
+            last.1.push(b'\n');
+            last.1.extend_from_slice(content);
+            continue;
+        }
+        let colon = content
+            .iter()
+            .position(|&b| b == b':')
+            .expect("a header line");
+        let value = &content[colon + 1..];
+        fields.push((content[..colon].to_vec(), value.to_vec()));
+    }
+    let mut body = Vec::new();
+    for &b in &text[at..] {
+        if b == b'\n' && body.last() != Some(&b'\r') {
+            body.push(b'\r');
+        }
+        body.push(b);
+    }
+    (fields, body)
+}
+
+/// Lua that sends one message on `conn` (envelope, fields, body, end of
+/// message). A value is sent without its leading space: miltertest puts
+/// one in front of each value itself once SMFIP_HDR_LEADSPC is agreed.
+fn lua_message(raw: &[u8], rcpt: &str) -> String {
+    let (fields, body) = split_message(raw);
+    let mut lua_text = String::new();
+    lua_text.push_str("check(mt.mailfrom(conn, \"<sender@example.org>\"))\n");
+    lua_text.push_str(&format!(
+        "check(mt.rcptto(conn, {}))\n",
+        lua(rcpt.as_bytes())
+    ));
+    for (name, value) in fields {
+        let value = value.strip_prefix(b" ").unwrap_or(&value);
+        lua_text.push_str(&format!(
+            "check(mt.header(conn, {}, {}))\n",
+            lua(&name),
+            lua(value)
+        ));
+    }
+    lua_text.push_str("check(mt.eoh(conn))\n");
+    for chunk in body.chunks(60_000) {
+        lua_text.push_str(&format!("check(mt.bodystring(conn, {}))\n", lua(chunk)));
+    }
+    lua_text.push_str("check(mt.eom(conn))\n");
+    lua_text
+}
+
+/// The head of every script: connect and negotiate.
+fn lua_head(addr: &str) -> String {
+    let socket = match addr.strip_prefix("unix:") {
+        Some(path) => format!("unix:{path}"),
+        None => format!("inet:{}@127.0.0.1", addr.rsplit_once(':').unwrap().1),
+    };
+    format!(
+        "mt.set_timeout(60)\n\
+         function check(err) if err ~= nil then error(err) end end\n\
+         conn = mt.connect(\"{socket}\", 20, 0.25)\n\
+         if conn == nil then error(\"cannot connect\") end\n\
+         check(mt.negotiate(conn, nil, nil, nil))\n\
+         check(mt.conninfo(conn, \"client.example.org\", \"192.0.2.1\"))\n\
+         check(mt.helo(conn, \"client.example.org\"))\n"
+    )
+}
+
+/// Runs a miltertest script; returns its stdout, panicking with its output
+/// if it fails.
+fn miltertest(dir: &Path, script: &str) -> String {
+    let path = dir.join("test.lua");
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new("miltertest")
+        .arg("-s")
+        .arg(&path)
+        .output()
+        .expect("miltertest runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "miltertest failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The X-Spam-Status `filter` writes for `raw` on `db`.
+fn filter_status(db: &Db, raw: &[u8]) -> String {
+    let out = db.run(&["filter"], Some(raw));
+    assert!(out.status.success());
+    crate::common::strip_ours(&out.stdout).1
+}
+
+/// The value miltertest saw for the `n`th field `name` added.
+fn lua_echo_header(tag: &str, name: &str) -> String {
+    format!(
+        "v = mt.getheader(conn, \"{name}\", 0)\n\
+         if v == nil then v = \"(none)\" end\n\
+         mt.echo(\"{tag} \" .. v)\n"
+    )
+}
+
+/// Lines of `out` starting with `tag `, without it.
+fn tagged<'a>(out: &'a str, tag: &str) -> Vec<&'a str> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(tag).and_then(|l| l.strip_prefix(' ')))
+        .collect()
+}
+
+#[test]
+fn miltertest_verdicts_equal_filters_on_one_connection() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let mut serve = Serve::start(&db, &[]);
+    let files: Vec<PathBuf> = sample_files();
+    let mut script = lua_head(&serve.addr);
+    // Every sample message over one connection: the milter forgets each
+    // message at its end and judges the next afresh.
+    for (i, file) in files.iter().enumerate() {
+        let raw = std::fs::read(file).unwrap();
+        script.push_str(&lua_message(&raw, "<user@example.org>"));
+        script.push_str(&lua_echo_header(&format!("STATUS{i}"), "X-Spam-Status"));
+        script.push_str(&format!(
+            "if mt.getreply(conn) ~= SMFIR_CONTINUE then error(\"not continued\") end\n\
+             if mt.eom_check(conn, MT_BODYCHANGE) then error(\"body changed\") end\n\
+             if mt.eom_check(conn, MT_HDRDELETE) then mt.echo(\"DELETED{i}\") end\n"
+        ));
+    }
+    script.push_str("mt.disconnect(conn)\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    let mut spam = 0;
+    for (i, file) in files.iter().enumerate() {
+        let raw = std::fs::read(file).unwrap();
+        let want = filter_status(&db, &raw);
+        // miltertest and the milter agreed on SMFIP_HDR_LEADSPC: values
+        // carry the space after the colon.
+        let got = tagged(&out, &format!("STATUS{i}"));
+        assert_eq!(got, vec![format!(" {want}")], "{}\n{out}", file.display());
+        spam += usize::from(want.starts_with("Yes"));
+        assert!(
+            !out.contains(&format!("DELETED{i}\n")),
+            "{}",
+            file.display()
+        );
+    }
+    assert!(spam > 5 && spam < files.len(), "{spam} spam verdicts");
+    let (_, log) = serve.finish();
+    assert_eq!(
+        log.matches("user=user@example.org").count(),
+        files.len(),
+        "{log}"
+    );
+}
+
+/// A message with forged fields of ours among others.
+const FORGED: &[u8] = b"From: a@example.org\r\n\
+X-Spam-Flag: YES\r\n\
+Subject: cheap meds\r\n\
+x-spam-status: No, probability=0.000001\r\n\
+X-Spam-Level: **\r\n\
+X-Spam-Flag: YES\r\n\
+Message-ID: <forged@example.org>\r\n\
+Date: Mon, 23 Dec 2024 12:02:51 +0000\r\n\
+\r\n\
+Body text.\r\nX-Spam-Flag: in the body\r\n";
+
+#[test]
+fn miltertest_forged_fields_are_renamed_and_ours_go_on_top() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let serve = Serve::start(&db, &[]);
+    let mut script = lua_head(&serve.addr);
+    script.push_str(&lua_message(FORGED, "<user@example.org>"));
+    script.push_str(&lua_echo_header("STATUS", "X-Spam-Status"));
+    for (tag, op, args) in [
+        ("DEL-FLAG", "MT_HDRDELETE", "\"X-Spam-Flag\""),
+        ("DEL-STATUS", "MT_HDRDELETE", "\"x-spam-status\""),
+        ("DEL-LEVEL", "MT_HDRDELETE", "\"X-Spam-Level\""),
+        ("CHG-LEVEL", "MT_HDRCHANGE", "\"X-Spam-Level\""),
+        ("OLD-FLAG", "MT_HDRINSERT", "\"Old-X-Spam-Flag\", \" YES\""),
+        (
+            "OLD-STATUS",
+            "MT_HDRINSERT",
+            "\"Old-x-spam-status\", \" No, probability=0.000001\"",
+        ),
+        ("ADDED", "MT_HDRADD", ""),
+        ("BODY", "MT_BODYCHANGE", ""),
+    ] {
+        let args = if args.is_empty() {
+            String::new()
+        } else {
+            format!(", {args}")
+        };
+        script.push_str(&format!(
+            "if mt.eom_check(conn, {op}{args}) then mt.echo(\"{tag} yes\") else mt.echo(\"{tag} no\") end\n"
+        ));
+    }
+    script.push_str("mt.disconnect(conn)\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    let want = filter_status(&db, FORGED);
+    assert_eq!(tagged(&out, "STATUS"), vec![format!(" {want}")], "{out}");
+    for (tag, answer) in [
+        ("DEL-FLAG", "yes"),
+        ("DEL-STATUS", "yes"),
+        ("DEL-LEVEL", "no"),
+        ("CHG-LEVEL", "no"),
+        ("OLD-FLAG", "yes"),
+        ("OLD-STATUS", "yes"),
+        ("ADDED", "no"),
+        ("BODY", "no"),
+    ] {
+        assert_eq!(tagged(&out, tag), vec![answer], "{tag}\n{out}");
+    }
+}
+
+/// Runs one message through a server started with `extra` on loopback;
+/// returns
+/// miltertest's report: the reply to the end of the message, whether
+/// fields were inserted, quarantine and the SMTP reply asked for.
+fn one_message(db: &Db, extra: &[&str], raw: &[u8]) -> (String, String) {
+    one_message_at(db, "127.0.0.1:0", extra, raw)
+}
+
+/// [`one_message`] with the server listening on `addr`.
+fn one_message_at(db: &Db, addr: &str, extra: &[&str], raw: &[u8]) -> (String, String) {
+    let mut serve = Serve::start_at(db, addr, extra);
+    let mut script = lua_head(&serve.addr);
+    script.push_str(&lua_message(raw, "<user@example.org>"));
+    script.push_str(&lua_echo_header("STATUS", "X-Spam-Status"));
+    script.push_str(
+        "r = mt.getreply(conn)\n\
+         if r == SMFIR_CONTINUE then mt.echo(\"REPLY continue\")\n\
+         elseif r == SMFIR_REPLYCODE then mt.echo(\"REPLY replycode\")\n\
+         elseif r == SMFIR_DISCARD then mt.echo(\"REPLY discard\")\n\
+         elseif r == SMFIR_ACCEPT then mt.echo(\"REPLY accept\")\n\
+         else mt.echo(\"REPLY other\") end\n\
+         if mt.eom_check(conn, MT_QUARANTINE) then mt.echo(\"QUARANTINE yes\") end\n\
+         if mt.eom_check(conn, MT_SMTPREPLY, \"550\", \"5.7.1\", \"Message judged spam\") then mt.echo(\"SMTP 550 5.7.1\") end\n\
+         mt.disconnect(conn)\n",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    let (_, log) = serve.finish();
+    (out, log)
+}
+
+#[test]
+fn miltertest_spam_actions_apply_to_spam_only() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    // A message of each verdict, as filter judges them.
+    let first = |word: &str| {
+        sample_files()
+            .iter()
+            .map(|f| std::fs::read(f).unwrap())
+            .find(|raw| filter_status(&db, raw).starts_with(word))
+            .expect("a sample message of that verdict")
+    };
+    let (spam, ham) = (first("Yes,"), first("No,"));
+    for (action, reply) in [
+        ("accept", "continue"),
+        ("reject", "replycode"),
+        ("discard", "discard"),
+        ("quarantine", "continue"),
+    ] {
+        let extra = ["--milter-spam-action", action];
+        let (out, log) = one_message(&db, &extra, &spam);
+        assert_eq!(tagged(&out, "REPLY"), vec![reply], "{action}\n{out}\n{log}");
+        let fields = matches!(action, "accept" | "quarantine");
+        assert_eq!(
+            tagged(&out, "STATUS")[0].starts_with(" Yes,"),
+            fields,
+            "{action}\n{out}"
+        );
+        assert_eq!(
+            out.contains("QUARANTINE yes"),
+            action == "quarantine",
+            "{out}"
+        );
+        assert_eq!(out.contains("SMTP 550 5.7.1"), action == "reject", "{out}");
+        // Ham is accepted with its fields whatever the spam action.
+        let (out, _) = one_message(&db, &extra, &ham);
+        assert_eq!(tagged(&out, "REPLY"), vec!["continue"], "{action}\n{out}");
+        assert!(tagged(&out, "STATUS")[0].starts_with(" No,"), "{out}");
+        assert!(
+            !out.contains("QUARANTINE") && !out.contains("SMTP"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn miltertest_no_verdict_is_accepted_with_the_unknown_status() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let trained = Db::new();
+    trained.train_sample();
+    let raw = std::fs::read(&sample_files()[0]).unwrap();
+    // Larger than the limit: judged by no model, said so in the log.
+    let mut large = raw.clone();
+    large.extend(std::iter::repeat_n(b"padding line\r\n", 400).flatten());
+    let (out, log) = one_message(
+        &trained,
+        &["--max-size", "4K", "--milter-spam-action", "reject"],
+        &large,
+    );
+    assert_eq!(tagged(&out, "REPLY"), vec!["continue"], "{out}");
+    let status = tagged(&out, "STATUS");
+    assert!(
+        status[0].starts_with(" Unknown, reason=too-large, version="),
+        "{out}"
+    );
+    assert!(log.contains("why=message larger than 4096 bytes"), "{log}");
+    // No model at all.
+    let empty = Db::new();
+    let (out, log) = one_message(&empty, &[], &raw);
+    assert_eq!(tagged(&out, "REPLY"), vec!["continue"], "{out}");
+    let want = filter_status(&empty, &raw);
+    assert!(want.starts_with("Unknown, reason=no-model"), "{want}");
+    assert_eq!(tagged(&out, "STATUS"), vec![format!(" {want}")], "{out}");
+    assert!(log.contains("why="), "{log}");
+}
+
+/// The Postfix recipe, and the milter address in it.
+const CONTRIB: &str = "contrib/postfix-milter.cf";
+const CONTRIB_MILTER: &str = "inet:127.0.0.1:11340";
+
+/// A Postfix of its own: `smtpd` on a loopback port, the milter lines of
+/// contrib/postfix-milter.cf (`milter_default_action = accept`), mail for user@example.org delivered
+/// by `virtual` into a Maildir; everything under a temporary directory.
+/// `message_drop_headers` is emptied so that a sent Return-Path stays, and
+/// the delivered message can be compared with the sent one.
+/// Stopped when dropped.
+struct Postfix {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Postfix {
+    /// Starts it with contrib/postfix-milter.cf's lines for the milter at
+    /// `milter` (`inet:HOST:PORT`), or `None` (said why) where Postfix
+    /// cannot run here.
+    fn start(milter: &str) -> Option<Postfix> {
+        if !have("postfix", "postfix") || !have("smtp-source", "postfix") {
+            return None;
+        }
+        if !nix::unistd::Uid::effective().is_root() {
+            let required = std::env::var_os("CI").is_some()
+                || std::env::var_os("BAYESMAIL_REQUIRE_CORPUS").is_some();
+            assert!(!required, "Postfix needs root to start");
+            eprintln!("Postfix needs root to start: test skipped");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // Postfix's daemons run as its own user: they must reach the tree.
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        for sub in ["etc", "spool", "data", "mail"] {
+            std::fs::create_dir(d.join(sub)).unwrap();
+        }
+        let nobody = 65534;
+        std::os::unix::fs::chown(d.join("mail"), Some(nobody), Some(nobody)).unwrap();
+        let postfix = nix::unistd::User::from_name("postfix")
+            .unwrap()
+            .expect("the postfix user (made by the package)");
+        std::os::unix::fs::chown(d.join("data"), Some(postfix.uid.as_raw()), None).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let d = d.display();
+        // The milter lines as contrib/postfix-milter.cf gives them, at
+        // the address of the server under test.
+        let contrib = std::fs::read_to_string(crate::common::root().join(CONTRIB)).unwrap();
+        assert!(contrib.contains(CONTRIB_MILTER), "{contrib}");
+        let contrib = contrib.replace(CONTRIB_MILTER, milter);
+        std::fs::write(
+            dir.path().join("etc/main.cf"),
+            format!(
+                "compatibility_level = 3.6\n\
+                 queue_directory = {d}/spool\n\
+                 data_directory = {d}/data\n\
+                 maillog_file_prefixes = {d}\n\
+                 maillog_file = {d}/maillog\n\
+                 mail_owner = postfix\n\
+                 myhostname = mx.example.net\n\
+                 mydomain = example.net\n\
+                 mydestination =\n\
+                 inet_interfaces = loopback-only\n\
+                 inet_protocols = ipv4\n\
+                 mynetworks = 127.0.0.0/8\n\
+                 relayhost =\n\
+                 alias_maps =\n\
+                 alias_database =\n\
+                 biff = no\n\
+                 smtputf8_enable = no\n\
+                 message_drop_headers =\n\
+                 virtual_mailbox_domains = example.org\n\
+                 virtual_mailbox_base = {d}/mail\n\
+                 virtual_mailbox_maps = texthash:{d}/etc/vmailbox\n\
+                 virtual_uid_maps = static:{nobody}\n\
+                 virtual_gid_maps = static:{nobody}\n\
+                 milter_connect_timeout = 5s\n\
+                 {contrib}"
+            ),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("etc/vmailbox"), "user@example.org user/\n").unwrap();
+        let mut master = format!("127.0.0.1:{port} inet n - n - - smtpd\n");
+        for line in [
+            "pickup unix n - n 60 1 pickup",
+            "cleanup unix n - n - 0 cleanup",
+            "qmgr unix n - n 300 1 qmgr",
+            "rewrite unix - - n - - trivial-rewrite",
+            "bounce unix - - n - 0 bounce",
+            "defer unix - - n - 0 bounce",
+            "trace unix - - n - 0 bounce",
+            "verify unix - - n - 1 verify",
+            "flush unix n - n 1000? 0 flush",
+            "proxymap unix - - n - - proxymap",
+            "showq unix n - n - - showq",
+            "error unix - - n - - error",
+            "retry unix - - n - - error",
+            "discard unix - - n - - discard",
+            "local unix - n n - - local",
+            "virtual unix - n n - - virtual",
+            "anvil unix - - n - 1 anvil",
+            "scache unix - - n - 1 scache",
+            "postlog unix-dgram n - n - 1 postlogd",
+        ] {
+            master.push_str(line);
+            master.push('\n');
+        }
+        std::fs::write(dir.path().join("etc/master.cf"), master).unwrap();
+        let out = Command::new("postfix")
+            .arg("-c")
+            .arg(dir.path().join("etc"))
+            .arg("start")
+            .output()
+            .expect("postfix runs");
+        let postfix = Postfix { dir, port };
+        assert!(
+            out.status.success(),
+            "postfix start: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            postfix.maillog()
+        );
+        // smtpd answers once master has bound the port.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "smtpd not listening\n{}",
+                postfix.maillog()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(postfix)
+    }
+
+    fn maillog(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("maillog")).unwrap_or_default()
+    }
+
+    /// Submits `raw` over SMTP to user@example.org.
+    fn send(&self, raw: &[u8]) {
+        let (ok, why) = self.try_send(raw);
+        assert!(ok, "smtp-source: {why}\n{}", self.maillog());
+    }
+
+    /// Submits `raw`; returns whether it was taken, and smtp-source's
+    /// complaint.
+    fn try_send(&self, raw: &[u8]) -> (bool, String) {
+        let file = self.dir.path().join("outgoing.eml");
+        std::fs::write(&file, raw).unwrap();
+        let out = Command::new("smtp-source")
+            .arg("-F")
+            .arg(&file)
+            .args(["-f", "sender@example.org", "-t", "user@example.org"])
+            .arg(format!("127.0.0.1:{}", self.port))
+            .output()
+            .expect("smtp-source runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The names of the messages delivered so far.
+    fn mailbox(&self) -> std::collections::BTreeSet<std::ffi::OsString> {
+        std::fs::read_dir(self.dir.path().join("mail/user/new"))
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Submits `raw` over SMTP and waits for its delivery; returns what
+    /// was delivered.
+    fn deliver(&self, raw: &[u8]) -> Vec<u8> {
+        self.deliver_with(|| self.send(raw))
+    }
+
+    /// Submits `raw` through Postfix's sendmail(1) (pickup, and so
+    /// `non_smtpd_milters`) and waits for its delivery.
+    fn deliver_local(&self, raw: &[u8]) -> Vec<u8> {
+        self.deliver_with(|| {
+            let mut cmd = Command::new("sendmail");
+            cmd.arg("-C").arg(self.dir.path().join("etc")).args([
+                "-f",
+                "sender@example.org",
+                "user@example.org",
+            ]);
+            let out = crate::common::run_with_stdin(cmd, raw);
+            assert!(
+                out.status.success(),
+                "sendmail: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                self.maillog()
+            );
+        })
+    }
+
+    /// Runs `submit` and waits for one more message in the Maildir.
+    fn deliver_with(&self, submit: impl FnOnce()) -> Vec<u8> {
+        let before = self.mailbox();
+        submit();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let after = self.mailbox();
+            if let Some(new) = after.difference(&before).next() {
+                assert_eq!(after.len(), before.len() + 1, "{}", self.maillog());
+                return std::fs::read(self.dir.path().join("mail/user/new").join(new)).unwrap();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not delivered\n{}",
+                self.maillog()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Postfix {
+    fn drop(&mut self) {
+        let pid_file = self.dir.path().join("spool/pid/master.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        let _ = Command::new("postfix")
+            .arg("-c")
+            .arg(self.dir.path().join("etc"))
+            .arg("stop")
+            .output();
+        if let Some(pid) = pid {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// A delivered message split into what Postfix and we added and the rest:
+/// the delivery fields `virtual` puts on top (Return-Path, X-Original-To,
+/// Delivered-To), then our X-Spam-Status (None if absent), the message with
+/// our fields taken out and renamed fields named back, and Postfix's own
+/// Received field taken out: what was sent.
+fn unwrap_delivered(delivered: &[u8]) -> (Option<String>, Vec<u8>) {
+    let text = delivered;
+    let mut rest = text;
+    for prefix in [&b"Return-Path: "[..], b"X-Original-To: ", b"Delivered-To: "] {
+        assert!(
+            rest.starts_with(prefix),
+            "{}",
+            String::from_utf8_lossy(text)
+        );
+        let end = rest.iter().position(|&b| b == b'\n').unwrap() + 1;
+        rest = &rest[end..];
+    }
+    let (restored, status) = if rest.starts_with(b"X-Spam-") {
+        let (restored, status, _) = crate::common::strip_ours(rest);
+        (restored, Some(status))
+    } else {
+        (rest.to_vec(), None)
+    };
+    // Postfix's Received field, with its folded lines.
+    assert!(
+        restored.starts_with(b"Received: from "),
+        "{}",
+        String::from_utf8_lossy(&restored)
+    );
+    let mut at = 0;
+    loop {
+        at += restored[at..].iter().position(|&b| b == b'\n').unwrap() + 1;
+        if !matches!(restored.get(at), Some(b' ' | b'\t')) {
+            break;
+        }
+    }
+    (status, restored[at..].to_vec())
+}
+
+/// `raw` as the Maildir holds it after `smtp-source -F`: LF line ends,
+/// and one more line end (smtp-source ends every line it reads with one,
+/// the empty one after a file's last line end too).
+fn as_stored(raw: &[u8]) -> Vec<u8> {
+    let mut lf: Vec<u8> = raw.iter().copied().filter(|&b| b != b'\r').collect();
+    lf.push(b'\n');
+    lf
+}
+
+#[test]
+fn postfix_delivers_each_message_with_filters_fields_and_nothing_else_changed() {
+    let db = Db::new();
+    db.train_sample();
+    let serve = Serve::start(&db, &[]);
+    let Some(postfix) = Postfix::start(&format!("inet:{}", serve.addr)) else {
+        return;
+    };
+    let mut sent: Vec<Vec<u8>> = sample_files()
+        .iter()
+        .map(|f| std::fs::read(f).unwrap())
+        .collect();
+    sent.push(FORGED.to_vec());
+    let delivered: Vec<Vec<u8>> = sent.iter().map(|raw| postfix.deliver(raw)).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut spam = 0;
+    for (i, (raw, got)) in sent.iter().zip(&delivered).enumerate() {
+        let (status, restored) = unwrap_delivered(got);
+        let status =
+            status.unwrap_or_else(|| panic!("no fields:\n{}", String::from_utf8_lossy(got)));
+        // Delivered = sent + our fields.
+        let sent_lf = as_stored(raw);
+        let same = restored
+            .iter()
+            .zip(&sent_lf)
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(
+            restored == sent_lf,
+            "message {i} changed at byte {same}: {:?} for {:?}",
+            String::from_utf8_lossy(&restored[same..(same + 80).min(restored.len())]),
+            String::from_utf8_lossy(&sent_lf[same..(same + 80).min(sent_lf.len())]),
+        );
+        // The verdict is classify's on what was sent.
+        let file = tmp.path().join(format!("{i}.eml"));
+        std::fs::write(&file, raw).unwrap();
+        let classified = &db.classify(&[&file])[0];
+        let word = match classified["verdict"].as_str().unwrap() {
+            "spam" => "Yes",
+            "ham" => "No",
+            _ => "Unsure",
+        };
+        assert_eq!(
+            crate::common::status_word(&status),
+            word,
+            "{status} {classified}"
+        );
+        assert_eq!(status, filter_status(&db, raw), "message {i}");
+        spam += usize::from(word == "Yes");
+        if word == "Yes" {
+            assert!(got.windows(18).any(|w| w == b"\nX-Spam-Flag: YES\n"), "{i}");
+        }
+    }
+    assert!(spam > 5, "{spam}");
+    // The forged fields: renamed where they were, ours on top.
+    let forged = String::from_utf8_lossy(delivered.last().unwrap()).into_owned();
+    let at = forged.find("\nReceived: from ").unwrap();
+    assert!(forged[..at].contains("\nX-Spam-Status: "), "{forged}");
+    assert!(
+        forged[at..].contains(
+            "From: a@example.org\nOld-X-Spam-Flag: YES\nSubject: cheap meds\n\
+             Old-x-spam-status: No, probability=0.000001\nX-Spam-Level: **\n\
+             Old-X-Spam-Flag: YES\n"
+        ),
+        "{forged}"
+    );
+    assert!(
+        forged.contains("\n\nBody text.\nX-Spam-Flag: in the body\n"),
+        "{forged}"
+    );
+}
+
+#[test]
+fn postfix_still_delivers_when_serve_is_stopped_mid_run() {
+    let db = Db::new();
+    db.train_sample();
+    let mut serve = Serve::start(&db, &[]);
+    let Some(postfix) = Postfix::start(&format!("inet:{}", serve.addr)) else {
+        return;
+    };
+    let files = sample_files();
+    let first = std::fs::read(&files[0]).unwrap();
+    let second = std::fs::read(&files[files.len() - 1]).unwrap();
+    let delivered = postfix.deliver(&first);
+    assert!(unwrap_delivered(&delivered).0.is_some());
+    assert!(serve.stop(), "serve exits 0 on SIGTERM\n{}", serve.log());
+    let delivered = postfix.deliver(&second);
+    let (status, restored) = unwrap_delivered(&delivered);
+    assert_eq!(status, None, "{}", String::from_utf8_lossy(&delivered));
+    assert!(
+        restored == as_stored(&second),
+        "{}",
+        String::from_utf8_lossy(&delivered)
+    );
+    let log = postfix.maillog();
+    assert!(
+        log.contains(&format!("connect to Milter service inet:{}", serve.addr)),
+        "{log}"
+    );
+}
+
+#[test]
+fn postfix_rejects_spam_only_when_told_to() {
+    let db = Db::new();
+    db.train_sample();
+    let serve = Serve::start(&db, &["--milter-spam-action", "reject"]);
+    let Some(postfix) = Postfix::start(&format!("inet:{}", serve.addr)) else {
+        return;
+    };
+    let first = |word: &str| {
+        sample_files()
+            .iter()
+            .map(|f| std::fs::read(f).unwrap())
+            .find(|raw| filter_status(&db, raw).starts_with(word))
+            .unwrap()
+    };
+    let (spam, ham) = (first("Yes,"), first("No,"));
+    let (taken, why) = postfix.try_send(&spam);
+    assert!(
+        !taken && why.contains("550 5.7.1 Message judged spam"),
+        "{why}"
+    );
+    let delivered = postfix.deliver(&ham);
+    let (status, _) = unwrap_delivered(&delivered);
+    assert!(status.unwrap().starts_with("No,"));
+    // The spam was not delivered: the ham is the only message.
+    assert_eq!(postfix.mailbox().len(), 1, "{}", postfix.maillog());
+    let log = postfix.maillog();
+    assert!(
+        log.contains("milter-reject: END-OF-MESSAGE") && log.contains("5.7.1 Message judged spam"),
+        "{log}"
+    );
+}
+
+#[test]
+fn miltertest_over_a_unix_socket() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let socket = db.path("milter.sock");
+    let raw = std::fs::read(&sample_files()[1]).unwrap();
+    let (out, log) = one_message_at(&db, &format!("unix:{}", utf8(&socket)), &[], &raw);
+    assert_eq!(
+        tagged(&out, "STATUS"),
+        vec![format!(" {}", filter_status(&db, &raw))],
+        "{out}\n{log}"
+    );
+    // The server took its socket away when it stopped.
+    assert!(!socket.exists());
+}
+
+#[test]
+fn the_docs_postfix_lines_are_the_contrib_file() {
+    let docs = std::fs::read_to_string(crate::common::root().join("docs/serve-milter.md")).unwrap();
+    let fence = "```postfix-milter\n";
+    let start = docs.find(fence).expect("a postfix-milter block") + fence.len();
+    let end = start + docs[start..].find("```").unwrap();
+    let contrib = std::fs::read_to_string(crate::common::root().join(CONTRIB)).unwrap();
+    assert_eq!(&docs[start..end], contrib);
+    assert!(docs.contains(&format!("]({CONTRIB})")));
+}
+
+#[test]
+fn miltertest_sigterm_lets_the_message_in_flight_finish_then_ends_the_connection() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let mut serve = Serve::start(&db, &[]);
+    let raw = std::fs::read(&sample_files()[2]).unwrap();
+    let pid = serve.child.id();
+    // The server is told to stop between the header and the body.
+    let message = lua_message(&raw, "<user@example.org>");
+    let (head, tail) = message.split_at(message.find("check(mt.eoh(conn))").unwrap());
+    let mut script = lua_head(&serve.addr);
+    script.push_str(head);
+    script.push_str(&format!(
+        "os.execute(\"kill -TERM {pid}\")\nmt.sleep(0.5)\n"
+    ));
+    script.push_str(tail);
+    script.push_str(&lua_echo_header("STATUS", "X-Spam-Status"));
+    // The next message finds the connection closed.
+    script.push_str(
+        "err = mt.mailfrom(conn, \"<sender@example.org>\")\n\
+         if err == nil then err = mt.rcptto(conn, \"<user@example.org>\") end\n\
+         if err == nil then mt.echo(\"NEXT taken\") else mt.echo(\"NEXT refused\") end\n",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    assert_eq!(
+        tagged(&out, "STATUS"),
+        vec![format!(" {}", filter_status(&db, &raw))],
+        "{out}"
+    );
+    assert_eq!(tagged(&out, "NEXT"), vec!["refused"], "{out}");
+    let (ok, log) = serve.finish();
+    assert!(ok && !log.contains("still open"), "{log}");
+}
+
+#[test]
+fn postfix_non_smtpd_milters_judge_local_submissions_too() {
+    let db = Db::new();
+    db.train_sample();
+    let mut serve = Serve::start(&db, &[]);
+    let Some(postfix) = Postfix::start(&format!("inet:{}", serve.addr)) else {
+        return;
+    };
+    let delivered = String::from_utf8(postfix.deliver_local(FORGED)).unwrap();
+    let status = filter_status(&db, FORGED);
+    let at = delivered
+        .find("\nReceived: by mx.example.net (Postfix, from userid ")
+        .unwrap();
+    assert!(
+        delivered[..at].ends_with(&format!("\nX-Spam-Status: {status}")),
+        "{delivered}"
+    );
+    assert!(
+        delivered[at..].contains(
+            "From: a@example.org\nOld-X-Spam-Flag: YES\nSubject: cheap meds\n\
+             Old-x-spam-status: No, probability=0.000001\nX-Spam-Level: **\n\
+             Old-X-Spam-Flag: YES\n"
+        ),
+        "{delivered}"
+    );
+    let (_, log) = serve.finish();
+    assert!(log.contains("user=user@example.org"), "{log}");
+}
+
+#[test]
+fn miltertest_the_spam_action_can_come_from_the_config_file() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let spam = sample_files()
+        .iter()
+        .map(|f| std::fs::read(f).unwrap())
+        .find(|raw| filter_status(&db, raw).starts_with("Yes,"))
+        .unwrap();
+    std::fs::write(
+        db.path("config.toml"),
+        "[serve]\nmilter_spam_action = \"quarantine\"\n",
+    )
+    .unwrap();
+    let (out, _) = one_message(&db, &[], &spam);
+    assert!(out.contains("QUARANTINE yes"), "{out}");
+    // A flag wins over the key.
+    let (out, _) = one_message(&db, &["--milter-spam-action", "reject"], &spam);
+    assert!(
+        out.contains("SMTP 550 5.7.1") && !out.contains("QUARANTINE"),
+        "{out}"
+    );
+    // A bad value is refused before anything listens.
+    std::fs::write(
+        db.path("config.toml"),
+        "[serve]\nmilter_spam_action = \"bounce\"\n",
+    )
+    .unwrap();
+    let out = db.run(&["serve", "--milter", "127.0.0.1:0"], None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("[serve] milter_spam_action") && err.contains("bounce"),
+        "{err}"
+    );
+}
