@@ -945,8 +945,8 @@ fn miltertest_over_a_unix_socket() {
 }
 
 #[test]
-fn the_docs_postfix_lines_are_the_contrib_file() {
-    let docs = std::fs::read_to_string(crate::common::root().join("docs/serve-milter.md")).unwrap();
+fn the_readmes_postfix_lines_are_the_contrib_file() {
+    let docs = std::fs::read_to_string(crate::common::root().join("README.md")).unwrap();
     let fence = "```postfix-milter\n";
     let start = docs.find(fence).expect("a postfix-milter block") + fence.len();
     let end = start + docs[start..].find("```").unwrap();
