@@ -47,9 +47,12 @@ type Answer = Response<Full<Bytes>>;
 /// flight, if any, is answered first).
 pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std::io::Result<()> {
     let mid_request = Arc::new(AtomicBool::new(false));
+    let linger = Arc::new(AtomicBool::new(false));
     let io = TokioIo::new(Watched {
-        inner: conn,
+        inner: Some(conn),
         mid_request: mid_request.clone(),
+        linger: linger.clone(),
+        linger_for: state.settings.read_timeout,
     });
     let service = {
         let state = state.clone();
@@ -57,19 +60,26 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
         hyper::service::service_fn(move |req| {
             let state = state.clone();
             let peer = peer.clone();
+            let linger = linger.clone();
             async move {
                 // On a task of its own, so that a bug that panics is an
                 // internal error for this request rather than a lost
                 // connection (and a count of open connections never
                 // brought down, which would hold up shutdown).
-                let answered = tokio::spawn(async move { answer(req, &peer, &state).await }).await;
-                Ok::<_, Infallible>(answered.unwrap_or_else(|_| {
-                    error(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        Reason::Internal.name(),
-                        "internal error while answering",
-                    )
-                }))
+                let answered = tokio::spawn(async move { answer(req, &peer, &state).await })
+                    .await
+                    .unwrap_or_else(|_| {
+                        error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            Reason::Internal.name(),
+                            "internal error while answering",
+                        )
+                    });
+                if answered.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    // The rest of the body is still coming: see Watched.
+                    linger.store(true, Ordering::Relaxed);
+                }
+                Ok::<_, Infallible>(answered)
             }
         })
     };
@@ -128,9 +138,49 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
 /// A connection that remembers whether bytes of a request came since the
 /// last answer was written: a timeout then drops a client mid-request
 /// (said in the log) rather than closing an idle one (not said).
+///
+/// After a body refused as too large, the connection closes with the rest
+/// of it unread, and closing a socket with unread bytes sends a reset that
+/// can destroy the answer before the client reads it. So it lingers, as
+/// web servers do: once dropped, what still comes is read and thrown away
+/// until the client closes, for at most `linger_for`.
 struct Watched {
-    inner: BoxConn,
+    inner: Option<BoxConn>,
     mid_request: Arc<AtomicBool>,
+    linger: Arc<AtomicBool>,
+    linger_for: Duration,
+}
+
+impl Watched {
+    fn conn(&mut self) -> std::io::Result<Pin<&mut (dyn super::listen::Conn + 'static)>> {
+        match &mut self.inner {
+            Some(conn) => Ok(conn.as_mut()),
+            None => Err(std::io::Error::from(std::io::ErrorKind::NotConnected)),
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if !self.linger.load(Ordering::Relaxed) {
+            return;
+        }
+        let (Some(mut conn), Ok(runtime)) =
+            (self.inner.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + self.linger_for;
+        runtime.spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut sink = vec![0u8; 16 * 1024];
+            while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, conn.read(&mut sink)).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        });
+    }
 }
 
 impl AsyncRead for Watched {
@@ -140,7 +190,10 @@ impl AsyncRead for Watched {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
-        let polled = self.inner.as_mut().poll_read(cx, buf);
+        let polled = match self.conn() {
+            Ok(conn) => conn.poll_read(cx, buf),
+            Err(err) => return Poll::Ready(Err(err)),
+        };
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.mid_request.store(true, Ordering::Relaxed);
         }
@@ -154,7 +207,10 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        let polled = self.inner.as_mut().poll_write(cx, buf);
+        let polled = match self.conn() {
+            Ok(conn) => conn.poll_write(cx, buf),
+            Err(err) => return Poll::Ready(Err(err)),
+        };
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.mid_request.store(false, Ordering::Relaxed);
         }
@@ -166,7 +222,10 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        let polled = self.inner.as_mut().poll_write_vectored(cx, bufs);
+        let polled = match self.conn() {
+            Ok(conn) => conn.poll_write_vectored(cx, bufs),
+            Err(err) => return Poll::Ready(Err(err)),
+        };
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.mid_request.store(false, Ordering::Relaxed);
         }
@@ -174,15 +233,21 @@ impl AsyncWrite for Watched {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        self.inner.as_ref().is_some_and(|c| c.is_write_vectored())
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.inner.as_mut().poll_flush(cx)
+        match self.conn() {
+            Ok(conn) => conn.poll_flush(cx),
+            Err(err) => Poll::Ready(Err(err)),
+        }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.inner.as_mut().poll_shutdown(cx)
+        match self.conn() {
+            Ok(conn) => conn.poll_shutdown(cx),
+            Err(err) => Poll::Ready(Err(err)),
+        }
     }
 }
 

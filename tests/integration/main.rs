@@ -33,6 +33,7 @@ mod scale;
 mod serve;
 mod serve_spamd;
 mod serve_milter;
+mod serve_http;
 mod split;
 mod train;
 mod traps;
