@@ -52,7 +52,7 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
         inner: Some(conn),
         mid_request: mid_request.clone(),
         linger: linger.clone(),
-        linger_for: state.settings.read_timeout,
+        linger_for: state.settings.read_timeout.min(Duration::from_secs(5)),
     });
     let service = {
         let state = state.clone();
@@ -143,7 +143,8 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
 /// of it unread, and closing a socket with unread bytes sends a reset that
 /// can destroy the answer before the client reads it. So it lingers, as
 /// web servers do: once dropped, what still comes is read and thrown away
-/// until the client closes, for at most `linger_for`.
+/// until the client closes, for at most `linger_for` (the read timeout, up
+/// to 5 s; outside the connection limit, so kept short).
 struct Watched {
     inner: Option<BoxConn>,
     mid_request: Arc<AtomicBool>,
