@@ -186,7 +186,9 @@ fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
 fn check_gives_classify_verdicts_and_metrics_count_them() {
     let db = Db::new();
     db.train_sample();
-    let server = Server::start(&db, &[]);
+    let socket = db.path("http.sock");
+    let unix = format!("unix:{}", utf8(&socket));
+    let server = Server::start(&db, &["--http", &unix]);
     let files = sample_files();
     let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     let expected = db.classify(&paths);
@@ -271,6 +273,19 @@ fn check_gives_classify_verdicts_and_metrics_count_them() {
         text.split_whitespace().collect::<Vec<_>>(),
         ["200:1", "200:0", "200:0"]
     );
+
+    // The same over the Unix socket.
+    let data = format!("@{}", utf8(&files[0]));
+    let (code, text) = curl(&[
+        "--unix-socket",
+        utf8(&socket),
+        "--data-binary",
+        &data,
+        "http://localhost/check",
+    ]);
+    assert_eq!(code, 200, "{text}");
+    let got: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(got["probability"], expected[0]["probability"]);
 
     // Wrong method, wrong path.
     let (code, body) = curl(&["-X", "GET", &server.url("/check")]);
