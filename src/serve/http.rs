@@ -417,13 +417,13 @@ where
                 stamped: Stamped::unknown(Reason::TooLarge, too_large_why(state)),
                 which: None,
             };
-            state
-                .metrics
-                .judged(&judged.stamped.status, started.elapsed());
+            let took = started.elapsed();
+            state.metrics.judged(&judged.stamped.status, took);
             log_line(&format!(
-                "id={} user={} Unknown reason=too-large model=none why={}",
+                "id={} user={} Unknown reason=too-large model=none ms={:.2} why={}",
                 for_terminal(if id.is_empty() { "-" } else { &id }),
                 for_terminal(user.as_deref().unwrap_or("-")),
+                took.as_secs_f64() * 1e3,
                 too_large_why(state)
             ));
             judged
