@@ -287,6 +287,16 @@ fn check_gives_classify_verdicts_and_metrics_count_them() {
     let got: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(got["probability"], expected[0]["probability"]);
 
+    // An empty body has no verdict: 422, with the reason and the fields.
+    let (code, text) = curl(&["--data-binary", "", &server.url("/check")]);
+    assert_eq!(code, 422, "{text}");
+    let got: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(got["reason"], "unparseable");
+    assert!(got["verdict"].is_null() && !got["why"].as_str().unwrap().is_empty());
+    let (_, text) = curl(&[&server.url("/metrics")]);
+    let name = "bayesmail_messages_total{verdict=\"unknown\",reason=\"unparseable\"}";
+    assert_eq!(metric(&text, name), 1.0);
+
     // Wrong method, wrong path.
     let (code, body) = curl(&["-X", "GET", &server.url("/check")]);
     assert_eq!(code, 405, "{body}");
