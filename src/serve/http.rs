@@ -670,6 +670,7 @@ mod tests {
             idle_timeout: Duration::from_secs(2),
             shutdown_grace: Duration::from_secs(1),
             log_messages: false,
+            milter_spam_action: Default::default(),
         }))
     }
 
