@@ -635,6 +635,7 @@ mod tests {
             idle_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(1),
             log_messages: false,
+            milter_spam_action: Default::default(),
         }));
         for (raw, label) in [(HAM, Label::Ham), (SPAM, Label::Spam)] {
             state.models.learn(None, raw, label).unwrap();
