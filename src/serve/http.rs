@@ -1,12 +1,872 @@
-//! The http protocol.
+//! The HTTP/JSON protocol: HTTP/1.1 with kept-alive connections (hyper's
+//! server connection), `POST /check`, `POST /learn?class=spam|ham`,
+//! `POST /unlearn`, `GET /health` and `GET /metrics`. The user whose model
+//! judges or learns is the `User` request header (as rspamd's); a
+//! `Queue-Id` header names the message in the log.
+//!
+//! It owns the requests, their answers and their bounds: the body size
+//! (refused from its declared length, or as soon as it is passed, never
+//! buffered beyond the cap), the read timeout while a body comes, the idle
+//! timeout of a kept-alive connection (which also bounds the time a
+//! request's header may take) and the graceful end of a connection when the
+//! server stops. Judging, learning and the counters are [`State`]'s.
 
-use super::{BoxConn, Peer, State};
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
-/// Serves one http connection.
-pub(super) async fn serve(
-    _conn: BoxConn,
-    _peer: &Peer,
-    _state: &std::sync::Arc<State>,
-) -> std::io::Result<()> {
-    Err(std::io::Error::other("http is not served yet"))
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::{Body, Bytes};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::{BoxConn, Judged, LearnError, Learned, Peer, State, log_line};
+use crate::db::{self, Reason, Stamped, Status};
+use crate::model::Label;
+use crate::sanitize::for_terminal;
+
+/// The request header naming the user whose model judges (`/check`) or
+/// learns (`/learn`, `/unlearn`). Without it, the global model does.
+pub const USER_HEADER: &str = "user";
+
+/// The request header naming the message in the log (a queue id).
+pub const QUEUE_ID_HEADER: &str = "queue-id";
+
+/// An answer: a whole body, small or bounded by the message cap.
+type Answer = Response<Full<Bytes>>;
+
+/// Serves one HTTP connection until the client closes it, it stays idle
+/// past the idle timeout, or the server stops (then the request in
+/// flight, if any, is answered first).
+pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std::io::Result<()> {
+    let mid_request = Arc::new(AtomicBool::new(false));
+    let linger = Arc::new(AtomicBool::new(false));
+    let io = TokioIo::new(Watched {
+        inner: Some(conn),
+        mid_request: mid_request.clone(),
+        linger: linger.clone(),
+        linger_for: state.settings.read_timeout.min(Duration::from_secs(5)),
+    });
+    let service = {
+        let state = state.clone();
+        let peer = peer.clone();
+        hyper::service::service_fn(move |req| {
+            let state = state.clone();
+            let peer = peer.clone();
+            let linger = linger.clone();
+            async move {
+                // On a task of its own, so that a bug that panics is an
+                // internal error for this request rather than a lost
+                // connection (and a count of open connections never
+                // brought down, which would hold up shutdown).
+                let answered = tokio::spawn(async move { answer(req, &peer, &state).await })
+                    .await
+                    .unwrap_or_else(|_| {
+                        error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            Reason::Internal.name(),
+                            "internal error while answering",
+                        )
+                    });
+                if answered.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    // The rest of the body is still coming: see Watched.
+                    linger.store(true, Ordering::Relaxed);
+                }
+                Ok::<_, Infallible>(answered)
+            }
+        })
+    };
+    let idle = state.settings.idle_timeout;
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        // hyper starts this clock when the connection waits for a request:
+        // it is the idle timeout of a kept-alive connection and the bound
+        // on a request's header alike (a client that sends a byte now and
+        // then is dropped all the same).
+        .header_read_timeout(idle)
+        .keep_alive(true)
+        .serve_connection(io, service);
+    tokio::pin!(conn);
+    let stopping = state.stopping.notified();
+    tokio::pin!(stopping);
+    // Registered before the flag is read, so a stop between the two is not
+    // missed.
+    stopping.as_mut().enable();
+    let result = if state.stopped.load(Ordering::SeqCst) {
+        conn.as_mut().graceful_shutdown();
+        conn.await
+    } else {
+        tokio::select! {
+            result = conn.as_mut() => result,
+            _ = &mut stopping => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        }
+    };
+    match result {
+        Ok(()) => Ok(()),
+        Err(err) if err.is_timeout() => {
+            if mid_request.load(Ordering::Relaxed) {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "dropped: a request's header was not complete within {} s",
+                        idle.as_secs()
+                    ),
+                ))
+            } else {
+                // A kept-alive connection with nothing more to ask.
+                Ok(())
+            }
+        }
+        Err(err) if err.is_incomplete_message() => Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the client closed the connection mid-request",
+        )),
+        Err(err) => Err(std::io::Error::other(err.to_string())),
+    }
+}
+
+/// A connection that remembers whether bytes of a request came since the
+/// last answer was written: a timeout then drops a client mid-request
+/// (said in the log) rather than closing an idle one (not said).
+///
+/// After a body refused as too large, the connection closes with the rest
+/// of it unread, and closing a socket with unread bytes sends a reset that
+/// can destroy the answer before the client reads it. So it lingers, as
+/// web servers do: once dropped, what still comes is read and thrown away
+/// until the client closes, for at most `linger_for` (the read timeout, up
+/// to 5 s; outside the connection limit, so kept short).
+struct Watched {
+    inner: Option<BoxConn>,
+    mid_request: Arc<AtomicBool>,
+    linger: Arc<AtomicBool>,
+    linger_for: Duration,
+}
+
+impl Watched {
+    fn conn(&mut self) -> std::io::Result<Pin<&mut (dyn super::listen::Conn + 'static)>> {
+        match &mut self.inner {
+            Some(conn) => Ok(conn.as_mut()),
+            None => Err(std::io::Error::from(std::io::ErrorKind::NotConnected)),
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if !self.linger.load(Ordering::Relaxed) {
+            return;
+        }
+        let (Some(mut conn), Ok(runtime)) =
+            (self.inner.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + self.linger_for;
+        runtime.spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut sink = vec![0u8; 16 * 1024];
+            while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, conn.read(&mut sink)).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = match self.conn() {
+            Ok(conn) => conn.poll_read(cx, buf),
+            Err(err) => return Poll::Ready(Err(err)),
+        };
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.mid_request.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = match self.conn() {
+            Ok(conn) => conn.poll_write(cx, buf),
+            Err(err) => return Poll::Ready(Err(err)),
+        };
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.mid_request.store(false, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = match self.conn() {
+            Ok(conn) => conn.poll_write_vectored(cx, bufs),
+            Err(err) => return Poll::Ready(Err(err)),
+        };
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.mid_request.store(false, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.as_ref().is_some_and(|c| c.is_write_vectored())
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.conn() {
+            Ok(conn) => conn.poll_flush(cx),
+            Err(err) => Poll::Ready(Err(err)),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.conn() {
+            Ok(conn) => conn.poll_shutdown(cx),
+            Err(err) => Poll::Ready(Err(err)),
+        }
+    }
+}
+
+/// Answers one request (any body type, so tests can call it without a
+/// connection).
+async fn answer<B>(req: Request<B>, peer: &Peer, state: &Arc<State>) -> Answer
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let get = matches!(*req.method(), Method::GET | Method::HEAD);
+    let post = *req.method() == Method::POST;
+    match req.uri().path() {
+        "/check" if post => check(req, peer, state).await,
+        "/learn" if post => match class(req.uri().query()) {
+            Ok(label) => learn(req, peer, state, Some(label)).await,
+            Err(why) => error(StatusCode::BAD_REQUEST, "bad-class", &why),
+        },
+        "/unlearn" if post => learn(req, peer, state, None).await,
+        "/health" if get => health(state),
+        "/metrics" if get => metrics(state),
+        "/check" | "/learn" | "/unlearn" => not_allowed("POST"),
+        "/health" | "/metrics" => not_allowed("GET, HEAD"),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "no such path: POST /check, /learn?class=spam|ham or /unlearn; GET /health or /metrics",
+        ),
+    }
+}
+
+/// `?class=spam|ham` of a learn.
+fn class(query: Option<&str>) -> Result<Label, String> {
+    let value = query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == "class")
+        .map(|(_, value)| value);
+    match value {
+        Some(v) => v
+            .parse()
+            .map_err(|_| format!("class {:?} is neither spam nor ham", for_terminal(v))),
+        None => Err("say what to learn the message as: /learn?class=spam or ?class=ham".into()),
+    }
+}
+
+/// The user the request names, checked; `Err` is the answer refusing it.
+fn user_of<B>(req: &Request<B>) -> Result<Option<String>, Box<Answer>> {
+    let Some(value) = req.headers().get(USER_HEADER) else {
+        return Ok(None);
+    };
+    let refuse = |why: &str| Box::new(error(StatusCode::BAD_REQUEST, "bad-user", why));
+    let user = value
+        .to_str()
+        .map_err(|_| refuse("user name refused: it is not ASCII text"))?;
+    super::users::check_user(user).map_err(|e| refuse(&e.to_string()))?;
+    Ok(Some(user.to_string()))
+}
+
+/// Why a body was not read whole.
+#[derive(Debug)]
+enum BodyError {
+    /// Larger than the cap (declared so, or found so while reading).
+    TooLarge,
+    /// The client sent nothing for the read timeout.
+    TimedOut,
+    /// The client broke off, or sent a body that does not frame.
+    Broken(String),
+}
+
+/// Reads a request's body whole, up to `max` bytes: a larger one is
+/// refused from its `Content-Length` before any of it is read, or as soon
+/// as what came passes the cap.
+async fn read_body<B>(req: Request<B>, max: u64, timeout: Duration) -> Result<Vec<u8>, BodyError>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = req.into_body();
+    // What is declared, up to the cap, but never a large guess up front.
+    let mut raw = Vec::with_capacity(declared.unwrap_or(0).min(max).min(1 << 20) as usize);
+    loop {
+        let frame = match tokio::time::timeout(timeout, body.frame()).await {
+            Err(_) => return Err(BodyError::TimedOut),
+            Ok(None) => return Ok(raw),
+            Ok(Some(Err(err))) => return Err(BodyError::Broken(err.to_string())),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Ok(data) = frame.into_data() {
+            if (raw.len() + data.len()) as u64 > max {
+                return Err(BodyError::TooLarge);
+            }
+            raw.extend_from_slice(&data);
+        }
+    }
+}
+
+/// The answer to a body that was not read whole (too large: the caller's).
+fn body_error(err: BodyError, peer: &Peer, state: &State) -> Answer {
+    match err {
+        BodyError::TooLarge => too_large(state),
+        BodyError::TimedOut => {
+            let why = format!(
+                "the client sent nothing for {} s while sending the body",
+                state.settings.read_timeout.as_secs()
+            );
+            log_line(&format!("http {peer}: dropped: {why}"));
+            error(StatusCode::REQUEST_TIMEOUT, "timeout", &why)
+        }
+        BodyError::Broken(why) => error(
+            StatusCode::BAD_REQUEST,
+            "bad-body",
+            &format!("the body could not be read: {why}"),
+        ),
+    }
+}
+
+/// 413 for a body over the cap.
+fn too_large(state: &State) -> Answer {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Reason::TooLarge.name(),
+        &too_large_why(state),
+    )
+}
+
+fn too_large_why(state: &State) -> String {
+    format!(
+        "message larger than {} bytes: passed on unscored",
+        state.settings.max_message
+    )
+}
+
+/// `POST /check`.
+async fn check<B>(req: Request<B>, peer: &Peer, state: &Arc<State>) -> Answer
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let user = match user_of(&req) {
+        Ok(user) => user,
+        Err(refused) => return *refused,
+    };
+    let id = req
+        .headers()
+        .get(QUEUE_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let started = Instant::now();
+    let settings = &state.settings;
+    let judged = match read_body(req, settings.max_message, settings.read_timeout).await {
+        Ok(raw) => state.judge(user.clone(), raw, &id).await,
+        Err(BodyError::TooLarge) => {
+            // Counted and logged as any message without a verdict is.
+            let judged = Judged {
+                stamped: Stamped::unknown(Reason::TooLarge, too_large_why(state)),
+                which: None,
+            };
+            let took = started.elapsed();
+            state.metrics.judged(&judged.stamped.status, took);
+            log_line(&format!(
+                "id={} user={} Unknown reason=too-large model=none ms={:.2} why={}",
+                for_terminal(if id.is_empty() { "-" } else { &id }),
+                for_terminal(user.as_deref().unwrap_or("-")),
+                took.as_secs_f64() * 1e3,
+                too_large_why(state)
+            ));
+            judged
+        }
+        Err(err) => return body_error(err, peer, state),
+    };
+    let (status, body) = judged_json(&judged, user.as_deref());
+    json_answer(status, &body)
+}
+
+/// The JSON of a message judged, and the HTTP status that goes with it:
+/// 200 with a verdict; without one, 413 (too large), 422 (not a message
+/// that parses), 503 (no usable model) or 500.
+fn judged_json(judged: &Judged, user: Option<&str>) -> (StatusCode, Value) {
+    let fields: Vec<[String; 2]> = judged
+        .stamped
+        .status
+        .fields()
+        .into_iter()
+        .map(|(name, value)| [name.to_string(), value])
+        .collect();
+    let model = judged.which.as_ref().map(|w| w.to_string());
+    match judged.stamped.status {
+        Status::Verdict {
+            verdict,
+            probability,
+            cutoff,
+        } => (
+            StatusCode::OK,
+            json!({
+                "verdict": verdict.name(),
+                "probability": probability,
+                "log_odds": judged.stamped.log_odds,
+                "cutoff": cutoff,
+                "fields": fields,
+                "model": model,
+                "user": user,
+                "reason": null,
+                "why": null,
+            }),
+        ),
+        Status::Unknown(reason) => {
+            let status = match reason {
+                Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                Reason::Unparseable => StatusCode::UNPROCESSABLE_ENTITY,
+                Reason::NoModel | Reason::ModelVersion | Reason::ModelUnreadable => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                Reason::Config | Reason::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            (
+                status,
+                json!({
+                    "verdict": null,
+                    "probability": null,
+                    "log_odds": null,
+                    "fields": fields,
+                    "model": model,
+                    "user": user,
+                    "reason": reason.name(),
+                    "why": judged.stamped.why.as_deref().map(one_line),
+                }),
+            )
+        }
+    }
+}
+
+/// `POST /learn?class=…` (`label` given) and `POST /unlearn` (`None`).
+async fn learn<B>(req: Request<B>, peer: &Peer, state: &Arc<State>, label: Option<Label>) -> Answer
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let user = match user_of(&req) {
+        Ok(user) => user,
+        Err(refused) => return *refused,
+    };
+    // The database it goes to, as /check names models.
+    let database = match user.as_deref().map(|u| state.models.user_db(u)) {
+        Some(Ok(Some(_))) => format!("user:{}", user.as_deref().unwrap_or_default()),
+        Some(Err(err)) => return error(StatusCode::BAD_REQUEST, "bad-user", &err.to_string()),
+        Some(Ok(None)) | None => "global".to_string(),
+    };
+    let settings = &state.settings;
+    let raw = match read_body(req, settings.max_message, settings.read_timeout).await {
+        Ok(raw) => raw,
+        Err(err) => return body_error(err, peer, state),
+    };
+    let result = state.learn(user.clone(), raw, label).await;
+    let shown_user = for_terminal(user.as_deref().unwrap_or("-")).into_owned();
+    let done = match result {
+        Ok(done) => done,
+        Err(err) => {
+            let (status, reason) = learn_status(&err);
+            let why = one_line(&err.to_string());
+            if status.is_server_error() || settings.log_messages {
+                log_line(&format!(
+                    "{} user={shown_user} database={database} failed: {}",
+                    if label.is_some() { "learn" } else { "unlearn" },
+                    for_terminal(&why)
+                ));
+            }
+            return error(status, reason, &why);
+        }
+    };
+    let (action, label) = match done {
+        Learned::Learned(l) => ("learned", l),
+        Learned::Moved(l) => ("moved", l),
+        Learned::Already(l) => ("already", l),
+        Learned::Unlearned(l) => ("unlearned", l),
+    };
+    if settings.log_messages {
+        log_line(&format!(
+            "learn user={shown_user} database={database} action={action} label={label}"
+        ));
+    }
+    json_answer(
+        StatusCode::OK,
+        &json!({ "action": action, "label": label.name(), "database": database }),
+    )
+}
+
+/// The HTTP status and reason of a learn that failed.
+fn learn_status(err: &LearnError) -> (StatusCode, &'static str) {
+    match err {
+        LearnError::User(_) => (StatusCode::BAD_REQUEST, "bad-user"),
+        LearnError::Message(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not-mail"),
+        LearnError::Db(db::Error::NotLearned) => (StatusCode::NOT_FOUND, "not-learned"),
+        LearnError::Db(db::Error::NothingLearned(_)) => (StatusCode::NOT_FOUND, "nothing-learned"),
+        LearnError::Db(db::Error::Store(crate::store::Error::Locked { .. })) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "locked")
+        }
+        LearnError::Db(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database"),
+    }
+}
+
+/// `GET /health`: 200 while serving, 503 once stopping.
+fn health(state: &State) -> Answer {
+    if state.stopped.load(Ordering::SeqCst) {
+        json_answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({ "status": "stopping" }),
+        )
+    } else {
+        json_answer(StatusCode::OK, &json!({ "status": "ok" }))
+    }
+}
+
+/// `GET /metrics`: the counters in Prometheus text, with each open
+/// database's model generation.
+fn metrics(state: &State) -> Answer {
+    let mut text = state.metrics.render(&state.models.open_now());
+    let _ = writeln!(
+        text,
+        "# HELP bayesmail_model_generation Times each open database's model has been read by this \
+         process (once at open, once per change a writer made).\n# TYPE bayesmail_model_generation gauge"
+    );
+    for (db, loads) in state.models.generations() {
+        let db = db
+            .display()
+            .to_string()
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n");
+        let _ = writeln!(text, "bayesmail_model_generation{{db=\"{db}\"}} {loads}");
+    }
+    let mut answer = Response::new(Full::new(Bytes::from(text)));
+    answer.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    answer
+}
+
+/// 405, with the methods the path takes.
+fn not_allowed(allow: &'static str) -> Answer {
+    let mut answer = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        &format!("this path takes {allow}"),
+    );
+    answer
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    answer
+}
+
+/// An error answer: `reason` a short name, `why` one line of words.
+fn error(status: StatusCode, reason: &str, why: &str) -> Answer {
+    json_answer(status, &json!({ "reason": reason, "why": one_line(why) }))
+}
+
+fn json_answer(status: StatusCode, body: &Value) -> Answer {
+    let mut text = body.to_string();
+    text.push('\n');
+    let mut answer = Response::new(Full::new(Bytes::from(text)));
+    *answer.status_mut() = status;
+    answer.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    answer
+}
+
+/// `text` on one line (a database error may have several).
+fn one_line(text: &str) -> String {
+    text.split(['\r', '\n'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Decider;
+    use crate::model::Params;
+    use crate::serve::{ModelSettings, Settings, users::UserDbPattern};
+
+    fn state(dir: &std::path::Path, max_message: u64) -> Arc<State> {
+        Arc::new(State::new(Settings {
+            listen: Vec::new(),
+            allow: crate::serve::Network::loopback(),
+            socket_mode: 0o660,
+            socket_group: None,
+            models: ModelSettings {
+                global: dir.join("global"),
+                user_db: Some(UserDbPattern::new(&format!("{}/users/%u", dir.display())).unwrap()),
+                min_user_messages: 1,
+                cache_bytes: 1 << 20,
+                decider: Decider {
+                    costs: Default::default(),
+                    min_known: 1,
+                    min_per_class: 1,
+                },
+                learn_wait: Duration::from_secs(1),
+                journal_limit: crate::store::DEFAULT_JOURNAL_LIMIT,
+                params: Params::default(),
+            },
+            max_message,
+            max_connections: 4,
+            read_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(2),
+            shutdown_grace: Duration::from_secs(1),
+            log_messages: false,
+            milter_spam_action: Default::default(),
+        }))
+    }
+
+    /// Sends `req` to `answer`; returns the status and the JSON body.
+    fn ask(state: &Arc<State>, req: Request<Full<Bytes>>) -> (StatusCode, Value) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let answer = runtime.block_on(answer(req, &Peer::Unix, state));
+        let status = answer.status();
+        let body = runtime
+            .block_on(answer.into_body().collect())
+            .unwrap()
+            .to_bytes();
+        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    fn with(builder: hyper::http::request::Builder, body: &[u8]) -> Request<Full<Bytes>> {
+        builder
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            .unwrap()
+    }
+
+    const MAIL: &[u8] = b"From: a@example.org\nSubject: hello\n\nhello there\n";
+
+    #[test]
+    fn health_says_ok_then_stopping() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(dir.path(), 1000);
+        let req = || Request::get("/health").body(Full::default()).unwrap();
+        let (status, body) = ask(&state, req());
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::OK, Some("ok"))
+        );
+        state.stopped.store(true, Ordering::SeqCst);
+        let (status, body) = ask(&state, req());
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("stopping"))
+        );
+    }
+
+    #[test]
+    fn no_model_is_503_with_the_reason_and_its_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(dir.path(), 1000);
+        let (status, body) = ask(&state, with(Request::post("/check"), MAIL));
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["reason"], "no-model");
+        assert!(body["verdict"].is_null() && body["model"].is_null());
+        let status_field = &body["fields"][0];
+        assert_eq!(status_field[0], "X-Spam-Status");
+        assert!(
+            status_field[1]
+                .as_str()
+                .unwrap()
+                .starts_with("Unknown, reason=no-model")
+        );
+        assert!(!body["why"].as_str().unwrap().is_empty());
+    }
+
+    #[test]
+    fn too_large_is_413_declared_or_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(dir.path(), 10);
+        // Declared.
+        let declared = Request::post("/check").header("Content-Length", MAIL.len());
+        let (status, body) = ask(&state, with(declared, MAIL));
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(body["reason"], "too-large");
+        assert!(
+            body["fields"][0][1]
+                .as_str()
+                .unwrap()
+                .starts_with("Unknown, reason=too-large")
+        );
+        // Found while reading: no Content-Length.
+        let (status, body) = ask(&state, with(Request::post("/learn?class=spam"), MAIL));
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(body["reason"], "too-large");
+        let text = state.metrics.render(&[]);
+        assert!(
+            text.contains("bayesmail_messages_total{verdict=\"unknown\",reason=\"too-large\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn bad_requests_say_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(dir.path(), 1000);
+        for (req, status, reason) in [
+            (
+                with(Request::post("/learn"), MAIL),
+                StatusCode::BAD_REQUEST,
+                "bad-class",
+            ),
+            (
+                with(Request::post("/learn?class=eggs"), MAIL),
+                StatusCode::BAD_REQUEST,
+                "bad-class",
+            ),
+            (
+                with(Request::post("/check").header("User", "../etc"), MAIL),
+                StatusCode::BAD_REQUEST,
+                "bad-user",
+            ),
+            (
+                with(
+                    Request::post("/learn?class=spam").header("User", "a%b"),
+                    MAIL,
+                ),
+                StatusCode::BAD_REQUEST,
+                "bad-user",
+            ),
+            (
+                with(
+                    Request::post("/unlearn").header("User", "x".repeat(300)),
+                    MAIL,
+                ),
+                StatusCode::BAD_REQUEST,
+                "bad-user",
+            ),
+            (
+                with(Request::get("/check"), b""),
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+            ),
+            (
+                with(Request::get("/nowhere"), b""),
+                StatusCode::NOT_FOUND,
+                "not-found",
+            ),
+            (
+                with(Request::post("/learn?class=ham"), b"not mail at all"),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "not-mail",
+            ),
+        ] {
+            let shown = format!("{} {}", req.method(), req.uri());
+            let (got, body) = ask(&state, req);
+            assert_eq!(got, status, "{shown}: {body}");
+            assert_eq!(body["reason"], reason, "{shown}: {body}");
+            let why = body["why"].as_str().unwrap();
+            assert!(!why.is_empty() && !why.contains('\n'), "{shown}: {body}");
+        }
+        // Nothing refused reached a disk.
+        assert!(!dir.path().join("users").exists());
+        assert!(!dir.path().join("global").exists());
+    }
+
+    #[test]
+    fn learns_per_user_then_unlearns() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(dir.path(), 10_000);
+        let learn = |uri: &str| with(Request::post(uri).header("User", "carol@example.org"), MAIL);
+        let (status, body) = ask(&state, learn("/learn?class=spam"));
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(
+            (&body["action"], &body["label"], &body["database"]),
+            (
+                &json!("learned"),
+                &json!("spam"),
+                &json!("user:carol@example.org")
+            )
+        );
+        assert!(dir.path().join("users/carol@example.org").is_dir());
+        let (_, body) = ask(&state, learn("/learn?class=spam"));
+        assert_eq!(body["action"], "already");
+        let (_, body) = ask(&state, learn("/learn?class=ham"));
+        assert_eq!(
+            (&body["action"], &body["label"]),
+            (&json!("moved"), &json!("ham"))
+        );
+        let (_, body) = ask(&state, learn("/unlearn"));
+        assert_eq!(
+            (&body["action"], &body["label"]),
+            (&json!("unlearned"), &json!("ham"))
+        );
+        let (status, body) = ask(&state, learn("/unlearn"));
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert_eq!(body["reason"], "not-learned");
+        let text = state.metrics.render(&[]);
+        for line in [
+            "bayesmail_learns_total{kind=\"spam\"} 1",
+            "bayesmail_learns_total{kind=\"ham\"} 1",
+            "bayesmail_learns_total{kind=\"unlearn\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+    }
+
+    #[test]
+    fn one_line_joins_lines() {
+        assert_eq!(one_line("a\nb\r\n\n c "), "a; b; c");
+    }
 }

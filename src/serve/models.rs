@@ -146,6 +146,29 @@ impl Models {
         open
     }
 
+    /// Databases open now, and how many times each one's reader has read
+    /// its model ([`Reader::loads`]: once at open, once per change a writer
+    /// made): the model's generation as this process knows it.
+    pub fn generations(&self) -> Vec<(PathBuf, u64)> {
+        let open: Vec<_> = {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache
+                .open
+                .iter()
+                .map(|(p, (o, _))| (p.clone(), o.clone()))
+                .collect()
+        };
+        let mut out: Vec<_> = open
+            .into_iter()
+            .map(|(p, o)| {
+                let loads = o.reader.read().unwrap_or_else(|e| e.into_inner()).loads();
+                (p, loads)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The reader of the database at `dir`, opened if need be (evicting the
     /// least recently used ones past the memory bound) and refreshed if a
     /// writer changed its files.
