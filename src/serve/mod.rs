@@ -206,12 +206,12 @@ impl State {
                 "internal error while learning".to_string(),
             ))
         });
-        self.metrics.learned(
-            label.map(|l| l == Label::Spam),
-            result
-                .as_ref()
-                .is_ok_and(|l| !matches!(l, Learned::Already(_))),
-        );
+        // A learn that changed nothing (already learned) is neither a learn
+        // nor an error.
+        if !matches!(result, Ok(Learned::Already(_))) {
+            self.metrics
+                .learned(label.map(|l| l == Label::Spam), result.is_ok());
+        }
         result
     }
 }
