@@ -161,7 +161,8 @@ pub(super) enum Command {
     /// message with the user's own model (--user-db) or the database's, and
     /// learns through the same journal as `learn`. Loopback peers only
     /// unless --allow says otherwise. Stops on SIGTERM or SIGINT after the
-    /// messages in flight; SIGHUP reopens every model.
+    /// messages in flight; SIGHUP reads the configuration again and reopens
+    /// every model.
     Serve(Box<ServeArgs>),
     /// Show the tokens and metadata that moved a message's score the most.
     Explain(ExplainArgs),
@@ -533,7 +534,7 @@ pub(super) struct TokensArgs {
 }
 
 /// `serve`'s arguments.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(super) struct ServeArgs {
     /// Speak spamd's protocol (SPAMC/1.5) on ADDR: HOST:PORT or unix:PATH
     /// (repeatable).

@@ -37,10 +37,14 @@ const EXIT_FATAL: u8 = 2;
 struct Context {
     config: Config,
     db: DbPaths,
+    /// `--db` and `--config` as given, to read the settings again (serve's
+    /// SIGHUP).
+    given: (Option<PathBuf>, Option<PathBuf>),
 }
 
 impl Context {
     fn new(cli_db: Option<PathBuf>, cli_config: Option<PathBuf>) -> anyhow::Result<Context> {
+        let given = (cli_db.clone(), cli_config.clone());
         let expand = |path: PathBuf| config::expand_home(&path).map_err(anyhow::Error::msg);
         let config = match cli_config.map(expand).transpose()? {
             Some(path) => Config::load(&path)?,
@@ -63,6 +67,7 @@ impl Context {
         Ok(Context {
             config,
             db: DbPaths::new(db),
+            given,
         })
     }
 

@@ -89,18 +89,28 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     if let Some(user) = args.user.as_deref().or(conf.user.as_deref()) {
         drop_privileges(user)?;
     }
-    // SIGHUP: the same settings again, every model reopened.
-    let again = settings.models.clone();
-    serve::run(
-        settings,
-        listeners,
-        Box::new(move || Some(again.clone())),
-        &|bound| {
-            for (protocol, addr) in bound {
-                serve::log_line(&format!("{} listening on {addr}", protocol.name()));
-            }
-        },
-    )
+    // SIGHUP: the configuration read again (the models' settings: the
+    // databases, the users' pattern, the verdict rule), every model
+    // reopened; a configuration that no longer reads keeps the old one.
+    let (db, config) = ctx.given.clone();
+    let again = args.clone();
+    let reload = move || match Context::new(db.clone(), config.clone())
+        .and_then(|ctx| model_settings(&ctx, &again))
+    {
+        Ok(models) => Some(models),
+        Err(err) => {
+            serve::log_line(&format!(
+                "reload: {}; keeping the settings in use",
+                bayesmail::sanitize::for_terminal(&format!("{err:#}"))
+            ));
+            None
+        }
+    };
+    serve::run(settings, listeners, Box::new(reload), &|bound| {
+        for (protocol, addr) in bound {
+            serve::log_line(&format!("{} listening on {addr}", protocol.name()));
+        }
+    })
     .context("running the server")?;
     Ok(Outcome::AllOk)
 }

@@ -103,3 +103,75 @@ fn the_systemd_unit_verifies() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `bayesmail serve ARGS` on `db`; its stderr lines come through the
+/// receiver, the first being where it listens.
+fn start_watched(db: &Db, args: &[&str]) -> (Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        .args(db.global_args())
+        .arg("serve")
+        .args(args)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// The next line of `rx` that holds `what`, within ten seconds.
+fn wait_for(rx: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(what) => return line,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("serve never said {what:?}");
+}
+
+#[test]
+fn sighup_reads_the_configuration_again_and_keeps_the_old_one_when_it_is_broken() {
+    let db = Db::new();
+    db.train_sample();
+    let config = db.path("config.toml");
+    std::fs::write(&config, "[decision]\ncosts = \"20:1:0.5\"\n").unwrap();
+    let (child, rx) = start_watched(&db, &["--http", "127.0.0.1:0"]);
+    let addr = wait_for(&rx, "listening on")
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let hup = || {
+        // SAFETY: kill(2) on a child this test started.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGHUP);
+        }
+    };
+    std::fs::write(&config, "[decision\n").unwrap();
+    hup();
+    let line = wait_for(&rx, "reload");
+    assert!(line.contains("keeping the settings in use"), "{line}");
+    std::fs::write(&config, "[decision]\ncosts = \"10:1\"\n").unwrap();
+    hup();
+    wait_for(&rx, "reloaded");
+    // It still answers.
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(stop(child).success());
+}
