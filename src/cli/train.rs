@@ -183,10 +183,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             bar.inc(bytes);
             bar.set_message(format!("reading {messages} messages"));
         }
-        Progress::Calibrating => {
-            bar.finish_and_clear();
-            spinner(&bar, "calibrating");
-        }
+        Progress::Calibrating => spinner(&bar, "calibrating"),
     };
     let trained = match ctx.database().train(&job, &on_progress) {
         Ok(trained) => trained,
