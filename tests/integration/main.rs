@@ -32,6 +32,7 @@ mod review_speed;
 mod scale;
 mod serve;
 mod serve_http;
+mod serve_load;
 mod serve_milter;
 mod serve_spamd;
 mod split;

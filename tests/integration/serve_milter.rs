@@ -113,7 +113,7 @@ impl Drop for Serve {
 
 /// Whether `program` can be run; if not, panics in CI (where `.ci/run`
 /// installs it) and says the test is skipped elsewhere.
-fn have(program: &str, package: &str) -> bool {
+pub(crate) fn have(program: &str, package: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .stdout(Stdio::null())
@@ -193,7 +193,7 @@ fn split_message(raw: &[u8]) -> (Vec<Field>, Vec<u8>) {
 /// Lua that sends one message on `conn` (envelope, fields, body, end of
 /// message). A value is sent without its leading space: miltertest puts
 /// one in front of each value itself once SMFIP_HDR_LEADSPC is agreed.
-fn lua_message(raw: &[u8], rcpt: &str) -> String {
+pub(crate) fn lua_message(raw: &[u8], rcpt: &str) -> String {
     let (fields, body) = split_message(raw);
     let mut lua_text = String::new();
     lua_text.push_str("check(mt.mailfrom(conn, \"<sender@example.org>\"))\n");
@@ -218,7 +218,7 @@ fn lua_message(raw: &[u8], rcpt: &str) -> String {
 }
 
 /// The head of every script: connect and negotiate.
-fn lua_head(addr: &str) -> String {
+pub(crate) fn lua_head(addr: &str) -> String {
     let socket = match addr.strip_prefix("unix:") {
         Some(path) => format!("unix:{path}"),
         None => format!("inet:{}@127.0.0.1", addr.rsplit_once(':').unwrap().1),
@@ -236,7 +236,7 @@ fn lua_head(addr: &str) -> String {
 
 /// Runs a miltertest script; returns its stdout, panicking with its output
 /// if it fails.
-fn miltertest(dir: &Path, script: &str) -> String {
+pub(crate) fn miltertest(dir: &Path, script: &str) -> String {
     let path = dir.join("test.lua");
     std::fs::write(&path, script).unwrap();
     let out = Command::new("miltertest")
@@ -262,7 +262,7 @@ fn filter_status(db: &Db, raw: &[u8]) -> String {
 }
 
 /// The value miltertest saw for the `n`th field `name` added.
-fn lua_echo_header(tag: &str, name: &str) -> String {
+pub(crate) fn lua_echo_header(tag: &str, name: &str) -> String {
     format!(
         "v = mt.getheader(conn, \"{name}\", 0)\n\
          if v == nil then v = \"(none)\" end\n\
@@ -271,7 +271,7 @@ fn lua_echo_header(tag: &str, name: &str) -> String {
 }
 
 /// Lines of `out` starting with `tag `, without it.
-fn tagged<'a>(out: &'a str, tag: &str) -> Vec<&'a str> {
+pub(crate) fn tagged<'a>(out: &'a str, tag: &str) -> Vec<&'a str> {
     out.lines()
         .filter_map(|l| l.strip_prefix(tag).and_then(|l| l.strip_prefix(' ')))
         .collect()
