@@ -3,10 +3,13 @@
 //! Data flows one way: [`mailbox`] finds raw messages, [`message`] parses and
 //! decodes them, [`features`] (built on [`tokenize`]) turns a parsed message
 //! into the binary bag of words and the numeric metadata every later stage
-//! uses, [`model`] and [`decision`] are the maths, [`store`] keeps the
-//! counts and the compiled model, and [`db`] is the database the commands
-//! (and a daemon) open. The command-line front end lives in the binary and
-//! only calls into this library.
+//! uses ([`sources`] reads them from mailboxes in parallel batches),
+//! [`model`] and [`decision`] are the maths, [`store`] keeps the counts and
+//! the compiled model, [`db`] is the database and the engine's calls
+//! (train, learn, unlearn, scan, judge), [`eval`] measures, and [`serve`]
+//! is the daemon mail servers call. The command-line front end lives in the
+//! binary: each command is its arguments, one call into this library, and
+//! printing.
 //!
 //! Open a database, teach it, judge a message:
 //!
