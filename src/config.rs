@@ -393,7 +393,7 @@ fn read_small_file(path: &Path) -> std::io::Result<String> {
 /// that is an absolute path. Delivery agents often run us without `HOME`
 /// (Postfix's `pipe` does), and a relative home would put the database
 /// wherever the agent's working directory happens to be.
-pub(crate) fn home_dir() -> Option<PathBuf> {
+pub fn home_dir() -> Option<PathBuf> {
     home_dir_from(std::env::var_os("HOME"))
 }
 

@@ -85,7 +85,7 @@ impl Dataset {
 /// Candidate `min_strength` values of the tempered combination, chosen
 /// among by inner cross-validation on the training data (see
 /// [`select_and_calibrate`]).
-pub(crate) const STRENGTH_GRID: [f64; 5] = [0.5, 1.0, 1.5, 2.0, 2.5];
+pub const STRENGTH_GRID: [f64; 5] = [0.5, 1.0, 1.5, 2.0, 2.5];
 
 /// Inner folds for fitting calibration and choosing the strength.
 pub const DEFAULT_INNER_FOLDS: usize = 5;
@@ -169,7 +169,7 @@ impl Inputs {
 
 /// Integer statistics over interned tokens.
 #[derive(Clone)]
-pub(crate) struct Counts {
+pub struct Counts {
     tokens: Vec<[u32; 2]>,
     totals: Totals,
 }
@@ -323,7 +323,7 @@ fn log_loss(c: &Calibrator, samples: &[([f64; INPUTS], bool)]) -> f64 {
 /// Candidate strengths of the byte view (`bytes_min_strength`), chosen
 /// among after the word strength: its features are many and weak, so its
 /// floor lies higher.
-pub(crate) const BYTES_STRENGTH_GRID: [f64; 3] = [2.0, 3.0, 4.0];
+pub const BYTES_STRENGTH_GRID: [f64; 3] = [2.0, 3.0, 4.0];
 
 /// Messages of each class the stacker is fitted on, at most. Fitting on
 /// a bounded sample keeps the cost of calibrating (and the memory of a
@@ -460,7 +460,7 @@ fn bounded(data: &Dataset, members: &[usize]) -> Vec<usize> {
 /// [`BYTES_STRENGTH_GRID`] for the byte view with the words' choice kept;
 /// each time the one whose fitted inner cross-validated scores have the
 /// lowest log-loss wins.
-pub(crate) fn select_and_calibrate(
+pub fn select_and_calibrate(
     data: &Dataset,
     base: &Counts,
     members: &[usize],

@@ -244,7 +244,7 @@ fn os_words(code: i32) -> String {
 /// A file operation that failed, with the file it failed on.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {}", .path.display(), words(.source))]
-pub(crate) struct PathError {
+pub struct PathError {
     /// The file.
     pub path: PathBuf,
     /// Why.
@@ -284,7 +284,7 @@ fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
 /// Writes `bytes` to `path` atomically (to a temporary file beside it, synced, then renamed over it, and the directory synced). A new
 /// file is private to its owner (mode 0600); one that replaces a file takes
 /// that file's permissions, so a user who loosened them keeps theirs.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PathError> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PathError> {
     let name = path.file_name().ok_or_else(|| PathError {
         path: path.to_path_buf(),
         source: io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
@@ -327,7 +327,7 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PathErro
 /// keeps its file. Where live processes cannot be told (no `/proc`), removes
 /// nothing. Best effort: a file that cannot be removed is left for the next
 /// write.
-pub(crate) fn remove_stale_temps(dir: &Path, name: &str) {
+pub fn remove_stale_temps(dir: &Path, name: &str) {
     let proc = Path::new("/proc");
     if !proc.join("self").exists() {
         return;

@@ -22,13 +22,13 @@ use crate::mailbox::{self, MessageId, RawMessage};
 use crate::message::{self, Identity};
 
 /// Messages parsed in parallel per batch, at most.
-pub(crate) const BATCH: usize = 256;
+pub const BATCH: usize = 256;
 
 /// Message bytes per rayon worker after which a batch stops growing. Small
 /// messages fill a batch by count; large ones by bytes, so a batch of
 /// multi-megabyte messages holds about one per worker instead of
 /// [`BATCH`] of them.
-pub(crate) const BATCH_BYTES_PER_WORKER: usize = 4 << 20;
+pub const BATCH_BYTES_PER_WORKER: usize = 4 << 20;
 
 /// Why a file is not taken as a message.
 pub(crate) const NOT_MAIL: &str = "does not look like mail (it does not start with a header field)";
@@ -237,7 +237,7 @@ pub(crate) fn tree_bytes(path: &Path) -> u64 {
 
 /// Reads one message, verbatim, from a file or, for `-`, standard input.
 /// An empty one (nothing but white space) is an error.
-pub(crate) fn read_one(path: &Path) -> Result<Vec<u8>, Error> {
+pub fn read_one(path: &Path) -> Result<Vec<u8>, Error> {
     let read = if path.as_os_str() == "-" {
         let mut buf = Vec::new();
         std::io::stdin().lock().read_to_end(&mut buf).map(|_| buf)

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 /// Version of the feature rules (word tokens and the byte view's n-grams).
 /// Any change that alters the features of some message must bump it, so
 /// stored counts are never mixed across tokenizers.
-pub(crate) const TOKENIZER_VERSION: u32 = 3;
+pub const TOKENIZER_VERSION: u32 = 3;
 
 /// Prefix of URL host tokens.
 pub const URL_NAMESPACE: &str = "URL:";
@@ -43,7 +43,7 @@ pub const VIEWS: usize = 3;
 
 impl View {
     /// Every view, in the order of evidence and stacker inputs.
-    pub(crate) const ALL: [View; VIEWS] = [View::Header, View::Body, View::Bytes];
+    pub const ALL: [View; VIEWS] = [View::Header, View::Body, View::Bytes];
 
     /// Its index in [`View::ALL`].
     pub fn index(self) -> usize {
@@ -66,7 +66,7 @@ pub const BUCKET_BITS: u32 = 18;
 /// Whether `n` is a bucket of the byte view: below 2^[`BUCKET_BITS`]. A
 /// larger number in [`Feature::Gram`] stands for nothing: extraction never
 /// makes one, scoring and training leave it out, and stores refuse it.
-pub(crate) fn is_bucket(n: u32) -> bool {
+pub fn is_bucket(n: u32) -> bool {
     n < 1 << BUCKET_BITS
 }
 
@@ -221,11 +221,11 @@ pub const METADATA_NAMES: [&str; METADATA_LEN] = [
 
 /// The header fields `filter` adds (first in the message) and renames
 /// where a message already holds them.
-pub(crate) const OUR_FIELDS: [&str; 2] = ["X-Spam-Flag", "X-Spam-Status"];
+pub const OUR_FIELDS: [&str; 2] = ["X-Spam-Flag", "X-Spam-Status"];
 
 /// What `filter` puts in front of the name of a field of ours that was
 /// already in the message (the convention of `formail -i`).
-pub(crate) const RENAMED_PREFIX: &str = "Old-";
+pub const RENAMED_PREFIX: &str = "Old-";
 
 /// A digest identifying a message for the learned-message registry.
 pub type Digest = [u8; 32];

@@ -132,7 +132,7 @@ impl Reader {
     /// that looks like an mbox separator is the sender's to write, and
     /// judging only what comes before it would let a spam hide behind a
     /// harmless first part).
-    pub(crate) fn stamp(&self, raw: &[u8], decider: &Decider) -> Stamped {
+    pub fn stamp(&self, raw: &[u8], decider: &Decider) -> Stamped {
         let features = match Extractor::new().extract(raw) {
             Ok(features) => features,
             Err(err) => {

@@ -185,7 +185,7 @@ impl Run {
     /// chosen parameters and the stacker with the number of messages it
     /// was fitted on, or the given parameters and `None` when the run has
     /// fewer than `min` messages of either class.
-    pub(crate) fn calibrate(
+    pub fn calibrate(
         &mut self,
         settings: &Settings,
         min: usize,

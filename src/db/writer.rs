@@ -155,10 +155,7 @@ impl Trainer {
     /// returned. What `learn` and `unlearn` recorded only there since the
     /// model was last compiled is then not in the counts; learning the
     /// folders again puts it back.
-    pub(crate) fn open_rebuilding(
-        paths: &DbPaths,
-        wait: Duration,
-    ) -> Result<(Trainer, Option<SetAside>)> {
+    pub fn open_rebuilding(paths: &DbPaths, wait: Duration) -> Result<(Trainer, Option<SetAside>)> {
         Self::open_with(paths, wait, true)
     }
 

@@ -28,7 +28,7 @@ use crate::vocab::VIEWS;
 
 /// Number of inputs to the calibration map: one per view, then the
 /// metadata.
-pub(crate) const INPUTS: usize = VIEWS + 1;
+pub const INPUTS: usize = VIEWS + 1;
 
 /// Precision of the Gaussian prior on each weight and the intercept, in
 /// units of the log-loss summed over samples: one sample's worth, so it

@@ -3,7 +3,7 @@
 //! probability into ham, unsure or spam; [`Decider`] is the one verdict
 //! rule. Pure maths, no I/O.
 
-pub(crate) mod calibrate;
+pub mod calibrate;
 
 use std::fmt;
 use std::str::FromStr;
@@ -60,7 +60,7 @@ pub struct Costs {
 /// 0.975 < spam. Chosen by measurement (docs/experiments.md, "The default
 /// costs"): the band holds at most 3% of mail while at most 0.1% of ham is
 /// lost, where a tenth for the unsure cost left 5% of mail unsure.
-pub(crate) const DEFAULT_COSTS: &str = "20:1:0.5";
+pub const DEFAULT_COSTS: &str = "20:1:0.5";
 
 impl Default for Costs {
     fn default() -> Self {

@@ -16,10 +16,10 @@ use crate::message::split_header;
 use crate::vocab::BUCKET_BITS;
 
 /// Bytes of the header block read, from its start.
-pub(crate) const HEADER_BYTES: usize = 2000;
+pub const HEADER_BYTES: usize = 2000;
 
 /// Bytes read from any one line of the header block.
-pub(crate) const LINE_BYTES: usize = 256;
+pub const LINE_BYTES: usize = 256;
 
 /// The sorted, distinct buckets of the byte 4-grams of the first
 /// [`HEADER_BYTES`] bytes of `raw`'s header block, each line cut at

@@ -146,7 +146,7 @@ impl Maildir {
     }
 
     /// Moves the message file at `source` into this Maildir.
-    pub(crate) fn move_in(&self, source: &Path) -> Result<Delivered, MoveError> {
+    pub fn move_in(&self, source: &Path) -> Result<Delivered, MoveError> {
         let is_link = fs::symlink_metadata(source)
             .map_err(|e| annotate(e, source))?
             .file_type()

@@ -212,7 +212,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Anything that is neither a regular file nor a directory (a FIFO, a device)
 /// is an error too, since sniffing it would consume its data; [`open_as`]
 /// reads those as [`MailboxKind::File`] or [`MailboxKind::Mbox`].
-pub(crate) fn detect(path: &Path) -> Result<MailboxKind> {
+pub fn detect(path: &Path) -> Result<MailboxKind> {
     if path == Path::new("-") {
         return Ok(MailboxKind::Stdin);
     }

@@ -48,7 +48,7 @@ use mailparse::{
 
 /// Of each text part, at most this many bytes (after transfer decoding,
 /// from where its text starts) are read.
-pub(crate) const TEXT_PART_CAP: usize = 2 * 1024 * 1024;
+pub const TEXT_PART_CAP: usize = 2 * 1024 * 1024;
 /// Of a base64 or quoted-printable text part, at most this many encoded
 /// bytes are decoded.
 const ENCODED_READ_CAP: usize = 4 * TEXT_PART_CAP;

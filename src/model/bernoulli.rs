@@ -42,7 +42,7 @@ impl BetaPrior {
     }
 
     /// (ln θ, ln(1 − θ)) for a token in `k` of `n` messages of a class.
-    pub(crate) fn log_theta(self, k: u32, n: u64) -> (f64, f64) {
+    pub fn log_theta(self, k: u32, n: u64) -> (f64, f64) {
         let n = n as f64;
         let k = f64::from(k).min(n);
         let denom = (n + self.a + self.b).ln();
@@ -51,7 +51,7 @@ impl BetaPrior {
 
     /// The evidence of one token, spam vs ham: (present, absent) log
     /// likelihood ratios. `n` is `[ham, spam]` messages learned.
-    pub(crate) fn token_llr(self, c: TokenCounts, n: [u64; 2]) -> (f64, f64) {
+    pub fn token_llr(self, c: TokenCounts, n: [u64; 2]) -> (f64, f64) {
         #[cfg(test)]
         LLRS.with(|k| k.set(k.get() + 1));
         let (ps, qs) = self.log_theta(c.spam, n[1]);

@@ -25,7 +25,7 @@ pub enum Label {
 
 impl Label {
     /// Both labels, in index order.
-    pub(crate) const ALL: [Label; 2] = [Label::Ham, Label::Spam];
+    pub const ALL: [Label; 2] = [Label::Ham, Label::Spam];
 
     /// Index into per-class arrays: ham 0, spam 1.
     pub fn index(self) -> usize {

@@ -6,9 +6,9 @@
 //! metadata. How much each counts is learned per user by the stacker in
 //! [`crate::decision::calibrate`].
 
-pub(crate) mod bernoulli;
+pub mod bernoulli;
 pub mod counts;
-pub(crate) mod gaussian;
+pub mod gaussian;
 
 use serde::{Deserialize, Serialize};
 
@@ -234,7 +234,7 @@ impl Model {
     }
 
     /// The evidence of one token: its present-token LLR.
-    pub(crate) fn token_llr(&self, counts: TokenCounts) -> f64 {
+    pub fn token_llr(&self, counts: TokenCounts) -> f64 {
         self.thetas.present_llr(counts)
     }
 

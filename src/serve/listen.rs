@@ -146,7 +146,7 @@ pub enum Listener {
 
 /// A listener accepting on the runtime.
 #[derive(Debug)]
-pub(crate) enum Accepting {
+pub enum Accepting {
     /// On TCP.
     Tcp(tokio::net::TcpListener),
     /// On a Unix socket.
@@ -216,7 +216,7 @@ impl Listener {
     }
 
     /// The listener accepting on the current tokio runtime.
-    pub(crate) fn accepting(self) -> std::io::Result<Accepting> {
+    pub fn accepting(self) -> std::io::Result<Accepting> {
         Ok(match self {
             Listener::Tcp(l) => Accepting::Tcp(tokio::net::TcpListener::from_std(l)?),
             Listener::Unix(l, _) => Accepting::Unix(tokio::net::UnixListener::from_std(l)?),

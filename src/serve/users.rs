@@ -4,7 +4,7 @@
 use std::path::{Component, Path, PathBuf};
 
 /// The longest user name accepted, in bytes.
-pub(crate) const MAX_USER: usize = 255;
+pub const MAX_USER: usize = 255;
 
 /// Why a user name or pattern is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,7 +27,7 @@ pub enum UserError {
 /// refuses what could name something else on disk: an empty name, one over
 /// [`MAX_USER`] bytes, a name that is `.` or `..` or whose local part or
 /// domain is.
-pub(crate) fn check_user(user: &str) -> Result<&str, UserError> {
+pub fn check_user(user: &str) -> Result<&str, UserError> {
     let refuse = |why: &str| {
         let shown: String = user.chars().take(40).collect();
         Err(UserError::Refused(format!(

@@ -87,7 +87,7 @@ use crate::vocab::Feature;
 use crate::vocab::METADATA_LEN;
 
 /// Version of the journal layout.
-pub(crate) const JOURNAL_VERSION: u32 = 3;
+pub const JOURNAL_VERSION: u32 = 3;
 
 /// First bytes of every journal file.
 pub(crate) const JOURNAL_MAGIC: &[u8; 8] = b"BAYESJNL";
@@ -99,7 +99,7 @@ pub const DEFAULT_JOURNAL_LIMIT: u64 = 1 << 20;
 
 /// The most a journal ever holds, whatever limit its writer was given:
 /// readers refuse a larger file without reading it.
-pub(crate) const MAX_JOURNAL_BYTES: u64 = 16 << 20;
+pub const MAX_JOURNAL_BYTES: u64 = 16 << 20;
 
 /// One change: what one writer's session did to the counts.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -178,7 +178,7 @@ impl Entry {
     }
 
     /// The entry framed for the file: length, payload, checksum.
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let size: usize = self
             .words
             .iter()

@@ -29,7 +29,7 @@
 mod checksum;
 pub mod journal;
 mod keys;
-pub(crate) mod packed;
+pub mod packed;
 pub mod registry;
 pub mod sled;
 pub mod snapshot;
@@ -51,7 +51,7 @@ pub use snapshot::{Snapshot, write_snapshot, write_store_snapshot};
 /// Version of the count store's layout (the snapshot has its own). Format
 /// 1 (a key per token) is converted when a writer opens it; any other
 /// version is refused. (Format 2 was never released.)
-pub(crate) const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// What can go wrong reading or writing counts.
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +134,7 @@ impl From<crate::fsutil::PathError> for Error {
 
 /// `what` of a model file written in another snapshot format: unlike the
 /// other mismatches, the database itself is fine and `train` rewrites it.
-pub(crate) const MODEL_FILE_FORMAT: &str = "model file format version";
+pub const MODEL_FILE_FORMAT: &str = "model file format version";
 
 /// What to do about a version mismatch.
 fn version_remedy(what: &str) -> &'static str {

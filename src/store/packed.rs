@@ -22,13 +22,13 @@ use crate::vocab::Digest;
 /// vocabulary of hundreds of thousands of tokens. Only writers that open
 /// the count store rewrite shards (`learn` appends to the journal), and
 /// sled spends less space on fewer, larger values.
-pub(crate) const SHARD_BITS: u32 = 10;
+pub const SHARD_BITS: u32 = 10;
 
 /// Number of shards.
 pub(crate) const SHARDS: usize = 1 << SHARD_BITS;
 
 /// The shard a token lives in.
-pub(crate) fn shard_of(token: &str) -> u16 {
+pub fn shard_of(token: &str) -> u16 {
     (token_hash(token.as_bytes()) >> (64 - SHARD_BITS)) as u16
 }
 
@@ -65,7 +65,7 @@ pub type Word = (String, TokenCounts, u32);
 
 /// Encodes a shard's entries, which must be sorted by token bytes, distinct,
 /// and none of them zero.
-pub(crate) fn encode(entries: &[Word]) -> Vec<u8> {
+pub fn encode(entries: &[Word]) -> Vec<u8> {
     let mut out = Vec::with_capacity(entries.len() * 14);
     let mut prev: &[u8] = &[];
     for (token, c, day) in entries {
@@ -152,7 +152,7 @@ pub fn find(bytes: &[u8], token: &str) -> Option<TokenCounts> {
 
 /// Buckets of the byte view per gram block: the byte view's counts are
 /// kept by bucket, without names, [`GRAM_BLOCK`] to a value.
-pub(crate) const GRAM_BLOCK: usize = 4096;
+pub const GRAM_BLOCK: usize = 4096;
 
 /// The sled key of the gram block holding `bucket` (three bytes, so it
 /// never meets a shard's two-byte key).

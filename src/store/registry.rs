@@ -38,7 +38,7 @@ use crate::model::Label;
 use crate::vocab::Digest;
 
 /// Version of the registry file layout.
-pub(crate) const REGISTRY_VERSION: u32 = 1;
+pub const REGISTRY_VERSION: u32 = 1;
 
 /// Magic bytes of a registry file.
 const MAGIC: &[u8; 8] = b"BAYESREG";

@@ -499,7 +499,7 @@ impl SledStore {
     /// times (ham and spam together) whose counts last changed before day
     /// `before` (days since 1970): rare and old. The byte view's buckets
     /// are a fixed table and are never pruned.
-    pub(crate) fn rare_and_old(&self, max_count: u64, before: u32) -> Result<Delta> {
+    pub fn rare_and_old(&self, max_count: u64, before: u32) -> Result<Delta> {
         let mut delta = Delta::default();
         for shard in 0..packed::SHARDS {
             for (token, c, day) in self.shard(shard as u16)? {
