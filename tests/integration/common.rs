@@ -236,6 +236,29 @@ impl Db {
         ]
     }
 
+    /// Messages per class, `[ham, spam]`, of another database at `dir`
+    /// read with this one's configuration (a user's, under `serve`).
+    pub fn counts_at(&self, dir: &Path) -> [u64; 2] {
+        let config = self.path("config.toml");
+        let out = run(
+            &[
+                "--db",
+                utf8(dir),
+                "--config",
+                utf8(&config),
+                "stats",
+                "--json",
+            ],
+            None,
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        [
+            v["ham_messages"].as_u64().unwrap(),
+            v["spam_messages"].as_u64().unwrap(),
+        ]
+    }
+
     /// `classify --json`; one object per message.
     pub fn classify(&self, paths: &[&Path]) -> Vec<Value> {
         let mut args = vec!["classify", "--json"];

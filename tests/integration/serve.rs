@@ -11,29 +11,13 @@ use crate::common::*;
 /// `bayesmail serve ARGS` on `db`, started; returns the child and the
 /// addresses it says it listens on, once it listens on all `n`.
 pub fn start_serve(db: &Db, args: &[&str], n: usize) -> (Child, Vec<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
-        .args(db.global_args())
-        .arg("serve")
-        .args(args)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut bound = Vec::new();
-    while bound.len() < n {
-        let line = lines
-            .next()
-            .expect("serve says where it listens before anything else")
-            .unwrap();
-        let addr = line
-            .split(" listening on ")
-            .nth(1)
-            .unwrap_or_else(|| panic!("unexpected line {line:?}"));
-        bound.push(addr.to_string());
-    }
-    // The rest of stderr is drained, so that the server never blocks on it.
-    std::thread::spawn(move || lines.for_each(drop));
+    let (child, lines) = start_watched(db, args);
+    let bound = (0..n)
+        .map(|_| {
+            let line = wait_for(&lines, " listening on ");
+            line.split(" listening on ").nth(1).unwrap().to_string()
+        })
+        .collect();
     (child, bound)
 }
 
@@ -118,10 +102,10 @@ fn start_watched(db: &Db, args: &[&str]) -> (Child, std::sync::mpsc::Receiver<St
     let lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        // Read to the end even when no one listens any more, so that the
+        // server never blocks on a full pipe.
         for line in lines.map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
+            let _ = tx.send(line);
         }
     });
     (child, rx)

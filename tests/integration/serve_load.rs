@@ -181,33 +181,6 @@ fn classify_at(db: &Db, dir: &Path, paths: &[&Path]) -> Vec<String> {
         .collect()
 }
 
-/// Messages per class, `[ham, spam]`, of the database `dir`.
-fn counts_at(db: &Db, dir: &Path) -> [u64; 2] {
-    let config = db.path("config.toml");
-    let out = crate::common::run(
-        &[
-            "--db",
-            utf8(dir),
-            "--config",
-            utf8(&config),
-            "stats",
-            "--json",
-        ],
-        None,
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        crate::common::stderr(&out)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    [
-        v["ham_messages"].as_u64().unwrap(),
-        v["spam_messages"].as_u64().unwrap(),
-    ]
-}
-
 /// How one client asks.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Client {
@@ -435,7 +408,7 @@ fn fifty_users_each_judged_by_their_own_model_or_the_global_one() {
         let dir = users.join(&user);
         if i < OWN {
             assert_eq!(got["model"], format!("user:{user}"), "{got}");
-            assert_eq!(counts_at(&db, &dir), [1, 1], "{user}");
+            assert_eq!(db.counts_at(&dir), [1, 1], "{user}");
             let own = classify_at(&db, &dir, &[&probe]);
             assert_eq!(got["verdict"], own[0].as_str(), "{user}: {got}");
         } else {

@@ -322,32 +322,6 @@ fn spamc_ping_symbols_and_reports() {
     assert_eq!(text(&server.spamc(&["-r"], &read(&h))), "");
 }
 
-/// Messages per class in the database at `dir`, `[ham, spam]`.
-fn counts_at(db: &Db, dir: &Path) -> [u64; 2] {
-    let out = crate::common::run(
-        &[
-            "--db",
-            utf8(dir),
-            "--config",
-            utf8(&db.path("config.toml")),
-            "stats",
-            "--json",
-        ],
-        None,
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    [
-        v["ham_messages"].as_u64().unwrap(),
-        v["spam_messages"].as_u64().unwrap(),
-    ]
-}
-
 #[test]
 fn spamc_learns_and_forgets_globally_and_per_user() {
     if !have("spamc") {
@@ -400,7 +374,7 @@ fn spamc_learns_and_forgets_globally_and_per_user() {
         said(&server.spamc(&["-L", "ham", "-u", "alice"], &ham)),
         done
     );
-    assert_eq!(counts_at(&db, &alice), [1, 1]);
+    assert_eq!(db.counts_at(&alice), [1, 1]);
     assert_eq!(db.counts(), [24, 24]);
     assert!(!users.join("bob").exists());
     // Alice now holds one of each: her model judges her mail, not bob's.
@@ -422,7 +396,7 @@ fn spamc_learns_and_forgets_globally_and_per_user() {
         said(&server.spamc(&["-L", "spam", "-u", "alice"], &message)),
         done
     );
-    assert_eq!(counts_at(&db, &alice), [1, 1]);
+    assert_eq!(db.counts_at(&alice), [1, 1]);
     assert_eq!(db.counts(), [24, 24]);
 }
 
