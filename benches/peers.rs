@@ -34,33 +34,22 @@
 //!
 //! Needs `bogofilter` on the PATH (Debian: `apt-get install bogofilter`).
 
+mod common;
+
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-const SPAM: [&str; 2] = ["spam-1", "spam-2"];
-const HAM: [&str; 3] = ["easy-ham-1", "easy-ham-2", "hard-ham-1"];
+use common::{
+    Run, corpus_dir, env_number, fail, faults, files_in, folders, judges, median, peak, require,
+    run, train_bayesmail, train_bogofilter,
+};
 
 fn main() {
     // `cargo bench` passes `--bench`; there is nothing to filter by here.
     let corpus = corpus_dir();
-    if !corpus.join("spam-1").is_dir() {
-        fail(&format!(
-            "no public corpus at {} (set BAYESMAIL_CORPUS or run corpora/fetch)",
-            corpus.display()
-        ));
-    }
-    if Command::new("bogofilter")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_err()
-    {
-        fail("bogofilter is not installed (Debian: apt-get install bogofilter)");
-    }
+    require("bogofilter", "-V", "bogofilter");
     let n_messages = env_number("BAYESMAIL_PEERS_MESSAGES", 500);
     let rounds = env_number("BAYESMAIL_PEERS_ROUNDS", 5);
     let n_learn = env_number("BAYESMAIL_PEERS_LEARN", 100);
@@ -73,37 +62,16 @@ fn main() {
     let bogo_db = work.path().join("bogofilter-db");
     std::fs::create_dir(&bogo_db).expect("bogofilter directory");
 
-    let dirs = |names: &[&str]| -> Vec<PathBuf> { names.iter().map(|d| corpus.join(d)).collect() };
-    let (spam, ham) = (dirs(&SPAM), dirs(&HAM));
-    let mut files = Vec::new();
-    for dir in spam.iter().chain(&ham) {
-        for entry in std::fs::read_dir(dir).expect("corpus folder") {
-            let path = entry.expect("corpus entry").path();
-            if path.is_file() {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
+    let (spam, ham) = folders(&corpus);
+    let files = files_in(&[spam.clone(), ham.clone()].concat());
     eprintln!("training both tools on {} messages", files.len());
     let also_dbs: Vec<PathBuf> = (0..also.len())
         .map(|k| work.path().join(format!("also-{k}-db")))
         .collect();
     for (bin, db) in std::iter::once((&bm, &bm_db)).chain(also.iter().zip(&also_dbs)) {
-        let mut train = Command::new(bin);
-        train.arg("--db").arg(db).arg("train").arg("--spam");
-        train.args(&spam).arg("--ham").args(&ham);
-        check(train.stdout(Stdio::null()));
+        train_bayesmail(bin, db, &spam, &ham);
     }
-    for (flag, set) in [("-s", &spam), ("-n", &ham)] {
-        let mut reg = Command::new("bogofilter");
-        reg.arg("-d")
-            .arg(&bogo_db)
-            .arg(flag)
-            .arg("-B")
-            .args(set.iter());
-        check(&mut reg);
-    }
+    train_bogofilter(&bogo_db, &spam, &ham);
 
     // filter latency: the same messages for both, every k-th of the corpus.
     let step = (files.len() / n_messages.max(1)).max(1);
@@ -308,137 +276,4 @@ fn main() {
             also_ms / bogo_learn_ms
         );
     }
-}
-
-/// Wall time, peak resident memory and minor page faults of one finished
-/// process.
-struct Run {
-    wall: Duration,
-    max_rss_kib: u64,
-    faults: u64,
-}
-
-/// Runs `cmd` with `stdin` as standard input and its output discarded;
-/// panics unless it exits with a status of 0, 1 or 2 (`bogofilter -p`
-/// exits 1 for ham and 2 for unsure).
-// The child is reaped by `wait4` (which also gives its peak memory), not by
-// `Child::wait`.
-#[allow(clippy::zombie_processes)]
-fn run(cmd: &mut Command, stdin: &Path) -> Run {
-    let input = File::open(stdin).expect("input file");
-    let start = Instant::now();
-    let child = cmd
-        .stdin(input)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("process starts");
-    let (status, max_rss_kib, faults) = wait(child.id() as libc::pid_t);
-    let wall = start.elapsed();
-    assert!(
-        (0..=2).contains(&status),
-        "{cmd:?} < {} exited with {status}",
-        stdin.display()
-    );
-    Run {
-        wall,
-        max_rss_kib,
-        faults,
-    }
-}
-
-/// Waits for `pid` and returns its exit status, peak RSS (KiB) and minor
-/// page faults.
-fn wait(pid: libc::pid_t) -> (i32, u64, u64) {
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own child, not yet waited for; the pointers are
-    // to live locals.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        -1
-    };
-    (
-        code,
-        u64::try_from(usage.ru_maxrss).unwrap_or(0),
-        u64::try_from(usage.ru_minflt).unwrap_or(0),
-    )
-}
-
-/// Whether `bin`'s `filter` judges the message `f` with the model in `db`:
-/// `Err` with its status field if it passes the message on unscored.
-fn judges(bin: &Path, db: &Path, f: &Path) -> Result<(), String> {
-    let out = Command::new(bin)
-        .arg("--db")
-        .arg(db)
-        .arg("filter")
-        .stdin(File::open(f).expect("input file"))
-        .stderr(Stdio::null())
-        .output()
-        .expect("process starts");
-    let out = String::from_utf8_lossy(&out.stdout);
-    match out.lines().find_map(|l| l.strip_prefix("X-Spam-Status: ")) {
-        Some(status) if !status.starts_with("Unknown") => Ok(()),
-        Some(status) => Err(status.to_owned()),
-        None => Err("no X-Spam-Status field".into()),
-    }
-}
-
-fn check(cmd: &mut Command) {
-    let status = cmd.status().expect("process starts");
-    assert!(status.success(), "{cmd:?} failed: {status}");
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let m = xs.len() / 2;
-    if xs.len() % 2 == 1 {
-        xs[m]
-    } else {
-        (xs[m - 1] + xs[m]) / 2.0
-    }
-}
-
-/// Median and maximum peak RSS, in MiB.
-fn peak(runs: &[Run]) -> String {
-    let kib: Vec<f64> = runs.iter().map(|r| r.max_rss_kib as f64).collect();
-    let max = kib.iter().copied().fold(0.0, f64::max);
-    format!(
-        "median {:.1} MiB, max {:.1} MiB",
-        median(kib) / 1024.0,
-        max / 1024.0
-    )
-}
-
-/// Median minor page faults.
-fn faults(runs: &[Run]) -> String {
-    format!(
-        "{:.0}",
-        median(runs.iter().map(|r| r.faults as f64).collect())
-    )
-}
-
-fn corpus_dir() -> PathBuf {
-    match std::env::var_os("BAYESMAIL_CORPUS") {
-        Some(dir) => dir.into(),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpora/spamassassin"),
-    }
-}
-
-fn env_number(name: &str, default: usize) -> usize {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| fail(&format!("{name}={v} is not a number"))),
-        Err(_) => default,
-    }
-}
-
-fn fail(message: &str) -> ! {
-    eprintln!("peers: {message}");
-    std::process::exit(1);
 }

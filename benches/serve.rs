@@ -1,0 +1,553 @@
+//! Whole-process throughput, latency and memory of `bayesmail serve`
+//! against one process per message, on the same machine in the same run,
+//! every tool trained on the whole public corpus:
+//!
+//! - `serve --http`, each client one kept-alive connection sending
+//!   `POST /check` with the message as body;
+//! - `serve --spamd` through `spamc -c`, one spamc process per message (as
+//!   an MDA runs it), which bounds that figure by process start-up;
+//! - `bayesmail filter`, one process per message;
+//! - `bogofilter -p`, one process per message;
+//!
+//! each with 1 and 8 parallel clients (`BAYESMAIL_SERVE_CLIENTS`, a comma
+//! list), ROUNDS rounds with the order of the tools rotating from round to
+//! round. Throughput is the median over rounds; latencies (p50, p99) are
+//! per message, pooled over rounds, measured by the client from the first
+//! byte it sends to the last it reads (for a process, from spawn to exit).
+//! Then serve's resident memory (peak and now) beside its model's size.
+//!
+//! Last, a model per user: USERS users (default 1,000), each with a model
+//! of its own (50 messages learned, above `--min-user-messages`), judged
+//! round-robin by 8 HTTP clients through a serve whose `--cache-mb` is far
+//! below what all the models take: every answer must come from the user's
+//! own model, the models open at the end must fit the bound, and the
+//! resident memory is printed beside it.
+//!
+//! rspamd is not measured: it is not installed on the machines this runs
+//! on (its classifier needs a Redis and a trained rspamd besides); the
+//! comparison with a per-message peer is bogofilter's.
+//!
+//! ```sh
+//! BAYESMAIL_CORPUS=../shared/corpora/spamassassin cargo bench --bench serve
+//! BAYESMAIL_SERVE_MESSAGES=2000 BAYESMAIL_SERVE_PROCESS_MESSAGES=300 \
+//!   BAYESMAIL_SERVE_ROUNDS=3 BAYESMAIL_SERVE_USERS=1000 BAYESMAIL_SERVE_CACHE_MB=32 \
+//!   cargo bench --bench serve
+//! ```
+//!
+//! Needs `bogofilter` and `spamc` on the PATH (Debian: `apt-get install
+//! bogofilter spamc`).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use common::{
+    corpus_dir, env_number, fail, files_in, folders, judges, median, quantile, require, run,
+    train_bayesmail, train_bogofilter,
+};
+
+fn main() {
+    let corpus = corpus_dir();
+    require("bogofilter", "-V", "bogofilter");
+    require("spamc", "-V", "spamc");
+    let n_http = env_number("BAYESMAIL_SERVE_MESSAGES", 2000);
+    let n_process = env_number("BAYESMAIL_SERVE_PROCESS_MESSAGES", 300);
+    let rounds = env_number("BAYESMAIL_SERVE_ROUNDS", 3);
+    let n_users = env_number("BAYESMAIL_SERVE_USERS", 1000);
+    let cache_mb = env_number("BAYESMAIL_SERVE_CACHE_MB", 32);
+    let clients: Vec<usize> = std::env::var("BAYESMAIL_SERVE_CLIENTS")
+        .unwrap_or_else(|_| "1,8".into())
+        .split(',')
+        .map(|c| {
+            c.trim()
+                .parse()
+                .unwrap_or_else(|_| fail(&format!("BAYESMAIL_SERVE_CLIENTS: {c} is not a number")))
+        })
+        .collect();
+    let bm = PathBuf::from(env!("CARGO_BIN_EXE_bayesmail"));
+    let work = tempfile::tempdir().expect("temporary directory");
+    let bm_db = work.path().join("bayesmail-db");
+    let bogo_db = work.path().join("bogofilter-db");
+    std::fs::create_dir(&bogo_db).expect("bogofilter directory");
+
+    let (spam, ham) = folders(&corpus);
+    let files = files_in(&[spam.clone(), ham.clone()].concat());
+    eprintln!("training both tools on {} messages", files.len());
+    train_bayesmail(&bm, &bm_db, &spam, &ham);
+    train_bogofilter(&bogo_db, &spam, &ham);
+    if let Err(status) = judges(&bm, &bm_db, &files[0]) {
+        fail(&format!(
+            "filter does not judge {}: {status}",
+            files[0].display()
+        ));
+    }
+
+    // The same messages for every tool, spread over the corpus.
+    let spread = |n: usize| -> Vec<PathBuf> {
+        let step = (files.len() / n.max(1)).max(1);
+        files.iter().step_by(step).take(n).cloned().collect()
+    };
+    let http_sample: Vec<Vec<u8>> = spread(n_http)
+        .iter()
+        .map(|f| std::fs::read(f).expect("corpus message"))
+        .collect();
+    let process_sample = spread(n_process);
+
+    let server = Server::start(
+        &bm,
+        &bm_db,
+        &["--http", "127.0.0.1:0", "--spamd", "127.0.0.1:0"],
+    );
+    let (http, spamd) = (server.address("http"), server.address("spamd"));
+    let spamd_port = spamd.rsplit_once(':').expect("HOST:PORT").1.to_owned();
+    for raw in http_sample.iter().take(50) {
+        let answer = Http::connect(&http).check(raw, None);
+        if answer["verdict"].is_null() {
+            fail(&format!("serve gives no verdict: {answer}"));
+        }
+    }
+
+    let tools = [
+        "serve --http (kept alive)",
+        "serve --spamd via spamc -c",
+        "bayesmail filter",
+        "bogofilter -p",
+    ];
+    let run_tool = |tool: usize, c: usize| -> Timed {
+        match tool {
+            0 => parallel(
+                c,
+                http_sample.len(),
+                || Http::connect(&http),
+                |conn, i| {
+                    let start = Instant::now();
+                    let answer = conn.check(&http_sample[i], None);
+                    assert!(!answer["verdict"].is_null(), "no verdict: {answer}");
+                    start.elapsed()
+                },
+            ),
+            1 => parallel(
+                c,
+                process_sample.len(),
+                || (),
+                |(), i| {
+                    let mut cmd = Command::new("spamc");
+                    cmd.args(["-c", "-d", "127.0.0.1", "-p", &spamd_port]);
+                    run(&mut cmd, &process_sample[i]).wall
+                },
+            ),
+            2 => parallel(
+                c,
+                process_sample.len(),
+                || (),
+                |(), i| {
+                    let mut cmd = Command::new(&bm);
+                    cmd.arg("--db").arg(&bm_db).arg("filter");
+                    run(&mut cmd, &process_sample[i]).wall
+                },
+            ),
+            _ => parallel(
+                c,
+                process_sample.len(),
+                || (),
+                |(), i| {
+                    let mut cmd = Command::new("bogofilter");
+                    cmd.arg("-d").arg(&bogo_db).arg("-p");
+                    run(&mut cmd, &process_sample[i]).wall
+                },
+            ),
+        }
+    };
+    for &c in &clients {
+        let mut timed: Vec<Vec<Timed>> = (0..tools.len()).map(|_| Vec::new()).collect();
+        for round in 0..rounds {
+            for j in 0..tools.len() {
+                let tool = (round + j) % tools.len();
+                timed[tool].push(run_tool(tool, c));
+            }
+        }
+        println!("{c} parallel client(s), {rounds} rounds:");
+        let rates: Vec<f64> = timed
+            .iter()
+            .map(|t| median(t.iter().map(Timed::rate).collect()))
+            .collect();
+        for (tool, t) in timed.iter().enumerate() {
+            let latencies: Vec<f64> = t
+                .iter()
+                .flat_map(|t| t.latencies.iter().map(|d| d.as_secs_f64() * 1e3))
+                .collect();
+            println!(
+                "  {:<28} {:>8.0} msg/s   p50 {:>7.3} ms   p99 {:>7.3} ms   ({} messages a round)",
+                tools[tool],
+                rates[tool],
+                quantile(latencies.clone(), 0.5),
+                quantile(latencies, 0.99),
+                t[0].latencies.len()
+            );
+        }
+        println!(
+            "  throughput ratios: serve HTTP / filter {:.1}   spamc / filter {:.2}   serve HTTP / bogofilter {:.1}   filter / bogofilter {:.2}",
+            rates[0] / rates[2],
+            rates[1] / rates[2],
+            rates[0] / rates[3],
+            rates[2] / rates[3]
+        );
+    }
+    let model_mib = std::fs::metadata(bm_db.join("model.bin"))
+        .expect("the model")
+        .len() as f64
+        / MIB;
+    let (hwm, rss) = server.memory();
+    println!(
+        "serve, one model: peak RSS {:.1} MiB, RSS now {:.1} MiB, model {:.1} MiB (peak - model {:.1} MiB)",
+        hwm / MIB,
+        rss / MIB,
+        model_mib,
+        hwm / MIB - model_mib
+    );
+    drop(server);
+
+    if n_users > 0 {
+        per_user(
+            &bm,
+            work.path(),
+            &bm_db,
+            &spam,
+            &ham,
+            n_users,
+            cache_mb,
+            &http_sample,
+        );
+    }
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// `n_users` users with a model each, judged round-robin through a serve
+/// whose cache holds `cache_mb` megabytes of models.
+#[allow(clippy::too_many_arguments)]
+fn per_user(
+    bm: &Path,
+    work: &Path,
+    global: &Path,
+    spam: &[PathBuf],
+    ham: &[PathBuf],
+    n_users: usize,
+    cache_mb: usize,
+    sample: &[Vec<u8>],
+) {
+    // One user's model, learned from 25 spam and 25 ham, copied to every
+    // user (a copy is a database like any other).
+    let teach = work.join("teach");
+    for (class, dirs) in [("spam", spam), ("ham", ham)] {
+        let dir = teach.join(class);
+        std::fs::create_dir_all(&dir).expect("teaching folder");
+        for (i, f) in files_in(dirs).iter().step_by(40).take(25).enumerate() {
+            std::fs::copy(f, dir.join(i.to_string())).expect("teaching message");
+        }
+    }
+    let users = work.join("users");
+    let first = users.join("u0");
+    train_bayesmail(bm, &first, &[teach.join("spam")], &[teach.join("ham")]);
+    for u in 1..n_users {
+        copy_dir(&first, &users.join(format!("u{u}")));
+    }
+    let user_mib = file_len(&first.join("model.bin")) as f64 / MIB;
+    let pattern = format!("{}/%u", users.display());
+    let cache = cache_mb.to_string();
+    let server = Server::start(
+        bm,
+        global,
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--user-db",
+            &pattern,
+            "--cache-mb",
+            &cache,
+        ],
+    );
+    let http = server.address("http");
+    let requests = 2 * n_users;
+    let timed = parallel(
+        8,
+        requests,
+        || Http::connect(&http),
+        |conn, i| {
+            let user = format!("u{}", i % n_users);
+            let start = Instant::now();
+            let answer = conn.check(&sample[i % sample.len()], Some(&user));
+            let took = start.elapsed();
+            assert_eq!(
+                answer["model"].as_str(),
+                Some(format!("user:{user}").as_str()),
+                "{user} is judged by its own model: {answer}"
+            );
+            took
+        },
+    );
+    let metrics = Http::connect(&http).get("/metrics");
+    let open: Vec<f64> = metrics
+        .lines()
+        .filter(|l| l.starts_with("bayesmail_model_bytes{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    let open_mib = open.iter().sum::<f64>() / MIB;
+    let (hwm, rss) = server.memory();
+    let latencies: Vec<f64> = timed
+        .latencies
+        .iter()
+        .map(|d| d.as_secs_f64() * 1e3)
+        .collect();
+    println!(
+        "{n_users} users, a model each ({user_mib:.2} MiB; {:.0} MiB in all), --cache-mb {cache_mb}, 8 HTTP clients, {requests} messages round-robin:",
+        user_mib * n_users as f64
+    );
+    println!(
+        "  {:.0} msg/s   p50 {:.3} ms   p99 {:.3} ms   every answer from the user's own model",
+        timed.rate(),
+        quantile(latencies.clone(), 0.5),
+        quantile(latencies, 0.99)
+    );
+    println!(
+        "  models open at the end: {} ({open_mib:.1} MiB, bound {cache_mb} MiB)   serve peak RSS {:.1} MiB, now {:.1} MiB",
+        open.len(),
+        hwm / MIB,
+        rss / MIB
+    );
+    if open_mib > cache_mb as f64 {
+        fail(&format!(
+            "the models open take {open_mib:.1} MiB, over --cache-mb {cache_mb}"
+        ));
+    }
+}
+
+/// What one timed run of many messages gives: its wall time and each
+/// message's latency.
+struct Timed {
+    wall: Duration,
+    latencies: Vec<Duration>,
+}
+
+impl Timed {
+    fn rate(&self) -> f64 {
+        self.latencies.len() as f64 / self.wall.as_secs_f64()
+    }
+}
+
+/// `n` messages through `clients` threads, each with its own state made by
+/// `open` (a connection), taking the next message index from a shared
+/// counter; `each` judges message `i` and returns its latency.
+fn parallel<S>(
+    clients: usize,
+    n: usize,
+    open: impl Fn() -> S + Sync,
+    each: impl Fn(&mut S, usize) -> Duration + Sync,
+) -> Timed {
+    let next = AtomicUsize::new(0);
+    let start = Instant::now();
+    let latencies = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..clients)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut state = open();
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n {
+                            break mine;
+                        }
+                        mine.push(each(&mut state, i));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("client thread"))
+            .collect()
+    });
+    Timed {
+        wall: start.elapsed(),
+        latencies,
+    }
+}
+
+/// A running `bayesmail serve`, stopped with SIGTERM when dropped.
+struct Server {
+    child: Child,
+    bound: Vec<String>,
+}
+
+impl Server {
+    /// `bin --db db serve ARGS`, once it listens everywhere it was told.
+    fn start(bin: &Path, db: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(bin)
+            .arg("--db")
+            .arg(db)
+            .arg("serve")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("serve starts");
+        let lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let listeners = args
+            .iter()
+            .filter(|a| a.starts_with("--") && ["--http", "--spamd", "--milter"].contains(a))
+            .count();
+        let bound = (0..listeners).map(|_| listening(&rx)).collect();
+        // Later lines are read and dropped so that serve never blocks on a
+        // full pipe.
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+        Server { child, bound }
+    }
+
+    /// Where the `protocol` listener listens (HOST:PORT).
+    fn address(&self, protocol: &str) -> String {
+        self.bound
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{protocol} listening on ")))
+            .unwrap_or_else(|| fail(&format!("serve does not say where {protocol} listens")))
+            .to_owned()
+    }
+
+    /// Peak and current resident memory, in bytes (`/proc/PID/status`).
+    fn memory(&self) -> (f64, f64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("serve's /proc status");
+        let field = |name: &str| -> f64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+                .map_or(f64::NAN, |kib| kib * 1024.0)
+        };
+        (field("VmHWM:"), field("VmRSS:"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on a child this bench started.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The next "PROTOCOL listening on ADDR" line serve writes, as
+/// "PROTOCOL listening on ADDR"; exits after ten seconds without one.
+fn listening(rx: &Receiver<String>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                if let Some(at) = line.find(" listening on ") {
+                    let protocol = line[..at].rsplit(' ').next().unwrap_or("");
+                    return format!("{protocol}{}", &line[at..]);
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    fail("serve did not start listening");
+}
+
+/// One kept-alive HTTP/1.1 connection to serve.
+struct Http {
+    reader: BufReader<TcpStream>,
+}
+
+impl Http {
+    fn connect(addr: &str) -> Http {
+        let stream =
+            TcpStream::connect(addr).unwrap_or_else(|e| fail(&format!("connect to {addr}: {e}")));
+        stream.set_nodelay(true).expect("TCP_NODELAY");
+        Http {
+            reader: BufReader::new(stream),
+        }
+    }
+
+    /// `POST /check` with `raw` as body (as `user`): the JSON answer.
+    fn check(&mut self, raw: &[u8], user: Option<&str>) -> serde_json::Value {
+        let user = user.map_or(String::new(), |u| format!("User: {u}\r\n"));
+        let head = format!(
+            "POST /check HTTP/1.1\r\nHost: bench\r\n{user}Content-Length: {}\r\n\r\n",
+            raw.len()
+        );
+        let stream = self.reader.get_mut();
+        stream
+            .write_all(&[head.as_bytes(), raw].concat())
+            .expect("request sent");
+        let body = self.answer();
+        serde_json::from_slice(&body).unwrap_or_else(|e| fail(&format!("answer is not JSON: {e}")))
+    }
+
+    /// `GET path`: the body as text.
+    fn get(&mut self, path: &str) -> String {
+        let head = format!("GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n");
+        self.reader
+            .get_mut()
+            .write_all(head.as_bytes())
+            .expect("request sent");
+        String::from_utf8_lossy(&self.answer()).into_owned()
+    }
+
+    /// The body of the next answer (its length from `Content-Length`).
+    fn answer(&mut self) -> Vec<u8> {
+        let mut length = None;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.reader.read_line(&mut line).expect("answer read");
+            if n == 0 {
+                fail("serve closed the connection");
+            }
+            let trimmed = line.trim_end();
+            if trimmed.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = trimmed.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse::<usize>().ok();
+            }
+        }
+        let mut body = vec![0; length.unwrap_or_else(|| fail("an answer without Content-Length"))];
+        self.reader.read_exact(&mut body).expect("answer body");
+        body
+    }
+}
+
+/// Copies the directory tree `from` to `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("directory");
+    for entry in std::fs::read_dir(from).expect("directory") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// The size of a file in bytes (0 if it is not there).
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
