@@ -15,7 +15,8 @@
 //! The user is the first envelope recipient (RCPT), angle brackets taken
 //! off: one message gets one verdict, so with several recipients the first
 //! one's model judges (or the global one, when that user has no model of
-//! its own or too young a one). A message without a verdict (too large,
+//! its own or too young a one); with users' models, `X-Spam-Status` says
+//! which kind judged ([`super::Judged::fields`]). A message without a verdict (too large,
 //! no readable model, an internal error) is accepted with the Unknown
 //! status field, as `filter` passes it on; a milter that cannot answer at
 //! all (stopped, timed out) leaves the MTA to its `milter_default_action`,
@@ -196,7 +197,7 @@ struct Forged {
 /// one sent.
 fn header_actions(
     forged: &[Forged],
-    status: &Status,
+    fields: Vec<(&'static str, String)>,
     leading_space: bool,
     hidden: u32,
 ) -> Vec<HeaderAction> {
@@ -220,7 +221,7 @@ fn header_actions(
         });
     }
     // Inserted at 0 last to first, so they read in filter's order.
-    for (name, value) in status.fields().into_iter().rev() {
+    for (name, value) in fields.into_iter().rev() {
         let value = if leading_space {
             format!(" {value}")
         } else {
@@ -387,16 +388,17 @@ impl miltr_server::Milter for Bayes {
         let raw = std::mem::take(&mut self.raw);
         let id = self.id();
         let judged = self.state.judge(self.recipient.clone(), raw, &id).await;
-        let status = judged.stamped.status;
+        let per_user = self.state.models.settings().user_db.is_some();
+        let fields = judged.fields(per_user);
         let spam = matches!(
-            status,
+            judged.stamped.status,
             Status::Verdict {
                 verdict: Verdict::Spam,
                 ..
             }
         );
         let mut response = ModificationResponse::builder();
-        for action in header_actions(&self.forged, &status, self.leading_space, self.hidden) {
+        for action in header_actions(&self.forged, fields, self.leading_space, self.hidden) {
             match action {
                 HeaderAction::Delete { name, nth } => {
                     response.push(ChangeHeader::new(nth, &name, b""));
@@ -593,7 +595,7 @@ mod tests {
         let ours = status.fields()[0].1.clone();
         for hidden in [0, 1] {
             assert_eq!(
-                header_actions(&forged, &status, true, hidden),
+                header_actions(&forged, status.fields(), true, hidden),
                 vec![
                     delete("X-SPAM-FLAG", 2),
                     insert(4 + hidden, "Old-X-SPAM-FLAG", " YES"),
@@ -612,7 +614,7 @@ mod tests {
             probability: 0.99,
             cutoff: 0.9,
         };
-        let actions = header_actions(&[], &spam, false, 0);
+        let actions = header_actions(&[], spam.fields(), false, 0);
         let names: Vec<&[u8]> = actions
             .iter()
             .map(|a| match a {

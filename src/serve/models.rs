@@ -66,6 +66,32 @@ pub struct Judged {
     pub which: Option<Which>,
 }
 
+impl Judged {
+    /// The header fields that say the verdict ([`Status::fields`]); where
+    /// users have models of their own (`per_user`), `X-Spam-Status` also
+    /// says which kind judged: `model=user` or `model=global`. The user is
+    /// not named: with several recipients one copy would name another,
+    /// perhaps a Bcc.
+    ///
+    /// [`Status::fields`]: crate::db::Status::fields
+    pub fn fields(&self, per_user: bool) -> Vec<(&'static str, String)> {
+        let mut fields = self.stamped.status.fields();
+        if let (true, Some(which)) = (per_user, &self.which) {
+            let kind = match which {
+                Which::User(_) => "user",
+                Which::Global => "global",
+            };
+            for (name, value) in &mut fields {
+                if *name == "X-Spam-Status" {
+                    value.push_str(", model=");
+                    value.push_str(kind);
+                }
+            }
+        }
+        fields
+    }
+}
+
 /// Errors of learning through `serve`.
 #[derive(Debug, thiserror::Error)]
 pub enum LearnError {

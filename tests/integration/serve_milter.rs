@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{Db, sample_files, utf8};
+use crate::common::{Db, sample_files, sample_ham, sample_spam, stderr, utf8};
 
 /// A running `bayesmail serve`, stopped (SIGTERM, then waited for) when
 /// dropped.
@@ -1060,4 +1060,58 @@ fn miltertest_the_spam_action_can_come_from_the_config_file() {
         err.contains("[serve] milter_spam_action") && err.contains("bounce"),
         "{err}"
     );
+}
+
+#[test]
+fn miltertest_per_user_the_status_says_which_kind_of_model_judged() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let users = db.path("users");
+    let pattern = format!("{}/%u", users.display());
+    let extra = ["--user-db", pattern.as_str(), "--min-user-messages", "1"];
+    let raw = std::fs::read(&sample_files()[0]).unwrap();
+    let status = |out: &str| tagged(out, "STATUS")[0].to_string();
+    // The recipient has no model yet: the global one judges.
+    let (out, _) = one_message(&db, &extra, &raw);
+    let global = status(&out);
+    assert!(global.ends_with(", model=global"), "{out}");
+    // Once the recipient's own model holds one of each, it judges; the
+    // field names the kind of model, never the user (another recipient of
+    // the same copy may be a Bcc).
+    let own = users.join("user@example.org");
+    let first = |dir: PathBuf| {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        files.swap_remove(0)
+    };
+    for (class, file) in [
+        ("--spam", first(sample_spam())),
+        ("--ham", first(sample_ham())),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+            .args([
+                "--db",
+                utf8(&own),
+                "--config",
+                utf8(&db.path("config.toml")),
+            ])
+            .args(["learn", class, utf8(&file)])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let (out, _) = one_message(&db, &extra, &raw);
+    let user = status(&out);
+    assert!(user.ends_with(", model=user"), "{out}");
+    assert!(!user.contains("example.org"), "{user}");
+    // Without --user-db there is one model and nothing to say: filter's
+    // fields exactly.
+    let (out, _) = one_message(&db, &[], &raw);
+    assert_eq!(status(&out).trim_start(), filter_status(&db, &raw), "{out}");
 }

@@ -382,6 +382,20 @@ fn spamc_learns_and_forgets_globally_and_per_user() {
     assert!(r.contains("the model of user alice"), "{r}");
     let r = said(&server.spamc(&["-R", "-u", "bob"], &message));
     assert!(r.contains("the global model"), "{r}");
+    // PROCESS's fields say which kind of model judged, naming no one.
+    for (user, kind) in [("alice", "user"), ("bob", "global")] {
+        let out = server.spamc(&["-u", user], &message);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let status = text
+            .lines()
+            .find_map(|l| l.strip_prefix("X-Spam-Status: "))
+            .unwrap_or_else(|| panic!("{user}: no X-Spam-Status in {text}"));
+        assert!(
+            status.ends_with(&format!(", model={kind}")),
+            "{user}: {status}"
+        );
+        assert!(!status.contains(user), "{status}");
+    }
     assert_eq!(
         said(&server.spamc(&["-L", "forget", "-u", "alice"], &message)),
         done
