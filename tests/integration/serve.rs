@@ -159,3 +159,218 @@ fn sighup_reads_the_configuration_again_and_keeps_the_old_one_when_it_is_broken(
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(stop(child).success());
 }
+
+/// README's "Running as a server": every `bayesmail … serve` command and
+/// every `spamc` line of an `sh` block (comments off), and every `$ curl`
+/// line with the answer printed under it.
+struct ServeDocs {
+    serves: Vec<String>,
+    spamcs: Vec<String>,
+    curls: Vec<(String, String)>,
+}
+
+fn serve_docs() -> ServeDocs {
+    let docs = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = docs
+        .find("### Running as a server")
+        .expect("README has Running as a server");
+    let section = &docs[start..];
+    let section = &section[..section[4..].find("\n### ").map_or(section.len(), |e| e + 4)];
+    let mut found = ServeDocs {
+        serves: Vec::new(),
+        spamcs: Vec::new(),
+        curls: Vec::new(),
+    };
+    for block in section.split("```sh\n").skip(1) {
+        let block = &block[..block.find("```").unwrap()];
+        let lines: Vec<&str> = block.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if let Some(curl) = line.strip_prefix("$ curl ") {
+                found
+                    .curls
+                    .push((format!("curl {curl}"), lines[i + 1].to_string()));
+            }
+        }
+        let joined = block.replace("\\\n", " ");
+        for line in joined.lines() {
+            let line = line.split(" # ").next().unwrap().trim().to_string();
+            if line.starts_with("bayesmail ") && line.contains(" serve ") {
+                found.serves.push(line);
+            } else if line.starts_with("spamc ") {
+                found.spamcs.push(line);
+            }
+        }
+    }
+    found
+}
+
+/// The keys of a JSON object, sorted.
+fn keys(json: &serde_json::Value) -> Vec<String> {
+    let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn the_readmes_serve_spamc_and_curl_commands_run_as_printed() {
+    let docs = serve_docs();
+    assert!(docs.serves.len() >= 4, "{:?}", docs.serves);
+    assert!(docs.spamcs.len() >= 9, "{:?}", docs.spamcs);
+    assert!(docs.curls.len() >= 2, "{:?}", docs.curls);
+    let global = Db::new();
+    global.train_sample();
+    let message = sample_files()[0].clone();
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let sh = |line: &str| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(line)
+            .env("PATH", &path)
+            .output()
+            .unwrap()
+    };
+    let (mut spamcs_run, mut curls_run) = (0, 0);
+    for command in &docs.serves {
+        // Where it lives is the only change: the directories under a
+        // temporary one, the ports free ones, and the user to drop to one
+        // that exists here (root only may drop).
+        let root = tempfile::tempdir().unwrap();
+        let var = root.path().join("var/lib/bayesmail");
+        let run = root.path().join("run/bayesmail");
+        std::fs::create_dir_all(&var).unwrap();
+        std::os::unix::fs::symlink(global.dir(), var.join("global")).unwrap();
+        std::fs::create_dir_all(&run).unwrap();
+        let mut local = command
+            .replace("/var/lib/bayesmail", utf8(&var))
+            .replace("/run/bayesmail", utf8(&run));
+        for port in [":783", ":11333"] {
+            local = local.replace(&format!("127.0.0.1{port}"), "127.0.0.1:0");
+        }
+        // SAFETY: getuid(2) has no preconditions.
+        let root_user = unsafe { libc::getuid() } == 0;
+        local = local.replace(
+            " --user bayesmail",
+            if root_user { " --user nobody" } else { "" },
+        );
+        if root_user && local.contains(" --user nobody") {
+            // The user it drops to reads the database, as an administrator
+            // would arrange.
+            let status = Command::new("chown")
+                .args(["-R", "nobody"])
+                .arg(global.path(""))
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let listeners = ["--milter ", "--spamd ", "--http "]
+            .iter()
+            .map(|f| command.matches(f).count())
+            .sum();
+        // A command without --db judges with the environment's database,
+        // as the service's environment would say.
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec {local}"))
+            .env("PATH", &path)
+            .env("BAYESMAIL_DB", global.dir())
+            .env("BAYESMAIL_CONFIG", global.path("config.toml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        // "bayesmail serve: PROTOCOL listening on ADDR"
+        let bound: Vec<(String, String)> = (0..listeners)
+            .map(|_| {
+                let line = wait_for(&rx, " listening on ");
+                let (head, addr) = line.split_once(" listening on ").unwrap();
+                let protocol = head.rsplit(' ').next().unwrap().to_string();
+                (protocol, addr.to_string())
+            })
+            .collect();
+        for (protocol, addr) in &bound {
+            match (protocol.as_str(), addr.strip_prefix("unix:")) {
+                ("http", None) => {
+                    for (curl, printed) in &docs.curls {
+                        let local = curl
+                            .replace("127.0.0.1:11333", addr)
+                            .replace("@message.eml", &format!("@{}", utf8(&message)));
+                        let out = sh(&local);
+                        assert!(out.status.success(), "{local}: {}", stderr(&out));
+                        let got: serde_json::Value = serde_json::from_slice(&out.stdout)
+                            .unwrap_or_else(|e| {
+                                panic!("{local}: {e}: {}", String::from_utf8_lossy(&out.stdout))
+                            });
+                        let want: serde_json::Value = serde_json::from_str(printed).unwrap();
+                        assert_eq!(keys(&got), keys(&want), "{local}: {got}");
+                        curls_run += 1;
+                    }
+                }
+                ("spamd", socket) => {
+                    let out_file = root.path().join("out.eml");
+                    for spamc in &docs.spamcs {
+                        let local = match socket {
+                            None if spamc.contains(" -p 783 ") => {
+                                let port = addr.rsplit_once(':').unwrap().1;
+                                spamc.replace(" -p 783 ", &format!(" -p {port} "))
+                            }
+                            Some(socket) if spamc.contains(" -U /run/bayesmail/spamd.sock ") => {
+                                spamc.replace("/run/bayesmail/spamd.sock", socket)
+                            }
+                            _ => continue,
+                        };
+                        let local = local
+                            .replace("< message.eml", &format!("< {}", utf8(&message)))
+                            .replace("> out.eml", &format!("> {}", utf8(&out_file)));
+                        let out = sh(&local);
+                        // 0, or 1 for spam with -c and -E; spamc says
+                        // nothing on stderr when all went well.
+                        assert!(
+                            matches!(out.status.code(), Some(0 | 1)) && out.stderr.is_empty(),
+                            "{local}: {:?} {}",
+                            out.status,
+                            stderr(&out)
+                        );
+                        if local.contains(" -c ") {
+                            let said = String::from_utf8_lossy(&out.stdout);
+                            assert!(said.trim_end().ends_with("/5.0"), "{local}: {said}");
+                        }
+                        spamcs_run += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if command.contains("--user-db") && command.contains("--http") {
+            // The learn went to alice's own database, where the pattern says.
+            assert!(
+                var.join("users/example.org/alice/counts.sled").exists(),
+                "{command}"
+            );
+        }
+        // SAFETY: kill(2) on the serve this test started (the shell
+        // exec'd it).
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        assert!(child.wait().unwrap().success(), "{command}");
+    }
+    // Every spamc line ran against a TCP listener or the socket, every
+    // curl line against each HTTP one.
+    assert!(spamcs_run >= docs.spamcs.len(), "{spamcs_run}");
+    assert!(curls_run >= 2 * docs.curls.len(), "{curls_run}");
+}
