@@ -162,7 +162,8 @@ fn sighup_reads_the_configuration_again_and_keeps_the_old_one_when_it_is_broken(
 
 /// README's "Running as a server": every `bayesmail … serve` command and
 /// every `spamc` line of an `sh` block (comments off), and every `$ curl`
-/// line with the answer printed under it.
+/// line with the answer printed under it; last, the systemd unit's
+/// command.
 struct ServeDocs {
     serves: Vec<String>,
     spamcs: Vec<String>,
@@ -201,6 +202,24 @@ fn serve_docs() -> ServeDocs {
             }
         }
     }
+    // The systemd unit's command, as systemd reads it (`%%` is `%`).
+    let unit = std::fs::read_to_string(root().join("contrib/bayesmail.service")).unwrap();
+    let exec = unit
+        .split("\nExecStart=/usr/local/bin/")
+        .nth(1)
+        .expect("the unit has an ExecStart");
+    let mut command = String::new();
+    for line in exec.lines() {
+        match line.strip_suffix('\\') {
+            Some(more) => command.push_str(more),
+            None => {
+                command.push_str(line);
+                break;
+            }
+        }
+    }
+    let command = command.split_whitespace().collect::<Vec<_>>().join(" ");
+    found.serves.push(command.replace("%%", "%"));
     found
 }
 
@@ -214,7 +233,22 @@ fn keys(json: &serde_json::Value) -> Vec<String> {
 #[test]
 fn the_readmes_serve_spamc_and_curl_commands_run_as_printed() {
     let docs = serve_docs();
-    assert!(docs.serves.len() >= 4, "{:?}", docs.serves);
+    assert!(docs.serves.len() >= 5, "{:?}", docs.serves);
+    // The unit listens where the Postfix recipe and spamc look.
+    let unit = docs.serves.last().unwrap();
+    let postfix = std::fs::read_to_string(root().join("contrib/postfix-milter.cf")).unwrap();
+    let milter = unit
+        .split("--milter ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    assert!(
+        postfix.contains(&format!("smtpd_milters = inet:{milter}\n")),
+        "{unit}"
+    );
+    assert!(unit.contains("--spamd 127.0.0.1:783 "), "{unit}");
     assert!(docs.spamcs.len() >= 9, "{:?}", docs.spamcs);
     assert!(docs.curls.len() >= 2, "{:?}", docs.curls);
     let global = Db::new();
@@ -251,7 +285,7 @@ fn the_readmes_serve_spamc_and_curl_commands_run_as_printed() {
         let mut local = command
             .replace("/var/lib/bayesmail", utf8(&var))
             .replace("/run/bayesmail", utf8(&run));
-        for port in [":783", ":11333"] {
+        for port in [":783", ":11333", ":11340"] {
             local = local.replace(&format!("127.0.0.1{port}"), "127.0.0.1:0");
         }
         // SAFETY: getuid(2) has no preconditions.
