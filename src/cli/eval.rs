@@ -73,6 +73,17 @@ pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
                 ))?,
             );
             obj.insert("folds".into(), serde_json::Value::Array(folds));
+            let mut windows = Vec::new();
+            for w in evaluation.windows(costs) {
+                let mut v = serde_json::to_value(&w.report)?;
+                if let Some(obj) = v.as_object_mut() {
+                    obj.remove("messages_per_second");
+                    obj.insert("start".into(), w.start.into());
+                    obj.insert("end".into(), w.end.into());
+                }
+                windows.push(v);
+            }
+            obj.insert("windows".into(), serde_json::Value::Array(windows));
         }
         serde_json::to_writer(&mut out, &json)?;
         writeln!(out)?;
@@ -86,6 +97,27 @@ pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
                 "cross-validation"
             },
         )?;
+        let windows = evaluation.windows(costs);
+        if !windows.is_empty() {
+            writeln!(
+                out,
+                "by window           (1-AUC)%   FNR@0.1%   FPR      FNR      unsure   ECE"
+            )?;
+        }
+        for w in windows {
+            let r = &w.report;
+            writeln!(
+                out,
+                "  {:<17} {:>8.4}   {:>7.2}%  {:>6.3}%  {:>6.3}%  {:>6.2}%  {:.4}",
+                format!("{}–{}", w.start + 1, w.end),
+                r.one_minus_auc_pct,
+                r.fnr_at_fpr_0_1_pct,
+                r.fpr_pct,
+                r.fnr_pct,
+                r.unsure_pct,
+                r.ece
+            )?;
+        }
     }
     Ok(Outcome::AllOk)
 }

@@ -151,6 +151,44 @@ impl Evaluation {
     }
 }
 
+/// Where the online protocol's windows start: the young database (the
+/// first 500 messages), the growing one (500 to 2,000) and the rest.
+pub const ONLINE_WINDOWS: [usize; 3] = [0, 500, 2000];
+
+/// The figures of the messages `start..end` of an online run.
+#[derive(Debug)]
+pub struct Window {
+    /// The first message, counted from 0.
+    pub start: usize,
+    /// One past the last.
+    pub end: usize,
+    /// Their figures (speed left out).
+    pub report: Report,
+}
+
+impl Evaluation {
+    /// The figures of each of [`ONLINE_WINDOWS`] that holds messages, in
+    /// stream order (none for cross-validation).
+    pub fn windows(&self, costs: &Costs) -> Vec<Window> {
+        if !self.online {
+            return Vec::new();
+        }
+        let n = self.scored.len();
+        let ends = ONLINE_WINDOWS.iter().skip(1).copied().chain([n]);
+        ONLINE_WINDOWS
+            .iter()
+            .zip(ends)
+            .map(|(&start, end)| (start, end.min(n)))
+            .filter(|(start, end)| start < end)
+            .map(|(start, end)| Window {
+                start,
+                end,
+                report: Report::new(&self.scored[start..end], costs, 0.0),
+            })
+            .collect()
+    }
+}
+
 /// Evaluates on `corpus` with `settings`: cross-validation over its folds,
 /// or the online protocol over an index. Files among labelled mailboxes
 /// that do not look like mail are handed to `skip` and left out, as a
@@ -304,4 +342,58 @@ fn read_folders(
         }
     }
     Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Verdict;
+
+    fn run(n: usize, online: bool) -> Evaluation {
+        Evaluation {
+            items: Vec::new(),
+            scored: (0..n)
+                .map(|index| {
+                    let is_spam = index % 3 == 0;
+                    // Wrong on every 7th message of the first 500 only.
+                    let right = index >= 500 || index % 7 != 0;
+                    let spam_like = is_spam == right;
+                    Scored {
+                        index,
+                        is_spam,
+                        log_odds: if spam_like { 3.0 } else { -3.0 },
+                        probability: if spam_like { 0.95 } else { 0.05 },
+                        verdict: if spam_like {
+                            Verdict::Spam
+                        } else {
+                            Verdict::Ham
+                        },
+                    }
+                })
+                .collect(),
+            online,
+            seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn online_windows_split_the_stream_where_said() {
+        let costs = Costs::default();
+        let windows = run(2500, true).windows(&costs);
+        let bounds: Vec<(usize, usize)> = windows.iter().map(|w| (w.start, w.end)).collect();
+        assert_eq!(bounds, vec![(0, 500), (500, 2000), (2000, 2500)]);
+        assert_eq!(windows[1].report.n, 1500);
+        // The mistakes are all in the first window.
+        assert!(windows[0].report.fpr_pct > 0.0);
+        assert_eq!(windows[1].report.fpr_pct, 0.0);
+        assert_eq!(windows[2].report.one_minus_auc_pct, 0.0);
+        // A short stream has the windows it reaches; cross-validation none.
+        let short: Vec<usize> = run(700, true)
+            .windows(&costs)
+            .iter()
+            .map(|w| w.end)
+            .collect();
+        assert_eq!(short, vec![500, 700]);
+        assert!(run(2500, false).windows(&costs).is_empty());
+    }
 }

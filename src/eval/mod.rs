@@ -6,7 +6,7 @@ pub mod confusion;
 mod corpus;
 pub mod protocol;
 
-pub use corpus::{Corpus, Error, Evaluation, Fold, Item, evaluate};
+pub use corpus::{Corpus, Error, Evaluation, Fold, Item, ONLINE_WINDOWS, Window, evaluate};
 
 use serde::Serialize;
 
