@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{BoxConn, Judged, LearnError, Learned, Peer, State, log_line};
-use crate::db::{self, Reason, Stamped, Status};
+use crate::db::{self, Origin, Reason, Stamped, Status};
 use crate::model::Label;
 use crate::sanitize::for_terminal;
 
@@ -296,6 +296,25 @@ fn class(query: Option<&str>) -> Result<Label, String> {
     }
 }
 
+/// `&origin=imap` of a learn or unlearn (the mail client's move, for the
+/// learn log); without it, HTTP.
+fn origin(query: Option<&str>) -> Result<Origin, String> {
+    let value = query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == "origin")
+        .map(|(_, value)| value);
+    match value {
+        None | Some("http") => Ok(Origin::Http),
+        Some("imap") => Ok(Origin::Imap),
+        Some(v) => Err(format!(
+            "origin {:?} is neither imap nor http",
+            for_terminal(v)
+        )),
+    }
+}
+
 /// The user the request names, checked; `Err` is the answer refusing it.
 fn user_of<B>(req: &Request<B>) -> Result<Option<String>, Box<Answer>> {
     let Some(value) = req.headers().get(USER_HEADER) else {
@@ -501,6 +520,10 @@ where
         Ok(user) => user,
         Err(refused) => return *refused,
     };
+    let origin = match origin(req.uri().query()) {
+        Ok(origin) => origin,
+        Err(why) => return error(StatusCode::BAD_REQUEST, "bad-origin", &why),
+    };
     // The database it goes to, as /check names models.
     let database = match user.as_deref().map(|u| state.models.user_db(u)) {
         Some(Ok(Some(_))) => format!("user:{}", user.as_deref().unwrap_or_default()),
@@ -512,7 +535,7 @@ where
         Ok(raw) => raw,
         Err(err) => return body_error(err, peer, state),
     };
-    let result = state.learn(user.clone(), raw, label).await;
+    let result = state.learn(user.clone(), raw, label, origin).await;
     let shown_user = for_terminal(user.as_deref().unwrap_or("-")).into_owned();
     let done = match result {
         Ok(done) => done,
