@@ -553,3 +553,161 @@ fn imap_moves_teach_through_serve_spamd_tell() {
 fn imap_moves_teach_through_serve_http() {
     moves_teach_exactly(Via::Http, "imap");
 }
+
+/// Runs `bayesmail ARGS` on the user's database with `input` on stdin.
+fn on_user_db(mail: &Mail, args: &[&str], input: Option<&[u8]>) -> std::process::Output {
+    let config = mail.db.path("config.toml");
+    let mut all = vec!["--db", utf8(&mail.user_db), "--config", utf8(&config)];
+    all.extend_from_slice(args);
+    run(&all, input)
+}
+
+/// Item 3: a message judged by `filter` (our fields added, a forged one
+/// renamed, CRLF line ends), stored by Dovecot (LF in the Maildir) and
+/// moved into Junk is the message judged: learning it from the IMAP move
+/// and unlearning the message as it came in leaves the counts where they
+/// were, and so does learning and unlearning the file Dovecot stored.
+#[test]
+fn imap_learns_the_message_filter_judged_whatever_delivery_did() {
+    if !can_run() {
+        return;
+    }
+    let mail = Mail::start(Via::Learn);
+    let word = "imapwordjudged";
+    let plain = tagged(40, word);
+    // A forged verdict in the header, CRLF line ends, as it came by SMTP.
+    let came = to_crlf(&[b"X-Spam-Status: No, forged\n".as_slice(), &plain].concat());
+    let out = on_user_db(&mail, &["filter"], Some(&came));
+    assert_exit(&out, 0, &["filter"]);
+    let filtered = out.stdout;
+    assert!(
+        String::from_utf8_lossy(&filtered).contains("Old-X-Spam-Status: No, forged"),
+        "{}",
+        String::from_utf8_lossy(&filtered)
+    );
+    let file = mail.message_file("filtered", &filtered);
+    mail.step(&["APPEND", "INBOX", &file], [0, 0], 0, "");
+    mail.step(
+        &["MOVE", "INBOX", word, "Junk"],
+        [0, 1],
+        1,
+        "learned spam imap",
+    );
+    // What Dovecot stored: LF line ends, our fields there.
+    let stored = mail.folder(".Junk");
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let stored = utf8(&stored[0]).to_string();
+    let bytes = fs::read(&stored).unwrap();
+    assert!(!bytes.contains(&b'\r'), "Dovecot stores LF");
+    assert!(String::from_utf8_lossy(&bytes).contains("\nX-Spam-Status: "));
+    // The same message: already learned, whichever form.
+    for (what, input) in [("as it came", &came), ("as filtered", &filtered)] {
+        let out = on_user_db(&mail, &["learn", "--spam"], Some(input));
+        assert_exit(&out, 0, &["learn", what]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "already learned as spam\n",
+            "{what}"
+        );
+    }
+    let out = on_user_db(&mail, &["unlearn", "-"], Some(&came));
+    assert_exit(&out, 0, &["unlearn as it came"]);
+    assert_eq!(
+        mail.counts(),
+        mail.base,
+        "unlearning the message as it came"
+    );
+    // The stored file, learned and unlearned: never fails, counts at zero.
+    let out = on_user_db(&mail, &["learn", "--spam", &stored], None);
+    assert_exit(&out, 0, &["learn the stored file"]);
+    assert_eq!(mail.counts(), [mail.base[0], mail.base[1] + 1]);
+    let out = on_user_db(&mail, &["unlearn", &stored], None);
+    assert_exit(&out, 0, &["unlearn the stored file"]);
+    assert_eq!(mail.counts(), mail.base);
+    let actions: Vec<String> = mail
+        .log()
+        .iter()
+        .map(|l| l.split(' ').skip(1).take(3).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "learned spam imap",
+            "already spam learn",
+            "already spam learn",
+            "unlearned spam learn",
+            "learned spam learn",
+            "unlearned spam learn",
+        ]
+    );
+}
+
+/// The pipe program never fails the IMAP command: whatever goes wrong
+/// (no binary, a bad label or user name, a message that is not mail) it
+/// exits 0 and says why on stderr, run with the environment Dovecot gives
+/// (HOME, USER, no PATH).
+#[test]
+fn the_pipe_program_exits_0_and_says_why_whatever_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    fs::create_dir(&home).unwrap();
+    let script = contrib(PIPE);
+    let installed = |bin: &str| {
+        let path = dir.path().join(format!("pipe-{}", bin.len()));
+        fs::write(
+            &path,
+            replaced(
+                &script,
+                "BAYESMAIL_BIN=/usr/local/bin/bayesmail\n",
+                &format!("BAYESMAIL_BIN='{bin}'\n"),
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    };
+    let good = installed(env!("CARGO_BIN_EXE_bayesmail"));
+    let missing = installed("/nonexistent/bayesmail");
+    let mail = unseen(5, "pipewordone");
+    for (program, args, input, why) in [
+        (
+            &missing,
+            ["spam", USER],
+            &mail[..],
+            "learning as spam for alice failed",
+        ),
+        (&good, ["eggs", USER], &mail[..], "must be spam or ham"),
+        (
+            &good,
+            ["ham", "../x"],
+            &mail[..],
+            "bad or missing user name",
+        ),
+        (&good, ["ham", ""], &mail[..], "bad or missing user name"),
+        // Nothing learned into the empty home: one class is no model, and
+        // not mail is refused; either way the move goes on.
+        (
+            &good,
+            ["ham", USER],
+            b"\x00\x01 not mail",
+            "learning as ham for alice failed",
+        ),
+    ] {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .env_clear()
+            .env("HOME", &home)
+            .env("USER", USER);
+        let out = run_with_stdin(cmd, input);
+        assert_exit(&out, 0, &[utf8(program), args[0], args[1]]);
+        assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
+    }
+    // And when it works, it says nothing.
+    let mut cmd = Command::new(&good);
+    cmd.args(["spam", USER]).env_clear().env("HOME", &home);
+    let out = run_with_stdin(cmd, &mail);
+    assert_exit(&out, 0, &["pipe program"]);
+    assert_eq!(stderr(&out), "");
+    let log = fs::read_to_string(home.join(".local/share/bayesmail/learn.log")).unwrap();
+    assert!(log.contains(" learned spam imap "), "{log}");
+}
