@@ -711,3 +711,28 @@ fn the_pipe_program_exits_0_and_says_why_whatever_fails() {
     let log = fs::read_to_string(home.join(".local/share/bayesmail/learn.log")).unwrap();
     assert!(log.contains(" learned spam imap "), "{log}");
 }
+
+/// The README shows the recipe as tested: its blocks are the contrib
+/// files, and it links them and the pipe program.
+#[test]
+fn readme_imapsieve_blocks_are_the_contrib_files() {
+    let readme = fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(readme.contains("### Learning from the mail client\n"));
+    for (tag, file) in [
+        ("dovecot-imapsieve", CONF),
+        ("sieve learn-spam.sieve", SIEVES[0]),
+        ("sieve learn-ham.sieve", SIEVES[1]),
+    ] {
+        assert_eq!(
+            crate::recipes::readme_block(tag),
+            contrib(file),
+            "README's {tag} block"
+        );
+    }
+    for file in [CONF, SIEVES[0], SIEVES[1], PIPE] {
+        assert!(
+            readme.contains(&format!("(contrib/{file})")),
+            "README links contrib/{file}"
+        );
+    }
+}
