@@ -799,6 +799,11 @@ mod tests {
                 "bad-class",
             ),
             (
+                with(Request::post("/learn?class=spam&origin=eggs"), MAIL),
+                StatusCode::BAD_REQUEST,
+                "bad-origin",
+            ),
+            (
                 with(Request::post("/check").header("User", "../etc"), MAIL),
                 StatusCode::BAD_REQUEST,
                 "bad-user",
@@ -865,7 +870,7 @@ mod tests {
         assert!(dir.path().join("users/carol@example.org").is_dir());
         let (_, body) = ask(&state, learn("/learn?class=spam"));
         assert_eq!(body["action"], "already");
-        let (_, body) = ask(&state, learn("/learn?class=ham"));
+        let (_, body) = ask(&state, learn("/learn?class=ham&origin=imap"));
         assert_eq!(
             (&body["action"], &body["label"]),
             (&json!("moved"), &json!("ham"))
@@ -878,6 +883,22 @@ mod tests {
         let (status, body) = ask(&state, learn("/unlearn"));
         assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
         assert_eq!(body["reason"], "not-learned");
+        // The user's learn log: what, and from where.
+        let log =
+            std::fs::read_to_string(dir.path().join("users/carol@example.org/learn.log")).unwrap();
+        let said: Vec<String> = log
+            .lines()
+            .map(|l| l.split(' ').skip(1).take(3).collect::<Vec<_>>().join(" "))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "learned spam http",
+                "already spam http",
+                "relabelled ham imap",
+                "unlearned ham http"
+            ]
+        );
         let text = state.metrics.render(&[]);
         for line in [
             "bayesmail_learns_total{kind=\"spam\"} 1",
