@@ -2,8 +2,9 @@ require ["vnd.dovecot.pipe", "copy", "imapsieve", "environment", "variables"];
 if environment :matches "imap.mailbox" "*" {
   set "mailbox" "${1}";
 }
-# Thrown away from Junk is not rescued: nothing to learn.
-if string :is "${mailbox}" "Trash" {
+# Thrown away from Junk is not rescued: nothing to learn. Trash as
+# clients name it; add the name yours use.
+if string :is "${mailbox}" ["Trash", "Deleted Messages", "Deleted Items"] {
   stop;
 }
 if environment :matches "imap.user" "*" {

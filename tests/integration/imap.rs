@@ -405,6 +405,9 @@ namespace inbox {{
     special_use = \Trash
     auto = create
   }}
+  mailbox "Deleted Messages" {{
+    auto = create
+  }}
 }}
 !include {d}/conf.d/{CONF}
 "#
@@ -434,7 +437,8 @@ def uid(box, word):
 
 if op in ("MOVE", "COPY"):
     box, word, dest = args
-    ok(m.uid(op, uid(box, word), dest))
+    # imaplib sends names as given: one with a space needs its quotes.
+    ok(m.uid(op, uid(box, word), '"' + dest + '"'))
 elif op == "FLAG":
     box, word, flag = args
     ok(m.uid("STORE", uid(box, word), "+FLAGS", f"({flag})"))
@@ -497,6 +501,13 @@ fn moves_teach_exactly(via: Via, origin: &str) {
     mail.step(&["APPEND", "Junk", &file], [1, 2], 4, &spam);
     // Copied out of Junk: ham, and the copy left in Junk teaches no more.
     mail.step(&["COPY", "Junk", &three, "INBOX"], [2, 1], 5, &rescued);
+    // Trash under another client's name: nothing learned either.
+    mail.step(
+        &["MOVE", "Junk", &three, "Deleted Messages"],
+        [2, 1],
+        5,
+        &rescued,
+    );
     // A message moved back into Junk is spam again, moved once more.
     mail.step(
         &["MOVE", "INBOX", &one, "Junk"],
