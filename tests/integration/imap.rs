@@ -408,6 +408,9 @@ namespace inbox {{
   mailbox "Deleted Messages" {{
     auto = create
   }}
+  mailbox Archive {{
+    auto = create
+  }}
 }}
 !include {d}/conf.d/{CONF}
 "#
@@ -472,8 +475,8 @@ fn messages() -> [(String, Vec<u8>); 3] {
 }
 
 /// The moves a user makes, each checked: into Junk (MOVE, COPY, APPEND)
-/// is spam, out of Junk into INBOX is ham and relabels, Junk → Trash and
-/// flag changes teach nothing. `origin` is what the learn log says.
+/// is spam, out of Junk into INBOX is ham and relabels; Junk → Trash,
+/// INBOX → Archive and flag changes teach nothing. `origin` is what the learn log says.
 fn moves_teach_exactly(via: Via, origin: &str) {
     if !can_run() {
         return;
@@ -487,6 +490,8 @@ fn moves_teach_exactly(via: Via, origin: &str) {
     }
     let spam = format!("learned spam {origin}");
     mail.step(&["FLAG", "INBOX", &one, "\\Flagged"], [0, 0], 0, "");
+    // Filed away, neither into nor out of Junk: nothing learned.
+    mail.step(&["COPY", "INBOX", &two, "Archive"], [0, 0], 0, "");
     mail.step(&["MOVE", "INBOX", &one, "Junk"], [0, 1], 1, &spam);
     mail.step(&["COPY", "INBOX", &two, "Junk"], [0, 2], 2, &spam);
     // A flag changed in Junk (read, flagged) is no new verdict.
