@@ -203,7 +203,7 @@ impl Mail {
                 ),
                 _ => replaced(
                     &replaced(&pipe, "\nVIA=learn\n", "\nVIA=http\n"),
-                    "\nHTTP_URL=http://127.0.0.1:11334\n",
+                    "\nHTTP_URL=http://127.0.0.1:11333\n",
                     &format!("\nHTTP_URL=http://{addr}\n"),
                 ),
             };
