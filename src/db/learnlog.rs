@@ -244,6 +244,19 @@ mod tests {
     }
 
     #[test]
+    fn origins_parse_their_names() {
+        for o in [Origin::Learn, Origin::Imap, Origin::Spamd, Origin::Http] {
+            assert_eq!(o.name().parse::<Origin>(), Ok(o));
+        }
+        assert!(
+            "IMAP"
+                .parse::<Origin>()
+                .unwrap_err()
+                .contains("learn, imap")
+        );
+    }
+
+    #[test]
     fn appends_private_lines_finds_the_last_imap_one_and_stays_bounded() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
