@@ -326,6 +326,10 @@ pub(super) struct LearnArgs {
     /// The message file, or '-' for standard input.
     #[arg(default_value = "-", value_name = "FILE")]
     pub(super) file: PathBuf,
+    /// Who asks, for the database's learn log: imap for a mail client's
+    /// move (Dovecot imapsieve's pipe program), else learn.
+    #[arg(long, default_value = "learn", value_name = "ORIGIN")]
+    pub(super) origin: bayesmail::db::Origin,
     /// Print the outcome as JSON.
     #[arg(long)]
     pub(super) json: bool,
@@ -339,6 +343,10 @@ pub(super) struct UnlearnArgs {
     /// The message file, or '-' for standard input.
     #[arg(default_value = "-", value_name = "FILE")]
     pub(super) file: PathBuf,
+    /// Who asks, for the database's learn log: imap for a mail client's
+    /// move (Dovecot imapsieve's pipe program), else learn.
+    #[arg(long, default_value = "learn", value_name = "ORIGIN")]
+    pub(super) origin: bayesmail::db::Origin,
     /// Print the outcome as JSON.
     #[arg(long)]
     pub(super) json: bool,

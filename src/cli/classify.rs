@@ -211,6 +211,14 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
             .map(|(view, w)| format!("{view} {w:.3}"))
             .collect();
         writeln!(out, "view weights        {}", weights.join(", "))?;
+        writeln!(
+            out,
+            "last learned from IMAP: {}",
+            match s.last_learned_from_imap_seconds_ago {
+                Some(secs) => format!("{} min ago", secs / 60),
+                None => "never".to_string(),
+            }
+        )?;
     }
     Ok(Outcome::AllOk)
 }

@@ -416,6 +416,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
     let (summary, model) = ctx
         .database()
+        .with_origin(args.origin)
         .learn(&labelled, wait, journal_limit(), *params.get())
         .map_err(|e| hint(ctx, "learn", e))?;
     let no_model = no_model_now(model);
@@ -494,6 +495,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
     let unlearned = ctx
         .database()
+        .with_origin(args.origin)
         .unlearn(&given, wait, journal_limit(), *params.get())
         .map_err(|e| hint(ctx, "unlearn", e))?;
     let no_model = no_model_now(unlearned.model);

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::learnlog::{self, Change, Origin};
 use super::{Classifier, DbPaths, Error, Labelled, Result, SetAside, TrainSummary, Trainer, quick};
 use crate::features::Features;
 use crate::message::Identity;
@@ -18,6 +19,7 @@ use crate::store::Store;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Database {
     paths: DbPaths,
+    origin: Origin,
 }
 
 impl Database {
@@ -25,7 +27,15 @@ impl Database {
     pub fn new(dir: impl Into<PathBuf>) -> Database {
         Database {
             paths: DbPaths::new(dir),
+            origin: Origin::default(),
         }
+    }
+
+    /// The same database, with `origin` named in the learn log for what
+    /// [`Database::learn`] and [`Database::unlearn`] change.
+    pub fn with_origin(mut self, origin: Origin) -> Database {
+        self.origin = origin;
+        self
     }
 
     /// Its files.
@@ -91,13 +101,30 @@ impl Database {
         journal_limit: u64,
         params: Params,
     ) -> Result<(TrainSummary, ModelAfter)> {
-        if let Some(summary) = quick::learn(&self.paths, wait, messages, journal_limit)? {
-            return Ok((summary, ModelAfter::UpToDate));
-        }
-        let mut writer = self.writer(wait)?;
-        let summary = writer.learn(messages, &mut |_| {})?;
-        let model = self.follow(&mut writer, params)?;
+        let (summary, model) = match quick::learn(&self.paths, wait, messages, journal_limit)? {
+            Some(summary) => (summary, ModelAfter::UpToDate),
+            None => {
+                let mut writer = self.writer(wait)?;
+                let summary = writer.learn(messages, &mut |_| {})?;
+                let model = self.follow(&mut writer, params)?;
+                (summary, model)
+            }
+        };
+        self.log(&summary.changes);
         Ok((summary, model))
+    }
+
+    /// Appends `changes` to the learn log. The counts have changed by
+    /// then: a log that cannot be written (a full disk) must not turn a
+    /// learn that happened into an error, so that failure is only noted.
+    fn log(&self, changes: &[(crate::vocab::Digest, Change)]) {
+        if let Err(e) = learnlog::append(&self.paths, self.origin, changes) {
+            eprintln!(
+                "bayesmail: note: learn log {} not written: {}",
+                learnlog::path(&self.paths).display(),
+                crate::fsutil::words(&e)
+            );
+        }
     }
 
     /// Unlearns a few messages (features and identity) as
@@ -110,9 +137,18 @@ impl Database {
         params: Params,
     ) -> Result<Unlearned> {
         self.must_exist()?;
+        let log = |results: &[Result<Label>]| {
+            let changes: Vec<_> = messages
+                .iter()
+                .zip(results)
+                .filter_map(|((_, id), r)| Some((id.digest, Change::Unlearned(*r.as_ref().ok()?))))
+                .collect();
+            self.log(&changes);
+        };
         if let Some((results, inexact)) =
             quick::unlearn(&self.paths, wait, messages, journal_limit)?
         {
+            log(&results);
             return Ok(Unlearned {
                 results,
                 inexact,
@@ -134,6 +170,7 @@ impl Database {
             }
         }
         let model = self.follow(&mut writer, params)?;
+        log(&results);
         Ok(Unlearned {
             results,
             inexact,

@@ -14,6 +14,8 @@
 //! DB/model.journal  the count changes since model.bin was compiled, one
 //!                   checksummed entry per learn/unlearn, applied by readers
 //!                   on open (see [`crate::store::journal`])
+//! DB/learn.log      one line per message learn, unlearn or serve taught:
+//!                   when, what, from where (see [`learnlog`])
 //! ```
 //!
 //! The directory is created private (0700) and the files bayesmail writes
@@ -24,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 mod database;
 mod delivery;
+pub mod learnlog;
 mod lock;
 pub(crate) mod quick;
 mod reader;
@@ -35,6 +38,7 @@ mod writer;
 
 pub use database::{Database, ModelAfter, Reader, Unlearned};
 pub use delivery::{Reason, Stamped, Status};
+pub use learnlog::Origin;
 
 pub use lock::WriterLock;
 pub use reader::{

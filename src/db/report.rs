@@ -70,6 +70,11 @@ pub struct Stats {
     /// The stacker's weight of each view and of the metadata: how much
     /// each counts for this user's mail.
     pub weights: BTreeMap<&'static str, f64>,
+    /// When a mail client's move last taught this database (the learn
+    /// log's last `imap` line), as `YYYY-MM-DDTHH:MM:SSZ`; `None` if never.
+    pub last_learned_from_imap: Option<String>,
+    /// Seconds since then.
+    pub last_learned_from_imap_seconds_ago: Option<u64>,
     /// The directory's permission bits when others may read it (the
     /// counts name every correspondent).
     #[serde(skip)]
@@ -116,7 +121,15 @@ impl Reader {
                 .map(|m| m.permissions().mode() & 0o777)
                 .filter(|mode| mode & 0o044 != 0)
         };
+        let imap = super::learnlog::last_from(paths, super::Origin::Imap);
         Ok(Stats {
+            last_learned_from_imap: imap.map(super::learnlog::utc),
+            last_learned_from_imap_seconds_ago: imap.map(|t| {
+                std::time::SystemTime::now()
+                    .duration_since(t)
+                    .unwrap_or_default()
+                    .as_secs()
+            }),
             database: paths.dir().display().to_string(),
             ham_messages: h.totals.messages[0],
             spam_messages: h.totals.messages[1],

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::learnlog::Change;
 use super::lock::{WriterLock, is_private, private_dir, privatize};
 use super::run::Run;
 use crate::db::ModelHeader;
@@ -71,6 +72,10 @@ pub struct TrainSummary {
     pub inexact: u64,
     /// Whether a new snapshot was written.
     pub snapshot_written: bool,
+    /// What became of each message `learn` was given (for the learn log);
+    /// empty after a training run.
+    #[serde(skip)]
+    pub(crate) changes: Vec<(Digest, Change)>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -634,6 +639,12 @@ pub(crate) fn learn_into(
     {
         delta.registry.push((known_as, None));
     }
+    let change = match now {
+        Some((old, _)) if old == m.label => Change::Already(m.label),
+        Some(_) => Change::Relabelled(m.label),
+        None => Change::Learned(m.label),
+    };
+    summary.changes.push((digest, change));
     match now {
         Some((old, known_as)) if old == m.label => {
             summary.unchanged += 1;

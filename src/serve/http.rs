@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{BoxConn, Judged, LearnError, Learned, Peer, State, log_line};
-use crate::db::{self, Reason, Stamped, Status};
+use crate::db::{self, Origin, Reason, Stamped, Status};
 use crate::model::Label;
 use crate::sanitize::for_terminal;
 
@@ -296,6 +296,25 @@ fn class(query: Option<&str>) -> Result<Label, String> {
     }
 }
 
+/// `&origin=imap` of a learn or unlearn (the mail client's move, for the
+/// learn log); without it, HTTP.
+fn origin(query: Option<&str>) -> Result<Origin, String> {
+    let value = query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == "origin")
+        .map(|(_, value)| value);
+    match value {
+        None | Some("http") => Ok(Origin::Http),
+        Some("imap") => Ok(Origin::Imap),
+        Some(v) => Err(format!(
+            "origin {:?} is neither imap nor http",
+            for_terminal(v)
+        )),
+    }
+}
+
 /// The user the request names, checked; `Err` is the answer refusing it.
 fn user_of<B>(req: &Request<B>) -> Result<Option<String>, Box<Answer>> {
     let Some(value) = req.headers().get(USER_HEADER) else {
@@ -501,6 +520,10 @@ where
         Ok(user) => user,
         Err(refused) => return *refused,
     };
+    let origin = match origin(req.uri().query()) {
+        Ok(origin) => origin,
+        Err(why) => return error(StatusCode::BAD_REQUEST, "bad-origin", &why),
+    };
     // The database it goes to, as /check names models.
     let database = match user.as_deref().map(|u| state.models.user_db(u)) {
         Some(Ok(Some(_))) => format!("user:{}", user.as_deref().unwrap_or_default()),
@@ -512,7 +535,7 @@ where
         Ok(raw) => raw,
         Err(err) => return body_error(err, peer, state),
     };
-    let result = state.learn(user.clone(), raw, label).await;
+    let result = state.learn(user.clone(), raw, label, origin).await;
     let shown_user = for_terminal(user.as_deref().unwrap_or("-")).into_owned();
     let done = match result {
         Ok(done) => done,
@@ -776,6 +799,11 @@ mod tests {
                 "bad-class",
             ),
             (
+                with(Request::post("/learn?class=spam&origin=eggs"), MAIL),
+                StatusCode::BAD_REQUEST,
+                "bad-origin",
+            ),
+            (
                 with(Request::post("/check").header("User", "../etc"), MAIL),
                 StatusCode::BAD_REQUEST,
                 "bad-user",
@@ -842,7 +870,7 @@ mod tests {
         assert!(dir.path().join("users/carol@example.org").is_dir());
         let (_, body) = ask(&state, learn("/learn?class=spam"));
         assert_eq!(body["action"], "already");
-        let (_, body) = ask(&state, learn("/learn?class=ham"));
+        let (_, body) = ask(&state, learn("/learn?class=ham&origin=imap"));
         assert_eq!(
             (&body["action"], &body["label"]),
             (&json!("moved"), &json!("ham"))
@@ -855,6 +883,22 @@ mod tests {
         let (status, body) = ask(&state, learn("/unlearn"));
         assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
         assert_eq!(body["reason"], "not-learned");
+        // The user's learn log: what, and from where.
+        let log =
+            std::fs::read_to_string(dir.path().join("users/carol@example.org/learn.log")).unwrap();
+        let said: Vec<String> = log
+            .lines()
+            .map(|l| l.split(' ').skip(1).take(3).collect::<Vec<_>>().join(" "))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "learned spam http",
+                "already spam http",
+                "relabelled ham imap",
+                "unlearned ham http"
+            ]
+        );
         let text = state.metrics.render(&[]);
         for line in [
             "bayesmail_learns_total{kind=\"spam\"} 1",

@@ -180,12 +180,13 @@ impl State {
         user: Option<String>,
         raw: Vec<u8>,
         label: Option<Label>,
+        origin: crate::db::Origin,
     ) -> Result<Learned, LearnError> {
         let state = self.clone();
         let result = tokio::task::spawn_blocking(move || match label {
             Some(label) => state
                 .models
-                .learn(user.as_deref(), &raw, label)
+                .learn(user.as_deref(), &raw, label, origin)
                 .map(|(summary, _)| {
                     if summary.relearned > 0 {
                         Learned::Moved(label)
@@ -197,7 +198,7 @@ impl State {
                 }),
             None => state
                 .models
-                .unlearn(user.as_deref(), &raw)
+                .unlearn(user.as_deref(), &raw, origin)
                 .map(Learned::Unlearned),
         })
         .await

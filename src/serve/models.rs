@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::users::{UserDbPattern, UserError};
-use crate::db::{self, Database, Labelled, ModelAfter, Reader, Reason, Stamped, TrainSummary};
+use crate::db::{
+    self, Database, Labelled, ModelAfter, Origin, Reader, Reason, Stamped, TrainSummary,
+};
 use crate::decision::Decider;
 use crate::features::Extractor;
 use crate::model::{Label, Params};
@@ -306,24 +308,30 @@ impl Models {
 
     /// The database learning for `user` goes to: the user's own when users
     /// have their own, else the global one.
-    fn learning_db(&self, user: Option<&str>) -> Result<(Database, ModelSettings), LearnError> {
+    fn learning_db(
+        &self,
+        user: Option<&str>,
+        origin: Origin,
+    ) -> Result<(Database, ModelSettings), LearnError> {
         let settings = self.settings();
         let dir = match user.map(|u| self.user_db(u)).transpose()?.flatten() {
             Some(dir) => dir,
             None => settings.global.clone(),
         };
-        Ok((Database::new(dir), settings))
+        Ok((Database::new(dir).with_origin(origin), settings))
     }
 
     /// Learns `raw` as `label` for `user` (see [`Database::learn`]):
     /// idempotent, and a message learned under the other label is moved.
+    /// The learn log says it came from `origin`.
     pub fn learn(
         &self,
         user: Option<&str>,
         raw: &[u8],
         label: Label,
+        origin: Origin,
     ) -> Result<(TrainSummary, ModelAfter), LearnError> {
-        let (db, settings) = self.learning_db(user)?;
+        let (db, settings) = self.learning_db(user, origin)?;
         if !crate::message::looks_like_mail(raw) {
             return Err(LearnError::Message(crate::sources::NOT_MAIL.to_string()));
         }
@@ -343,9 +351,15 @@ impl Models {
         )?)
     }
 
-    /// Unlearns `raw` for `user`: returns the label it had.
-    pub fn unlearn(&self, user: Option<&str>, raw: &[u8]) -> Result<Label, LearnError> {
-        let (db, settings) = self.learning_db(user)?;
+    /// Unlearns `raw` for `user`: returns the label it had. The learn log
+    /// says it came from `origin`.
+    pub fn unlearn(
+        &self,
+        user: Option<&str>,
+        raw: &[u8],
+        origin: Origin,
+    ) -> Result<Label, LearnError> {
+        let (db, settings) = self.learning_db(user, origin)?;
         let (features, identity) = Extractor::new()
             .read(raw)
             .map_err(|e| LearnError::Message(e.to_string()))?;

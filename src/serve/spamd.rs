@@ -349,7 +349,9 @@ async fn tell(state: &Arc<State>, headers: Headers, raw: Vec<u8>) -> Result<Vec<
     };
     let user = headers.user;
     let id = message_id(&raw);
-    let result = state.learn(user.clone(), raw, label).await;
+    let result = state
+        .learn(user.clone(), raw, label, crate::db::Origin::Spamd)
+        .await;
     let said = match &result {
         Ok(learned) => format!("{learned:?}"),
         Err(e) => e.to_string(),
@@ -638,7 +640,10 @@ mod tests {
             milter_spam_action: Default::default(),
         }));
         for (raw, label) in [(HAM, Label::Ham), (SPAM, Label::Spam)] {
-            state.models.learn(None, raw, label).unwrap();
+            state
+                .models
+                .learn(None, raw, label, crate::db::Origin::Spamd)
+                .unwrap();
         }
         state
     }

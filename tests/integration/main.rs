@@ -20,6 +20,7 @@ mod hostile_message;
 mod hostile_scan;
 mod hostile_store;
 mod identity;
+mod imap;
 mod journal;
 mod layers;
 mod learning;

@@ -14,7 +14,7 @@ use crate::common::{
 };
 
 /// The body of the first code block fenced as ```` ```TAG ```` in README.md.
-fn readme_block(tag: &str) -> String {
+pub(crate) fn readme_block(tag: &str) -> String {
     let readme = fs::read_to_string(root().join("README.md")).unwrap();
     let fence = format!("```{tag}\n");
     let start = readme
