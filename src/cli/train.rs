@@ -115,6 +115,17 @@ fn hint(ctx: &Context, verb: &str, err: bayesmail::db::Error) -> anyhow::Error {
 }
 
 /// Says, once, that counts of `what` could not be taken back exactly.
+/// Says that the learn log could not be written, when it could not (the
+/// counts changed all the same).
+fn log_failure_note(failure: Option<&str>) {
+    if let Some(failure) = failure {
+        note!(
+            "bayesmail: note: {}; the counts changed all the same",
+            for_terminal(failure)
+        );
+    }
+}
+
 fn inexact_note(what: &str, inexact: u64) {
     if inexact > 0 {
         note!(
@@ -425,6 +436,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         _ => format!("the messages moved to {label}"),
     };
     inexact_note(&moved, summary.inexact);
+    log_failure_note(summary.log_failure.as_deref());
     let action = if summary.relearned > 0 {
         "moved"
     } else if summary.learned > 0 {
@@ -504,6 +516,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         _ => "the messages unlearned".to_string(),
     };
     inexact_note(&what, unlearned.inexact);
+    log_failure_note(unlearned.log_failure.as_deref());
     let results = unlearned.results;
     let single = messages.len() == 1 && failed == 0;
     let mut lines = Vec::new();

@@ -86,6 +86,9 @@ pub struct Unlearned {
     pub inexact: u64,
     /// What the model is now.
     pub model: ModelAfter,
+    /// Why the learn log could not be written, if it could not: the counts
+    /// changed all the same (see [`TrainSummary::log_failure`]).
+    pub log_failure: Option<String>,
 }
 
 impl Database {
@@ -110,21 +113,25 @@ impl Database {
                 (summary, model)
             }
         };
-        self.log(&summary.changes);
+        let mut summary = summary;
+        summary.log_failure = self.log(&summary.changes);
         Ok((summary, model))
     }
 
     /// Appends `changes` to the learn log. The counts have changed by
     /// then: a log that cannot be written (a full disk) must not turn a
-    /// learn that happened into an error, so that failure is only noted.
-    fn log(&self, changes: &[(crate::vocab::Digest, Change)]) {
-        if let Err(e) = learnlog::append(&self.paths, self.origin, changes) {
-            eprintln!(
-                "bayesmail: note: learn log {} not written: {}",
-                learnlog::path(&self.paths).display(),
-                crate::fsutil::words(&e)
-            );
-        }
+    /// learn that happened into an error, so that failure is returned in
+    /// words, for the caller to note.
+    fn log(&self, changes: &[(crate::vocab::Digest, Change)]) -> Option<String> {
+        learnlog::append(&self.paths, self.origin, changes)
+            .err()
+            .map(|e| {
+                format!(
+                    "learn log {} not written: {}",
+                    learnlog::path(&self.paths).display(),
+                    crate::fsutil::words(&e)
+                )
+            })
     }
 
     /// Unlearns a few messages (features and identity) as
@@ -143,15 +150,16 @@ impl Database {
                 .zip(results)
                 .filter_map(|((_, id), r)| Some((id.digest, Change::Unlearned(*r.as_ref().ok()?))))
                 .collect();
-            self.log(&changes);
+            self.log(&changes)
         };
         if let Some((results, inexact)) =
             quick::unlearn(&self.paths, wait, messages, journal_limit)?
         {
-            log(&results);
+            let log_failure = log(&results);
             return Ok(Unlearned {
                 results,
                 inexact,
+                log_failure,
                 model: ModelAfter::UpToDate,
             });
         }
@@ -170,10 +178,11 @@ impl Database {
             }
         }
         let model = self.follow(&mut writer, params)?;
-        log(&results);
+        let log_failure = log(&results);
         Ok(Unlearned {
             results,
             inexact,
+            log_failure,
             model,
         })
     }

@@ -76,6 +76,10 @@ pub struct TrainSummary {
     /// empty after a training run.
     #[serde(skip)]
     pub(crate) changes: Vec<(Digest, Change)>,
+    /// Why the learn log could not be written after a learn, if it could
+    /// not: the counts changed all the same.
+    #[serde(skip)]
+    pub log_failure: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -343,12 +343,16 @@ impl Models {
             identity,
             label,
         };
-        Ok(db.learn(
+        let (summary, model) = db.learn(
             &[message],
             settings.learn_wait,
             settings.journal_limit,
             settings.params,
-        )?)
+        )?;
+        if let Some(failure) = &summary.log_failure {
+            super::log_line(&format!("note: {failure}"));
+        }
+        Ok((summary, model))
     }
 
     /// Unlearns `raw` for `user`: returns the label it had. The learn log
@@ -369,6 +373,9 @@ impl Models {
             settings.journal_limit,
             settings.params,
         )?;
+        if let Some(failure) = &unlearned.log_failure {
+            super::log_line(&format!("note: {failure}"));
+        }
         Ok(unlearned.results.remove(0)?)
     }
 }

@@ -752,3 +752,31 @@ fn readme_imapsieve_blocks_are_the_contrib_files() {
         );
     }
 }
+
+#[test]
+fn a_learn_log_that_cannot_be_written_is_noted_and_the_learn_stands() {
+    let db = Db::new();
+    db.train_sample();
+    let before = db.counts();
+    // A directory where the log goes: no line can be appended.
+    fs::create_dir_all(db.dir().join("learn.log")).unwrap();
+    let out = db.run(
+        &["learn", "--spam", "--origin", "imap", "-"],
+        Some(&unseen(0, "X-Log-Test: 1")),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("learn.log not written") && said.contains("the counts changed all the same"),
+        "{said}"
+    );
+    assert_eq!(db.counts(), [before[0], before[1] + 1]);
+    let out = db.run(&["unlearn", "-"], Some(&unseen(0, "X-Log-Test: 1")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("learn.log not written"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(db.counts(), before);
+}
