@@ -626,6 +626,20 @@ fn imap_learns_the_message_filter_judged_whatever_delivery_did() {
             "{what}"
         );
     }
+    // train over a folder holding both forms knows them too: one message
+    // already known, the other form a duplicate of it.
+    let folder = tempfile::tempdir().unwrap();
+    fs::write(folder.path().join("came"), &came).unwrap();
+    fs::write(folder.path().join("filtered"), &filtered).unwrap();
+    let out = on_user_db(&mail, &["train", "--spam", utf8(folder.path())], None);
+    assert_exit(&out, 0, &["train"]);
+    assert!(
+        stderr(&out)
+            .contains("0 learned, 0 moved to the other label, 1 already known, 1 duplicates"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(mail.counts(), [mail.base[0], mail.base[1] + 1]);
     let out = on_user_db(&mail, &["unlearn", "-"], Some(&came));
     assert_exit(&out, 0, &["unlearn as it came"]);
     assert_eq!(
