@@ -31,6 +31,7 @@ mod recipes;
 mod review_speed;
 mod scale;
 mod serve;
+mod serve_exim;
 mod serve_http;
 mod serve_load;
 mod serve_milter;
