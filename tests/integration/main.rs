@@ -35,6 +35,7 @@ mod serve_exim;
 mod serve_http;
 mod serve_load;
 mod serve_milter;
+mod serve_sendmail;
 mod serve_spamd;
 mod split;
 mod train;

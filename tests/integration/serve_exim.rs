@@ -240,14 +240,14 @@ impl Exim {
 
 /// The lines of `raw` without their line ends (a last line without one
 /// is a line).
-fn lines(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(crate) fn lines(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
     let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
     raw.split(|&b| b == b'\n')
         .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
 }
 
 /// `raw` as a Maildir holds it: LF line ends, one after the last line.
-fn as_stored(raw: &[u8]) -> Vec<u8> {
+pub(crate) fn as_stored(raw: &[u8]) -> Vec<u8> {
     lines(raw).flat_map(|l| [l, b"\n"].concat()).collect()
 }
 
