@@ -115,9 +115,7 @@ struct Bayes {
     /// (SMFIP_HDR_LEADSPC), so a renamed field keeps its bytes.
     leading_space: bool,
     /// Header fields above the first one sent that INSHEADER positions
-    /// count: Postfix puts its own Received field on top, hides it from
-    /// milters and counts it (its `v` macro says it is Postfix; seen with
-    /// Postfix 3.7's smtpd); none for other MTAs.
+    /// count, by the MTA (see [`hidden_fields`]).
     hidden: u32,
     /// The first envelope recipient, whose model judges.
     recipient: Option<String>,
@@ -187,6 +185,31 @@ struct Forged {
     position: u32,
     name: Vec<u8>,
     value: Vec<u8>,
+}
+
+/// Entries Sendmail keeps above the first field of a message, less one:
+/// a sendmail.cf built from Sendmail's m4 macros has nine header
+/// templates (Return-Path, Received, Resent-Date, Date, Resent-From, From,
+/// Full-Name, Resent-Message-Id, Message-Id), each an entry of the
+/// message's header list whether it is written out or not, and Sendmail
+/// puts an inserted field after the entry the index reaches, not before.
+/// Seen with Sendmail 8.17.
+const SENDMAIL_HIDDEN: u32 = 8;
+
+/// How many entries the MTA whose `v` macro is `version` counts above the
+/// first field it sent when it inserts one. Postfix ("Postfix 3.7.11")
+/// puts its own Received field on top, hides it from milters and counts
+/// it (seen with Postfix 3.7's smtpd). Sendmail ("8.17.1.9", sent once
+/// its connect macros name `v`) counts [`SENDMAIL_HIDDEN`]. Other MTAs,
+/// and Sendmail without `v`, none.
+fn hidden_fields(version: &[u8]) -> u32 {
+    if version.starts_with(b"Postfix") {
+        1
+    } else if version.starts_with(b"8.") {
+        SENDMAIL_HIDDEN
+    } else {
+        0
+    }
 }
 
 /// The header actions for `status` on a message whose fields named like
@@ -326,7 +349,7 @@ impl miltr_server::Milter for Bayes {
                 self.queue_id = Some(String::from_utf8_lossy(value).into_owned());
             }
             if name == b"v" {
-                self.hidden = u32::from(value.starts_with(b"Postfix"));
+                self.hidden = hidden_fields(value);
             }
         }
         Ok(())
@@ -640,5 +663,13 @@ mod tests {
         let mut out = Vec::new();
         crlf_lines(b"a\n\tb\r\n c", &mut out);
         assert_eq!(out, b"a\r\n\tb\r\n c");
+    }
+
+    #[test]
+    fn postfix_and_sendmail_hide_fields_others_none() {
+        assert_eq!(hidden_fields(b"Postfix 3.7.11"), 1);
+        assert_eq!(hidden_fields(b"8.17.1.9"), 8);
+        assert_eq!(hidden_fields(b"OpenSMTPD"), 0);
+        assert_eq!(hidden_fields(b""), 0);
     }
 }
