@@ -191,6 +191,11 @@ impl Counts {
         }
     }
 
+    /// Messages counted per class, `[ham, spam]`.
+    pub fn messages(&self) -> [u64; 2] {
+        self.totals.messages
+    }
+
     /// Size of the vocabulary counted.
     pub fn vocabulary(&self) -> usize {
         self.tokens.len()
@@ -271,9 +276,9 @@ fn inner_scores(
     candidates: &[ValidParams],
     k: usize,
     inputs: Inputs,
-) -> Vec<Vec<Scored>> {
+) -> (Vec<usize>, Vec<Vec<Scored>>) {
     let k = k.max(2);
-    let rows: Vec<(Vec<[f64; INPUTS]>, bool)> = (0..k)
+    let rows: Vec<(usize, Vec<[f64; INPUTS]>, bool)> = (0..k)
         .into_par_iter()
         .flat_map_iter(|g| {
             let mut counts = base.clone();
@@ -297,14 +302,20 @@ fn inner_scores(
                         .iter()
                         .map(|ev| inputs.apply(ev.stacker_inputs()))
                         .collect();
-                    (each, ex.label == Label::Spam)
+                    (i, each, ex.label == Label::Spam)
                 })
                 .collect::<Vec<_>>()
         })
         .collect();
-    (0..candidates.len())
-        .map(|c| rows.iter().map(|(each, spam)| (each[c], *spam)).collect())
-        .collect()
+    let order = rows.iter().map(|(i, _, _)| *i).collect();
+    let scores = (0..candidates.len())
+        .map(|c| {
+            rows.iter()
+                .map(|(_, each, spam)| (each[c], *spam))
+                .collect()
+        })
+        .collect();
+    (order, scores)
 }
 
 /// Mean log-loss of a calibrator on samples.
@@ -466,31 +477,58 @@ pub fn select_and_calibrate(
     members: &[usize],
     settings: &Settings,
 ) -> (ValidParams, Calibrator) {
+    let (params, calibrator, _) = select_and_calibrate_with_samples(data, base, members, settings);
+    (params, calibrator)
+}
+
+/// [`select_and_calibrate`], and the samples the stacker was fitted on:
+/// each with the index of its example.
+pub fn select_and_calibrate_with_samples(
+    data: &Dataset,
+    base: &Counts,
+    members: &[usize],
+    settings: &Settings,
+) -> (ValidParams, Calibrator, Vec<(usize, Scored)>) {
     let members = &bounded(data, members)[..];
-    let score = |candidates: &[ValidParams]| {
-        inner_scores(
+    let mut order = Vec::new();
+    let mut score = |candidates: &[ValidParams]| {
+        let (o, scores) = inner_scores(
             data,
             base,
             members,
             candidates,
             settings.inner_folds,
             settings.inputs,
-        )
+        );
+        order = o;
+        scores
     };
     // The candidate whose fitted stacker has the lowest log-loss on its
-    // own scores, among `candidates` scored as `scores`.
+    // own scores, among `candidates` scored as `scores`, and those scores.
     let best = |candidates: &[ValidParams], scores: &[Vec<Scored>]| {
         candidates
             .iter()
             .zip(scores)
             .map(|(&params, samples)| {
                 let calibrator = Calibrator::fit(samples);
-                (log_loss(&calibrator, samples), params, calibrator)
+                (log_loss(&calibrator, samples), params, calibrator, samples)
             })
             .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, p, c)| (p, c))
-            .unwrap_or((settings.params, Calibrator::default()))
+            .map(|(_, p, c, samples)| (p, c, samples.clone()))
+            .unwrap_or((settings.params, Calibrator::default(), Vec::new()))
     };
+    let (params, calibrator, samples) = choose(settings, &mut score, &best);
+    let samples = order.into_iter().zip(samples).collect();
+    (params, calibrator, samples)
+}
+
+/// The strength search of [`select_and_calibrate`]: `score` scores
+/// candidates, `best` picks among scored ones.
+fn choose(
+    settings: &Settings,
+    score: &mut dyn FnMut(&[ValidParams]) -> Vec<Vec<Scored>>,
+    best: &dyn Fn(&[ValidParams], &[Vec<Scored>]) -> (ValidParams, Calibrator, Vec<Scored>),
+) -> (ValidParams, Calibrator, Vec<Scored>) {
     let given = *settings.params.get();
     let Combine::Tempered { power, .. } = given.combine else {
         return best(&[settings.params], &score(&[settings.params]));
@@ -534,7 +572,7 @@ pub fn select_and_calibrate(
         all.extend(bytes(w));
     }
     let scores = score(&all);
-    let (chosen, _) = best(&words, &scores[..words.len()]);
+    let (chosen, _, _) = best(&words, &scores[..words.len()]);
     match words.iter().position(|w| *w == chosen) {
         Some(c) => {
             let range = after[c]..after[c] + bytes(&chosen).len();

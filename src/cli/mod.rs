@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use bayesmail::config::{self, Config};
 use bayesmail::db::DbPaths;
 use bayesmail::decision::Decider;
-use bayesmail::eval::protocol::{DEFAULT_REFIT_EVERY, Settings};
+use bayesmail::eval::protocol::Settings;
 use bayesmail::fit::{self as training, DEFAULT_INNER_FOLDS};
 use bayesmail::model::ValidParams;
 
@@ -219,7 +219,6 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
                     },
                 },
                 decider,
-                refit_every: DEFAULT_REFIT_EVERY,
             };
             eval::run(&args, settings)
         }

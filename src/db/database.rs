@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::learnlog::{self, Change, Origin};
+use super::restack::Restack;
 use super::{Classifier, DbPaths, Error, Labelled, Result, SetAside, TrainSummary, Trainer, quick};
 use crate::features::Features;
 use crate::message::Identity;
@@ -104,12 +105,18 @@ impl Database {
         journal_limit: u64,
         params: Params,
     ) -> Result<(TrainSummary, ModelAfter)> {
-        let (summary, model) = match quick::learn(&self.paths, wait, messages, journal_limit)? {
+        // Each message as the model judges it before this learn: the
+        // stacker's prequential samples.
+        let mut restack = Restack::before_learning(&self.paths, messages);
+        let learned = quick::learn(&self.paths, wait, messages, journal_limit, &mut restack)?;
+        let (summary, model) = match learned {
             Some(summary) => (summary, ModelAfter::UpToDate),
             None => {
                 let mut writer = self.writer(wait)?;
                 let summary = writer.learn(messages, &mut |_| {})?;
+                writer.refitted(restack.refit(&summary.changes)?);
                 let model = self.follow(&mut writer, params)?;
+                restack.commit()?;
                 (summary, model)
             }
         };
@@ -152,8 +159,9 @@ impl Database {
                 .collect();
             self.log(&changes)
         };
+        let mut restack = Restack::for_unlearning(&self.paths);
         if let Some((results, inexact)) =
-            quick::unlearn(&self.paths, wait, messages, journal_limit)?
+            quick::unlearn(&self.paths, wait, messages, journal_limit, &mut restack)?
         {
             let log_failure = log(&results);
             return Ok(Unlearned {
@@ -177,7 +185,14 @@ impl Database {
                 break;
             }
         }
+        let changes: Vec<_> = messages
+            .iter()
+            .zip(&results)
+            .filter_map(|((_, id), r)| Some((id.digest, Change::Unlearned(*r.as_ref().ok()?))))
+            .collect();
+        restack.refit(&changes)?;
         let model = self.follow(&mut writer, params)?;
+        restack.commit()?;
         let log_failure = log(&results);
         Ok(Unlearned {
             results,

@@ -14,6 +14,8 @@
 //! DB/model.journal  the count changes since model.bin was compiled, one
 //!                   checksummed entry per learn/unlearn, applied by readers
 //!                   on open (see [`crate::store::journal`])
+//! DB/model.samples  the prequential record the stacker is refitted on as
+//!                   the database learns (see [`crate::store::samples`])
 //! DB/learn.log      one line per message learn, unlearn or serve taught:
 //!                   when, what, from where (see [`learnlog`])
 //! ```
@@ -31,6 +33,7 @@ mod lock;
 pub(crate) mod quick;
 mod reader;
 mod report;
+mod restack;
 mod run;
 mod scan;
 mod train;
@@ -176,6 +179,12 @@ impl DbPaths {
     /// [`crate::store::registry`]).
     pub fn registry(&self) -> PathBuf {
         self.dir.join("model.registry")
+    }
+
+    /// The prequential record the stacker of a learning database is
+    /// refitted on (see [`crate::store::samples`]).
+    pub fn samples(&self) -> PathBuf {
+        self.dir.join("model.samples")
     }
 
     /// The writers' lock file.

@@ -12,9 +12,12 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::learnlog::Change;
+use super::restack::Restack;
 use super::{Labelled, TrainSummary, WriterLock};
 use crate::db::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
+use crate::decision::Calibrator;
 use crate::features::Features;
 use crate::message::Identity;
 use crate::model::{Combine, Delta, Label};
@@ -143,7 +146,13 @@ impl State {
     /// not take back exactly; `None` (nothing written) if it does not apply
     /// to the model, does not fit the journal or would take it past
     /// `limit` bytes.
-    fn append(&self, paths: &DbPaths, delta: &Delta, limit: u64) -> Result<Option<u64>> {
+    fn append(
+        &self,
+        paths: &DbPaths,
+        delta: &Delta,
+        stacker: Option<(Calibrator, u64)>,
+        limit: u64,
+    ) -> Result<Option<u64>> {
         let limit = limit.min(journal::MAX_JOURNAL_BYTES);
         let Some(inexact) = self.inexact(paths, delta) else {
             return Ok(None);
@@ -152,9 +161,10 @@ impl State {
             .journal
             .as_ref()
             .map_or(self.registry.base.generation, |j| j.end().generation);
-        let Some(entry) = Entry::from_delta(from, from + 1, delta) else {
+        let Some(mut entry) = Entry::from_delta(from, from + 1, delta) else {
             return Ok(None);
         };
+        entry.stacker = stacker;
         let encoded = entry.encode().len() as u64;
         match &self.journal {
             Some(j) => {
@@ -175,13 +185,15 @@ impl State {
 }
 
 /// Learns `messages` (as [`super::Trainer::learn`] does) through the
-/// journal alone; `None` if the quick path cannot be taken (then nothing
-/// was written).
-pub fn learn(
+/// journal alone, with the stacker `restack` refits in the same entry and
+/// its record written after; `None` if the quick path cannot be taken
+/// (then nothing was written).
+pub(crate) fn learn(
     paths: &DbPaths,
     wait: Duration,
     messages: &[Labelled],
     limit: u64,
+    restack: &mut Restack,
 ) -> Result<Option<TrainSummary>> {
     let Some(state) = State::read(paths, wait)? else {
         return Ok(None);
@@ -214,10 +226,13 @@ pub fn learn(
     if summary.totals.contains(&0) {
         return Ok(None);
     }
-    let Some(inexact) = state.append(paths, &delta, limit)? else {
+    let stacker = restack.refit(&summary.changes)?;
+    let Some(inexact) = state.append(paths, &delta, stacker, limit)? else {
         return Ok(None);
     };
     summary.inexact = inexact;
+    // Still under the writers' lock (`state` holds it).
+    restack.commit()?;
     Ok(Some(summary))
 }
 
@@ -226,12 +241,14 @@ pub fn learn(
 /// learned, and how many counts could not be taken back exactly; `None` if
 /// the quick path cannot be taken (then nothing was written), including
 /// when a class would be left empty (the full path removes the model
-/// then).
-pub fn unlearn(
+/// then). `restack` takes the messages' samples out of the stacker's
+/// record.
+pub(crate) fn unlearn(
     paths: &DbPaths,
     wait: Duration,
     messages: &[(&Features, Identity)],
     limit: u64,
+    restack: &mut Restack,
 ) -> Result<Option<(Vec<Result<Label>>, u64)>> {
     let Some(state) = State::read(paths, wait)? else {
         return Ok(None);
@@ -263,7 +280,14 @@ pub fn unlearn(
     if after.iter().any(|&n| n <= 0) {
         return Ok(None);
     }
-    Ok(state
-        .append(paths, &delta, limit)?
-        .map(|inexact| (results, inexact)))
+    let changes: Vec<_> = done
+        .iter()
+        .map(|(digest, label)| (*digest, Change::Unlearned(*label)))
+        .collect();
+    restack.refit(&changes)?;
+    let Some(inexact) = state.append(paths, &delta, None, limit)? else {
+        return Ok(None);
+    };
+    restack.commit()?;
+    Ok(Some((results, inexact)))
 }

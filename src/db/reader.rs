@@ -260,6 +260,10 @@ impl Classifier {
                 gram_overlay.insert(bucket, new);
             }
             header.store = Some(journal.end());
+            if let Some((stacker, n)) = journal.stacker() {
+                header.calibrator = stacker;
+                header.calibrated_on = usize::try_from(n).unwrap_or(usize::MAX);
+            }
         }
         let model = Model::new(params, &header.totals, header.absent_constant);
         Ok(Classifier {

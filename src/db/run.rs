@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use rayon::prelude::*;
 
 use super::{Error, Result, TrainSummary, release_freed_memory};
-use crate::decision::Calibrator;
+use crate::decision::{Calibrator, prequential};
 use crate::features::Features;
 use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings};
 use crate::model::{Delta, Label, Params};
@@ -41,7 +41,7 @@ pub struct Run {
     pub(super) rest: Delta,
     pub(super) registry: Vec<(Digest, Option<Label>)>,
     pub(super) labels: HashMap<Digest, Label>,
-    pub(super) sample: Sample<Example>,
+    pub(super) sample: Sample<(u64, Example)>,
     pub(super) conflicts: Vec<String>,
     pub(super) summary: TrainSummary,
 }
@@ -59,6 +59,18 @@ impl Default for Run {
     fn default() -> Self {
         Run::new()
     }
+}
+
+/// A training run's stacker: fitted on inner cross-validated scores of its
+/// sample, which start the prequential record later learns refit on.
+#[derive(Debug, Clone)]
+pub struct Fitted {
+    /// The stacker.
+    pub calibrator: Calibrator,
+    /// Messages it was fitted on.
+    pub messages: usize,
+    /// The scores it was fitted on, keyed by message.
+    pub samples: Vec<prequential::Sample>,
 }
 
 impl Run {
@@ -182,21 +194,20 @@ impl Run {
     /// Chooses the combination strength and fits the stacker by inner
     /// cross-validation over the run's sample, with the counts of all its
     /// messages, as `eval` does inside its training folds. Returns the
-    /// chosen parameters and the stacker with the number of messages it
-    /// was fitted on, or the given parameters and `None` when the run has
-    /// fewer than `min` messages of either class.
-    pub fn calibrate(
-        &mut self,
-        settings: &Settings,
-        min: usize,
-    ) -> (Params, Option<(Calibrator, usize)>) {
+    /// chosen parameters and the stacker with what it was fitted on, or
+    /// the given parameters and `None` when the run has fewer than `min`
+    /// messages of either class.
+    pub fn calibrate(&mut self, settings: &Settings, min: usize) -> (Params, Option<Fitted>) {
         let [ham, spam] = self.sample.offered();
         if ham < min || spam < min {
             return (*settings.params.get(), None);
         }
         let sample = std::mem::replace(&mut self.sample, Sample::new(0));
-        let mut examples: Vec<Example> =
-            sample.into_items().into_iter().map(|(_, ex)| ex).collect();
+        let (keys, mut examples): (Vec<u64>, Vec<Example>) = sample
+            .into_items()
+            .into_iter()
+            .map(|(_, item)| item)
+            .unzip();
         // The fit sums each message's evidence in the order of its ids
         // (see [`Run::intern`]); sorted here, for the sampled messages only.
         examples
@@ -208,10 +219,27 @@ impl Run {
             views: std::mem::take(&mut self.views),
         };
         let members: Vec<usize> = (0..data.examples.len()).collect();
-        let (params, calibrator) =
-            protocol::select_and_calibrate(&data, &self.counts, &members, settings);
+        let (params, calibrator, mut scored) =
+            protocol::select_and_calibrate_with_samples(&data, &self.counts, &members, settings);
         self.views = data.views;
-        (*params.get(), Some((calibrator, data.examples.len())))
+        // The record keeps them in the order the messages were sampled.
+        scored.sort_by_key(|(i, _)| *i);
+        let samples = scored
+            .into_iter()
+            .map(|(i, (inputs, spam))| prequential::Sample {
+                key: keys[i],
+                inputs,
+                spam,
+            })
+            .collect();
+        (
+            *params.get(),
+            Some(Fitted {
+                calibrator,
+                messages: data.examples.len(),
+                samples,
+            }),
+        )
     }
 
     /// The store delta of the run and its summary so far; refused if the

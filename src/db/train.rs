@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{Database, Error, Labelled, Result, Run, SetAside, TrainSummary};
+use crate::decision::Prequential;
 use crate::features::{Extractor, Features};
 use crate::fit::{DEFAULT_INNER_FOLDS, Settings};
 use crate::mailbox::{self, MessageId, RawMessage};
@@ -256,8 +257,8 @@ impl Database {
         };
         let calibration = match (&fitted, run.is_empty()) {
             (_, true) => Calibration::NotRun,
-            (Some((_, n)), false) => Calibration::Fitted {
-                messages: *n,
+            (Some(f), false) => Calibration::Fitted {
+                messages: f.messages,
                 params: chosen,
             },
             (None, false) => Calibration::TooFew,
@@ -269,8 +270,16 @@ impl Database {
             || trainer.model_is_stale()?
             || self.paths().journal().exists();
         if changed && no_model.is_none() {
-            trainer.compile(chosen, fitted)?;
+            trainer.compile(chosen, fitted.as_ref().map(|f| (f.calibrator, f.messages)))?;
             summary.snapshot_written = true;
+            // The learns after this run refit on the scores its stacker
+            // was fitted on, and then on theirs.
+            if let Some(f) = fitted {
+                crate::store::samples::write(
+                    &self.paths().samples(),
+                    &Prequential::after_training(f.samples),
+                )?;
+            }
         }
         Ok(Trained {
             read,

@@ -135,6 +135,9 @@ pub struct Trainer {
     /// The journal as this writer last read or wrote it (only the writer
     /// changes it).
     journal: Option<Journal>,
+    /// A stacker a learn refitted ([`Trainer::refitted`]), for the next
+    /// snapshot.
+    refitted: Option<(Calibrator, u64)>,
 }
 
 impl Trainer {
@@ -248,6 +251,7 @@ impl Trainer {
             store,
             header,
             journal,
+            refitted: None,
         };
         trainer.check_history()?;
         Ok((trainer, set_aside))
@@ -300,7 +304,27 @@ impl Trainer {
 
     /// The header of the current snapshot, if there is one that reads.
     fn current_header(&self) -> Option<ModelHeader> {
-        self.header.clone()
+        let mut header = self.header.clone()?;
+        // A stacker a learn refitted lives in the journal until the next
+        // snapshot takes it.
+        if let Some(journal) = self
+            .journal
+            .as_ref()
+            .filter(|j| header.store.as_ref() == Some(&j.base))
+            && let Some((stacker, n)) = journal.stacker()
+        {
+            header.calibrator = stacker;
+            header.calibrated_on = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        Some(header)
+    }
+
+    /// Gives the stacker a learn refitted (see [`crate::db`]'s restack),
+    /// which the next snapshot takes instead of the current one.
+    pub(crate) fn refitted(&mut self, stacker: Option<(Calibrator, u64)>) {
+        if stacker.is_some() {
+            self.refitted = stacker;
+        }
     }
 
     /// The store identity that snapshot and journal together reflect:
@@ -502,7 +526,7 @@ impl Trainer {
                 run.summary.merged += 1;
             }
         }
-        run.sample.offer(key, m.label, ex);
+        run.sample.offer(key, m.label, (key, ex));
         Ok(())
     }
 
@@ -555,8 +579,14 @@ impl Trainer {
         calibration: Option<(Calibrator, usize)>,
     ) -> Result<()> {
         let previous = self.current_header();
+        let refitted = self
+            .refitted
+            .take()
+            .map(|(c, n)| (c, usize::try_from(n).unwrap_or(usize::MAX)));
         let (params, calibrator, calibrated_on) = match (calibration, &previous) {
             (Some((c, n)), _) => (params, c, n),
+            (None, Some(prev)) if let Some((c, n)) = refitted => (prev.params, c, n),
+            (None, None) if let Some((c, n)) = refitted => (params, c, n),
             (None, Some(prev)) => (prev.params, prev.calibrator, prev.calibrated_on),
             (None, None) => (params, Calibrator::default(), 0),
         };
@@ -713,7 +743,14 @@ mod tests {
             inputs: Default::default(),
         };
         let (_, fitted) = run.calibrate(&settings, 10);
-        assert_eq!(fitted.map(|(_, n)| n), Some(60), "30 of each class");
+        let fitted = fitted.expect("fitted");
+        assert_eq!(fitted.messages, 60, "30 of each class");
+        // Its samples, one per message fitted on, start the record learns
+        // refit on: each keyed by its message, labels as learned.
+        assert_eq!(fitted.samples.len(), 60);
+        assert_eq!(fitted.samples.iter().filter(|s| s.spam).count(), 30);
+        let keys: std::collections::HashSet<u64> = fitted.samples.iter().map(|s| s.key).collect();
+        assert_eq!(keys.len(), 60);
         let summary = trainer.store_run(run).unwrap();
         assert_eq!((summary.learned, summary.duplicates), (200, 200));
         assert_eq!(summary.totals, [150, 50]);

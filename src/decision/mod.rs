@@ -4,6 +4,7 @@
 //! rule. Pure maths, no I/O.
 
 pub mod calibrate;
+pub mod prequential;
 
 use std::fmt;
 use std::str::FromStr;
@@ -11,6 +12,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use calibrate::Calibrator;
+pub use prequential::Prequential;
 
 use crate::model::Evidence;
 

@@ -1,28 +1,27 @@
 //! Evaluation protocols over an in-memory labelled corpus: k-fold
 //! cross-validation (train on k−1 folds, score the last, pool the scores)
 //! and the TREC online protocol (in order: classify a message, then learn
-//! its true label). Both train with the training protocol of
-//! [`crate::fit`] and judge with [`crate::db::judge`],
-//! as the commands do.
+//! its true label). Each measures what a deployment does: cross-validation
+//! trains with the training protocol of [`crate::fit`], as `train` does;
+//! online learns message by message and refits the stacker on the
+//! stream's prequential scores, as `learn` does
+//! ([`crate::decision::prequential`]). Both judge with
+//! [`crate::db::judge`], as the commands do.
 //!
-//! The stacker is always fitted on scores the scored model did not train
-//! on: inner cross-validated scores of the training data. In
-//! cross-validation that is the outer training folds; online, the messages
-//! learned so far, refitted as a user who runs `train` now and then would
-//! (strengths chosen again unless pinned). Fitting online on the scores
-//! the stream was given instead would fit on scores of the weaker models
-//! of the past, whose evidence is scaled unlike today's model's.
+//! The stacker is always fitted on scores of models that did not see the
+//! message scored: in cross-validation, inner cross-validated scores of the
+//! outer training folds; online, each message's score before it was
+//! learned.
 
 use rayon::prelude::*;
 
 use super::Scored;
 use crate::db::judge;
-use crate::decision::{Calibrator, Decider};
+use crate::decision::calibrate::INPUTS;
+use crate::decision::prequential::Sample;
+use crate::decision::{Calibrator, Decider, Prequential};
 use crate::fit::{self as training, Counts, Dataset, select_and_calibrate};
 use crate::model::{Combine, Label};
-
-/// Online protocol: messages between refits (hyperparameters and stacker).
-pub const DEFAULT_REFIT_EVERY: usize = 250;
 
 /// What an evaluation needs besides the data.
 #[derive(Debug, Clone, Copy)]
@@ -31,9 +30,6 @@ pub struct Settings {
     pub training: training::Settings,
     /// The verdict rule, as the commands apply it.
     pub decider: Decider,
-    /// Online protocol: choose the hyperparameters and refit the stacker
-    /// every this many messages.
-    pub refit_every: usize,
 }
 
 /// Judges `ex` with the model of `counts` and the stacker, as a command
@@ -46,6 +42,18 @@ fn scored(
     stacker: &Calibrator,
     settings: &Settings,
 ) -> Scored {
+    scored_with_inputs(index, data, counts, model, stacker, settings).0
+}
+
+/// [`scored`], and the stacker inputs the message was judged with.
+fn scored_with_inputs(
+    index: usize,
+    data: &Dataset,
+    counts: &Counts,
+    model: &crate::model::Model,
+    stacker: &Calibrator,
+    settings: &Settings,
+) -> (Scored, [f64; INPUTS]) {
     let ex = &data.examples[index];
     let j = judge(
         model,
@@ -54,13 +62,16 @@ fn scored(
         counts.known(ex, data),
         &ex.metadata,
     );
-    Scored {
-        index,
-        is_spam: ex.label == Label::Spam,
-        log_odds: j.score.log_odds,
-        probability: j.score.probability,
-        verdict: j.verdict,
-    }
+    (
+        Scored {
+            index,
+            is_spam: ex.label == Label::Spam,
+            log_odds: j.score.log_odds,
+            probability: j.score.probability,
+            verdict: j.verdict,
+        },
+        j.score.evidence.stacker_inputs(),
+    )
 }
 
 /// k-fold cross-validation: `folds[i]` is the fold of example `i`. Returns
@@ -94,30 +105,38 @@ pub(crate) fn cross_validate(data: &Dataset, folds: &[usize], settings: &Setting
     scored
 }
 
-/// The TREC online protocol: each message in order is classified by the
-/// model of everything before it, then learned with its true label. Every
-/// `refit_every` messages the hyperparameters and the stacker are chosen
-/// and fitted again on the messages learned so far, by the training
-/// protocol ([`select_and_calibrate`]). The textbook combination needs a
+/// The TREC online protocol, as a database that only learns lives it:
+/// each message in order is judged by the model of everything before it,
+/// then learned with its true label, and its prequential sample (the
+/// stacker inputs it was judged with, once the model has seen both
+/// classes) goes to the record the stacker is refitted on, by the rule
+/// `learn` follows ([`Prequential::observe`]). The hyperparameters stay
+/// those given, as `learn` keeps them. The textbook combination needs a
 /// pass over the vocabulary per message, so it is rejected here.
 pub fn online(data: &Dataset, settings: &Settings) -> Result<Vec<Scored>, String> {
-    let mut params = settings.training.params;
+    let params = settings.training.params;
     if params.get().combine == Combine::Textbook {
         return Err("the online protocol does not support the textbook combination".into());
     }
     let mut counts = Counts::new(data.vocabulary);
     let mut stacker = Calibrator::default();
+    let mut record = Prequential::default();
     let mut out = Vec::with_capacity(data.examples.len());
-    let refit = settings.refit_every.max(1);
     for (i, ex) in data.examples.iter().enumerate() {
         let model = counts.model(params, data);
-        out.push(scored(i, data, &counts, &model, &stacker, settings));
-        counts.add(ex, 1);
-        let learned = i + 1;
-        if learned % refit == 0 {
-            let members: Vec<usize> = (0..learned).collect();
-            (params, stacker) = select_and_calibrate(data, &counts, &members, &settings.training);
+        let (s, inputs) = scored_with_inputs(i, data, &counts, &model, &stacker, settings);
+        out.push(s);
+        if counts.messages().iter().all(|&n| n > 0) {
+            let sample = Sample {
+                key: i as u64,
+                inputs: settings.training.inputs.apply(inputs),
+                spam: ex.label == Label::Spam,
+            };
+            if let Some((refitted, _)) = record.observe(sample) {
+                stacker = refitted;
+            }
         }
+        counts.add(ex, 1);
     }
     Ok(out)
 }
@@ -175,7 +194,6 @@ mod tests {
                 min_known: 1,
                 min_per_class: 1,
             },
-            refit_every: 50,
         }
     }
 
@@ -204,27 +222,43 @@ mod tests {
     }
 
     #[test]
-    fn online_refits_as_training_does_on_the_messages_learned_so_far() {
-        // Between the first refit (after 50 messages) and the second, each
-        // message is judged with the counts of everything before it and
-        // with what the training protocol chooses and fits on the first 50.
+    fn online_refits_on_the_prequential_record_as_learn_does() {
+        // Each message is judged with the counts of everything before it
+        // and the stacker the record last gave; its sample (the inputs it
+        // was judged with) goes to the record once both classes are seen.
         let mut data = noisy(true);
-        data.examples.truncate(100);
+        data.examples.truncate(300);
         let settings = settings();
         let scored = online(&data, &settings).unwrap();
         let mut counts = Counts::new(data.vocabulary);
-        for ex in &data.examples[..50] {
+        let mut record = Prequential::default();
+        let mut stacker = Calibrator::default();
+        let mut refits = 0;
+        for (i, given) in scored.iter().enumerate() {
+            let model = counts.model(settings.training.params, &data);
+            let (expected, inputs) =
+                scored_with_inputs(i, &data, &counts, &model, &stacker, &settings);
+            assert_eq!(given.probability, expected.probability, "message {i}");
+            let ex = &data.examples[i];
+            if counts.messages().iter().all(|&n| n > 0) {
+                let sample = Sample {
+                    key: i as u64,
+                    inputs,
+                    spam: ex.label == Label::Spam,
+                };
+                if let Some((c, n)) = record.observe(sample) {
+                    assert_eq!(n, record.samples().len());
+                    stacker = c;
+                    refits += 1;
+                }
+            } else {
+                assert_eq!(stacker, Calibrator::default());
+            }
             counts.add(ex, 1);
         }
-        let members: Vec<usize> = (0..50).collect();
-        let (params, stacker) = select_and_calibrate(&data, &counts, &members, &settings.training);
+        // Every message at first, then each time a tenth is new.
+        assert!((20..60).contains(&refits), "{refits} refits");
         assert_ne!(stacker, Calibrator::default());
-        for (i, given) in scored.iter().enumerate().skip(50) {
-            let model = counts.model(params, &data);
-            let expected = self::scored(i, &data, &counts, &model, &stacker, &settings);
-            assert_eq!(given.probability, expected.probability, "message {i}");
-            counts.add(&data.examples[i], 1);
-        }
     }
 
     /// A corpus where words carry the label only now and then (a third of

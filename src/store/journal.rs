@@ -56,11 +56,14 @@
 //! its name, U+0001 and the bucket in five lower-case hex digits; the
 //! buckets come first, in bucket order, then the words in byte order),
 //! `i32` ham and `i32` spam change; then `u32` number of registry changes, each the message digest
-//! (32 bytes) and one byte: 0 learned as ham, 1 as spam, 2 forgotten.
+//! (32 bytes) and one byte: 0 learned as ham, 1 as spam, 2 forgotten;
+//! then one byte, 1 if the change refitted the stacker, followed by its
+//! weights and intercept (`f64` each) and the `u64` number of samples it
+//! was fitted on, or 0.
 //! Version 1 had no registry changes (its counts were in the count store
-//! already), versions 1 and 2 no check of an entry's length: readers still
-//! apply them; writers do not append to them, and the next writer rewrites
-//! the snapshot.
+//! already), versions 1 and 2 no check of an entry's length, versions 1 to
+//! 3 no stacker: readers still apply them; writers do not append to them,
+//! and the next writer rewrites the snapshot.
 //!
 //! # Damage
 //! An entry whose length, checksum or chain is wrong, or bytes after the
@@ -79,6 +82,8 @@ use std::path::Path;
 use super::checksum::checksum;
 use super::keys::{self, GramName};
 use super::{Error, Result, StoreIdentity};
+use crate::decision::Calibrator;
+use crate::decision::calibrate::INPUTS;
 use crate::fsutil;
 use crate::fsutil::write_atomically;
 use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
@@ -87,7 +92,7 @@ use crate::vocab::Feature;
 use crate::vocab::METADATA_LEN;
 
 /// Version of the journal layout.
-pub const JOURNAL_VERSION: u32 = 3;
+pub const JOURNAL_VERSION: u32 = 4;
 
 /// First bytes of every journal file.
 pub(crate) const JOURNAL_MAGIC: &[u8; 8] = b"BAYESJNL";
@@ -119,6 +124,10 @@ pub struct Entry {
     pub grams: Vec<(u32, [i32; 2])>,
     /// Registry changes, in order: digest → new label, or `None` to forget.
     pub registry: Vec<(Digest, Option<Label>)>,
+    /// The stacker refitted by this change, and the samples it was fitted
+    /// on (see [`crate::decision::prequential`]); it replaces the model's
+    /// from here on.
+    pub stacker: Option<(Calibrator, u64)>,
 }
 
 impl Entry {
@@ -152,6 +161,7 @@ impl Entry {
             words,
             grams,
             registry: delta.registry.clone(),
+            stacker: None,
         })
     }
 
@@ -227,6 +237,17 @@ impl Entry {
                 None => 2,
             });
         }
+        match &self.stacker {
+            None => p.push(0),
+            Some((c, n)) => {
+                p.push(1);
+                for w in c.weights {
+                    p.extend_from_slice(&w.to_le_bytes());
+                }
+                p.extend_from_slice(&c.bias.to_le_bytes());
+                p.extend_from_slice(&n.to_le_bytes());
+            }
+        }
         let len = (p.len() - head) as u32;
         p[..4].copy_from_slice(&len.to_le_bytes());
         p[4..8].copy_from_slice(&length_check(len).to_le_bytes());
@@ -282,6 +303,20 @@ impl Entry {
             };
             registry.push((digest, label));
         }
+        let stacker = if version >= 4 && r.take::<1>()?[0] == 1 {
+            let mut weights = [0.0; INPUTS];
+            for w in &mut weights {
+                *w = f64::from_le_bytes(r.take()?);
+            }
+            let bias = f64::from_le_bytes(r.take()?);
+            let n = r.u64()?;
+            if !weights.iter().chain([&bias]).all(|x| x.is_finite()) {
+                return None;
+            }
+            Some((Calibrator { weights, bias }, n))
+        } else {
+            None
+        };
         if !r.0.is_empty() {
             return None;
         }
@@ -293,6 +328,7 @@ impl Entry {
             words,
             grams,
             registry,
+            stacker,
         })
     }
 }
@@ -456,6 +492,12 @@ impl Journal {
             valid_len: at.min(bytes.len()) as u64,
             file_len: bytes.len() as u64,
         })
+    }
+
+    /// The last stacker its entries refitted, and the samples it was
+    /// fitted on: the model's from then on.
+    pub fn stacker(&self) -> Option<(Calibrator, u64)> {
+        self.entries.iter().rev().find_map(|e| e.stacker)
     }
 
     /// The store identity snapshot + journal stand for.
@@ -639,7 +681,8 @@ mod tests {
         // Version 1: the same entries without the registry section.
         let e = entry(7, 8, "cash", 1);
         let framed = e.encode();
-        let payload = &framed[8..framed.len() - 8 - 4];
+        // Less the registry count and the stacker byte.
+        let payload = &framed[8..framed.len() - 8 - 4 - 1];
         let mut v1 = Vec::new();
         v1.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         v1.extend_from_slice(payload);
@@ -828,9 +871,33 @@ mod tests {
         p.extend_from_slice(&1u32.to_le_bytes());
         p.extend_from_slice(&[5; 32]);
         p.push(0);
+        // No stacker refitted.
+        p.push(0);
         let framed = e.encode();
         assert_eq!(&framed[..4], (p.len() as u32).to_le_bytes());
         assert_eq!(&framed[8..framed.len() - 8], &p[..]);
+
+        // One refitted: its weights, intercept and sample count follow.
+        let refitted = Calibrator {
+            weights: [0.5; INPUTS],
+            bias: -1.25,
+        };
+        let with = Entry {
+            stacker: Some((refitted, 321)),
+            ..e.clone()
+        };
+        let framed_with = with.encode();
+        let payload = &framed_with[8..framed_with.len() - 8];
+        assert_eq!(payload.len(), p.len() + 8 * (INPUTS + 2));
+        assert_eq!(payload[p.len() - 1], 1);
+        assert_eq!(&payload[payload.len() - 8..], 321u64.to_le_bytes());
+        let mut with_bytes = header(&StoreIdentity {
+            generation: 4,
+            ..base()
+        });
+        with_bytes.extend_from_slice(&framed_with);
+        let j = Journal::parse(&with_bytes).unwrap();
+        assert_eq!(j.stacker(), Some((refitted, 321)));
 
         let mut bytes = header(&StoreIdentity {
             generation: 4,

@@ -31,6 +31,7 @@ pub mod journal;
 mod keys;
 pub mod packed;
 pub mod registry;
+pub mod samples;
 pub mod sled;
 pub mod snapshot;
 

@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bayesmail::db::{
-    Calibration, Database, Event, Interrupted, Progress, Reason, Status, Training,
+    Calibration, Database, Event, Interrupted, Labelled, Progress, Reason, Status, Training,
 };
 use bayesmail::decision::{Decider, Verdict};
 use bayesmail::eval::{Corpus, evaluate};
-use bayesmail::model::Params;
+use bayesmail::features::Extractor;
+use bayesmail::model::{Label, Params};
+use bayesmail::store::journal::DEFAULT_JOURNAL_LIMIT;
 
 use crate::common::*;
 
@@ -173,7 +175,6 @@ fn an_evaluation_over_labelled_folders_scores_every_message() {
             inputs: Default::default(),
         },
         decider: decider(),
-        refit_every: bayesmail::eval::protocol::DEFAULT_REFIT_EVERY,
     };
     let (spam, ham) = ([sample_spam()], [sample_ham()]);
     let mut skipped = 0;
@@ -193,4 +194,83 @@ fn an_evaluation_over_labelled_folders_scores_every_message() {
     let report = evaluation.report(&settings.decider.costs);
     assert_eq!((report.n_ham, report.n_spam), (24, 24));
     assert!(report.auc > 0.9, "{report:?}");
+}
+
+/// The first `n` messages of the fold file, in its order, with their
+/// labels: the stream `eval --online` reads.
+fn fold_stream(corpus: &std::path::Path, n: usize) -> Vec<(Label, std::path::PathBuf)> {
+    let folds = std::fs::read_to_string(root().join("corpora/spamassassin-folds.tsv")).unwrap();
+    folds
+        .lines()
+        .take(n)
+        .map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            let label = if fields[1] == "spam" {
+                Label::Spam
+            } else {
+                Label::Ham
+            };
+            (label, corpus.join(fields[2]))
+        })
+        .collect()
+}
+
+#[test]
+fn a_database_that_only_learns_judges_as_eval_online_measures() {
+    // eval --online judges each message with everything before it and
+    // refits the stacker by the rule learn follows: a database taught one
+    // message at a time gives each message, before learning it, the same
+    // probability.
+    let Some(corpus) = public_corpus() else {
+        return;
+    };
+    let stream = fold_stream(&corpus, 100);
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("online.index");
+    let lines: Vec<String> = stream
+        .iter()
+        .map(|(label, path)| format!("{} {}", label.name(), path.display()))
+        .collect();
+    std::fs::write(&index, lines.join("\n") + "\n").unwrap();
+    let settings = bayesmail::eval::protocol::Settings {
+        training: bayesmail::fit::Settings {
+            select_strength: false,
+            params: Params::default().check().unwrap(),
+            inner_folds: bayesmail::fit::DEFAULT_INNER_FOLDS,
+            inputs: Default::default(),
+        },
+        decider: decider(),
+    };
+    let evaluation = evaluate(Corpus::Online(&index), &settings, &mut |_| {}).unwrap();
+    let db = Database::new(dir.path().join("db"));
+    let mut extractor = Extractor::new();
+    let mut compared = 0;
+    for (i, (label, path)) in stream.iter().enumerate() {
+        let (features, identity) = extractor.read(&std::fs::read(path).unwrap()).unwrap();
+        if let Ok(reader) = db.reader() {
+            let got = reader.classifier().score(&features).log_odds;
+            let want = evaluation.scored[i].log_odds;
+            assert!(
+                (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+                "message {i}: the database says {got}, eval {want}"
+            );
+            compared += 1;
+        }
+        let message = Labelled {
+            features,
+            identity,
+            label: *label,
+        };
+        db.learn(
+            &[message],
+            Duration::from_secs(5),
+            DEFAULT_JOURNAL_LIMIT,
+            Params::default(),
+        )
+        .unwrap();
+    }
+    assert!(compared > 80, "{compared}");
+    // The stacker was refitted along the way, and the model says on what.
+    let calibrated_on = db.reader().unwrap().classifier().header().calibrated_on;
+    assert!(calibrated_on > 60, "{calibrated_on}");
 }

@@ -1,0 +1,117 @@
+//! The stacker of a database that learns, refitted as it learns
+//! ([`crate::decision::prequential`]): each message `learn` is given is
+//! scored by the model as it is before the learn (its prequential sample),
+//! the record of samples beside the model takes what the learn changed
+//! (a message learned, moved to the other label, unlearned), and when the
+//! rule says so the stacker is fitted again; the writer puts it in the
+//! journal entry or the snapshot the learn writes, and the record is
+//! written after, under the same writers' lock.
+//!
+//! A database without a model (fewer than one message of each class)
+//! gives no samples, as the online protocol of `eval` gives none before
+//! its model has seen both classes.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use super::learnlog::Change;
+use super::{Classifier, DbPaths, Labelled, Result};
+use crate::decision::Calibrator;
+use crate::decision::calibrate::INPUTS;
+use crate::decision::prequential::{Prequential, Sample, key_of};
+use crate::model::Label;
+use crate::store::samples;
+use crate::vocab::Digest;
+
+/// What a learn or unlearn does to the stacker's record.
+pub(crate) struct Restack {
+    path: PathBuf,
+    /// Each message's stacker inputs before the learn, by digest.
+    inputs: HashMap<Digest, [f64; INPUTS]>,
+    /// Messages the model's stacker was fitted on: what a record that is
+    /// lost starts from.
+    fitted_on: u32,
+    /// The record after the change, until it is written.
+    pending: Option<Prequential>,
+}
+
+impl Restack {
+    /// For learning `messages` into the database at `paths`: each scored
+    /// by its model as it is now, if it has one.
+    pub(crate) fn before_learning(paths: &DbPaths, messages: &[Labelled]) -> Restack {
+        let mut restack = Restack::for_unlearning(paths);
+        if let Ok(model) = Classifier::open(paths) {
+            restack.fitted_on = u32::try_from(model.header().calibrated_on).unwrap_or(u32::MAX);
+            restack.inputs = messages
+                .iter()
+                .map(|m| {
+                    let inputs = model.score(&m.features).evidence.stacker_inputs();
+                    (m.identity.digest, inputs)
+                })
+                .collect();
+        }
+        restack
+    }
+
+    /// For unlearning from the database at `paths`: samples go, none
+    /// comes.
+    pub(crate) fn for_unlearning(paths: &DbPaths) -> Restack {
+        Restack {
+            path: paths.samples(),
+            inputs: HashMap::new(),
+            fitted_on: 0,
+            pending: None,
+        }
+    }
+
+    /// Takes `changes` into the record (computed afresh from the record
+    /// on disk, so that a quick path that gives up and the full path after
+    /// it count each change once), kept until [`Restack::commit`]; returns
+    /// the stacker refitted, and the samples it was fitted on, if the rule
+    /// refits.
+    pub(crate) fn refit(
+        &mut self,
+        changes: &[(Digest, Change)],
+    ) -> Result<Option<(Calibrator, u64)>> {
+        self.pending = None;
+        if changes.iter().all(|(_, c)| matches!(c, Change::Already(_))) {
+            return Ok(None);
+        }
+        let before = samples::read(&self.path)?
+            .unwrap_or_else(|| Prequential::without_samples(self.fitted_on));
+        let mut record = before.clone();
+        let mut refitted = None;
+        for (digest, change) in changes {
+            let key = key_of(digest);
+            match *change {
+                Change::Learned(label) => {
+                    if let Some(&inputs) = self.inputs.get(digest) {
+                        let sample = Sample {
+                            key,
+                            inputs,
+                            spam: label == Label::Spam,
+                        };
+                        if let Some((stacker, n)) = record.observe(sample) {
+                            refitted = Some((stacker, n as u64));
+                        }
+                    }
+                }
+                Change::Relabelled(label) => record.relabel(key, label == Label::Spam),
+                Change::Unlearned(_) => record.forget(key),
+                Change::Already(_) => {}
+            }
+        }
+        // A record the change left as it was is not written again.
+        self.pending = (record != before).then_some(record);
+        Ok(refitted)
+    }
+
+    /// Writes the record as [`Restack::refit`] left it; called under the
+    /// writers' lock, once the change is written.
+    pub(crate) fn commit(&mut self) -> Result<()> {
+        if let Some(record) = self.pending.take() {
+            samples::write(&self.path, &record)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,219 @@
+//! The stacker of a database that learns message by message, fitted on the
+//! learn stream's own prequential scores: each message, before it is
+//! learned, is scored by the model of everything learned before it (the
+//! stacker inputs a reader computes for it), and those inputs are kept with
+//! the message's label, the most recent [`KEPT`] of them. The stacker is
+//! fitted again on what is kept whenever a tenth of it is new since the
+//! last fit. So a database built only by `learn` calibrates itself from its
+//! first messages on, by a rule that needs nothing but the stream, and
+//! `eval --online` measures exactly that rule.
+//!
+//! A training run starts the record from its own calibration samples
+//! (inner cross-validated scores: scores of models that did not see the
+//! message, as prequential scores are), so the learns after it refit on
+//! the same kind of evidence, and only once a tenth of the record is
+//! theirs.
+//!
+//! Samples are kept under their message's key (the first 8 bytes of its
+//! digest): a message moved to the other label moves its sample, and one
+//! unlearned takes its sample back, so the record holds what the counts
+//! hold.
+
+use std::collections::VecDeque;
+
+use super::Calibrator;
+use super::calibrate::INPUTS;
+
+/// Prequential samples kept: the most recent, so that the stacker follows
+/// the scale of today's model's evidence, which grows with the database.
+pub const KEPT: usize = 4000;
+
+/// One kept sample: a message's key, the stacker inputs it had before it
+/// was learned, and whether it is spam.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// The first 8 bytes of the message's digest, little-endian.
+    pub key: u64,
+    /// Its stacker inputs (each view's evidence, then the metadata's).
+    pub inputs: [f64; INPUTS],
+    /// Its label.
+    pub spam: bool,
+}
+
+/// The prequential record of a database and when to refit from it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Prequential {
+    samples: VecDeque<Sample>,
+    /// Samples added since the stacker was last fitted.
+    since_fit: u32,
+    /// Samples the current stacker was fitted on: a record that lost its
+    /// samples (its file damaged or gone) waits until it holds half as
+    /// many before it refits, rather than replace a stacker fitted on many
+    /// messages by one fitted on a handful.
+    fitted_on: u32,
+}
+
+impl Prequential {
+    /// A record as stored.
+    pub fn from_parts(samples: Vec<Sample>, since_fit: u32, fitted_on: u32) -> Prequential {
+        let from = samples.len().saturating_sub(KEPT);
+        Prequential {
+            samples: samples.into_iter().skip(from).collect(),
+            since_fit,
+            fitted_on,
+        }
+    }
+
+    /// A record that starts from a training run's calibration samples (the
+    /// last [`KEPT`] are kept), whose stacker was fitted on all of them.
+    pub fn after_training(samples: Vec<Sample>) -> Prequential {
+        let fitted_on = u32::try_from(samples.len()).unwrap_or(u32::MAX);
+        Prequential::from_parts(samples, 0, fitted_on)
+    }
+
+    /// An empty record for a database whose stacker was fitted on
+    /// `fitted_on` messages (0: not fitted), its samples lost.
+    pub fn without_samples(fitted_on: u32) -> Prequential {
+        Prequential::from_parts(Vec::new(), 0, fitted_on)
+    }
+
+    /// Records the prequential sample of one message learned; returns the
+    /// stacker fitted again, and the samples it was fitted on, when it is
+    /// time: a tenth of what is kept is new since the last fit, and the
+    /// record holds at least half of what the current stacker was fitted
+    /// on.
+    pub fn observe(&mut self, sample: Sample) -> Option<(Calibrator, usize)> {
+        if self.samples.len() == KEPT {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(sample);
+        self.since_fit = self.since_fit.saturating_add(1);
+        let kept = self.samples.len();
+        if (self.since_fit as usize) * 10 < kept || kept < (self.fitted_on as usize).min(KEPT) / 2 {
+            return None;
+        }
+        self.since_fit = 0;
+        self.fitted_on = kept as u32;
+        Some((self.fit(), kept))
+    }
+
+    /// The message `key` moved to the other label: its sample moves too.
+    pub fn relabel(&mut self, key: u64, spam: bool) {
+        for s in self.samples.iter_mut().filter(|s| s.key == key) {
+            s.spam = spam;
+        }
+    }
+
+    /// The message `key` was unlearned: its sample goes.
+    pub fn forget(&mut self, key: u64) {
+        self.samples.retain(|s| s.key != key);
+    }
+
+    /// The stacker fitted on the samples kept.
+    pub fn fit(&self) -> Calibrator {
+        let samples: Vec<([f64; INPUTS], bool)> =
+            self.samples.iter().map(|s| (s.inputs, s.spam)).collect();
+        Calibrator::fit(&samples)
+    }
+
+    /// The samples kept, oldest first.
+    pub fn samples(&self) -> impl ExactSizeIterator<Item = &Sample> {
+        self.samples.iter()
+    }
+
+    /// Samples added since the last fit.
+    pub fn since_fit(&self) -> u32 {
+        self.since_fit
+    }
+
+    /// Samples the current stacker was fitted on, as this record knows.
+    pub fn fitted_on(&self) -> u32 {
+        self.fitted_on
+    }
+}
+
+/// The key a sample is kept under: the first 8 bytes of the message's
+/// digest.
+pub fn key_of(digest: &[u8; 32]) -> u64 {
+    u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(i: usize) -> Sample {
+        let spam = i % 3 == 0;
+        let x = if spam { 2.0 } else { -2.0 } + (i % 7) as f64 / 7.0 - 0.5;
+        let mut inputs = [0.0; INPUTS];
+        inputs[0] = x;
+        inputs[1] = x / 2.0;
+        inputs[INPUTS - 1] = 0.1;
+        Sample {
+            key: i as u64,
+            inputs,
+            spam,
+        }
+    }
+
+    #[test]
+    fn it_refits_when_a_tenth_is_new_and_keeps_the_most_recent() {
+        let mut p = Prequential::default();
+        let fits: Vec<usize> = (0..100)
+            .filter(|&i| p.observe(sample(i)).is_some())
+            .map(|i| i + 1)
+            .collect();
+        // Every message while fewer than ten are kept, then each time a
+        // tenth of what is kept is new.
+        assert_eq!(&fits[..10], &(1..=10).collect::<Vec<_>>()[..]);
+        assert!(
+            fits.windows(2).all(|w| (w[1] - w[0]) * 10 >= w[0]),
+            "{fits:?}"
+        );
+        let mut full = Prequential::after_training((0..KEPT + 5).map(sample).collect());
+        assert_eq!(full.samples().len(), KEPT);
+        assert_eq!(full.samples().next(), Some(&sample(5)));
+        // After training, a learn refits only once a tenth is new.
+        let refits = (0..KEPT / 10)
+            .filter(|&i| full.observe(sample(KEPT + 5 + i)).is_some())
+            .count();
+        assert_eq!(refits, 1);
+        assert_eq!(full.samples().len(), KEPT);
+        full.forget(sample(KEPT + 5).key);
+        assert_eq!(full.samples().len(), KEPT - 1);
+        full.relabel(sample(KEPT + 6).key, true);
+        assert!(
+            full.samples()
+                .any(|s| s.key == sample(KEPT + 6).key && s.spam)
+        );
+    }
+
+    #[test]
+    fn a_record_that_lost_its_samples_waits_for_half_of_what_was_fitted() {
+        let mut p = Prequential::without_samples(1000);
+        let first = (0..1000)
+            .position(|i| p.observe(sample(i)).is_some())
+            .unwrap();
+        assert_eq!(first + 1, 500);
+    }
+
+    #[test]
+    fn the_fit_separates_what_the_samples_separate() {
+        let mut p = Prequential::default();
+        let mut last = None;
+        for i in 0..200 {
+            last = p.observe(sample(i)).or(last);
+        }
+        let (c, n) = last.expect("fitted");
+        assert!(n > 150);
+        let at = |x: f64| {
+            let mut inputs = [0.0; INPUTS];
+            inputs[0] = x;
+            inputs[1] = x / 2.0;
+            inputs[INPUTS - 1] = 0.1;
+            c.probability(inputs)
+        };
+        assert!(at(2.5) > 0.9);
+        assert!(at(-2.5) < 0.1);
+    }
+}
