@@ -522,13 +522,17 @@ pub fn select_and_calibrate_with_samples(
     (params, calibrator, samples)
 }
 
+/// A candidate chosen: its parameters, its fitted stacker and the scores
+/// it was fitted on.
+type Choice = (ValidParams, Calibrator, Vec<Scored>);
+
 /// The strength search of [`select_and_calibrate`]: `score` scores
 /// candidates, `best` picks among scored ones.
 fn choose(
     settings: &Settings,
     score: &mut dyn FnMut(&[ValidParams]) -> Vec<Vec<Scored>>,
-    best: &dyn Fn(&[ValidParams], &[Vec<Scored>]) -> (ValidParams, Calibrator, Vec<Scored>),
-) -> (ValidParams, Calibrator, Vec<Scored>) {
+    best: &dyn Fn(&[ValidParams], &[Vec<Scored>]) -> Choice,
+) -> Choice {
     let given = *settings.params.get();
     let Combine::Tempered { power, .. } = given.combine else {
         return best(&[settings.params], &score(&[settings.params]));

@@ -143,7 +143,7 @@ mod tests {
     use super::*;
 
     fn sample(i: usize) -> Sample {
-        let spam = i % 3 == 0;
+        let spam = i.is_multiple_of(3);
         let x = if spam { 2.0 } else { -2.0 } + (i % 7) as f64 / 7.0 - 0.5;
         let mut inputs = [0.0; INPUTS];
         inputs[0] = x;
