@@ -526,12 +526,15 @@ pub fn select_and_calibrate_with_samples(
 /// it was fitted on.
 type Choice = (ValidParams, Calibrator, Vec<Scored>);
 
+/// Picks the best of candidates scored alike (see [`choose`]).
+type Best<'a> = &'a dyn Fn(&[ValidParams], &[Vec<Scored>]) -> Choice;
+
 /// The strength search of [`select_and_calibrate`]: `score` scores
 /// candidates, `best` picks among scored ones.
 fn choose(
     settings: &Settings,
     score: &mut dyn FnMut(&[ValidParams]) -> Vec<Vec<Scored>>,
-    best: &dyn Fn(&[ValidParams], &[Vec<Scored>]) -> Choice,
+    best: Best<'_>,
 ) -> Choice {
     let given = *settings.params.get();
     let Combine::Tempered { power, .. } = given.combine else {
