@@ -31,6 +31,7 @@ mod reader;
 mod recipes;
 mod review_speed;
 mod scale;
+mod scripts;
 mod serve;
 mod serve_http;
 mod serve_load;
