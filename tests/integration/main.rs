@@ -40,3 +40,4 @@ mod serve_spamd;
 mod split;
 mod train;
 mod traps;
+mod upgrade;
