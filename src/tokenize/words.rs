@@ -648,10 +648,17 @@ impl<'a> MailWordStream<'a> {
             Some(first) => match (1..first).rev().find(|&at| cut(at)) {
                 Some(at) => (at, Kind::Ascii),
                 None => {
-                    let rest = &self.text[start + first..self.line_end];
-                    let stop = rest.char_indices().find_map(|(i, c)| {
-                        let at = first + i;
-                        if is_bigram_script(c) {
+                    // Bytes, not characters: a character of a bigram
+                    // script is three or four bytes long, so only their
+                    // lead bytes (from 0xE0) are decoded.
+                    let stop = (first..line.len()).find_map(|at| match line[at] {
+                        b if b.is_ascii_alphanumeric() && cut(at) => Some((at, Kind::Unicode)),
+                        0xE0..
+                            if self.text[start + at..]
+                                .chars()
+                                .next()
+                                .is_some_and(is_bigram_script) =>
+                        {
                             Some(match at {
                                 0 => (
                                     bigram_run_len(&self.text[start..self.line_end]),
@@ -660,9 +667,8 @@ impl<'a> MailWordStream<'a> {
                                 _ if at == first => (at, Kind::Ascii),
                                 _ => (at, Kind::Unicode),
                             })
-                        } else {
-                            (c.is_ascii_alphanumeric() && cut(at)).then_some((at, Kind::Unicode))
                         }
+                        _ => None,
                     });
                     stop.unwrap_or((line.len(), Kind::Unicode))
                 }
