@@ -109,7 +109,16 @@ fn a_version_3_database_judges_learns_and_unlearns_and_is_upgraded_by_its_next_w
     let before = db.classify(&[&script_ham])[0]["known_tokens"]
         .as_u64()
         .unwrap();
-    assert!(db.stats()["vocabulary"].as_u64().unwrap() > 0);
+    let stats = db.stats();
+    assert!(stats["vocabulary"].as_u64().unwrap() > 0);
+    assert_eq!(stats["tokenizer_version"], 3);
+    let text = db.ok(&["stats"], None);
+    assert!(
+        text.contains(&format!(
+            "tokenizer 3 (this bayesmail's: {TOKENIZER_VERSION}"
+        )),
+        "{text}"
+    );
 
     // It learns: a new Chinese message, through the journal.
     let out = db.ok(&["learn", "--ham", utf8(&script_ham)], None);
@@ -135,5 +144,6 @@ fn a_version_3_database_judges_learns_and_unlearns_and_is_upgraded_by_its_next_w
     assert_eq!(store.tokenizer_version().unwrap(), TOKENIZER_VERSION);
     drop(store);
     assert_eq!(model_tokenizer_version(&db), TOKENIZER_VERSION);
+    assert_eq!(db.stats()["tokenizer_version"], TOKENIZER_VERSION);
     assert_eq!(db.counts(), [25, 24]);
 }

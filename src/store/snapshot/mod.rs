@@ -524,6 +524,13 @@ impl Snapshot {
         self.probe(slot, hash, |i| Some(self.key(i)? == wanted))
     }
 
+    /// The tokenizer version its counts were made with: this version's
+    /// ([`TOKENIZER_VERSION`]) or an older one that it reads.
+    pub fn tokenizer_version(&self) -> u32 {
+        // Checked by `open`.
+        read_u32(&self.bytes, 12).unwrap_or(0)
+    }
+
     /// Number of tokens: keyed tokens and byte-view buckets with counts.
     pub fn len(&self) -> usize {
         self.n + self.g
@@ -1006,6 +1013,8 @@ mod tests {
                     assert!(readable, "{found}");
                     snapshot.verify().unwrap();
                     assert_eq!(snapshot.len(), current.len());
+                    assert_eq!(snapshot.tokenizer_version(), found);
+                    assert_eq!(current.tokenizer_version(), TOKENIZER_VERSION);
                     for (word, counts) in parts(&sample()).0 {
                         let word = Feature::Word(&word);
                         assert_eq!(snapshot.lookup(word), current.lookup(word));
