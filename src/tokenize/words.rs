@@ -25,10 +25,11 @@ use unicode_segmentation::{GraphemeIndices, UWordBoundIndices, UnicodeSegmentati
 
 /// Splits text into words on Unicode word boundaries (UAX #29), keeping only
 /// segments with a letter or digit, as `unicode_words` does; a URL with a
-/// scheme is one token; runs of the scripts written without spaces
-/// ([`is_bigram_script`]) become overlapping pairs of characters (see the
-/// [module docs](self)). Words come out lower-cased, character by
-/// character (as tantivy's `LowerCaser` does: no final-sigma rule).
+/// scheme is one token; runs of Han, kana, Hangul, Thai, Lao, Khmer and
+/// Myanmar characters become overlapping pairs of characters (grapheme
+/// clusters; a run of one gives that one). Words come out lower-cased,
+/// character by character (as tantivy's `LowerCaser` does: no final-sigma
+/// rule).
 #[derive(Clone, Default)]
 pub struct MailWordTokenizer {
     cleaned: String,
