@@ -13,9 +13,31 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the feature rules (word tokens and the byte view's n-grams).
-/// Any change that alters the features of some message must bump it, so
-/// stored counts are never mixed across tokenizers.
-pub const TOKENIZER_VERSION: u32 = 3;
+/// Any change that alters the features of some message must bump it, and
+/// say here whether counts of the versions before can still be read
+/// ([`OLDEST_READABLE_TOKENIZER`]).
+///
+/// Version 4 cuts runs of Han, kana, Hangul, Thai, Lao, Khmer and Myanmar
+/// into pairs of characters, where version 3 took UAX #29's words (single
+/// Han characters and kana, whole Katakana and Hangul words, single Thai
+/// clusters). Every other token is the same, so a database of version 3 is
+/// read and learned into, and records version 4 when next written: its
+/// old tokens of those scripts stay counted (apart from a lone character,
+/// no message makes them again; `prune` drops them in time), and a message
+/// learned under version 3 with such text, unlearned now, takes back pairs
+/// that were never counted. Those counts go to zero and are reported as
+/// not taken back exactly (see [`crate::store`]), as for a pruned word.
+pub const TOKENIZER_VERSION: u32 = 4;
+
+/// The oldest tokenizer version whose stored counts (in the count store
+/// and in the model file) this version reads: see [`TOKENIZER_VERSION`].
+/// Older and newer versions are refused.
+pub const OLDEST_READABLE_TOKENIZER: u32 = 3;
+
+/// Whether counts made under tokenizer version `version` can be read.
+pub fn readable_tokenizer(version: u32) -> bool {
+    (OLDEST_READABLE_TOKENIZER..=TOKENIZER_VERSION).contains(&version)
+}
 
 /// Prefix of URL host tokens.
 pub const URL_NAMESPACE: &str = "URL:";

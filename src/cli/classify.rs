@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use bayesmail::decision::Verdict;
 use bayesmail::sanitize::{for_terminal, quote_bytes};
+use bayesmail::vocab::TOKENIZER_VERSION;
 
 use bayesmail::db::Event;
 use bayesmail::sources::read_mail;
@@ -188,10 +189,18 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
             s.size_on_disk_bytes as f64 / 1e6,
             s.model_bytes as f64 / 1e6
         )?;
+        let tokenizer = if s.tokenizer_version == TOKENIZER_VERSION {
+            s.tokenizer_version.to_string()
+        } else {
+            format!(
+                "{} (this bayesmail's: {TOKENIZER_VERSION}, from the next compiled model)",
+                s.tokenizer_version
+            )
+        };
         writeln!(
             out,
             "versions            bayesmail {} (model written by {}), store format {}, tokenizer {}",
-            s.bayesmail_version, s.model_written_by, s.store_format_version, s.tokenizer_version
+            s.bayesmail_version, s.model_written_by, s.store_format_version, tokenizer
         )?;
         writeln!(
             out,

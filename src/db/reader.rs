@@ -282,6 +282,12 @@ impl Classifier {
         &self.header
     }
 
+    /// The tokenizer version of the model file's counts (an older one
+    /// this version reads, until a writer compiles the model again).
+    pub fn tokenizer_version(&self) -> u32 {
+        self.snapshot.tokenizer_version()
+    }
+
     /// Distinct tokens in the model.
     pub fn vocabulary(&self) -> usize {
         self.vocabulary

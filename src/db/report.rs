@@ -11,7 +11,7 @@ use crate::decision::Decider;
 use crate::features::{Extractor, grams};
 use crate::message;
 use crate::model::Params;
-use crate::vocab::{TOKENIZER_VERSION, VIEWS, View};
+use crate::vocab::{VIEWS, View};
 
 /// One message judged and explained.
 #[derive(Debug)]
@@ -61,7 +61,9 @@ pub struct Stats {
     pub model_written_by: String,
     /// The store's format.
     pub store_format_version: u32,
-    /// The tokenizer's version.
+    /// The tokenizer version the model's counts were made with: this
+    /// bayesmail's ([`crate::vocab::TOKENIZER_VERSION`]), or an older one it reads until
+    /// the model is compiled again.
     pub tokenizer_version: u32,
     /// The model's parameters.
     pub params: Params,
@@ -139,7 +141,7 @@ impl Reader {
             bayesmail_version: env!("CARGO_PKG_VERSION"),
             model_written_by: h.version.clone(),
             store_format_version: crate::store::FORMAT_VERSION,
-            tokenizer_version: TOKENIZER_VERSION,
+            tokenizer_version: classifier.tokenizer_version(),
             params: h.params,
             calibrated_on: h.calibrated_on,
             weights: View::ALL

@@ -727,6 +727,27 @@ mod tests {
         assert_eq!(sorted, f.tokens.to_vec());
     }
 
+    /// A megabyte of Han text, one run, gives a third of a million pairs:
+    /// the token budget holds, and the pairs are there.
+    #[test]
+    fn a_megabyte_of_han_stays_within_the_token_budget() {
+        // Characters from across the block, so the pairs are mostly distinct.
+        let han: String = (0..350_000u32)
+            .map(|i| char::from_u32(0x4e00 + (i * 7919) % 0x5000).unwrap())
+            .collect();
+        assert!(han.len() >= 1_000_000);
+        let raw = format!(
+            "Subject: =?UTF-8?B?5p2x5Lqs?=\nContent-Type: text/plain; charset=utf-8\n\
+             Content-Transfer-Encoding: 8bit\n\n{han}\n"
+        );
+        let f = Extractor::new().extract(raw.as_bytes()).unwrap();
+        assert!(f.tokens.len() <= MAX_TOKENS, "{}", f.tokens.len());
+        assert!(f.tokens.len() > MAX_TOKENS / 2, "{}", f.tokens.len());
+        assert!(f.tokens.contains("SUBJ:東京"));
+        let first: String = han.chars().take(2).collect();
+        assert!(f.tokens.contains(&first));
+    }
+
     #[test]
     fn metadata_values() {
         let f = Extractor::new().extract(SPAMMY).unwrap();

@@ -8,7 +8,7 @@
 //! | `shards` | shard number (`u16` BE) | the shard's word tokens and counts, packed (see [`super::packed`]); an empty shard is not stored |
 //! | `shards` | `G`, block number (`u16` BE) | the byte view's counts of [`packed::GRAM_BLOCK`] buckets from `block · GRAM_BLOCK` on, by bucket (no names); a block of zeros is not stored |
 //! | `messages` | registry shard number (`u16` BE) | the learned messages of the shard: records of the first 16 bytes of the digest and one byte (0 ham, 1 spam), sorted (see [`super::packed`]); an empty shard is not stored |
-//! | `meta` | `format_version`, `tokenizer_version` | `u32` LE |
+//! | `meta` | `format_version`, `tokenizer_version` | `u32` LE (the tokenizer version of the last write: see [`SledStore::open`]) |
 //! | `meta` | `totals` | see below |
 //! | `meta` | `sizes` | tokens in `shards`, messages in `messages`: 2 × `u64` LE |
 //! | `meta` | `store_id` | 16 random bytes chosen when the database is created |
@@ -54,8 +54,8 @@ use crate::fsutil;
 use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
 use crate::vocab::Digest;
 use crate::vocab::METADATA_LEN;
-use crate::vocab::TOKENIZER_VERSION;
 use crate::vocab::{BUCKET_BITS, Feature, is_bucket};
+use crate::vocab::{TOKENIZER_VERSION, readable_tokenizer};
 
 const FORMAT_KEY: &[u8] = b"format_version";
 const TOKENIZER_KEY: &[u8] = b"tokenizer_version";
@@ -106,8 +106,10 @@ impl SledStore {
     ///
     /// If another process holds the database, retries until `wait` has
     /// passed and then fails with [`Error::Locked`]. A database written with
-    /// another [`FORMAT_VERSION`] or [`TOKENIZER_VERSION`] is refused with
-    /// [`Error::Version`].
+    /// another [`FORMAT_VERSION`], or a tokenizer version this one cannot
+    /// read ([`readable_tokenizer`]), is refused with [`Error::Version`]; a
+    /// readable older tokenizer version is replaced by [`TOKENIZER_VERSION`]
+    /// with the next delta applied.
     pub fn open(path: &Path, wait: Duration) -> Result<SledStore> {
         check_files(path)?;
         let start = Instant::now();
@@ -172,7 +174,10 @@ impl SledStore {
             .get(TOKENIZER_KEY)
             .map_err(|e| self.sled_error(e))?;
         let tokenizer = tokenizer.ok_or_else(|| self.corrupt("no tokenizer version"))?;
-        self.check_version(&tokenizer, TOKENIZER_VERSION, "tokenizer version")?;
+        let tokenizer = self.decode_version(&tokenizer, "tokenizer version")?;
+        if !readable_tokenizer(tokenizer) {
+            return Err(self.version_error(tokenizer, TOKENIZER_VERSION, "tokenizer version"));
+        }
         // Both decode or report what is wrong (including another METADATA_LEN).
         self.totals()?;
         self.sizes()?;
@@ -319,18 +324,38 @@ impl SledStore {
     }
 
     fn check_version(&self, bytes: &[u8], expected: u32, what: &'static str) -> Result<()> {
-        let found = <[u8; 4]>::try_from(bytes)
-            .map(u32::from_le_bytes)
-            .map_err(|_| self.corrupt(format!("bad {what} record")))?;
+        let found = self.decode_version(bytes, what)?;
         if found != expected {
-            return Err(Error::Version {
-                path: self.path.clone(),
-                found,
-                expected,
-                what,
-            });
+            return Err(self.version_error(found, expected, what));
         }
         Ok(())
+    }
+
+    fn decode_version(&self, bytes: &[u8], what: &'static str) -> Result<u32> {
+        <[u8; 4]>::try_from(bytes)
+            .map(u32::from_le_bytes)
+            .map_err(|_| self.corrupt(format!("bad {what} record")))
+    }
+
+    fn version_error(&self, found: u32, expected: u32, what: &'static str) -> Error {
+        Error::Version {
+            path: self.path.clone(),
+            found,
+            expected,
+            what,
+        }
+    }
+
+    /// The tokenizer version the counts were last written under: this
+    /// version's once anything was written, an older readable one
+    /// ([`crate::vocab::OLDEST_READABLE_TOKENIZER`]) until then.
+    pub fn tokenizer_version(&self) -> Result<u32> {
+        let bytes = self
+            .meta
+            .get(TOKENIZER_KEY)
+            .map_err(|e| self.sled_error(e))?
+            .ok_or_else(|| self.corrupt("no tokenizer version"))?;
+        self.decode_version(&bytes, "tokenizer version")
     }
 
     /// Records the versions in a new database.
@@ -676,6 +701,9 @@ impl SledStore {
                 )));
             }
             m.insert(GENERATION_KEY, &next.to_le_bytes()[..])?;
+            // Counts of an older readable tokenizer are now mixed with this
+            // one's: the store is this version's from here on.
+            m.insert(TOKENIZER_KEY, &TOKENIZER_VERSION.to_le_bytes()[..])?;
             inexact.set(inexact_here);
             Ok(())
         });
@@ -1211,6 +1239,67 @@ mod tests {
             let text = err.to_string();
             assert!(text.contains(&format!("{what} 99")), "{text}");
             assert!(text.contains("retrain into a new database"), "{text}");
+        }
+    }
+
+    /// A store of tokenizer version 3 (before CJK pairs) opens, reads and
+    /// is written into; the first write records this version. Versions it
+    /// cannot read stay refused.
+    #[test]
+    fn a_store_of_tokenizer_version_3_is_read_and_upgraded_by_its_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let mut store = SledStore::open(&path, WAIT).unwrap();
+        store
+            .apply(&message(&["a", "東"], Label::Spam, 1, 1, 5))
+            .unwrap();
+        store
+            .meta
+            .insert(TOKENIZER_KEY, &3u32.to_le_bytes()[..])
+            .unwrap();
+        store.flush().unwrap();
+        drop(store);
+
+        let mut store = SledStore::open(&path, WAIT).unwrap();
+        assert_eq!(
+            store.tokenizer_version().unwrap(),
+            3,
+            "opening writes nothing"
+        );
+        assert_eq!(store.token(Feature::Word("東")).unwrap().spam, 1);
+        assert_eq!(store.totals().unwrap().messages, [0, 1]);
+        store
+            .apply(&message(&["a", "東京"], Label::Ham, 1, 2, 5))
+            .unwrap();
+        assert_eq!(store.tokenizer_version().unwrap(), TOKENIZER_VERSION);
+        assert_eq!(
+            store.token(Feature::Word("a")).unwrap(),
+            TokenCounts { ham: 1, spam: 1 }
+        );
+        drop(store);
+        let store = SledStore::open(&path, WAIT).unwrap();
+        assert_eq!(store.tokenizer_version().unwrap(), TOKENIZER_VERSION);
+        assert_eq!(store.totals().unwrap().messages, [1, 1]);
+        drop(store);
+
+        for unreadable in [2, TOKENIZER_VERSION + 1] {
+            let store = SledStore::open(&path, WAIT).unwrap();
+            store
+                .meta
+                .insert(TOKENIZER_KEY, &unreadable.to_le_bytes()[..])
+                .unwrap();
+            store.db.flush().unwrap();
+            drop(store);
+            let err = SledStore::open(&path, WAIT).unwrap_err();
+            assert!(
+                matches!(err, Error::Version { found, .. } if found == unreadable),
+                "{err:?}"
+            );
+            let store = ::sled::Config::new().path(&path).open().unwrap();
+            let meta = store.open_tree("meta").unwrap();
+            meta.insert(TOKENIZER_KEY, &TOKENIZER_VERSION.to_le_bytes()[..])
+                .unwrap();
+            store.flush().unwrap();
         }
     }
 

@@ -1,6 +1,8 @@
 //! Text to tokens: tantivy's tokenizer pipeline, a tokenizer that splits on
-//! Unicode word boundaries (UAX #29, from unicode-segmentation), keeps URLs
-//! whole and lower-cases each word as it copies it out, followed by filters
+//! Unicode word boundaries (UAX #29, from unicode-segmentation), cuts runs
+//! of CJK, Thai and the other scripts written without spaces into
+//! overlapping pairs of characters, keeps URLs whole and lower-cases each
+//! word as it copies it out, followed by filters
 //! that reduce URLs to their host, turn numbers into shapes and drop
 //! over-long tokens. It is composed as `TextAnalyzer::builder` composes it,
 //! but kept with its concrete type rather than boxed into a `TextAnalyzer`

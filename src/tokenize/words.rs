@@ -2,17 +2,34 @@
 //! with URLs (`scheme://…`) kept as one token so the URL filter can reduce
 //! them to a host, and invisible characters removed first.
 //!
+//! Scripts written without spaces between words are cut into overlapping
+//! pairs of characters instead ([`is_bigram_script`]): Han, Hiragana,
+//! Katakana and Hangul (as Lucene's `CJKBigramFilter` does) and Thai, Lao,
+//! Khmer and Myanmar. UAX #29 has no word boundaries for them: it makes
+//! every Han character and every kana a word of its own, a whole run of
+//! Katakana one word, a Thai character with its marks one word, and joins
+//! Hangul to Latin letters and digits (`한국어abc`). A run of such
+//! characters (each with the marks that follow it: a grapheme cluster)
+//! gives every pair of neighbours (`東京都` → `東京`, `京都`); a run of one
+//! gives that one. Hangul, which does space its words, is paired within
+//! each word, so a word is found whatever particle follows it
+//! (`회의는`, `회의를` share `회의`). A run ends at anything else: a space,
+//! punctuation (`、` `。` are neither), Latin letters, digits.
+//!
 //! Lower-casing happens here, as each word is copied into its token, rather
 //! than in a filter after: a filter reads and rewrites every token again
 //! (tantivy's `LowerCaser` first checks it is ASCII, then folds it).
 
 use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
-use unicode_segmentation::{UWordBoundIndices, UnicodeSegmentation};
+use unicode_segmentation::{GraphemeIndices, UWordBoundIndices, UnicodeSegmentation};
 
 /// Splits text into words on Unicode word boundaries (UAX #29), keeping only
 /// segments with a letter or digit, as `unicode_words` does; a URL with a
-/// scheme is one token. Words come out lower-cased, character by character
-/// (as tantivy's `LowerCaser` does: no final-sigma rule).
+/// scheme is one token; runs of Han, kana, Hangul, Thai, Lao, Khmer and
+/// Myanmar characters become overlapping pairs of characters (grapheme
+/// clusters; a run of one gives that one). Words come out lower-cased,
+/// character by character (as tantivy's `LowerCaser` does: no final-sigma
+/// rule).
 #[derive(Clone, Default)]
 pub struct MailWordTokenizer {
     cleaned: String,
@@ -31,6 +48,99 @@ fn is_invisible(c: char) -> bool {
         | '\u{2060}'..='\u{2064}'
         | '\u{2066}'..='\u{2069}'
         | '\u{feff}')
+}
+
+/// Whether `c` belongs to a script whose runs are cut into pairs of
+/// characters rather than into UAX #29 words: Han (with its radicals and
+/// the marks `々` `〇` `〻`), Hiragana, Katakana (and the prolonged sound mark
+/// `ー`; not the middle dot `・`, which separates words), Hangul (syllables
+/// and jamo), and the letters and marks of Thai, Lao, Khmer and Myanmar
+/// (not their digits, punctuation or currency signs).
+pub(crate) fn is_bigram_script(c: char) -> bool {
+    // Below Thai, none: one compare for every Latin, Cyrillic, Greek,
+    // Arabic and Hebrew character.
+    if c < '\u{0e01}' {
+        return false;
+    }
+    matches!(c,
+        // Thai, Lao
+        '\u{0e01}'..='\u{0e3a}' | '\u{0e40}'..='\u{0e4e}'
+        | '\u{0e81}'..='\u{0ece}' | '\u{0edc}'..='\u{0edf}'
+        // Myanmar
+        | '\u{1000}'..='\u{103f}' | '\u{1050}'..='\u{108f}' | '\u{109a}'..='\u{109f}'
+        | '\u{a9e0}'..='\u{a9ef}' | '\u{a9fa}'..='\u{a9fe}' | '\u{aa60}'..='\u{aa7f}'
+        // Hangul jamo
+        | '\u{1100}'..='\u{11ff}'
+        // Khmer
+        | '\u{1780}'..='\u{17d3}' | '\u{17d7}' | '\u{17dc}' | '\u{17dd}'
+        // Han radicals, iteration and number marks
+        | '\u{2e80}'..='\u{2fdf}' | '\u{3005}' | '\u{3007}'
+        | '\u{3021}'..='\u{3029}' | '\u{3038}'..='\u{303b}'
+        // Hiragana, Katakana
+        | '\u{3041}'..='\u{3096}' | '\u{3099}'..='\u{309f}'
+        | '\u{30a1}'..='\u{30fa}' | '\u{30fc}'..='\u{30ff}' | '\u{31f0}'..='\u{31ff}'
+        // Hangul compatibility jamo
+        | '\u{3131}'..='\u{318e}'
+        // Han
+        | '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}'
+        // Hangul
+        | '\u{a960}'..='\u{a97f}' | '\u{ac00}'..='\u{d7a3}' | '\u{d7b0}'..='\u{d7ff}'
+        // Han compatibility
+        | '\u{f900}'..='\u{faff}'
+        // Half-width Katakana and Hangul
+        | '\u{ff66}'..='\u{ff9f}' | '\u{ffa0}'..='\u{ffdc}'
+        // Kana supplements
+        | '\u{1aff0}'..='\u{1afff}' | '\u{1b000}'..='\u{1b16f}'
+        // Han extensions B on (planes 2 and 3)
+        | '\u{20000}'..='\u{3ffff}')
+}
+
+/// Length in bytes of the run of [`is_bigram_script`] characters at the
+/// start of `text`: its grapheme clusters that start with one (so the marks
+/// after a character stay with it).
+fn bigram_run_len(text: &str) -> usize {
+    text.graphemes(true)
+        .take_while(|g| g.chars().next().is_some_and(is_bigram_script))
+        .map(str::len)
+        .sum()
+}
+
+/// The words of a run of [`is_bigram_script`] characters: each pair of
+/// neighbouring grapheme clusters, or the one cluster of a run of one.
+struct Bigrams<'a> {
+    /// Offset of the run in the text.
+    base: usize,
+    units: GraphemeIndices<'a>,
+    /// The last cluster read, as offsets in the text.
+    last: Option<(usize, usize)>,
+    /// Whether a pair (or the lone cluster) was returned.
+    returned: bool,
+}
+
+impl<'a> Bigrams<'a> {
+    fn new(run: &'a str, base: usize) -> Self {
+        Bigrams {
+            base,
+            units: run.grapheme_indices(true),
+            last: None,
+            returned: false,
+        }
+    }
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        for (at, unit) in self.units.by_ref() {
+            let unit = (self.base + at, self.base + at + unit.len());
+            if let Some((start, _)) = self.last.replace(unit) {
+                self.returned = true;
+                return Some((start, unit.1));
+            }
+        }
+        if self.returned {
+            return None;
+        }
+        self.returned = true;
+        self.last
+    }
 }
 
 /// Whether `text` holds an [`is_invisible`] character, read from the bytes
@@ -98,13 +208,15 @@ impl Tokenizer for MailWordTokenizer {
 /// can be split on its own: a piece of pure ASCII by a scanner that
 /// implements the same rules for ASCII only ([`AsciiWords`]), several
 /// times faster than the general tables, which split the rest. A line with
-/// one accented word thus costs the tables that word only.
+/// one accented word thus costs the tables that word only. A run of
+/// [`is_bigram_script`] characters is a piece of its own, cut into pairs.
 enum Piece<'a> {
     Ascii(AsciiWords),
     Unicode {
         base: usize,
         segments: UWordBoundIndices<'a>,
     },
+    Bigrams(Bigrams<'a>),
 }
 
 /// Token stream of [`MailWordTokenizer`].
@@ -487,10 +599,10 @@ impl<'a> MailWordStream<'a> {
     /// The next word of the text, as byte offsets.
     fn next_word(&mut self) -> Option<(usize, usize)> {
         loop {
-            let word = if let Piece::Ascii(words) = &mut self.piece {
-                words.next(&self.text.as_bytes()[..words.end])
-            } else {
-                self.next_unicode_word()
+            let word = match &mut self.piece {
+                Piece::Ascii(words) => words.next(&self.text.as_bytes()[..words.end]),
+                Piece::Bigrams(pairs) => pairs.next(),
+                Piece::Unicode { .. } => self.next_unicode_word(),
             };
             if word.is_some() || !self.next_piece() {
                 return word;
@@ -527,33 +639,63 @@ impl<'a> MailWordStream<'a> {
         let line = &bytes[start..self.line_end];
         // Where a space is followed by an ASCII letter or digit.
         let cut = |at: usize| line[at - 1] == b' ' && line[at].is_ascii_alphanumeric();
-        let (end, ascii) = match first_non_ascii(line) {
-            None => (line.len(), true),
+        let (end, kind) = match first_non_ascii(line) {
+            None => (line.len(), Kind::Ascii),
             // ASCII up to the last cut before the first non-ASCII byte,
-            // else the tables up to the first cut after it.
+            // else the tables up to the first cut or the first character
+            // of a bigram script after it, whichever comes first. Each
+            // search stops where the piece it makes ends, so a line costs
+            // its length however many pieces it holds.
             Some(first) => match (1..first).rev().find(|&at| cut(at)) {
-                Some(at) => (at, true),
-                None => (
-                    (first + 1..line.len())
-                        .find(|&at| cut(at))
-                        .unwrap_or(line.len()),
-                    false,
-                ),
+                Some(at) => (at, Kind::Ascii),
+                None => {
+                    // Bytes, not characters: a character of a bigram
+                    // script is three or four bytes long, so only their
+                    // lead bytes (from 0xE0) are decoded.
+                    let stop = (first..line.len()).find_map(|at| match line[at] {
+                        b if b.is_ascii_alphanumeric() && cut(at) => Some((at, Kind::Unicode)),
+                        0xE0..
+                            if self.text[start + at..]
+                                .chars()
+                                .next()
+                                .is_some_and(is_bigram_script) =>
+                        {
+                            Some(match at {
+                                0 => (
+                                    bigram_run_len(&self.text[start..self.line_end]),
+                                    Kind::Bigrams,
+                                ),
+                                _ if at == first => (at, Kind::Ascii),
+                                _ => (at, Kind::Unicode),
+                            })
+                        }
+                        _ => None,
+                    });
+                    stop.unwrap_or((line.len(), Kind::Unicode))
+                }
             },
         };
         let end = start + end;
         // A piece ending the line: the next one starts after the `\n`.
         self.next_piece = if end == self.line_end { end + 1 } else { end };
-        self.piece = if ascii {
-            Piece::Ascii(AsciiWords::new(&bytes[..end], start))
-        } else {
-            Piece::Unicode {
+        self.piece = match kind {
+            Kind::Ascii => Piece::Ascii(AsciiWords::new(&bytes[..end], start)),
+            Kind::Unicode => Piece::Unicode {
                 base: start,
                 segments: self.text[start..end].split_word_bound_indices(),
-            }
+            },
+            Kind::Bigrams => Piece::Bigrams(Bigrams::new(&self.text[start..end], start)),
         };
         true
     }
+}
+
+/// Which kind of [`Piece`] a piece of text is.
+#[derive(Clone, Copy)]
+enum Kind {
+    Ascii,
+    Unicode,
+    Bigrams,
 }
 
 /// Where the first non-ASCII byte of `bytes` is, looking eight bytes at
@@ -597,15 +739,17 @@ impl TokenStream for MailWordStream<'_> {
             if start < self.skip_to {
                 continue;
             }
-            let end = match self.url_end(start, word_end) {
+            // A URL may run on past an ASCII piece, into the characters
+            // of a bigram script that ended it.
+            let (end, ascii) = match self.url_end(start, word_end) {
                 Some(end) => {
                     self.skip_to = end;
-                    end
+                    (end, self.text[start..end].is_ascii())
                 }
-                None => word_end,
+                None => (word_end, true),
             };
             self.token.text.clear();
-            self.keys = if matches!(self.piece, Piece::Ascii(_)) {
+            self.keys = if ascii && matches!(self.piece, Piece::Ascii(_)) {
                 Some(push_ascii_lowercase(
                     &mut self.token.text,
                     self.text.as_bytes(),
@@ -655,6 +799,27 @@ mod tests {
         out
     }
 
+    /// What the stream gives, the slow way: UAX #29 words between the runs
+    /// of bigram scripts, and each run's neighbouring grapheme clusters.
+    fn reference(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        while let Some((i, _)) = rest.char_indices().find(|&(_, c)| is_bigram_script(c)) {
+            out.extend(rest[..i].unicode_words().map(lower));
+            let units: Vec<&str> = rest[i..]
+                .graphemes(true)
+                .take_while(|g| g.chars().next().is_some_and(is_bigram_script))
+                .collect();
+            match units[..] {
+                [one] => out.push(one.to_owned()),
+                _ => out.extend(units.windows(2).map(|w| w.concat())),
+            }
+            rest = &rest[i + units.concat().len()..];
+        }
+        out.extend(rest.unicode_words().map(lower));
+        out
+    }
+
     fn words(text: &str) -> Vec<String> {
         let mut tokenizer = MailWordTokenizer::default();
         let mut stream = tokenizer.token_stream(text);
@@ -667,9 +832,69 @@ mod tests {
 
     #[test]
     fn splits_like_uax29_words() {
-        let text = "Don't pay $1,000.50 for V-I-A-G-R-A at www.example.com, ok? 東京";
+        let text = "Don't pay $1,000.50 for V-I-A-G-R-A at www.example.com, ok? Ünïcode";
         let expected: Vec<String> = text.unicode_words().map(lower).collect();
         assert_eq!(words(text), expected);
+    }
+
+    #[test]
+    fn cjk_runs_become_overlapping_pairs() {
+        assert_eq!(
+            words("東京都に住む"),
+            ["東京", "京都", "都に", "に住", "住む"]
+        );
+        // Latin joined to Han, and a lone Han character between words.
+        assert_eq!(words("Rust言語 is 速い"), ["rust", "言語", "is", "速い"]);
+        assert_eq!(words("a 東 b"), ["a", "東", "b"]);
+        assert_eq!(words("第3回"), ["第", "3", "回"]);
+        // CJK punctuation and the Katakana middle dot end a run.
+        assert_eq!(words("東京、大阪。"), ["東京", "大阪"]);
+        assert_eq!(words("ジョン・スミス"), ["ジョ", "ョン", "スミ", "ミス"]);
+        // Katakana runs, which UAX #29 keeps whole, are paired too.
+        assert_eq!(
+            words("コンピューター"),
+            ["コン", "ンピ", "ピュ", "ュー", "ータ", "ター"]
+        );
+        // Traditional and simplified alike.
+        assert_eq!(words("機會 机会"), ["機會", "机会"]);
+    }
+
+    #[test]
+    fn hangul_is_paired_within_its_words() {
+        assert_eq!(
+            words("회의는 내일입니다"),
+            ["회의", "의는", "내일", "일입", "입니", "니다"]
+        );
+        // UAX #29 joins Hangul to Latin letters (both are letters to it).
+        assert_eq!("한국어abc".unicode_words().count(), 1);
+        assert_eq!(words("한국어abc"), ["한국", "국어", "abc"]);
+    }
+
+    #[test]
+    fn thai_and_other_unspaced_scripts_are_paired_by_clusters() {
+        // UAX #29 makes every Thai character (with its marks) a word.
+        assert_eq!("สวัสดี".unicode_words().count(), 4);
+        // A vowel or tone mark stays with its consonant: ส วั ส ดี.
+        assert_eq!(words("สวัสดี ครับ"), ["สวั", "วัส", "สดี", "ครั", "รับ"]);
+        // Thai digits are digits, as UAX #29 has them.
+        assert_eq!(words("ราคา ๕๐ บาท"), ["รา", "าค", "คา", "๕๐", "บา", "าท"]);
+        // Lao, Khmer (a subscript consonant stays in its cluster), Myanmar.
+        assert_eq!(words("ສະບາຍ"), ["ສະ", "ະບ", "ບາ", "າຍ"]);
+        assert_eq!(words("សួស្តី"), ["សួស្តី"]);
+        assert_eq!(words("မင်္ဂလာ"), reference("မင်္ဂလာ"));
+        assert!(words("မင်္ဂလာ").len() > 1);
+    }
+
+    #[test]
+    fn cjk_inside_urls_and_after_ascii_lines() {
+        assert_eq!(
+            words("見て http://例え.example/パス 今"),
+            ["見て", "http://例え.example/パス", "今"]
+        );
+        assert_eq!(
+            words("plain line\n東京 and more\nascii"),
+            ["plain", "line", "東京", "and", "more", "ascii"]
+        );
     }
 
     #[test]
@@ -764,14 +989,14 @@ mod tests {
         // Words copied eight bytes at a time read past their end, here into
         // the multi-byte characters of the next line.
         let text = "MiXed Ab\nééééééé\nCD\n東京東京";
-        let expected: Vec<String> = text.unicode_words().map(lower).collect();
+        let expected = reference(text);
         assert_eq!(words(text), expected);
     }
 
     #[test]
     fn ascii_and_unicode_lines_mix() {
         let text = "naïve café\nplain ascii line\r\n東京 and 1,000\n";
-        let expected: Vec<String> = text.unicode_words().map(lower).collect();
+        let expected = reference(text);
         assert_eq!(words(text), expected);
     }
 
@@ -792,13 +1017,12 @@ mod tests {
         }
 
         /// Whole texts, lines and all, split exactly as unicode_words does
-        /// (URLs aside).
+        /// (URLs aside), the runs of bigram scripts into pairs.
         #[test]
         fn stream_matches_uax29(
-            text in "([a-zA-Z0-9_.,;:' \"!é東\u{2019}\u{301}\u{a0}\r\n-]|  ){0,200}"
+            text in "([a-zA-Z0-9_.,;:' \"!é東京にカナ한국สวัส\u{e34}\u{3099}\u{2019}\u{301}\u{a0}。\r\n-]|  ){0,200}"
         ) {
-            let expected: Vec<String> = text.unicode_words().map(lower).collect();
-            proptest::prop_assert_eq!(words(&text), expected);
+            proptest::prop_assert_eq!(words(&text), reference(&text));
         }
     }
 }

@@ -35,7 +35,7 @@
 //! |---|---|
 //! | 8 | magic `BAYESMDL` |
 //! | 4 | `u32` snapshot format version ([`SNAPSHOT_VERSION`]) |
-//! | 4 | `u32` tokenizer version ([`TOKENIZER_VERSION`]) |
+//! | 4 | `u32` tokenizer version ([`TOKENIZER_VERSION`]; an older one that it reads is read) |
 //! | 8 | `u64` header length `h` |
 //! | `h` | header, JSON (UTF-8) |
 //! | 8 | `u64` token count `n` |
@@ -74,7 +74,7 @@ use crate::fsutil::open_regular;
 use crate::model::TokenCounts;
 use crate::vocab::BUCKET_BITS;
 use crate::vocab::Feature;
-use crate::vocab::TOKENIZER_VERSION;
+use crate::vocab::{TOKENIZER_VERSION, readable_tokenizer};
 use buffer::*;
 pub(crate) use write::remove_check_record;
 #[cfg(test)]
@@ -269,7 +269,11 @@ impl Snapshot {
         if !(OLDEST_READABLE..=SNAPSHOT_VERSION).contains(&format) {
             version(8, SNAPSHOT_VERSION, super::MODEL_FILE_FORMAT)?;
         }
-        version(12, TOKENIZER_VERSION, "tokenizer version")?;
+        // Counts of an older tokenizer that this one reads: see
+        // [`TOKENIZER_VERSION`].
+        if !readable_tokenizer(read_u32(&bytes, 12).unwrap_or(0)) {
+            version(12, TOKENIZER_VERSION, "tokenizer version")?;
+        }
         // Everything but the trailing checksum.
         let body = bytes.len() - 8;
         let truncated = || corrupt("truncated, or its lengths are damaged".into());
@@ -518,6 +522,13 @@ impl Snapshot {
         let hash = token_hash(wanted);
         let slot = home_slot(self.version, hash, self.m);
         self.probe(slot, hash, |i| Some(self.key(i)? == wanted))
+    }
+
+    /// The tokenizer version its counts were made with: this version's
+    /// ([`TOKENIZER_VERSION`]) or an older one that it reads.
+    pub fn tokenizer_version(&self) -> u32 {
+        // Checked by `open`.
+        read_u32(&self.bytes, 12).unwrap_or(0)
     }
 
     /// Number of tokens: keyed tokens and byte-view buckets with counts.
@@ -982,6 +993,43 @@ mod tests {
         reader.verify().unwrap();
         let fresh = Snapshot::open(&path).unwrap();
         assert_eq!((fresh.lookup(t), fresh.len()), (Some(new), 2));
+    }
+
+    /// A model file of tokenizer version 3 (before CJK pairs) is read as it
+    /// is; one of a version this one cannot read is refused.
+    #[test]
+    fn reads_a_model_file_of_an_older_readable_tokenizer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        let current = dir.path().join("current.bin");
+        fs::write(&current, sample_bytes()).unwrap();
+        let current = Snapshot::open(&current).unwrap();
+        for (found, readable) in [(3, true), (2, false), (TOKENIZER_VERSION + 1, false)] {
+            let mut bytes = sample_bytes();
+            bytes[12..16].copy_from_slice(&found.to_le_bytes());
+            fs::write(&path, resealed(bytes)).unwrap();
+            match Snapshot::open(&path) {
+                Ok(snapshot) => {
+                    assert!(readable, "{found}");
+                    snapshot.verify().unwrap();
+                    assert_eq!(snapshot.len(), current.len());
+                    assert_eq!(snapshot.tokenizer_version(), found);
+                    assert_eq!(current.tokenizer_version(), TOKENIZER_VERSION);
+                    for (word, counts) in parts(&sample()).0 {
+                        let word = Feature::Word(&word);
+                        assert_eq!(snapshot.lookup(word), current.lookup(word));
+                        assert_eq!(snapshot.lookup(word), Some(counts));
+                    }
+                }
+                Err(err) => {
+                    assert!(!readable, "{found}: {err}");
+                    assert!(
+                        matches!(err, Error::Version { found: f, .. } if f == found),
+                        "{err:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
