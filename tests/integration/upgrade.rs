@@ -82,7 +82,17 @@ fn a_version_3_database_judges_learns_and_unlearns_and_is_upgraded_by_its_next_w
     drop(store);
     // The version as the store records it, written where it keeps it.
     {
-        let sled = sled::Config::new().path(paths.counts()).open().unwrap();
+        // sled lets go of its lock when its last thread has: wait for it.
+        let deadline = std::time::Instant::now() + WAIT;
+        let sled = loop {
+            match sled::Config::new().path(paths.counts()).open() {
+                Ok(sled) => break sled,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         let meta = sled.open_tree("meta").unwrap();
         meta.insert("tokenizer_version", &3u32.to_le_bytes()[..])
             .unwrap();
