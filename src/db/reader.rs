@@ -205,6 +205,38 @@ impl Classifier {
     /// Opens the snapshot of the database at `paths` and applies its
     /// journal, if the journal was written for this snapshot.
     pub fn open(paths: &DbPaths) -> Result<Classifier> {
+        Classifier::open_with(paths, None)
+    }
+
+    /// [`Classifier::open`] to judge the messages of `features` only: the
+    /// journal's changes are taken for their features alone, so that
+    /// judging a message or two before learning them costs no replay of
+    /// everything the journal changed. The counts of other features, and
+    /// [`Classifier::vocabulary`], are those of the snapshot.
+    pub(crate) fn open_for(paths: &DbPaths, features: &[&Features]) -> Result<Classifier> {
+        let mut words = std::collections::HashSet::new();
+        let mut grams = std::collections::HashSet::new();
+        for f in features {
+            f.for_each_feature(|feature| match feature {
+                Feature::Word(w) => {
+                    words.insert(w.to_owned());
+                }
+                Feature::Gram(b) => {
+                    grams.insert(b);
+                }
+            });
+        }
+        let wanted = move |feature: Feature<'_>| match feature {
+            Feature::Word(w) => words.contains(w),
+            Feature::Gram(b) => grams.contains(&b),
+        };
+        Classifier::open_with(paths, Some(&wanted))
+    }
+
+    fn open_with(
+        paths: &DbPaths,
+        wanted: Option<&dyn Fn(Feature<'_>) -> bool>,
+    ) -> Result<Classifier> {
         let path = paths.snapshot();
         // Only a model that is not there is no model: one that cannot be
         // looked at (a directory the reader may not enter) is unreadable.
@@ -242,9 +274,13 @@ impl Classifier {
             // Counts the journal cannot take back exactly become zero, as
             // they do in the count store when it takes the journal in.
             let mut inexact = 0;
-            let (totals, replayed) = journal
-                .replay(&header.totals, |f| snapshot.lookup(f), &mut inexact)
-                .map_err(bad)?;
+            let (totals, replayed) = match wanted {
+                None => journal.replay(&header.totals, |f| snapshot.lookup(f), &mut inexact),
+                Some(wanted) => {
+                    journal.replay_of(&header.totals, |f| snapshot.lookup(f), wanted, &mut inexact)
+                }
+            }
+            .map_err(bad)?;
             header.totals = totals;
             for (old, new) in replayed.words.values().chain(replayed.grams.values()) {
                 match (old.is_some(), new.is_zero()) {

@@ -40,7 +40,9 @@ impl Restack {
     /// by its model as it is now, if it has one.
     pub(crate) fn before_learning(paths: &DbPaths, messages: &[Labelled]) -> Restack {
         let mut restack = Restack::for_unlearning(paths);
-        if let Ok(model) = Classifier::open(paths) {
+        let features: Vec<&crate::features::Features> =
+            messages.iter().map(|m| &m.features).collect();
+        if let Ok(model) = Classifier::open_for(paths, &features) {
             restack.fitted_on = u32::try_from(model.header().calibrated_on).unwrap_or(u32::MAX);
             restack.inputs = messages
                 .iter()

@@ -535,7 +535,21 @@ impl Journal {
     pub(crate) fn replay(
         &self,
         totals: &Totals,
+        base: impl FnMut(Feature<'_>) -> Option<TokenCounts>,
+        inexact: &mut u64,
+    ) -> Result<(Totals, Replayed)> {
+        self.replay_of(totals, base, |_| true, inexact)
+    }
+
+    /// [`Journal::replay`] for the features `wanted` keeps only: the totals
+    /// as whole, the counts of those features alone (what judging a few
+    /// messages needs, without a lookup and an entry for every feature
+    /// the journal changed).
+    pub(crate) fn replay_of(
+        &self,
+        totals: &Totals,
         mut base: impl FnMut(Feature<'_>) -> Option<TokenCounts>,
+        wanted: impl Fn(Feature<'_>) -> bool,
         inexact: &mut u64,
     ) -> Result<(Totals, Replayed)> {
         let mut totals = totals.clone();
@@ -551,7 +565,7 @@ impl Journal {
                 ..Delta::default()
             };
             totals = super::apply_totals(&totals, &change, inexact)?;
-            for (feature, d) in e.changes() {
+            for (feature, d) in e.changes().filter(|(f, _)| wanted(*f)) {
                 let (_, now) = match feature {
                     Feature::Word(word) => replayed
                         .words
@@ -712,6 +726,36 @@ mod tests {
         assert_eq!(j.label_of(&[3; 32]), Some(Some(Label::Spam)));
         assert_eq!(j.label_of(&[4; 32]), Some(None));
         assert_eq!(j.label_of(&[5; 32]), None);
+    }
+
+    #[test]
+    fn a_replay_of_some_features_gives_theirs_as_the_whole_replay_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.journal");
+        start(&path, &base(), &entry(7, 8, "a", 1)).unwrap();
+        append(&path, &entry(8, 10, "b", 2)).unwrap();
+        append(&path, &entry(10, 11, "a", -1)).unwrap();
+        let j = Journal::read(&path).unwrap().unwrap();
+        let snapshot =
+            |f: Feature<'_>| (f == Feature::Word("a")).then_some(TokenCounts { ham: 0, spam: 4 });
+        let (mut n1, mut n2) = (0, 0);
+        let (all_totals, all) = j.replay(&Totals::default(), snapshot, &mut n1).unwrap();
+        let (totals, some) = j
+            .replay_of(
+                &Totals::default(),
+                snapshot,
+                |f| f == Feature::Word("a"),
+                &mut n2,
+            )
+            .unwrap();
+        assert_eq!(totals, all_totals, "the totals are whole");
+        assert_eq!(some.get(Feature::Word("a")), all.get(Feature::Word("a")));
+        assert_eq!(
+            some.get(Feature::Word("a")).map(|(_, now)| now),
+            Some(TokenCounts { ham: 0, spam: 4 })
+        );
+        assert!(all.get(Feature::Word("b")).is_some());
+        assert_eq!(some.get(Feature::Word("b")), None, "not asked for");
     }
 
     #[test]
