@@ -228,6 +228,14 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
                 None => "never".to_string(),
             }
         )?;
+        writeln!(
+            out,
+            "last learned        {}",
+            match (s.last_learned_seconds_ago, &s.last_learned_from) {
+                (Some(secs), Some(from)) => format!("{} min ago ({from})", secs / 60),
+                _ => "never".to_string(),
+            }
+        )?;
     }
     Ok(Outcome::AllOk)
 }

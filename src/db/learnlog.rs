@@ -149,14 +149,27 @@ pub fn append(paths: &DbPaths, origin: Origin, changes: &[(Digest, Change)]) -> 
 /// When the last line from `origin` was written, if the log (or the
 /// rotated one) has one.
 pub fn last_from(paths: &DbPaths, origin: Origin) -> Option<SystemTime> {
+    last_where(paths, |name| name == origin.name()).map(|(time, _)| time)
+}
+
+/// When the database last learned anything, and from where (the origin's
+/// name as the log gives it); `None` if the log says nothing.
+pub fn last(paths: &DbPaths) -> Option<(SystemTime, String)> {
+    last_where(paths, |_| true)
+}
+
+/// The last line of the log (or of the one rotated before it) whose origin
+/// `wanted` takes: its time and origin.
+fn last_where(paths: &DbPaths, wanted: impl Fn(&str) -> bool) -> Option<(SystemTime, String)> {
     let log = path(paths);
     [log.clone(), older(&log)].iter().find_map(|file| {
         let text = fs::read_to_string(file).ok()?;
         text.lines().rev().find_map(|l| {
             let mut fields = l.split(' ');
             let time = fields.next()?;
-            (fields.nth(2)? == origin.name())
-                .then(|| parse_utc(time))
+            let origin = fields.nth(2)?;
+            wanted(origin)
+                .then(|| Some((parse_utc(time)?, origin.to_string())))
                 .flatten()
         })
     })

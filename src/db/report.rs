@@ -77,6 +77,14 @@ pub struct Stats {
     pub last_learned_from_imap: Option<String>,
     /// Seconds since then.
     pub last_learned_from_imap_seconds_ago: Option<u64>,
+    /// When anything last taught this database (the learn log's last
+    /// line), as `YYYY-MM-DDTHH:MM:SSZ`; `None` if never.
+    pub last_learned: Option<String>,
+    /// Seconds since then.
+    pub last_learned_seconds_ago: Option<u64>,
+    /// Where that came from: `learn`, `imap`, `spamd` (a mail client's move
+    /// told through spamc says so) or `http`.
+    pub last_learned_from: Option<String>,
     /// The directory's permission bits when others may read it (the
     /// counts name every correspondent).
     #[serde(skip)]
@@ -124,7 +132,17 @@ impl Reader {
                 .filter(|mode| mode & 0o044 != 0)
         };
         let imap = super::learnlog::last_from(paths, super::Origin::Imap);
+        let last = super::learnlog::last(paths);
+        let ago = |t: std::time::SystemTime| {
+            std::time::SystemTime::now()
+                .duration_since(t)
+                .unwrap_or_default()
+                .as_secs()
+        };
         Ok(Stats {
+            last_learned: last.as_ref().map(|(t, _)| super::learnlog::utc(*t)),
+            last_learned_seconds_ago: last.as_ref().map(|(t, _)| ago(*t)),
+            last_learned_from: last.map(|(_, origin)| origin),
             last_learned_from_imap: imap.map(super::learnlog::utc),
             last_learned_from_imap_seconds_ago: imap.map(|t| {
                 std::time::SystemTime::now()

@@ -553,6 +553,15 @@ fn moves_teach_exactly(via: Via, origin: &str) {
         assert_eq!(imap_line, Some("last learned from IMAP: never"), "{text}");
         assert!(json["last_learned_from_imap"].is_null(), "{json}");
     }
+    // Whichever way the move was told, stats says when and through what
+    // the database last learned.
+    let last_line = text.lines().find(|l| l.starts_with("last learned  "));
+    assert!(
+        last_line.is_some_and(|l| l.ends_with(&format!(" min ago ({origin})"))),
+        "{text}"
+    );
+    assert_eq!(json["last_learned_from"], origin, "{json}");
+    assert!(json["last_learned_seconds_ago"].is_u64(), "{json}");
 }
 
 #[test]
