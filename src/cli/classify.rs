@@ -209,10 +209,11 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
         )?;
         writeln!(
             out,
-            "calibrated on       {} messages (of the last train run; a sample of at most {} of \
-             each class)",
+            "calibrated on       {} messages (by the last train run, at most {} of each class, \
+             or by learning: the last {} judged before they were learned)",
             s.calibrated_on,
-            bayesmail::fit::SAMPLE_PER_CLASS
+            bayesmail::fit::SAMPLE_PER_CLASS,
+            bayesmail::decision::prequential::KEPT
         )?;
         let weights: Vec<String> = s
             .weights
