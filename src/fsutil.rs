@@ -285,6 +285,17 @@ fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
 /// file is private to its owner (mode 0600); one that replaces a file takes
 /// that file's permissions, so a user who loosened them keeps theirs.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PathError> {
+    write_replacing(path, bytes, true)
+}
+
+/// [`write_atomically`] without the syncs, for a file whose loss in a
+/// crash costs nothing but work to redo: readers still see the old file or
+/// the new one whole, never a part.
+pub fn write_atomically_unsynced(path: &Path, bytes: &[u8]) -> Result<(), PathError> {
+    write_replacing(path, bytes, false)
+}
+
+fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> Result<(), PathError> {
     let name = path.file_name().ok_or_else(|| PathError {
         path: path.to_path_buf(),
         source: io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
@@ -308,7 +319,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PathError> {
                 .map_err(io(&tmp))?;
         }
         file.write_all(bytes).map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
+        if durable {
+            file.sync_all().map_err(io(&tmp))?;
+        }
         drop(file);
         fs::rename(&tmp, path).map_err(io(path))
     })();
@@ -316,6 +329,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PathError> {
         // Best effort: the error that matters is the one already in hand.
         let _ = fs::remove_file(&tmp);
         return written;
+    }
+    if !durable {
+        return Ok(());
     }
     // Make the rename itself durable.
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))

@@ -105,14 +105,15 @@ impl Database {
         journal_limit: u64,
         params: Params,
     ) -> Result<(TrainSummary, ModelAfter)> {
-        // Each message as the model judges it before this learn: the
-        // stacker's prequential samples.
-        let mut restack = Restack::before_learning(&self.paths, messages);
+        // Each message as the model judges it before this learn, under
+        // the writers' lock: the stacker's prequential samples.
+        let mut restack = Restack::for_learning(&self.paths);
         let learned = quick::learn(&self.paths, wait, messages, journal_limit, &mut restack)?;
         let (summary, model) = match learned {
             Some(summary) => (summary, ModelAfter::UpToDate),
             None => {
                 let mut writer = self.writer(wait)?;
+                restack.judge(&self.paths, messages, None);
                 let summary = writer.learn(messages, &mut |_| {})?;
                 writer.refitted(restack.refit(&summary.changes)?);
                 let model = self.follow(&mut writer, params)?;

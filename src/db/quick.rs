@@ -198,6 +198,7 @@ pub(crate) fn learn(
     let Some(state) = State::read(paths, wait)? else {
         return Ok(None);
     };
+    restack.judge(paths, messages, Some(&state.journal));
     let mut summary = TrainSummary::default();
     let mut delta = Delta::default();
     let mut given: std::collections::HashMap<Digest, Label> = Default::default();

@@ -205,7 +205,7 @@ impl Classifier {
     /// Opens the snapshot of the database at `paths` and applies its
     /// journal, if the journal was written for this snapshot.
     pub fn open(paths: &DbPaths) -> Result<Classifier> {
-        Classifier::open_with(paths, None)
+        Classifier::open_with(paths, None, None)
     }
 
     /// [`Classifier::open`] to judge the messages of `features` only: the
@@ -213,7 +213,15 @@ impl Classifier {
     /// judging a message or two before learning them costs no replay of
     /// everything the journal changed. The counts of other features, and
     /// [`Classifier::vocabulary`], are those of the snapshot.
-    pub(crate) fn open_for(paths: &DbPaths, features: &[&Features]) -> Result<Classifier> {
+    ///
+    /// `journal`, when given, is the journal as the caller (a writer, who
+    /// holds the writers' lock, so that neither file can change) has read
+    /// it already: it is not read again.
+    pub(crate) fn open_for(
+        paths: &DbPaths,
+        features: &[&Features],
+        journal: Option<&Option<Journal>>,
+    ) -> Result<Classifier> {
         let mut words = std::collections::HashSet::new();
         let mut grams = std::collections::HashSet::new();
         for f in features {
@@ -230,12 +238,13 @@ impl Classifier {
             Feature::Word(w) => words.contains(w),
             Feature::Gram(b) => grams.contains(&b),
         };
-        Classifier::open_with(paths, Some(&wanted))
+        Classifier::open_with(paths, Some(&wanted), journal)
     }
 
     fn open_with(
         paths: &DbPaths,
         wanted: Option<&dyn Fn(Feature<'_>) -> bool>,
+        given: Option<&Option<Journal>>,
     ) -> Result<Classifier> {
         let path = paths.snapshot();
         // Only a model that is not there is no model: one that cannot be
@@ -248,14 +257,20 @@ impl Classifier {
             Err(source) => return Err(Error::Unreadable { path, source }),
         }
         let mut tries = 0;
-        let (snapshot, journal) = loop {
-            tries += 1;
-            let before = file_id(&path);
-            let snapshot = Snapshot::open(&path)?;
-            let journal = Journal::read(&paths.journal())?;
-            if tries == OPEN_TRIES || file_id(&path) == before {
-                break (snapshot, journal);
-            }
+        let read;
+        let (snapshot, journal) = match given {
+            // Under the writers' lock: neither file changes.
+            Some(journal) => (Snapshot::open(&path)?, journal.as_ref()),
+            None => loop {
+                tries += 1;
+                let before = file_id(&path);
+                let snapshot = Snapshot::open(&path)?;
+                let journal = Journal::read(&paths.journal())?;
+                if tries == OPEN_TRIES || file_id(&path) == before {
+                    read = journal;
+                    break (snapshot, read.as_ref());
+                }
+            },
         };
         let mut header: ModelHeader = snapshot.header()?;
         let params = header.params.check().map_err(|reason| Error::BadModel {

@@ -1,6 +1,7 @@
 //! The stacker of a database that learns, refitted as it learns
 //! ([`crate::decision::prequential`]): each message `learn` is given is
-//! scored by the model as it is before the learn (its prequential sample),
+//! scored by the model as it is before the learn, under the writers' lock
+//! (its prequential sample),
 //! the record of samples beside the model takes what the learn changed
 //! (a message learned, moved to the other label, unlearned), and when the
 //! rule says so the stacker is fitted again; the writer puts it in the
@@ -20,12 +21,14 @@ use crate::decision::Calibrator;
 use crate::decision::calibrate::INPUTS;
 use crate::decision::prequential::{Prequential, Sample, key_of};
 use crate::model::Label;
-use crate::store::samples;
+use crate::store::{Journal, samples};
 use crate::vocab::Digest;
 
 /// What a learn or unlearn does to the stacker's record.
 pub(crate) struct Restack {
     path: PathBuf,
+    /// Whether the messages were judged ([`Restack::judge`]).
+    judged: bool,
     /// Each message's stacker inputs before the learn, by digest.
     inputs: HashMap<Digest, [f64; INPUTS]>,
     /// Messages the model's stacker was fitted on: what a record that is
@@ -36,15 +39,30 @@ pub(crate) struct Restack {
 }
 
 impl Restack {
-    /// For learning `messages` into the database at `paths`: each scored
-    /// by its model as it is now, if it has one.
-    pub(crate) fn before_learning(paths: &DbPaths, messages: &[Labelled]) -> Restack {
-        let mut restack = Restack::for_unlearning(paths);
+    /// For learning into the database at `paths`: the messages are judged
+    /// by [`Restack::judge`], under the writers' lock.
+    pub(crate) fn for_learning(paths: &DbPaths) -> Restack {
+        Restack::for_unlearning(paths)
+    }
+
+    /// Judges `messages` by the model as it is now, if it has one, once:
+    /// under the writers' lock, with the journal as the writer read it
+    /// (`None`: read it here).
+    pub(crate) fn judge(
+        &mut self,
+        paths: &DbPaths,
+        messages: &[Labelled],
+        journal: Option<&Option<Journal>>,
+    ) {
+        if self.judged {
+            return;
+        }
+        self.judged = true;
         let features: Vec<&crate::features::Features> =
             messages.iter().map(|m| &m.features).collect();
-        if let Ok(model) = Classifier::open_for(paths, &features) {
-            restack.fitted_on = u32::try_from(model.header().calibrated_on).unwrap_or(u32::MAX);
-            restack.inputs = messages
+        if let Ok(model) = Classifier::open_for(paths, &features, journal) {
+            self.fitted_on = u32::try_from(model.header().calibrated_on).unwrap_or(u32::MAX);
+            self.inputs = messages
                 .iter()
                 .map(|m| {
                     let inputs = model.score(&m.features).evidence.stacker_inputs();
@@ -52,7 +70,6 @@ impl Restack {
                 })
                 .collect();
         }
-        restack
     }
 
     /// For unlearning from the database at `paths`: samples go, none
@@ -60,6 +77,7 @@ impl Restack {
     pub(crate) fn for_unlearning(paths: &DbPaths) -> Restack {
         Restack {
             path: paths.samples(),
+            judged: false,
             inputs: HashMap::new(),
             fitted_on: 0,
             pending: None,

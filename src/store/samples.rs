@@ -27,7 +27,7 @@ use super::{Error, Result};
 use crate::decision::calibrate::INPUTS;
 use crate::decision::prequential::{KEPT, Prequential, Sample};
 use crate::fsutil;
-use crate::fsutil::write_atomically;
+use crate::fsutil::write_atomically_unsynced;
 
 /// Version of the record file layout.
 pub const SAMPLES_VERSION: u32 = 1;
@@ -114,9 +114,10 @@ pub fn read(path: &Path) -> Result<Option<Prequential>> {
     }
 }
 
-/// Writes the record at `path` atomically.
+/// Writes the record at `path` atomically, unsynced: a record lost in a
+/// crash costs only the refits that wait until it holds enough again.
 pub fn write(path: &Path, record: &Prequential) -> Result<()> {
-    Ok(write_atomically(path, &encode(record))?)
+    Ok(write_atomically_unsynced(path, &encode(record))?)
 }
 
 #[cfg(test)]
