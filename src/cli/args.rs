@@ -174,7 +174,9 @@ pub(super) enum Command {
     /// Cross-validation over a fold file (--folds, lines
     /// fold<TAB>label<TAB>path) or labelled folders (--spam/--ham, --k folds),
     /// or the TREC online protocol over an index (--online, lines 'spam PATH'
-    /// / 'ham PATH': classify each message in order, then learn it).
+    /// / 'ham PATH': classify each message in order, then learn it, the
+    /// stacker refitted on the stream's own judgments as `learn` refits it;
+    /// figures also per window: messages 1-500, 501-2,000, the rest).
     Eval(Box<EvalArgs>),
     /// Print a shell completion script for bash, zsh, fish, elvish or
     /// PowerShell on stdout.
