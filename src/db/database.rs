@@ -113,11 +113,11 @@ impl Database {
             Some(summary) => (summary, ModelAfter::UpToDate),
             None => {
                 let mut writer = self.writer(wait)?;
-                restack.judge(&self.paths, messages, None);
+                restack.judge_again(&self.paths, messages, None);
                 let summary = writer.learn(messages, &mut |_| {})?;
-                writer.refitted(restack.refit(&summary.changes)?);
+                writer.refitted(restack.refit(&summary.changes));
                 let model = self.follow(&mut writer, params)?;
-                restack.commit()?;
+                restack.commit();
                 (summary, model)
             }
         };
@@ -191,9 +191,9 @@ impl Database {
             .zip(&results)
             .filter_map(|((_, id), r)| Some((id.digest, Change::Unlearned(*r.as_ref().ok()?))))
             .collect();
-        restack.refit(&changes)?;
+        restack.refit(&changes);
         let model = self.follow(&mut writer, params)?;
-        restack.commit()?;
+        restack.commit();
         let log_failure = log(&results);
         Ok(Unlearned {
             results,

@@ -43,7 +43,12 @@ impl State {
             return Ok(None);
         }
         let lock = WriterLock::take(paths, wait)?;
-        for file in [paths.snapshot(), paths.journal(), paths.registry()] {
+        for file in [
+            paths.snapshot(),
+            paths.journal(),
+            paths.registry(),
+            paths.samples(),
+        ] {
             if let Some(name) = file.file_name() {
                 crate::fsutil::remove_stale_temps(paths.dir(), &name.to_string_lossy());
             }
@@ -227,13 +232,13 @@ pub(crate) fn learn(
     if summary.totals.contains(&0) {
         return Ok(None);
     }
-    let stacker = restack.refit(&summary.changes)?;
+    let stacker = restack.refit(&summary.changes);
     let Some(inexact) = state.append(paths, &delta, stacker, limit)? else {
         return Ok(None);
     };
     summary.inexact = inexact;
     // Still under the writers' lock (`state` holds it).
-    restack.commit()?;
+    restack.commit();
     Ok(Some(summary))
 }
 
@@ -285,10 +290,10 @@ pub(crate) fn unlearn(
         .iter()
         .map(|(digest, label)| (*digest, Change::Unlearned(*label)))
         .collect();
-    restack.refit(&changes)?;
+    restack.refit(&changes);
     let Some(inexact) = state.append(paths, &delta, None, limit)? else {
         return Ok(None);
     };
-    restack.commit()?;
+    restack.commit();
     Ok(Some((results, inexact)))
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::learnlog::Change;
-use super::{Classifier, DbPaths, Labelled, Result};
+use super::{Classifier, DbPaths, Labelled};
 use crate::decision::Calibrator;
 use crate::decision::calibrate::INPUTS;
 use crate::decision::prequential::{Prequential, Sample, key_of};
@@ -57,6 +57,18 @@ impl Restack {
         if self.judged {
             return;
         }
+        self.judge_again(paths, messages, journal);
+    }
+
+    /// [`Restack::judge`] even if judged before: for the full path after a
+    /// quick path that gave up and let go of the lock, in which time
+    /// another writer may have changed the model.
+    pub(crate) fn judge_again(
+        &mut self,
+        paths: &DbPaths,
+        messages: &[Labelled],
+        journal: Option<&Option<Journal>>,
+    ) {
         self.judged = true;
         let features: Vec<&crate::features::Features> =
             messages.iter().map(|m| &m.features).collect();
@@ -89,15 +101,16 @@ impl Restack {
     /// it count each change once), kept until [`Restack::commit`]; returns
     /// the stacker refitted, and the samples it was fitted on, if the rule
     /// refits.
-    pub(crate) fn refit(
-        &mut self,
-        changes: &[(Digest, Change)],
-    ) -> Result<Option<(Calibrator, u64)>> {
+    pub(crate) fn refit(&mut self, changes: &[(Digest, Change)]) -> Option<(Calibrator, u64)> {
         self.pending = None;
         if changes.iter().all(|(_, c)| matches!(c, Change::Already(_))) {
-            return Ok(None);
+            return None;
         }
-        let before = samples::read(&self.path)?
+        // A record that cannot be read is no record: it never stops a
+        // learn.
+        let before = samples::read(&self.path)
+            .ok()
+            .flatten()
             .unwrap_or_else(|| Prequential::without_samples(self.fitted_on));
         let mut record = before.clone();
         let mut refitted = None;
@@ -123,15 +136,19 @@ impl Restack {
         }
         // A record the change left as it was is not written again.
         self.pending = (record != before).then_some(record);
-        Ok(refitted)
+        refitted
     }
 
     /// Writes the record as [`Restack::refit`] left it; called under the
-    /// writers' lock, once the change is written.
-    pub(crate) fn commit(&mut self) -> Result<()> {
-        if let Some(record) = self.pending.take() {
-            samples::write(&self.path, &record)?;
+    /// writers' lock, once the change is written. The change stands
+    /// whatever happens here: a record that cannot be written (a full
+    /// disk) is removed rather than left behind the counts, and the refits
+    /// after wait until a new one holds enough.
+    pub(crate) fn commit(&mut self) {
+        if let Some(record) = self.pending.take()
+            && samples::write(&self.path, &record).is_err()
+        {
+            let _ = std::fs::remove_file(&self.path);
         }
-        Ok(())
     }
 }

@@ -17,7 +17,7 @@ use crate::sources::{self, Skip, Skipped};
 /// Fewer messages of a class than this in a run: too few to fit the
 /// calibration by cross-validation; the previous calibration (or none) is
 /// kept.
-pub const MIN_CALIBRATION_PER_CLASS: usize = 20;
+pub const MIN_CALIBRATION_PER_CLASS: usize = crate::decision::calibrate::MIN_PER_CLASS;
 
 /// What a training run is asked to do.
 #[derive(Debug)]

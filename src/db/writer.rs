@@ -199,7 +199,12 @@ impl Trainer {
         }
         // `learn` may never write the model file again before `train`:
         // every writer sweeps what killed writers left.
-        for file in [paths.snapshot(), paths.journal(), paths.registry()] {
+        for file in [
+            paths.snapshot(),
+            paths.journal(),
+            paths.registry(),
+            paths.samples(),
+        ] {
             if let Some(name) = file.file_name() {
                 crate::fsutil::remove_stale_temps(paths.dir(), &name.to_string_lossy());
             }

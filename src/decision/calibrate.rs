@@ -37,6 +37,12 @@ pub const INPUTS: usize = VIEWS + 1;
 /// infinity).
 pub(crate) const PRIOR_PRECISION: f64 = 1.0;
 
+/// Messages of each class a stacker is fitted on, at least: with fewer,
+/// the map it has stays (the unfitted one, or the last one fitted). A
+/// handful of one class fits an intercept to the class mix, not to the
+/// evidence.
+pub const MIN_PER_CLASS: usize = 20;
+
 /// p = σ(w · x + bias).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Calibrator {

@@ -22,7 +22,7 @@
 use std::collections::VecDeque;
 
 use super::Calibrator;
-use super::calibrate::INPUTS;
+use super::calibrate::{INPUTS, MIN_PER_CLASS};
 
 /// Prequential samples kept: the most recent, so that the stacker follows
 /// the scale of today's model's evidence, which grows with the database.
@@ -79,9 +79,11 @@ impl Prequential {
 
     /// Records the prequential sample of one message learned; returns the
     /// stacker fitted again, and the samples it was fitted on, when it is
-    /// time: a tenth of what is kept is new since the last fit, and the
-    /// record holds at least half of what the current stacker was fitted
-    /// on.
+    /// time: a tenth of what is kept is new since the last fit, the record
+    /// holds at least half of what the current stacker was fitted on, and
+    /// at least [`MIN_PER_CLASS`] of each class. A stream of one class (a
+    /// user who only ever moves spam into Junk) so keeps the stacker it
+    /// has rather than fit one to the class mix alone.
     pub fn observe(&mut self, sample: Sample) -> Option<(Calibrator, usize)> {
         if self.samples.len() == KEPT {
             self.samples.pop_front();
@@ -89,7 +91,11 @@ impl Prequential {
         self.samples.push_back(sample);
         self.since_fit = self.since_fit.saturating_add(1);
         let kept = self.samples.len();
-        if (self.since_fit as usize) * 10 < kept || kept < (self.fitted_on as usize).min(KEPT) / 2 {
+        let spam = self.samples.iter().filter(|s| s.spam).count();
+        if (self.since_fit as usize) * 10 < kept
+            || kept < (self.fitted_on as usize).min(KEPT) / 2
+            || spam.min(kept - spam) < MIN_PER_CLASS
+        {
             return None;
         }
         self.since_fit = 0;
@@ -159,17 +165,18 @@ mod tests {
     #[test]
     fn it_refits_when_a_tenth_is_new_and_keeps_the_most_recent() {
         let mut p = Prequential::default();
-        let fits: Vec<usize> = (0..100)
+        let fits: Vec<usize> = (0..300)
             .filter(|&i| p.observe(sample(i)).is_some())
             .map(|i| i + 1)
             .collect();
-        // Every message while fewer than ten are kept, then each time a
-        // tenth of what is kept is new.
-        assert_eq!(&fits[..10], &(1..=10).collect::<Vec<_>>()[..]);
+        // Not before twenty of each class (the 20th spam is the 58th
+        // message), then each time a tenth of what is kept is new.
+        assert_eq!(fits[0], 58, "{fits:?}");
         assert!(
             fits.windows(2).all(|w| (w[1] - w[0]) * 10 >= w[0]),
             "{fits:?}"
         );
+        assert!(fits.len() > 10, "{fits:?}");
         let mut full = Prequential::after_training((0..KEPT + 5).map(sample).collect());
         assert_eq!(full.samples().len(), KEPT);
         assert_eq!(full.samples().next(), Some(&sample(5)));
@@ -186,6 +193,26 @@ mod tests {
             full.samples()
                 .any(|s| s.key == sample(KEPT + 6).key && s.spam)
         );
+    }
+
+    #[test]
+    fn a_stream_of_one_class_keeps_the_stacker_it_has() {
+        // A balanced start (a training run), then only spam: once the ham
+        // has aged out of the record, no refit replaces the stacker.
+        let mut p = Prequential::after_training((0..2000).map(sample).collect());
+        let mut last = None;
+        for i in 0..(2 * KEPT) {
+            let mut s = sample(3 * (2000 + i));
+            s.key = (10_000 + i) as u64;
+            if let Some(fit) = p.observe(s) {
+                last = Some(fit);
+            }
+        }
+        assert!(p.samples().all(|s| s.spam));
+        // Refits happened while ham was still kept, none after.
+        let (c, n) = last.expect("refitted while both classes were kept");
+        assert!(n <= KEPT);
+        assert_ne!(c, Calibrator::default());
     }
 
     #[test]

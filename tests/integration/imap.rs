@@ -723,6 +723,13 @@ fn the_pipe_program_exits_0_and_says_why_whatever_fails() {
             "bad or missing user name",
         ),
         (&good, ["ham", ""], &mail[..], "bad or missing user name"),
+        // A CR/LF would split curl's User header.
+        (
+            &good,
+            ["ham", "alice\r\nX-Evil: 1"],
+            &mail[..],
+            "bad or missing user name",
+        ),
         // Nothing learned into the empty home: one class is no model, and
         // not mail is refused; either way the move goes on.
         (
