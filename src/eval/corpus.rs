@@ -223,15 +223,19 @@ pub fn evaluate(
                     &read
                 }
             };
-            ex.extract(raw).map_err(|source| Error::Parse {
+            ex.read(raw).map_err(|source| Error::Parse {
                 path: item.path.clone(),
                 source,
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;
+    let (features, digests): (Vec<_>, Vec<_>) = features
+        .into_iter()
+        .map(|(f, identity)| (f, identity.digest))
+        .unzip();
     let data = Dataset::new(features.into_iter().zip(items.iter().map(|i| i.label)));
     let scored = if online {
-        protocol::online(&data, settings).map_err(Error::Protocol)?
+        protocol::online(&data, &digests, settings).map_err(Error::Protocol)?
     } else {
         let folds: Vec<usize> = items.iter().map(|i| i.fold).collect();
         protocol::cross_validate(&data, &folds, settings)

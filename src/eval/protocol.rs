@@ -13,15 +13,18 @@
 //! outer training folds; online, each message's score before it was
 //! learned.
 
+use std::collections::HashMap;
+
 use rayon::prelude::*;
 
 use super::Scored;
 use crate::db::judge;
 use crate::decision::calibrate::INPUTS;
-use crate::decision::prequential::Sample;
+use crate::decision::prequential::{Sample, key_of};
 use crate::decision::{Calibrator, Decider, Prequential};
 use crate::fit::{self as training, Counts, Dataset, select_and_calibrate};
 use crate::model::{Combine, Label};
+use crate::vocab::Digest;
 
 /// What an evaluation needs besides the data.
 #[derive(Debug, Clone, Copy)]
@@ -110,10 +113,22 @@ pub(crate) fn cross_validate(data: &Dataset, folds: &[usize], settings: &Setting
 /// then learned with its true label, and its prequential sample (the
 /// stacker inputs it was judged with, once the model has seen both
 /// classes) goes to the record the stacker is refitted on, by the rule
-/// `learn` follows ([`Prequential::observe`]). The hyperparameters stay
-/// those given, as `learn` keeps them. The textbook combination needs a
-/// pass over the vocabulary per message, so it is rejected here.
-pub fn online(data: &Dataset, settings: &Settings) -> Result<Vec<Scored>, String> {
+/// `learn` follows ([`Prequential::observe`]). A message seen before
+/// (`digests`, its identity) is judged again but learned as `learn` learns
+/// it: not again under the same label, moved under the other one. The
+/// hyperparameters stay those given, as `learn` keeps them. The textbook
+/// combination needs a pass over the vocabulary per message, so it is
+/// rejected here.
+///
+/// It measures full feedback: every message is learned with its label. A
+/// deployment learns only what its user sorts (mostly spam moved into
+/// Junk), which this protocol does not show.
+pub fn online(
+    data: &Dataset,
+    digests: &[Digest],
+    settings: &Settings,
+) -> Result<Vec<Scored>, String> {
+    assert_eq!(digests.len(), data.examples.len(), "one digest per example");
     let params = settings.training.params;
     if params.get().combine == Combine::Textbook {
         return Err("the online protocol does not support the textbook combination".into());
@@ -122,21 +137,35 @@ pub fn online(data: &Dataset, settings: &Settings) -> Result<Vec<Scored>, String
     let mut stacker = Calibrator::default();
     let mut record = Prequential::default();
     let mut out = Vec::with_capacity(data.examples.len());
+    // Each message learned: the example it was learned as.
+    let mut learned: HashMap<Digest, usize> = HashMap::new();
     for (i, ex) in data.examples.iter().enumerate() {
         let model = counts.model(params, data);
         let (s, inputs) = scored_with_inputs(i, data, &counts, &model, &stacker, settings);
         out.push(s);
-        if counts.messages().iter().all(|&n| n > 0) {
-            let sample = Sample {
-                key: i as u64,
-                inputs: settings.training.inputs.apply(inputs),
-                spam: ex.label == Label::Spam,
-            };
-            if let Some((refitted, _)) = record.observe(sample) {
-                stacker = refitted;
+        let key = key_of(&digests[i]);
+        match learned.get(&digests[i]).copied() {
+            Some(j) if data.examples[j].label == ex.label => continue,
+            Some(j) => {
+                counts.add(&data.examples[j], -1);
+                counts.add(ex, 1);
+                record.relabel(key, ex.label == Label::Spam);
+            }
+            None => {
+                if counts.messages().iter().all(|&n| n > 0) {
+                    let sample = Sample {
+                        key,
+                        inputs: settings.training.inputs.apply(inputs),
+                        spam: ex.label == Label::Spam,
+                    };
+                    if let Some((refitted, _)) = record.observe(sample) {
+                        stacker = refitted;
+                    }
+                }
+                counts.add(ex, 1);
             }
         }
-        counts.add(ex, 1);
+        learned.insert(digests[i], i);
     }
     Ok(out)
 }
@@ -181,6 +210,47 @@ mod tests {
         Dataset::new(items)
     }
 
+    /// A digest of its own for each example.
+    fn distinct(data: &Dataset) -> Vec<Digest> {
+        (0..data.examples.len())
+            .map(|i| {
+                let mut d = [0u8; 32];
+                d[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                d
+            })
+            .collect()
+    }
+
+    #[test]
+    fn online_learns_a_message_seen_before_as_learn_does() {
+        // The first 60 messages, then the same 60 again: the second pass is
+        // judged but not learned (the same labels), so its scores are those
+        // of a model that holds the first pass only, the one that judges
+        // the first message after it.
+        let base = toy();
+        let mut examples: Vec<_> = base.examples[..60].to_vec();
+        examples.extend_from_slice(&base.examples[..60]);
+        examples.push(base.examples[60].clone());
+        let data = Dataset { examples, ..base };
+        let mut digests = distinct(&data)[..60].to_vec();
+        digests.extend(digests.clone());
+        digests.push([0xff; 32]);
+        let scored = online(&data, &digests, &settings()).unwrap();
+        let mut unseen = data.examples[..60].to_vec();
+        unseen.push(data.examples[120].clone());
+        let once = Dataset {
+            examples: unseen,
+            vocabulary: data.vocabulary,
+            views: data.views.clone(),
+        };
+        let alone = online(&once, &distinct(&once), &settings()).unwrap();
+        assert_eq!(scored[120].log_odds, alone[60].log_odds);
+        // Without the identities, the repeats are learned again and the
+        // last message is judged otherwise.
+        let twice = online(&data, &distinct(&data), &settings()).unwrap();
+        assert_ne!(twice[120].log_odds, alone[60].log_odds);
+    }
+
     fn settings() -> Settings {
         Settings {
             training: training::Settings {
@@ -212,7 +282,7 @@ mod tests {
     #[test]
     fn online_scores_before_learning() {
         let data = toy();
-        let scored = online(&data, &settings()).unwrap();
+        let scored = online(&data, &distinct(&data), &settings()).unwrap();
         assert_eq!(scored.len(), 200);
         // The very first message is scored by an empty model.
         assert_eq!(scored[0].log_odds, 0.0);
@@ -229,7 +299,7 @@ mod tests {
         let mut data = noisy(true);
         data.examples.truncate(300);
         let settings = settings();
-        let scored = online(&data, &settings).unwrap();
+        let scored = online(&data, &distinct(&data), &settings).unwrap();
         let mut counts = Counts::new(data.vocabulary);
         let mut record = Prequential::default();
         let mut stacker = Calibrator::default();
