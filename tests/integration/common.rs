@@ -388,3 +388,126 @@ pub fn status_word(status: &str) -> &str {
     }
     word
 }
+
+/// The stderr of a `bayesmail serve` a test started, read to its end on a
+/// thread of its own (so that serve never blocks on a full pipe): every
+/// line kept for the log, and handed on for the test to wait for.
+pub struct Watch {
+    lines: std::sync::mpsc::Receiver<String>,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Spawns `cmd` (a `bayesmail serve`, however it is started) with no
+/// stdin or stdout and its stderr watched.
+pub fn spawn_watched(mut cmd: Command) -> (std::process::Child, Watch) {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let kept = log.clone();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            {
+                let mut log = kept.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+            let _ = tx.send(line);
+        }
+    });
+    let watch = Watch {
+        lines,
+        log,
+        reader: Some(reader),
+    };
+    (child, watch)
+}
+
+impl Watch {
+    /// What serve wrote so far (lines still in the pipe are not there
+    /// yet: [`Watch::finish`] has them all).
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Everything serve wrote, once it has exited.
+    pub fn finish(&mut self) -> String {
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.log()
+    }
+
+    /// The next line that holds `what`, within `secs` seconds; `None` if
+    /// none came.
+    pub fn wait_for(&self, what: &str, secs: u64) -> Option<String> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return Some(line),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    /// The next `n` "PROTOCOL listening on ADDR" lines, as (protocol,
+    /// address), within `secs` seconds in all; `None` if they did not all
+    /// come.
+    pub fn listening(&self, n: usize, secs: u64) -> Option<Vec<(String, String)>> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        (0..n)
+            .map(|_| {
+                let left = deadline
+                    .checked_duration_since(std::time::Instant::now())?
+                    .as_secs()
+                    .max(1);
+                let line = self.wait_for(" listening on ", left)?;
+                let (head, addr) = line.split_once(" listening on ")?;
+                let protocol = head.rsplit(' ').next()?.to_string();
+                Some((protocol, addr.trim().to_string()))
+            })
+            .collect()
+    }
+}
+
+/// The names of the files in `dir` (a Maildir's `new/`); none if it is
+/// not there.
+pub fn file_names(dir: &Path) -> std::collections::BTreeSet<std::ffi::OsString> {
+    fs::read_dir(dir)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default()
+}
+
+/// Waits up to `secs` seconds for one file more in `dir` than `before`
+/// held (a message delivered) and returns its bytes; exactly one must
+/// come. `why` says what the mail server said, for the failure.
+pub fn one_more_file(
+    dir: &Path,
+    before: &std::collections::BTreeSet<std::ffi::OsString>,
+    secs: u64,
+    why: impl Fn() -> String,
+) -> Vec<u8> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let after = file_names(dir);
+        if let Some(new) = after.difference(before).next() {
+            assert_eq!(after.len(), before.len() + 1, "{}", why());
+            return fs::read(dir.join(new)).unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not delivered\n{}",
+            why()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

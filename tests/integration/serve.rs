@@ -2,21 +2,20 @@
 //! and what it refuses, its Unix sockets, its stop on SIGTERM, and the
 //! systemd unit in contrib/.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use crate::common::*;
 
 /// `bayesmail serve ARGS` on `db`, started; returns the child and the
 /// addresses it says it listens on, once it listens on all `n`.
 pub fn start_serve(db: &Db, args: &[&str], n: usize) -> (Child, Vec<String>) {
-    let (child, lines) = start_watched(db, args);
-    let bound = (0..n)
-        .map(|_| {
-            let line = wait_for(&lines, " listening on ");
-            line.split(" listening on ").nth(1).unwrap().to_string()
-        })
+    let (child, watch) = start_watched(db, args);
+    let bound = watch
+        .listening(n, 10)
+        .unwrap_or_else(|| panic!("serve never said where it listens: {}", watch.log()))
+        .into_iter()
+        .map(|(_, addr)| addr)
         .collect();
     (child, bound)
 }
@@ -88,40 +87,18 @@ fn the_systemd_unit_verifies() {
     );
 }
 
-/// `bayesmail serve ARGS` on `db`; its stderr lines come through the
-/// receiver, the first being where it listens.
-fn start_watched(db: &Db, args: &[&str]) -> (Child, std::sync::mpsc::Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
-        .args(db.global_args())
-        .arg("serve")
-        .args(args)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // Read to the end even when no one listens any more, so that the
-        // server never blocks on a full pipe.
-        for line in lines.map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    (child, rx)
+/// `bayesmail serve ARGS` on `db`, its stderr watched.
+fn start_watched(db: &Db, args: &[&str]) -> (Child, Watch) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args()).arg("serve").args(args);
+    spawn_watched(cmd)
 }
 
-/// The next line of `rx` that holds `what`, within ten seconds.
-fn wait_for(rx: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
-        match rx.recv_timeout(left) {
-            Ok(line) if line.contains(what) => return line,
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    panic!("serve never said {what:?}");
+/// The next line serve writes that holds `what`, within ten seconds.
+fn wait_for(watch: &Watch, what: &str) -> String {
+    watch
+        .wait_for(what, 10)
+        .unwrap_or_else(|| panic!("serve never said {what:?}: {}", watch.log()))
 }
 
 #[test]
@@ -130,8 +107,8 @@ fn sighup_reads_the_configuration_again_and_keeps_the_old_one_when_it_is_broken(
     db.train_sample();
     let config = db.path("config.toml");
     std::fs::write(&config, "[decision]\ncosts = \"20:1:0.5\"\n").unwrap();
-    let (child, rx) = start_watched(&db, &["--http", "127.0.0.1:0"]);
-    let addr = wait_for(&rx, "listening on")
+    let (child, watch) = start_watched(&db, &["--http", "127.0.0.1:0"]);
+    let addr = wait_for(&watch, "listening on")
         .rsplit(' ')
         .next()
         .unwrap()
@@ -144,11 +121,11 @@ fn sighup_reads_the_configuration_again_and_keeps_the_old_one_when_it_is_broken(
     };
     std::fs::write(&config, "[decision\n").unwrap();
     hup();
-    let line = wait_for(&rx, "reload");
+    let line = wait_for(&watch, "reload");
     assert!(line.contains("keeping the settings in use"), "{line}");
     std::fs::write(&config, "[decision]\ncosts = \"10:1\"\n").unwrap();
     hup();
-    wait_for(&rx, "reloaded");
+    wait_for(&watch, "reloaded");
     // It still answers.
     use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(&addr).unwrap();
@@ -310,32 +287,16 @@ fn the_readmes_serve_spamc_and_curl_commands_run_as_printed() {
             .sum();
         // A command without --db judges with the environment's database,
         // as the service's environment would say.
-        let mut child = Command::new("sh")
-            .arg("-c")
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
             .arg(format!("exec {local}"))
             .env("PATH", &path)
             .env("BAYESMAIL_DB", global.dir())
-            .env("BAYESMAIL_CONFIG", global.path("config.toml"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        // "bayesmail serve: PROTOCOL listening on ADDR"
-        let bound: Vec<(String, String)> = (0..listeners)
-            .map(|_| {
-                let line = wait_for(&rx, " listening on ");
-                let (head, addr) = line.split_once(" listening on ").unwrap();
-                let protocol = head.rsplit(' ').next().unwrap().to_string();
-                (protocol, addr.to_string())
-            })
-            .collect();
+            .env("BAYESMAIL_CONFIG", global.path("config.toml"));
+        let (mut child, watch) = spawn_watched(cmd);
+        let bound = watch
+            .listening(listeners, 10)
+            .unwrap_or_else(|| panic!("{command}: {}", watch.log()));
         for (protocol, addr) in &bound {
             match (protocol.as_str(), addr.strip_prefix("unix:")) {
                 ("http", None) => {

@@ -211,9 +211,7 @@ impl Exim {
     }
 
     fn mailbox(&self) -> BTreeSet<OsString> {
-        std::fs::read_dir(self.dir.path().join("mail/user/new"))
-            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
-            .unwrap_or_default()
+        crate::common::file_names(&self.dir.path().join("mail/user/new"))
     }
 
     /// Sends `raw` and returns the one message that was delivered.
@@ -225,16 +223,9 @@ impl Exim {
             "not taken:\n{answers}\n{}",
             self.log()
         );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let after = self.mailbox();
-            if let Some(new) = after.difference(&before).next() {
-                assert_eq!(after.len(), before.len() + 1, "{}", self.log());
-                return std::fs::read(self.dir.path().join("mail/user/new").join(new)).unwrap();
-            }
-            assert!(Instant::now() < deadline, "not delivered\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::common::one_more_file(&self.dir.path().join("mail/user/new"), &before, 20, || {
+            self.log()
+        })
     }
 }
 

@@ -4,16 +4,15 @@
 //! metrics, health, the body cap, slow and idle clients, and a stop that
 //! still answers the request in flight.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{Db, sample_files, unseen, utf8};
+use crate::common::{Db, sample_files, spawn_watched, unseen, utf8};
 
 /// A running `bayesmail serve --http 127.0.0.1:0`; killed and waited for
 /// when dropped.
@@ -26,36 +25,18 @@ impl Server {
     /// Starts serve on `db` with `extra` arguments and waits for the line
     /// that says where it listens.
     fn start(db: &Db, extra: &[&str]) -> Server {
-        let mut args = db.global_args();
-        args.extend(["serve", "--http", "127.0.0.1:0"].map(String::from));
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve starts");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        // Reads stderr to its end, so serve never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                eprintln!("[serve] {line}");
-                if let Some(addr) = line.split("http listening on ").nth(1) {
-                    let _ = tx.send(addr.trim().to_string());
-                }
-            }
-        });
-        let mut server = Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args())
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra);
+        let (child, watch) = spawn_watched(cmd);
+        let bound = watch
+            .listening(1, 120)
+            .unwrap_or_else(|| panic!("serve says where it listens: {}", watch.log()));
+        Server {
             child,
-            addr: String::new(),
-        };
-        server.addr = rx
-            .recv_timeout(Duration::from_secs(120))
-            .expect("serve says where it listens");
-        server
+            addr: bound[0].1.clone(),
+        }
     }
 
     fn url(&self, path: &str) -> String {

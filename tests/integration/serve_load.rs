@@ -4,16 +4,18 @@
 //! learned through TELL, each judged by the model that is theirs.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Barrier, mpsc};
+use std::process::{Child, Command, Output};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{Db, json_lines, run_with_stdin, sample_files, status_word, unseen, utf8};
+use crate::common::{
+    Db, json_lines, run_with_stdin, sample_files, spawn_watched, status_word, unseen, utf8,
+};
 use crate::serve_milter::{have, lua_echo_header, lua_head, lua_message, miltertest, tagged};
 
 /// A running `bayesmail serve`, with the address of each protocol it
@@ -28,41 +30,21 @@ impl Server {
     /// Starts serve on `db` with `args`; waits until it says it listens on
     /// all of `protocols`.
     fn start(db: &Db, args: &[&str], protocols: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
-            .args(db.global_args())
-            .arg("serve")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve starts");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        // Read to the end, so that serve never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some((protocol, addr)) = line.split_once(" listening on ") {
-                    let protocol = protocol.rsplit(' ').next().unwrap().to_string();
-                    let _ = tx.send((protocol, addr.trim().to_string()));
-                }
-            }
-        });
-        let mut server = Server {
-            child: Some(child),
-            addrs: HashMap::new(),
-        };
-        while server.addrs.len() < protocols.len() {
-            let (protocol, addr) = rx
-                .recv_timeout(Duration::from_secs(60))
-                .expect("serve says where it listens");
-            server.addrs.insert(protocol, addr);
-        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args()).arg("serve").args(args);
+        let (child, watch) = spawn_watched(cmd);
+        let addrs: HashMap<String, String> = watch
+            .listening(protocols.len(), 60)
+            .unwrap_or_else(|| panic!("serve says where it listens: {}", watch.log()))
+            .into_iter()
+            .collect();
         for p in protocols {
-            assert!(server.addrs.contains_key(*p), "{p}: {:?}", server.addrs);
+            assert!(addrs.contains_key(*p), "{p}: {addrs:?}");
         }
-        server
+        Server {
+            child: Some(child),
+            addrs,
+        }
     }
 
     fn addr(&self, protocol: &str) -> &str {

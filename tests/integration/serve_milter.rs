@@ -3,13 +3,13 @@
 //! configuration directory. Each test starts its own server on a loopback
 //! port the server picks, and stops it.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{Db, sample_files, sample_ham, sample_spam, stderr, utf8};
+use crate::common::{
+    Db, Watch, sample_files, sample_ham, sample_spam, spawn_watched, stderr, utf8,
+};
 
 /// A running `bayesmail serve`, stopped (SIGTERM, then waited for) when
 /// dropped.
@@ -17,8 +17,7 @@ pub struct Serve {
     child: Child,
     /// Where the milter listens, as `HOST:PORT`.
     pub addr: String,
-    log: Arc<Mutex<String>>,
-    reader: Option<std::thread::JoinHandle<()>>,
+    watch: Watch,
 }
 
 impl Serve {
@@ -33,55 +32,30 @@ impl Serve {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
         cmd.args(db.global_args())
             .args(["serve", "--milter", addr, "--log-messages"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("bayesmail serve starts");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let shared = log.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(addr) = line.strip_prefix("bayesmail serve: milter listening on ") {
-                    let _ = tx.send(addr.to_string());
-                }
-                let mut log = shared.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(addr) => addr,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("serve did not listen: {}", log.lock().unwrap());
-            }
+            .args(extra);
+        let (mut child, watch) = spawn_watched(cmd);
+        let Some(bound) = watch.listening(1, 30) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve did not listen: {}", watch.log());
         };
         Serve {
             child,
-            addr,
-            log,
-            reader: Some(reader),
+            addr: bound[0].1.clone(),
+            watch,
         }
     }
 
     /// What it wrote on stderr so far (lines still in the pipe are not
     /// there yet: [`Serve::finish`] has them all).
     pub fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+        self.watch.log()
     }
 
     /// Stops it; returns whether it exited with 0, and all it wrote.
     pub fn finish(&mut self) -> (bool, String) {
         let ok = self.stop();
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
-        (ok, self.log())
+        (ok, self.watch.finish())
     }
 
     /// Stops it with SIGTERM and waits; returns whether it exited with 0.
@@ -671,9 +645,7 @@ impl Postfix {
 
     /// The names of the messages delivered so far.
     fn mailbox(&self) -> std::collections::BTreeSet<std::ffi::OsString> {
-        std::fs::read_dir(self.dir.path().join("mail/user/new"))
-            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
-            .unwrap_or_default()
+        crate::common::file_names(&self.dir.path().join("mail/user/new"))
     }
 
     /// Submits `raw` over SMTP and waits for its delivery; returns what
@@ -706,20 +678,9 @@ impl Postfix {
     fn deliver_with(&self, submit: impl FnOnce()) -> Vec<u8> {
         let before = self.mailbox();
         submit();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let after = self.mailbox();
-            if let Some(new) = after.difference(&before).next() {
-                assert_eq!(after.len(), before.len() + 1, "{}", self.maillog());
-                return std::fs::read(self.dir.path().join("mail/user/new").join(new)).unwrap();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not delivered\n{}",
-                self.maillog()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::common::one_more_file(&self.dir.path().join("mail/user/new"), &before, 60, || {
+            self.maillog()
+        })
     }
 }
 

@@ -222,9 +222,7 @@ impl Sendmail {
     }
 
     fn mailbox(&self) -> BTreeSet<OsString> {
-        std::fs::read_dir(self.dir.path().join("mail/new"))
-            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
-            .unwrap_or_default()
+        crate::common::file_names(&self.dir.path().join("mail/new"))
     }
 
     /// Sends `raw` and waits for its delivery (Sendmail delivers in a
@@ -236,23 +234,12 @@ impl Sendmail {
             answers.contains("Message accepted for delivery"),
             "not taken:\n{answers}"
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let after = self.mailbox();
-            if let Some(new) = after.difference(&before).next() {
-                assert_eq!(after.len(), before.len() + 1);
-                return std::fs::read(self.dir.path().join("mail/new").join(new)).unwrap();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not delivered:\n{answers}\nqueue: {:?}",
-                std::fs::read_dir(self.dir.path().join("queue"))
-                    .unwrap()
-                    .map(|e| e.unwrap().file_name())
-                    .collect::<Vec<_>>()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::common::one_more_file(&self.dir.path().join("mail/new"), &before, 30, || {
+            format!(
+                "{answers}\nqueue: {:?}",
+                crate::common::file_names(&self.dir.path().join("queue"))
+            )
+        })
     }
 }
 

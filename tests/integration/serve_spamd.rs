@@ -6,14 +6,15 @@
 //! socket, what spamc cannot send: SKIP, `Compress: zlib` (Debian's spamc
 //! is built without zlib), Exim's REPORT request, bad requests, timeouts.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::process::{Child, Command, Output};
 use std::time::Duration;
 
-use crate::common::{Db, run_with_stdin, sample_files, strip_ours, to_crlf, unseen, utf8};
+use crate::common::{
+    Db, Watch, run_with_stdin, sample_files, spawn_watched, strip_ours, to_crlf, unseen, utf8,
+};
 use crate::recipes::have;
 
 /// A running `bayesmail serve --spamd 127.0.0.1:0`, stopped (killed and
@@ -21,7 +22,7 @@ use crate::recipes::have;
 struct Server {
     child: Option<Child>,
     port: u16,
-    log: Arc<Mutex<String>>,
+    watch: Watch,
 }
 
 impl Server {
@@ -34,48 +35,27 @@ impl Server {
     /// Starts serve on `db` listening at `addr` (the port is 0 on a Unix
     /// socket).
     fn start_at(db: &Db, addr: &str, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
-            .args(db.global_args())
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args())
             .args(["serve", "--spamd", addr])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve starts");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let kept = log.clone();
-        // Read to the end, so that serve never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(addr) = line.split("spamd listening on ").nth(1) {
-                    let port = addr.rsplit(':').next().unwrap().parse::<u16>();
-                    let _ = tx.send(port.unwrap_or(0));
-                }
-                kept.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-        let port = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(port) => port,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("serve did not listen: {}", log.lock().unwrap());
-            }
+            .args(extra);
+        let (mut child, watch) = spawn_watched(cmd);
+        let Some(bound) = watch.listening(1, 60) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve did not listen: {}", watch.log());
         };
+        let port = bound[0].1.rsplit(':').next().unwrap().parse::<u16>();
         Server {
             child: Some(child),
-            port,
-            log,
+            port: port.unwrap_or(0),
+            watch,
         }
     }
 
     /// What serve said on stderr so far.
     fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+        self.watch.log()
     }
 
     /// Stops it: kill, then wait.
