@@ -4,9 +4,10 @@
 //! stacker inputs a reader computes for it), and those inputs are kept with
 //! the message's label, the most recent [`KEPT`] of them. The stacker is
 //! fitted again on what is kept whenever a tenth of it is new since the
-//! last fit. So a database built only by `learn` calibrates itself from its
-//! first messages on, by a rule that needs nothing but the stream, and
-//! `eval --online` measures exactly that rule.
+//! last fit and it holds enough of each class. So a database built only by
+//! `learn` calibrates itself from its first tens of messages on, by a rule
+//! that needs nothing but the stream, and `eval --online` measures exactly
+//! that rule.
 //!
 //! A training run starts the record from its own calibration samples
 //! (inner cross-validated scores: scores of models that did not see the

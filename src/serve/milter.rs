@@ -411,7 +411,7 @@ impl miltr_server::Milter for Bayes {
         let raw = std::mem::take(&mut self.raw);
         let id = self.id();
         let judged = self.state.judge(self.recipient.clone(), raw, &id).await;
-        let per_user = self.state.models.settings().user_db.is_some();
+        let per_user = self.state.models.per_user();
         let fields = judged.fields(per_user);
         let spam = matches!(
             judged.stamped.status,

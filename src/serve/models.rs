@@ -162,6 +162,15 @@ impl Models {
             .clone()
     }
 
+    /// Whether users have databases of their own (`--user-db`).
+    pub fn per_user(&self) -> bool {
+        self.settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .user_db
+            .is_some()
+    }
+
     /// Databases open now, and the bytes their models take.
     pub fn open_now(&self) -> Vec<(PathBuf, u64)> {
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());

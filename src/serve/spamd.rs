@@ -267,7 +267,7 @@ async fn judge(
             &mut message,
             &raw,
             None,
-            &judged.fields(state.models.settings().user_db.is_some()),
+            &judged.fields(state.models.per_user()),
         )
         .map_err(|e| Failure::new(Code::Software, format!("writing the answer: {e}")))?;
         // At most two copies of a message at a time.
