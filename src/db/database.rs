@@ -107,7 +107,7 @@ impl Database {
     ) -> Result<(TrainSummary, ModelAfter)> {
         // Each message as the model judges it before this learn, under
         // the writers' lock: the stacker's prequential samples.
-        let mut restack = Restack::for_learning(&self.paths);
+        let mut restack = Restack::new(&self.paths);
         let learned = quick::learn(&self.paths, wait, messages, journal_limit, &mut restack)?;
         let (summary, model) = match learned {
             Some(summary) => (summary, ModelAfter::UpToDate),
@@ -160,7 +160,7 @@ impl Database {
                 .collect();
             self.log(&changes)
         };
-        let mut restack = Restack::for_unlearning(&self.paths);
+        let mut restack = Restack::new(&self.paths);
         if let Some((results, inexact)) =
             quick::unlearn(&self.paths, wait, messages, journal_limit, &mut restack)?
         {

@@ -39,12 +39,6 @@ pub(crate) struct Restack {
 }
 
 impl Restack {
-    /// For learning into the database at `paths`: the messages are judged
-    /// by [`Restack::judge`], under the writers' lock.
-    pub(crate) fn for_learning(paths: &DbPaths) -> Restack {
-        Restack::for_unlearning(paths)
-    }
-
     /// Judges `messages` by the model as it is now, if it has one, once:
     /// under the writers' lock, with the journal as the writer read it
     /// (`None`: read it here).
@@ -84,9 +78,9 @@ impl Restack {
         }
     }
 
-    /// For unlearning from the database at `paths`: samples go, none
-    /// comes.
-    pub(crate) fn for_unlearning(paths: &DbPaths) -> Restack {
+    /// For a learn or an unlearn in the database at `paths` (a learn's
+    /// messages are judged by [`Restack::judge`], under the writers' lock).
+    pub(crate) fn new(paths: &DbPaths) -> Restack {
         Restack {
             path: paths.samples(),
             judged: false,
