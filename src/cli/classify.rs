@@ -9,7 +9,7 @@ use std::io::{self, BufWriter, Write};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use bayesmail::decision::Verdict;
+use bayesmail::decision::{Doubt, Verdict};
 use bayesmail::sanitize::{for_terminal, quote_bytes};
 use bayesmail::vocab::TOKENIZER_VERSION;
 
@@ -43,9 +43,7 @@ pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
                 Event::Scanned(s) => {
                     let id = s.id.to_string();
                     match s.judged {
-                        Ok((score, verdict)) => {
-                            write_line(&mut out, format, &Line::new(&id, &score, verdict))?
-                        }
+                        Ok(judgment) => write_line(&mut out, format, &Line::new(&id, &judgment))?,
                         Err(err) => eprintln!("bayesmail: {}: {err}", for_terminal(&id)),
                     }
                 }
@@ -64,7 +62,11 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
         .explain_message(&raw, &decider)
         .with_context(|| format!("parsing {}", args.file.display()))?;
     explained.explanation.tokens.truncate(args.top);
-    let (score, verdict) = (&explained.judgment.score, explained.judgment.verdict);
+    let (score, verdict, doubt) = (
+        &explained.judgment.score,
+        explained.judgment.verdict,
+        explained.judgment.doubt,
+    );
     let why = &explained.explanation;
     let grams_of = |t| explained.grams_of(t);
     let stdout = io::stdout();
@@ -73,6 +75,8 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
         #[derive(Serialize)]
         struct Json<'a> {
             verdict: Verdict,
+            /// Why it is unsure whatever the probability, or null.
+            reason: Option<&'static str>,
             probability: f64,
             log_odds: f64,
             known_tokens: usize,
@@ -81,6 +85,7 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
         }
         let mut json = serde_json::to_value(Json {
             verdict,
+            reason: doubt.map(Doubt::name),
             probability: score.probability,
             log_odds: score.log_odds,
             known_tokens: score.evidence.known_words(),
@@ -102,6 +107,9 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
         "verdict      {verdict}   P(spam) = {:.6}   log-odds = {:.3}",
         score.probability, score.log_odds
     )?;
+    if let Some(doubt) = doubt {
+        writeln!(out, "reason       {doubt}: {}", doubt.meaning())?;
+    }
     writeln!(
         out,
         "\nview         evidence  × weight  = contribution   features used/known"

@@ -10,8 +10,8 @@ use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use bayesmail::db::{Action, ActionError, Event, ScanSummary, Score, SpamAction};
-use bayesmail::decision::Verdict;
+use bayesmail::db::{Action, ActionError, Event, Judgment, ScanSummary, SpamAction};
+use bayesmail::decision::{Doubt, Verdict};
 use bayesmail::sanitize::{for_json, for_terminal};
 use bayesmail::sources::planned_bytes;
 
@@ -33,6 +33,10 @@ pub(super) enum Format {
 pub(super) struct Line<'a> {
     id: &'a str,
     verdict: Verdict,
+    /// Why an unsure verdict is unsure whatever its probability (JSON
+    /// only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
     probability: f64,
     log_odds: f64,
     known_tokens: usize,
@@ -44,10 +48,12 @@ pub(super) struct Line<'a> {
 
 impl<'a> Line<'a> {
     /// The line of a scored message, with no action taken.
-    pub(super) fn new(id: &'a str, score: &Score, verdict: Verdict) -> Line<'a> {
+    pub(super) fn new(id: &'a str, judgment: &Judgment) -> Line<'a> {
+        let score = &judgment.score;
         Line {
             id,
-            verdict,
+            verdict: judgment.verdict,
+            reason: judgment.doubt.map(Doubt::name),
             probability: score.probability,
             log_odds: score.log_odds,
             known_tokens: score.evidence.known_words(),
@@ -104,8 +110,8 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
                 ));
             }
             let id = s.id.to_string();
-            let (score, verdict) = match s.judged {
-                Ok(judged) => judged,
+            let judgment = match s.judged {
+                Ok(judgment) => judgment,
                 Err(err) => {
                     progress.suspend(|| eprintln!("bayesmail: {}: {err}", for_terminal(&id)));
                     return Ok(());
@@ -120,7 +126,7 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
             let line = Line {
                 action: s.action.as_ref().map(|a| a.name()),
                 to: to.as_deref(),
-                ..Line::new(&id, &score, verdict)
+                ..Line::new(&id, &judgment)
             };
             write_line(&mut out, format, &line)
         },

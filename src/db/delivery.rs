@@ -5,7 +5,7 @@
 //! be passed on.
 
 use super::{Database, Error, Reader};
-use crate::decision::{Decider, Verdict};
+use crate::decision::{Decider, Doubt, Verdict};
 use crate::features::Extractor;
 use crate::store;
 
@@ -64,6 +64,8 @@ pub enum Status {
         probability: f64,
         /// The probability above which a message is spam.
         cutoff: f64,
+        /// Why it is unsure whatever the probability, if it is.
+        doubt: Option<Doubt>,
     },
     /// Not judged.
     Unknown(Reason),
@@ -78,14 +80,16 @@ impl Status {
                 verdict,
                 probability,
                 cutoff,
+                doubt,
             } => {
                 let word = match verdict {
                     Verdict::Spam => "Yes",
                     Verdict::Ham => "No",
                     Verdict::Unsure => "Unsure",
                 };
+                let reason = doubt.map(|d| format!(", reason={d}")).unwrap_or_default();
                 let status = format!(
-                    "{word}, probability={probability:.6}, cutoff={cutoff:.6}, version={version}"
+                    "{word}, probability={probability:.6}, cutoff={cutoff:.6}{reason}, version={version}"
                 );
                 let mut fields = Vec::with_capacity(2);
                 if verdict == Verdict::Spam {
@@ -148,6 +152,7 @@ impl Reader {
                 verdict: judgment.verdict,
                 probability: judgment.score.probability,
                 cutoff: decider.costs.cutoffs().1,
+                doubt: judgment.doubt,
             },
             log_odds: Some(judgment.score.log_odds),
             why: None,

@@ -20,7 +20,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::db::{DbPaths, Error, Result};
-use crate::decision::{Calibrator, Decider, Verdict};
+use crate::decision::{Calibrator, Decider, Doubt, Verdict};
 use crate::features::Features;
 use crate::model::{Combine, Evidence, Model, Params, TokenCounts, Totals};
 use crate::store::{self, Journal, Snapshot, StoreIdentity};
@@ -69,18 +69,25 @@ pub struct Judgment {
     pub score: Score,
     /// The verdict.
     pub verdict: Verdict,
+    /// Why it is unsure whatever the probability, if it is.
+    pub doubt: Option<Doubt>,
 }
 
 /// Scores a message: `model`'s evidence from the counts of its features
 /// that are in the vocabulary (each with its view) and its metadata,
-/// weighed by `stacker`.
+/// weighed by `stacker`. `words` is the message's word tokens, known or
+/// not.
 pub fn score(
     model: &Model,
     stacker: &Calibrator,
     known: impl IntoIterator<Item = (View, TokenCounts)>,
+    words: usize,
     metadata: &[f64; METADATA_LEN],
 ) -> Score {
-    let evidence = model.evidence(known, metadata);
+    let evidence = Evidence {
+        words,
+        ..model.evidence(known, metadata)
+    };
     let log_odds = stacker.logit(evidence.stacker_inputs());
     Score {
         evidence,
@@ -95,12 +102,15 @@ pub fn judge(
     stacker: &Calibrator,
     decider: &Decider,
     known: impl IntoIterator<Item = (View, TokenCounts)>,
+    words: usize,
     metadata: &[f64; METADATA_LEN],
 ) -> Judgment {
-    let score = score(model, stacker, known, metadata);
+    let score = score(model, stacker, known, words, metadata);
+    let (verdict, doubt) = decider.verdict(model.messages(), &score.evidence, score.probability);
     Judgment {
         score,
-        verdict: decider.verdict(model.messages(), &score.evidence, score.probability),
+        verdict,
+        doubt,
     }
 }
 
@@ -409,6 +419,7 @@ impl Classifier {
             &self.model,
             &self.header.calibrator,
             self.known(features),
+            features.tokens.len(),
             &features.metadata.0,
         )
     }
@@ -420,6 +431,7 @@ impl Classifier {
             &self.header.calibrator,
             decider,
             self.known(features),
+            features.tokens.len(),
             &features.metadata.0,
         )
     }

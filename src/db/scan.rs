@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Error, Reader, Score};
+use super::{Error, Judgment, Reader};
 use crate::decision::{Decider, Verdict};
 use crate::features::Extractor;
 use crate::mailbox::{self, Delivered, MailboxKind, Maildir, MessageId, MoveError, RawMessage};
@@ -210,8 +210,8 @@ pub struct Scanned {
     pub id: MessageId,
     /// Its size.
     pub bytes: usize,
-    /// Its score and verdict, or why it could not be parsed.
-    pub judged: Result<(Score, Verdict), message::Error>,
+    /// Its judgment, or why it could not be parsed.
+    pub judged: Result<Judgment, message::Error>,
     /// What was done with it, when it is spam and the scan has an action.
     pub action: Option<Action>,
 }
@@ -281,10 +281,9 @@ impl Reader {
     ) -> (ScanSummary, Result<(), E>) {
         let classifier = self.classifier();
         let judge = |ex: &mut Extractor, raw: RawMessage| {
-            let judged = ex.extract(&raw.bytes).map(|features| {
-                let j = classifier.judge(&features, decider);
-                (j.score, j.verdict)
-            });
+            let judged = ex
+                .extract(&raw.bytes)
+                .map(|features| classifier.judge(&features, decider));
             (raw, judged)
         };
         let mut summary = ScanSummary::default();
@@ -318,9 +317,9 @@ impl Reader {
                     }
                     summary.messages += 1;
                     let done = match &judged {
-                        Ok((_, verdict)) => {
-                            summary.verdicts[verdict_index(*verdict)] += 1;
-                            match (action, verdict) {
+                        Ok(judgment) => {
+                            summary.verdicts[verdict_index(judgment.verdict)] += 1;
+                            match (action, judgment.verdict) {
                                 (Some(a), Verdict::Spam) => Some(a.take(&raw)),
                                 _ => None,
                             }

@@ -24,7 +24,7 @@ use crate::decision::prequential::{Sample, key_of};
 use crate::decision::{Calibrator, Decider, Prequential};
 use crate::fit::{self as training, Counts, Dataset, select_and_calibrate};
 use crate::model::{Combine, Label};
-use crate::vocab::Digest;
+use crate::vocab::{Digest, View};
 
 /// What an evaluation needs besides the data.
 #[derive(Debug, Clone, Copy)]
@@ -58,11 +58,17 @@ fn scored_with_inputs(
     settings: &Settings,
 ) -> (Scored, [f64; INPUTS]) {
     let ex = &data.examples[index];
+    let words = ex
+        .tokens
+        .iter()
+        .filter(|&&t| data.views[t as usize] != View::Bytes)
+        .count();
     let j = judge(
         model,
         stacker,
         &settings.decider,
         counts.known(ex, data),
+        words,
         &ex.metadata,
     );
     (

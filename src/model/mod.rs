@@ -166,6 +166,10 @@ pub struct Evidence {
     /// max over classes of the metadata log-likelihood: low when the
     /// message is unlike both classes.
     pub meta_fit: f64,
+    /// Word tokens of the message (header and body views), known or not;
+    /// the caller counts them (the model sees only the known ones), 0 if
+    /// it did not.
+    pub words: usize,
 }
 
 impl Evidence {
@@ -310,6 +314,7 @@ impl Model {
             views,
             meta,
             meta_fit,
+            words: 0,
         }
     }
 
@@ -452,6 +457,7 @@ impl ModelSet {
                 views,
                 meta,
                 meta_fit,
+                words: 0,
             });
         }
         out

@@ -470,6 +470,7 @@ fn judged_json(judged: &Judged, user: Option<&str>) -> (StatusCode, Value) {
             verdict,
             probability,
             cutoff,
+            doubt,
         } => (
             StatusCode::OK,
             json!({
@@ -480,7 +481,7 @@ fn judged_json(judged: &Judged, user: Option<&str>) -> (StatusCode, Value) {
                 "fields": fields,
                 "model": model,
                 "user": user,
-                "reason": null,
+                "reason": doubt.map(crate::decision::Doubt::name),
                 "why": null,
             }),
         ),

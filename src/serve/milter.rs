@@ -636,6 +636,7 @@ mod tests {
             verdict: Verdict::Spam,
             probability: 0.99,
             cutoff: 0.9,
+            doubt: None,
         };
         let actions = header_actions(&[], spam.fields(), false, 0);
         let names: Vec<&[u8]> = actions

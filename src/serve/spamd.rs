@@ -465,14 +465,16 @@ fn report(judged: &Judged) -> String {
         verdict,
         probability,
         cutoff,
+        doubt,
     } = judged.stamped.status
     else {
         return String::new();
     };
-    let word = match verdict {
-        Verdict::Spam => "spam",
-        Verdict::Ham => "not spam",
-        Verdict::Unsure => "unsure (not spam)",
+    let word = match (verdict, doubt) {
+        (Verdict::Spam, _) => "spam".to_string(),
+        (Verdict::Ham, _) => "not spam".to_string(),
+        (Verdict::Unsure, None) => "unsure (not spam)".to_string(),
+        (Verdict::Unsure, Some(doubt)) => format!("unsure (not spam; {doubt})"),
     };
     let model = match &judged.which {
         Some(Which::User(u)) => format!("the model of user {u}"),
@@ -539,6 +541,7 @@ mod tests {
             verdict,
             probability,
             cutoff,
+            doubt: None,
         }
     }
 
