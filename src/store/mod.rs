@@ -8,12 +8,14 @@
 //! that makes retraining idempotent. Changes arrive as a [`Delta`] and are
 //! applied all or nothing.
 //!
-//! Two implementations:
+//! Three implementations:
 //! - [`MemoryStore`]: ordered maps in memory, for tests and in-memory
 //!   evaluation.
 //! - [`SledStore`]: the on-disk source of truth, a sled database holding one
 //!   writer's exclusive lock. sled types never leave this module: errors
 //!   from sled become [`Error`] values.
+//! - [`redis::RedisStore`]: the counts of a fleet in a Redis that every
+//!   host reads and changes, each change one atomic script.
 //!
 //! Scoring does not use a [`Store`]: many `filter` processes run at once,
 //! possibly while `train` holds the database lock, so they read an immutable
@@ -30,10 +32,13 @@ mod checksum;
 pub mod journal;
 mod keys;
 pub mod packed;
+pub mod redis;
 pub mod registry;
 pub mod samples;
 pub mod sled;
 pub mod snapshot;
+#[cfg(test)]
+pub(crate) mod testkit;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -108,6 +113,15 @@ pub enum Error {
         /// The database directory.
         path: PathBuf,
         /// The engine's error (its type is deliberately hidden).
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The Redis that holds the counts could not be reached or refused a
+    /// command: down, slow past the timeout, or a login refused.
+    #[error("Redis at {at}: {source}")]
+    Redis {
+        /// The Redis URL (no password) and the model.
+        at: String,
+        /// What the client said.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Applying a delta would make a count exceed what it can hold.

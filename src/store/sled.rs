@@ -956,66 +956,9 @@ mod tests {
     use super::*;
     use crate::store::MemoryStore;
     use crate::store::keys::GramName;
-    use crate::vocab::FeatureBuf;
+    use crate::store::testkit::*;
 
     const WAIT: Duration = Duration::from_secs(5);
-
-    /// Everything observable through the trait, for the digests `0..DIGESTS`.
-    #[derive(Debug, PartialEq)]
-    struct Dump {
-        totals: Totals,
-        tokens: Vec<(FeatureBuf, TokenCounts)>,
-        token_count: u64,
-        registry_len: u64,
-        labels: Vec<Option<Label>>,
-    }
-
-    const DIGESTS: u8 = 6;
-
-    fn dump(store: &dyn Store) -> Dump {
-        let mut tokens = Vec::new();
-        store
-            .for_each_token(&mut |t, c| tokens.push((t.into_owned(), c)))
-            .unwrap();
-        for (t, c) in &tokens {
-            assert_eq!(store.token(t.as_feature()).unwrap(), *c);
-        }
-        Dump {
-            totals: store.totals().unwrap(),
-            tokens,
-            token_count: store.token_count().unwrap(),
-            registry_len: store.registry_len().unwrap(),
-            labels: (0..DIGESTS)
-                .map(|d| store.label_of(&[d; 32]).unwrap())
-                .collect(),
-        }
-    }
-
-    /// A delta learning (sign 1) or unlearning (sign −1) one message.
-    fn message(words: &[&str], label: Label, sign: i64, digest: u8, value: i128) -> Delta {
-        let features: Vec<Feature> = words.iter().map(|w| Feature::Word(w)).collect();
-        message_of(&features, label, sign, digest, value)
-    }
-
-    /// [`message`] of any features.
-    fn message_of(features: &[Feature], label: Label, sign: i64, digest: u8, value: i128) -> Delta {
-        let c = label.index();
-        let mut d = Delta::default();
-        d.messages[c] = sign;
-        for &f in features {
-            d.change(f)[c] += sign;
-        }
-        for (k, g) in d.gauss[c].iter_mut().enumerate() {
-            let x = value * (k as i128 + 1);
-            *g = GaussStats {
-                n: sign,
-                sum: i128::from(sign) * x,
-                sum_sq: i128::from(sign) * (x >> 60) * (x >> 60),
-            };
-        }
-        d.registry.push(([digest; 32], (sign > 0).then_some(label)));
-        d
-    }
 
     #[test]
     fn identity_persists_and_counts_changes() {
@@ -1503,24 +1446,6 @@ mod tests {
         ));
     }
 
-    // With buckets of the byte view (kept by number, in gram blocks), the
-    // last one among them, and a word spelled as a format keyed by name
-    // spells a bucket (a word like any other).
-    const TOKENS: [Feature<'static>; 12] = [
-        Feature::Gram(0),
-        Feature::Gram(0xfff),
-        Feature::Gram((1 << BUCKET_BITS) - 1),
-        Feature::Word("\u{1}00fff"),
-        Feature::Word("a"),
-        Feature::Word("ab"),
-        Feature::Word("b"),
-        Feature::Word("SUBJ:free"),
-        Feature::Word("URL:example.com"),
-        Feature::Word("é"),
-        Feature::Word("日本"),
-        Feature::Word("zz"),
-    ];
-
     #[derive(Debug, Clone)]
     enum Op {
         /// One to three messages learned or unlearned in one delta.
@@ -1529,28 +1454,9 @@ mod tests {
         Reopen,
     }
 
-    fn message_strategy() -> impl Strategy<Value = Delta> {
-        (
-            prop::sample::subsequence(TOKENS.to_vec(), 0..=4),
-            prop::sample::select(Label::ALL.to_vec()),
-            prop_oneof![3 => Just(1i64), 2 => Just(-1i64)],
-            0..DIGESTS,
-            any::<i64>(),
-        )
-            .prop_map(|(tokens, label, sign, digest, value)| {
-                message_of(&tokens, label, sign, digest, i128::from(value) << 40)
-            })
-    }
-
     fn op_strategy() -> impl Strategy<Value = Op> {
         prop_oneof![
-            12 => prop::collection::vec(message_strategy(), 1..=3).prop_map(|messages| {
-                let mut delta = Delta::default();
-                for m in messages {
-                    delta.merge(m);
-                }
-                Op::Apply(Box::new(delta))
-            }),
+            12 => delta_strategy().prop_map(|delta| Op::Apply(Box::new(delta))),
             1 => Just(Op::Reopen),
         ]
     }

@@ -1,0 +1,725 @@
+//! The counts in Redis, so that several hosts judge and learn with one set
+//! of statistics: the [`Store`] of a fleet, as [`super::SledStore`] is the
+//! store of one machine.
+//!
+//! One model lives under one key prefix, `{NAME}` (the braces are Redis
+//! Cluster's hash tag, so that a model's keys share a slot and one script
+//! can change them together):
+//! - `{NAME}:m`, a hash: `format` (the layout, [`LAYOUT`]), `totals` (the
+//!   message counts and metadata statistics, as JSON: their sums need 128
+//!   bits, more than Redis integers and Lua numbers hold), `generation` (how many
+//!   changes were applied) and `tokens` (features with non-zero counts).
+//! - `{NAME}:w`, a hash: each word token → its counts, 8 bytes (ham, spam,
+//!   unsigned 32-bit little-endian).
+//! - `{NAME}:g`, a hash: each byte-view bucket (4 bytes, big-endian) → its
+//!   counts, as for words.
+//! - `{NAME}:r`, a hash: each learned message's digest (32 bytes) → its
+//!   label (`h` or `s`): the registry that keeps `train` and `learn`
+//!   idempotent across hosts.
+//!
+//! `NAME` is the prefix the store was opened with (`bayesmail` unless the
+//! URL says `?prefix=`), and for a user's model `PREFIX:u:USER`. Prefixes
+//! and user names are checked against a small safe set ([`check_name`]):
+//! no brace, space or control character can reach a key, and since a user
+//! name holds no `:`, no user's keys can be another model's.
+//!
+//! A change is applied by one Lua script ([`APPLY`]) that first checks
+//! every count it would write, then writes them all: concurrent changes
+//! from many hosts are serialised by Redis, none is lost or applied twice,
+//! and one that would overflow a count changes nothing. The totals are
+//! computed here from the totals read with their generation; the script
+//! refuses the change if another host's change came in between, and it is
+//! computed again from the new totals (optimistic concurrency). A count a
+//! change would take below zero becomes zero and is counted as inexact, as
+//! in every store.
+//!
+//! Durability is Redis's: [`Store::flush`] does nothing; configure Redis's
+//! persistence (AOF or RDB) for the counts to survive a restart of Redis.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::{Connection, ConnectionInfo, IntoConnectionInfo, Script};
+
+use super::{Error, Result, Store, apply_totals, check_buckets};
+use crate::model::{Delta, Label, TokenCounts, Totals};
+use crate::vocab::{Digest, Feature, is_bucket};
+
+/// Version of the key layout above; a model written with another is
+/// refused.
+pub const LAYOUT: u32 = 1;
+
+/// The prefix of every key unless the URL gives one.
+pub const DEFAULT_PREFIX: &str = "bayesmail";
+
+/// How long a command may take before the store gives up, unless the
+/// caller says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Times a change is computed again when other hosts' changes keep coming
+/// in between (each retry means another change was applied).
+const RETRIES: usize = 64;
+
+/// The longest prefix or user name, in bytes.
+const MAX_NAME: usize = 255;
+
+/// Applies one change. KEYS: meta, words, grams, registry. ARGV: the
+/// generation the totals were read at, the new totals, the number of word
+/// changes, then (word, Δham, Δspam) for each, the number of bucket
+/// changes, (bucket, Δham, Δspam) for each, then (digest, label or "")
+/// for each registry change. Returns `{-1, generation}` if the generation moved,
+/// `{-2, field}` if a count would overflow (nothing written), else
+/// `{new generation, inexact}`.
+const APPLY: &str = r#"
+local gen = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
+if gen ~= tonumber(ARGV[1]) then return {-1, gen} end
+local MAX = 4294967295
+local inexact = 0
+local writes = {}
+local i = 3
+for k = 2, 3 do
+  local n = tonumber(ARGV[i]); i = i + 1
+  for _ = 1, n do
+    local field, dh, ds = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    i = i + 3
+    local old = redis.call('HGET', KEYS[k], field)
+    local h, s = 0, 0
+    if old then h, s = struct.unpack('<I4I4', old) end
+    local nh, ns = h + dh, s + ds
+    if nh < 0 then nh = 0; inexact = inexact + 1 end
+    if ns < 0 then ns = 0; inexact = inexact + 1 end
+    if nh > MAX or ns > MAX then return {-2, field} end
+    writes[#writes + 1] = {k, field, nh, ns, old ~= false}
+  end
+end
+local tokens = 0
+for _, w in ipairs(writes) do
+  if w[3] == 0 and w[4] == 0 then
+    if w[5] then redis.call('HDEL', KEYS[w[1]], w[2]); tokens = tokens - 1 end
+  else
+    redis.call('HSET', KEYS[w[1]], w[2], struct.pack('<I4I4', w[3], w[4]))
+    if not w[5] then tokens = tokens + 1 end
+  end
+end
+while i <= #ARGV do
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', KEYS[4], ARGV[i])
+  else
+    redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
+  end
+  i = i + 2
+end
+redis.call('HSET', KEYS[1], 'totals', ARGV[2], 'generation', gen + 1, 'format', '1')
+redis.call('HINCRBY', KEYS[1], 'tokens', tokens)
+return {gen + 1, inexact}
+"#;
+
+/// Checks a key prefix or user name: 1 to 255 bytes of ASCII letters,
+/// digits and `- + _ . , @ =` (spamd's safe set for user names), and `:`
+/// in a prefix (`colon`). Nothing else can reach a key.
+pub fn check_name(name: &str, colon: bool) -> Result<&str> {
+    let bad = |why: String| Err(Error::Invalid(format!("Redis key name {name:?}: {why}")));
+    if name.is_empty() || name.len() > MAX_NAME {
+        return bad("must be 1 to 255 bytes".into());
+    }
+    match name
+        .chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || "-+_.,@=".contains(c) || (colon && c == ':')))
+    {
+        Some(c) => bad(format!("the character {c:?} is not allowed")),
+        None => Ok(name),
+    }
+}
+
+/// Where a fleet's counts are: a Redis URL (`redis://[USER][:PASSWORD@]HOST[:PORT][/DB]`)
+/// and the key prefix its `?prefix=` gives.
+#[derive(Clone)]
+pub struct RedisUrl {
+    info: ConnectionInfo,
+    prefix: String,
+    /// The URL without its password, to name the store in messages.
+    shown: String,
+}
+
+impl std::fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl RedisUrl {
+    /// Parses `url`: `redis://` with an optional user name and password,
+    /// database number and `?prefix=NAME`.
+    pub fn parse(url: &str) -> Result<RedisUrl> {
+        let parsed = url::Url::parse(url)
+            .map_err(|e| Error::Invalid(format!("Redis URL {}: {e}", hide_password(url))))?;
+        if parsed.scheme() != "redis" {
+            return Err(Error::Invalid(format!(
+                "Redis URL {}: the scheme must be redis://",
+                hide_password(url)
+            )));
+        }
+        let prefix = match parsed.query_pairs().find(|(k, _)| k == "prefix") {
+            Some((_, v)) => check_name(&v, true)?.to_string(),
+            None => DEFAULT_PREFIX.to_string(),
+        };
+        let info = parsed
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| Error::Invalid(format!("Redis URL {}: {e}", hide_password(url))))?;
+        Ok(RedisUrl {
+            info,
+            prefix,
+            shown: hide_password(url),
+        })
+    }
+
+    /// The URL, its password left out.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+/// `url` with any password replaced by `***`.
+fn hide_password(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => crate::sanitize::for_terminal(url).into_owned(),
+    }
+}
+
+/// The keys of one model.
+#[derive(Debug, Clone)]
+struct Keys {
+    meta: String,
+    words: String,
+    grams: String,
+    registry: String,
+}
+
+impl Keys {
+    fn new(name: &str) -> Keys {
+        let key = |k: &str| format!("{{{name}}}:{k}");
+        Keys {
+            meta: key("m"),
+            words: key("w"),
+            grams: key("g"),
+            registry: key("r"),
+        }
+    }
+}
+
+/// A model's counts in Redis. See the module's documentation.
+pub struct RedisStore {
+    /// Behind a lock: the trait reads through `&self`.
+    con: Mutex<Connection>,
+    keys: Keys,
+    shown: String,
+    script: Script,
+}
+
+impl RedisStore {
+    /// Connects to the Redis at `url` for the global model (`user` None)
+    /// or a user's, each command bounded by `timeout`. A model written
+    /// with another key layout is refused.
+    pub fn open(url: &RedisUrl, user: Option<&str>, timeout: Duration) -> Result<RedisStore> {
+        let name = match user {
+            Some(user) => format!("{}:u:{}", url.prefix, check_name(user, false)?),
+            None => url.prefix.clone(),
+        };
+        let shown = match user {
+            Some(user) => format!("{} (user {user})", url.shown),
+            None => url.shown.clone(),
+        };
+        let failed = |e: redis::RedisError| Error::Redis {
+            at: shown.clone(),
+            source: Box::new(e),
+        };
+        let client = redis::Client::open(url.info.clone()).map_err(failed)?;
+        let con = client
+            .get_connection_with_timeout(timeout)
+            .map_err(failed)?;
+        con.set_read_timeout(Some(timeout)).map_err(failed)?;
+        con.set_write_timeout(Some(timeout)).map_err(failed)?;
+        let store = RedisStore {
+            con: Mutex::new(con),
+            keys: Keys::new(&name),
+            shown,
+            script: Script::new(APPLY),
+        };
+        let format: Option<u32> =
+            store.query(redis::cmd("HGET").arg(&store.keys.meta).arg("format"))?;
+        match format {
+            None | Some(LAYOUT) => Ok(store),
+            Some(found) => Err(store.corrupt(format!(
+                "key layout {found}; this bayesmail reads layout {LAYOUT}"
+            ))),
+        }
+    }
+
+    /// Runs one command.
+    fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut con = self.con.lock().unwrap_or_else(|e| e.into_inner());
+        cmd.query(&mut *con).map_err(|e| self.error(e))
+    }
+
+    fn error(&self, e: redis::RedisError) -> Error {
+        Error::Redis {
+            at: self.shown.clone(),
+            source: Box::new(e),
+        }
+    }
+
+    fn corrupt(&self, what: String) -> Error {
+        Error::Corrupt {
+            path: self.shown.clone().into(),
+            reason: what,
+        }
+    }
+
+    /// The totals and the generation they were read at.
+    fn totals_at(&self) -> Result<(Totals, u64)> {
+        let (totals, generation): (Option<Vec<u8>>, Option<u64>) = self.query(
+            redis::cmd("HMGET")
+                .arg(&self.keys.meta)
+                .arg("totals")
+                .arg("generation"),
+        )?;
+        let totals = match totals {
+            None => Totals::default(),
+            Some(json) => serde_json::from_slice(&json)
+                .map_err(|e| self.corrupt(format!("the totals do not read: {e}")))?,
+        };
+        Ok((totals, generation.unwrap_or(0)))
+    }
+
+    /// Every field and value of the hash `key`, by HSCAN (no one command
+    /// holds Redis for the whole hash).
+    fn scan_hash(&self, key: &str) -> Result<Vec<Field>> {
+        let mut out = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, page): (u64, Vec<Field>) = self.query(
+                redis::cmd("HSCAN")
+                    .arg(key)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(1000),
+            )?;
+            out.extend(page);
+            if next == 0 {
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+
+    /// The counts stored as `value` under `field`.
+    fn decode(&self, field: &dyn std::fmt::Display, value: &[u8]) -> Result<TokenCounts> {
+        let bytes: [u8; 8] = value
+            .try_into()
+            .map_err(|_| self.corrupt(format!("the counts of {field} are not 8 bytes")))?;
+        let half = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        Ok(TokenCounts {
+            ham: half(&bytes[..4]),
+            spam: half(&bytes[4..]),
+        })
+    }
+
+    /// The script's arguments for `delta` on totals `totals` read at
+    /// generation `generation`.
+    fn arguments(&self, delta: &Delta, totals: &Totals, generation: u64) -> Result<Vec<Vec<u8>>> {
+        let mut args: Vec<Vec<u8>> =
+            Vec::with_capacity(4 + 3 * (delta.words.len() + delta.grams.len()));
+        args.push(generation.to_string().into_bytes());
+        args.push(
+            serde_json::to_vec(totals)
+                .map_err(|e| Error::Invalid(format!("the totals do not serialise: {e}")))?,
+        );
+        let words: Vec<_> = delta.words.iter().filter(|(_, d)| **d != [0, 0]).collect();
+        args.push(words.len().to_string().into_bytes());
+        for (word, d) in words {
+            args.push(word.as_bytes().to_vec());
+            args.push(d[0].to_string().into_bytes());
+            args.push(d[1].to_string().into_bytes());
+        }
+        let grams: Vec<_> = delta.grams.iter().filter(|(_, d)| **d != [0, 0]).collect();
+        args.push(grams.len().to_string().into_bytes());
+        for (bucket, d) in grams {
+            args.push(bucket.to_be_bytes().to_vec());
+            args.push(d[0].to_string().into_bytes());
+            args.push(d[1].to_string().into_bytes());
+        }
+        // Later entries for the same digest win, as the script applies
+        // them in order.
+        for (digest, label) in &delta.registry {
+            args.push(digest.to_vec());
+            args.push(label.map_or("", label_code).as_bytes().to_vec());
+        }
+        Ok(args)
+    }
+}
+
+/// A hash's field and value.
+type Field = (Vec<u8>, Vec<u8>);
+
+fn label_code(label: Label) -> &'static str {
+    match label {
+        Label::Ham => "h",
+        Label::Spam => "s",
+    }
+}
+
+impl Store for RedisStore {
+    fn totals(&self) -> Result<Totals> {
+        Ok(self.totals_at()?.0)
+    }
+
+    fn token(&self, feature: Feature<'_>) -> Result<TokenCounts> {
+        let value: Option<Vec<u8>> = match feature {
+            Feature::Word(word) => {
+                self.query(redis::cmd("HGET").arg(&self.keys.words).arg(word))?
+            }
+            Feature::Gram(bucket) => self.query(
+                redis::cmd("HGET")
+                    .arg(&self.keys.grams)
+                    .arg(&bucket.to_be_bytes()[..]),
+            )?,
+        };
+        match value {
+            Some(v) => self.decode(&feature, &v),
+            None => Ok(TokenCounts::default()),
+        }
+    }
+
+    fn label_of(&self, digest: &Digest) -> Result<Option<Label>> {
+        let code: Option<String> =
+            self.query(redis::cmd("HGET").arg(&self.keys.registry).arg(&digest[..]))?;
+        match code.as_deref() {
+            None => Ok(None),
+            Some("h") => Ok(Some(Label::Ham)),
+            Some("s") => Ok(Some(Label::Spam)),
+            Some(other) => Err(self.corrupt(format!("a registry label is {other:?}"))),
+        }
+    }
+
+    fn token_count(&self) -> Result<u64> {
+        let n: Option<u64> = self.query(redis::cmd("HGET").arg(&self.keys.meta).arg("tokens"))?;
+        Ok(n.unwrap_or(0))
+    }
+
+    fn registry_len(&self) -> Result<u64> {
+        self.query(redis::cmd("HLEN").arg(&self.keys.registry))
+    }
+
+    fn for_each_token(&self, f: &mut dyn FnMut(Feature<'_>, TokenCounts)) -> Result<()> {
+        let mut words = self.scan_hash(&self.keys.words)?;
+        words.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (field, value) in &words {
+            let word = std::str::from_utf8(field)
+                .map_err(|_| self.corrupt("a word token is not UTF-8".into()))?;
+            let counts = self.decode(&word, value)?;
+            f(Feature::Word(word), counts);
+        }
+        let mut grams = Vec::new();
+        for (field, value) in self.scan_hash(&self.keys.grams)? {
+            let bucket = <[u8; 4]>::try_from(&field[..])
+                .ok()
+                .map(u32::from_be_bytes)
+                .filter(|&b| is_bucket(b))
+                .ok_or_else(|| self.corrupt("a byte-view bucket is no bucket".into()))?;
+            grams.push((bucket, self.decode(&bucket, &value)?));
+        }
+        grams.sort_unstable_by_key(|g| g.0);
+        for (bucket, counts) in grams {
+            f(Feature::Gram(bucket), counts);
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, delta: &Delta) -> Result<u64> {
+        check_buckets(delta)?;
+        for _ in 0..RETRIES {
+            let (old, generation) = self.totals_at()?;
+            let mut inexact = 0;
+            let totals = apply_totals(&old, delta, &mut inexact)?;
+            let args = self.arguments(delta, &totals, generation)?;
+            let mut invocation = self.script.prepare_invoke();
+            invocation
+                .key(&self.keys.meta)
+                .key(&self.keys.words)
+                .key(&self.keys.grams)
+                .key(&self.keys.registry);
+            for a in &args {
+                invocation.arg(&a[..]);
+            }
+            let answer: (i64, redis::Value) = {
+                let mut con = self.con.lock().unwrap_or_else(|e| e.into_inner());
+                invocation.invoke(&mut *con).map_err(|e| self.error(e))?
+            };
+            match answer {
+                (-1, _) => continue,
+                (-2, field) => {
+                    let field = match field {
+                        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                        other => format!("{other:?}"),
+                    };
+                    return Err(Error::Overflow { token: field });
+                }
+                (_, redis::Value::Int(n)) => return Ok(inexact + n as u64),
+                (_, other) => {
+                    return Err(self.corrupt(format!("the apply script answered {other:?}")));
+                }
+            }
+        }
+        Err(Error::Invalid(format!(
+            "{}: the totals changed {RETRIES} times while a change was applied; try again",
+            self.shown
+        )))
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::store::MemoryStore;
+    use crate::store::testkit::*;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn open(server: &RedisServer, prefix: &str, user: Option<&str>) -> RedisStore {
+        let url = RedisUrl::parse(&server.url(&format!("/0?prefix={prefix}"))).unwrap();
+        RedisStore::open(&url, user, WAIT).unwrap()
+    }
+
+    #[test]
+    fn the_script_writes_the_layout_this_build_reads() {
+        assert!(APPLY.contains(&format!("'format', '{LAYOUT}'")));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// The acceptance property: whatever sequence of learning and
+        /// unlearning, the Redis store shows exactly what the memory
+        /// store shows, counts the same inexact counts, refuses exactly
+        /// what it refuses, and a refused delta changes neither; a second
+        /// connection (another host) sees the same.
+        #[test]
+        fn redis_store_equals_memory_store(deltas in prop::collection::vec(delta_strategy(), 1..24)) {
+            static SERVER: std::sync::OnceLock<std::sync::Mutex<RedisServer>> = std::sync::OnceLock::new();
+            static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let server = SERVER.get_or_init(|| std::sync::Mutex::new(RedisServer::start()));
+            let server = server.lock().unwrap();
+            let prefix = format!("case{}", CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            let mut redis = open(&server, &prefix, None);
+            let other = open(&server, &prefix, None);
+            let mut memory = MemoryStore::new();
+            for delta in &deltas {
+                let before = memory.clone();
+                match (memory.apply(delta), redis.apply(delta)) {
+                    (Ok(m), Ok(r)) => prop_assert_eq!(m, r, "inexact counts"),
+                    (Err(Error::Overflow { .. }), Err(Error::Overflow { .. })) => {
+                        prop_assert_eq!(&memory, &before);
+                    }
+                    (m, r) => prop_assert!(false, "memory: {:?}, redis: {:?}", m, r),
+                }
+                prop_assert_eq!(dump(&redis), dump(&memory));
+            }
+            prop_assert_eq!(dump(&other), dump(&memory));
+        }
+    }
+
+    #[test]
+    fn concurrent_learns_from_many_connections_all_count_once() {
+        let server = RedisServer::start();
+        let url = server.url("/1");
+        let threads = 8;
+        let per_thread = 25;
+        let mut expected = MemoryStore::new();
+        let deltas: Vec<Vec<Delta>> = (0..threads)
+            .map(|t| {
+                (0..per_thread)
+                    .map(|k| {
+                        let label = if (t + k) % 3 == 0 {
+                            Label::Spam
+                        } else {
+                            Label::Ham
+                        };
+                        let words = ["shared", if k % 2 == 0 { "even" } else { "odd" }];
+                        let mut d = message(&words, label, 1, 0, 7 << 40);
+                        // A digest of its own per message.
+                        d.registry[0].0[0] = t as u8;
+                        d.registry[0].0[1] = k as u8;
+                        d
+                    })
+                    .collect()
+            })
+            .collect();
+        for d in deltas.iter().flatten() {
+            expected.apply(d).unwrap();
+        }
+        std::thread::scope(|scope| {
+            for mine in &deltas {
+                let url = url.clone();
+                scope.spawn(move || {
+                    let mut store =
+                        RedisStore::open(&RedisUrl::parse(&url).unwrap(), None, WAIT).unwrap();
+                    for d in mine {
+                        assert_eq!(store.apply(d).unwrap(), 0);
+                    }
+                });
+            }
+        });
+        let store = RedisStore::open(&RedisUrl::parse(&url).unwrap(), None, WAIT).unwrap();
+        assert_eq!(store.totals().unwrap(), expected.totals().unwrap());
+        assert_eq!(
+            store.token(Feature::Word("shared")).unwrap(),
+            expected.token(Feature::Word("shared")).unwrap()
+        );
+        assert_eq!(store.registry_len().unwrap(), (threads * per_thread) as u64);
+        assert_eq!(store.totals_at().unwrap().1, (threads * per_thread) as u64);
+    }
+
+    #[test]
+    fn a_count_never_goes_negative_and_an_overflow_changes_nothing() {
+        let server = RedisServer::start();
+        let mut store = open(&server, "bounds", None);
+        store
+            .apply(&message(&["a", "b"], Label::Spam, 1, 1, 0))
+            .unwrap();
+        // Unlearning twice: the second takes counts below zero.
+        store
+            .apply(&message(&["a", "b"], Label::Spam, -1, 1, 0))
+            .unwrap();
+        let inexact = store
+            .apply(&message(&["a"], Label::Spam, -1, 1, 0))
+            .unwrap();
+        assert!(inexact >= 2, "{inexact}");
+        assert_eq!(
+            store.token(Feature::Word("a")).unwrap(),
+            TokenCounts::default()
+        );
+        assert_eq!(store.token_count().unwrap(), 0);
+
+        store.apply(&message(&["c"], Label::Ham, 1, 2, 0)).unwrap();
+        let before = dump(&store);
+        let mut huge = message(&["c", "d"], Label::Ham, 1, 3, 0);
+        huge.words.insert("c".into(), [i64::from(u32::MAX), 0]);
+        assert!(matches!(store.apply(&huge), Err(Error::Overflow { .. })));
+        assert_eq!(
+            dump(&store),
+            before,
+            "an overflowing change wrote something"
+        );
+    }
+
+    #[test]
+    fn users_have_keys_of_their_own_and_no_name_reaches_another_key() {
+        let server = RedisServer::start();
+        let mut alice = open(&server, "bm", Some("alice@example.org"));
+        alice
+            .apply(&message(&["hello"], Label::Ham, 1, 1, 0))
+            .unwrap();
+        let global = open(&server, "bm", None);
+        let bob = open(&server, "bm", Some("bob@example.org"));
+        for other in [&global, &bob] {
+            assert_eq!(other.totals().unwrap(), Totals::default());
+            assert_eq!(other.label_of(&[1; 32]).unwrap(), None);
+        }
+        assert_eq!(alice.totals().unwrap().messages, [1, 0]);
+        let url = RedisUrl::parse(&server.url("/0?prefix=bm")).unwrap();
+        for bad in [
+            "a}b",
+            "{bm}",
+            "a:b",
+            "a b",
+            "a\r\nFLUSHALL",
+            "",
+            "ä",
+            &"x".repeat(256),
+        ] {
+            let err = RedisStore::open(&url, Some(bad), WAIT).err().expect(bad);
+            assert!(matches!(err, Error::Invalid(_)), "{bad:?}: {err}");
+        }
+        for bad in ["a}b", "{x", "a b", "x*"] {
+            let err = RedisUrl::parse(&server.url(&format!("/0?prefix={bad}"))).unwrap_err();
+            assert!(err.to_string().contains("not allowed"), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn urls_keep_their_password_out_of_messages() {
+        let url = RedisUrl::parse("redis://fleet:s3cret@127.0.0.1:6379/2?prefix=mail").unwrap();
+        assert!(!url.shown().contains("s3cret"), "{}", url.shown());
+        assert_eq!(url.prefix(), "mail");
+        assert_eq!(
+            RedisUrl::parse("redis://127.0.0.1/").unwrap().prefix(),
+            DEFAULT_PREFIX
+        );
+        for bad in ["http://127.0.0.1/", "redis://127.0.0.1/x", "not a url"] {
+            assert!(RedisUrl::parse(bad).is_err(), "{bad}");
+        }
+        // Refused with the password still hidden.
+        let err = RedisUrl::parse("http://u:s3cret@h/")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn a_redis_that_is_gone_is_a_clear_error_within_the_timeout() {
+        let mut server = RedisServer::start();
+        let url = RedisUrl::parse(&server.url("/0")).unwrap();
+        let mut store = RedisStore::open(&url, None, Duration::from_millis(500)).unwrap();
+        store.apply(&message(&["x"], Label::Ham, 1, 1, 0)).unwrap();
+        server.kill();
+        let started = std::time::Instant::now();
+        let err = store
+            .apply(&message(&["y"], Label::Ham, 1, 2, 0))
+            .unwrap_err();
+        assert!(matches!(err, Error::Redis { .. }), "{err}");
+        assert!(
+            err.to_string().starts_with("Redis at redis://127.0.0.1:"),
+            "{err}"
+        );
+        let err = RedisStore::open(&url, None, Duration::from_millis(500))
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::Redis { .. }), "{err}");
+        // Bounded work: both failures together well inside a few timeouts.
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_model_of_another_layout_is_refused() {
+        let server = RedisServer::start();
+        let store = open(&server, "old", None);
+        let _: () = store
+            .query(
+                redis::cmd("HSET")
+                    .arg(&store.keys.meta)
+                    .arg("format")
+                    .arg(9),
+            )
+            .unwrap();
+        let url = RedisUrl::parse(&server.url("/0?prefix=old")).unwrap();
+        let err = RedisStore::open(&url, None, WAIT).err().unwrap();
+        assert!(err.to_string().contains("key layout 9"), "{err}");
+    }
+}

@@ -1,0 +1,189 @@
+//! What the tests of every [`Store`] share: everything a store shows
+//! through the trait, deltas of small messages, and random sequences of
+//! them, so that each store is held equal to [`super::MemoryStore`] by the
+//! same property.
+
+use proptest::prelude::*;
+
+use super::Store;
+use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
+use crate::vocab::{BUCKET_BITS, Feature, FeatureBuf};
+
+/// Everything observable through the trait, for the digests `0..DIGESTS`.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Dump {
+    pub totals: Totals,
+    pub tokens: Vec<(FeatureBuf, TokenCounts)>,
+    pub token_count: u64,
+    pub registry_len: u64,
+    pub labels: Vec<Option<Label>>,
+}
+
+pub(crate) const DIGESTS: u8 = 6;
+
+pub(crate) fn dump(store: &dyn Store) -> Dump {
+    let mut tokens = Vec::new();
+    store
+        .for_each_token(&mut |t, c| tokens.push((t.into_owned(), c)))
+        .unwrap();
+    for (t, c) in &tokens {
+        assert_eq!(store.token(t.as_feature()).unwrap(), *c);
+    }
+    Dump {
+        totals: store.totals().unwrap(),
+        tokens,
+        token_count: store.token_count().unwrap(),
+        registry_len: store.registry_len().unwrap(),
+        labels: (0..DIGESTS)
+            .map(|d| store.label_of(&[d; 32]).unwrap())
+            .collect(),
+    }
+}
+
+/// A delta learning (sign 1) or unlearning (sign −1) one message.
+pub(crate) fn message(words: &[&str], label: Label, sign: i64, digest: u8, value: i128) -> Delta {
+    let features: Vec<Feature> = words.iter().map(|w| Feature::Word(w)).collect();
+    message_of(&features, label, sign, digest, value)
+}
+
+/// [`message`] of any features.
+pub(crate) fn message_of(
+    features: &[Feature],
+    label: Label,
+    sign: i64,
+    digest: u8,
+    value: i128,
+) -> Delta {
+    let c = label.index();
+    let mut d = Delta::default();
+    d.messages[c] = sign;
+    for &f in features {
+        d.change(f)[c] += sign;
+    }
+    for (k, g) in d.gauss[c].iter_mut().enumerate() {
+        let x = value * (k as i128 + 1);
+        *g = GaussStats {
+            n: sign,
+            sum: i128::from(sign) * x,
+            sum_sq: i128::from(sign) * (x >> 60) * (x >> 60),
+        };
+    }
+    d.registry.push(([digest; 32], (sign > 0).then_some(label)));
+    d
+}
+
+// With buckets of the byte view (kept by number, in gram blocks), the
+// last one among them, and a word spelled as a format keyed by name
+// spells a bucket (a word like any other).
+pub(crate) const TOKENS: [Feature<'static>; 12] = [
+    Feature::Gram(0),
+    Feature::Gram(0xfff),
+    Feature::Gram((1 << BUCKET_BITS) - 1),
+    Feature::Word("\u{1}00fff"),
+    Feature::Word("a"),
+    Feature::Word("ab"),
+    Feature::Word("b"),
+    Feature::Word("SUBJ:free"),
+    Feature::Word("URL:example.com"),
+    Feature::Word("é"),
+    Feature::Word("日本"),
+    Feature::Word("zz"),
+];
+
+pub(crate) fn message_strategy() -> impl Strategy<Value = Delta> {
+    (
+        prop::sample::subsequence(TOKENS.to_vec(), 0..=4),
+        prop::sample::select(Label::ALL.to_vec()),
+        prop_oneof![3 => Just(1i64), 2 => Just(-1i64)],
+        0..DIGESTS,
+        any::<i64>(),
+    )
+        .prop_map(|(tokens, label, sign, digest, value)| {
+            message_of(&tokens, label, sign, digest, i128::from(value) << 40)
+        })
+}
+
+/// One to three messages learned or unlearned, merged into one delta.
+pub(crate) fn delta_strategy() -> impl Strategy<Value = Delta> {
+    prop::collection::vec(message_strategy(), 1..=3).prop_map(|messages| {
+        let mut delta = Delta::default();
+        for m in messages {
+            delta.merge(m);
+        }
+        delta
+    })
+}
+
+/// A `redis-server` of our own on a free loopback port, in a temporary
+/// directory, persisting nothing; stopped when dropped.
+pub(crate) struct RedisServer {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts one; panics with the reason if `redis-server` is missing or
+    /// does not answer (the tests need it: `.ci/run` installs it).
+    pub(crate) fn start() -> RedisServer {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let child = std::process::Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(dir.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start redis-server (is it installed?): {e}"));
+            let mut server = RedisServer {
+                child,
+                port,
+                _dir: dir,
+            };
+            for _ in 0..200 {
+                if server.ping() {
+                    return server;
+                }
+                if let Ok(Some(status)) = server.child.try_wait() {
+                    last = format!("redis-server on port {port} exited: {status}");
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        panic!("redis-server did not start: {last}");
+    }
+
+    fn ping(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// Its URL, with `rest` (a database and query) after the port.
+    pub(crate) fn url(&self, rest: &str) -> String {
+        format!("redis://127.0.0.1:{}{rest}", self.port)
+    }
+
+    /// Kills it (as `kill -9` would).
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
