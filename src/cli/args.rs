@@ -375,7 +375,8 @@ pub(super) struct ClassifyArgs {
     /// Messages: Maildirs, mbox files, directories, message files, or '-'.
     #[arg(required = true, value_name = "PATH")]
     pub(super) paths: Vec<PathBuf>,
-    /// One JSON object per message: id, verdict, probability, log_odds.
+    /// One JSON object per message: id, verdict, reason (when unsure
+    /// whatever the probability), probability, log_odds, known_tokens.
     #[arg(long)]
     pub(super) json: bool,
     #[command(flatten)]
@@ -389,8 +390,10 @@ pub(super) struct ScanArgs {
     /// Maildirs, mbox files, directories or message files.
     #[arg(required = true, value_name = "PATH")]
     pub(super) paths: Vec<PathBuf>,
-    /// One JSON object per message: id, verdict, probability, log_odds,
-    /// known_tokens, and action and to when spam was moved or copied.
+    /// One JSON object per message: id, verdict, reason (why an unsure
+    /// verdict is unsure whatever its probability: young-model,
+    /// few-known-words or unfamiliar), probability, log_odds, known_tokens,
+    /// and action and to when spam was moved or copied.
     #[arg(long, conflicts_with = "csv")]
     pub(super) json: bool,
     /// CSV with a header row: id,verdict,probability,log_odds,known_tokens,action,to.

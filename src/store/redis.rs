@@ -345,20 +345,32 @@ impl RedisStore {
             serde_json::to_vec(totals)
                 .map_err(|e| Error::Invalid(format!("the totals do not serialise: {e}")))?,
         );
-        let words: Vec<_> = delta.words.iter().filter(|(_, d)| **d != [0, 0]).collect();
-        args.push(words.len().to_string().into_bytes());
-        for (word, d) in words {
-            args.push(word.as_bytes().to_vec());
-            args.push(d[0].to_string().into_bytes());
-            args.push(d[1].to_string().into_bytes());
-        }
-        let grams: Vec<_> = delta.grams.iter().filter(|(_, d)| **d != [0, 0]).collect();
-        args.push(grams.len().to_string().into_bytes());
-        for (bucket, d) in grams {
-            args.push(bucket.to_be_bytes().to_vec());
-            args.push(d[0].to_string().into_bytes());
-            args.push(d[1].to_string().into_bytes());
-        }
+        // Each view's changes: their number, then (field, Δham, Δspam).
+        let mut section = |changes: Vec<(Vec<u8>, [i64; 2])>| {
+            args.push(changes.len().to_string().into_bytes());
+            for (field, d) in changes {
+                args.push(field);
+                args.push(d[0].to_string().into_bytes());
+                args.push(d[1].to_string().into_bytes());
+            }
+        };
+        let changed = |d: &[i64; 2]| *d != [0, 0];
+        section(
+            delta
+                .words
+                .iter()
+                .filter(|(_, d)| changed(d))
+                .map(|(w, d)| (w.as_bytes().to_vec(), *d))
+                .collect(),
+        );
+        section(
+            delta
+                .grams
+                .iter()
+                .filter(|(_, d)| changed(d))
+                .map(|(b, d)| (b.to_be_bytes().to_vec(), *d))
+                .collect(),
+        );
         // Later entries for the same digest win, as the script applies
         // them in order.
         for (digest, label) in &delta.registry {

@@ -372,7 +372,19 @@ pub fn status_word(status: &str) -> &str {
     let word = status.split(',').next().unwrap();
     match word {
         "Yes" | "No" | "Unsure" => {
-            let parts: Vec<&str> = status.split(", ").collect();
+            let mut parts: Vec<&str> = status.split(", ").collect();
+            // An unsure verdict its probability did not decide says why.
+            if parts.len() == 5 {
+                assert_eq!(word, "Unsure", "{status}");
+                let reason = parts.remove(3).strip_prefix("reason=");
+                assert!(
+                    matches!(
+                        reason,
+                        Some("young-model" | "few-known-words" | "unfamiliar")
+                    ),
+                    "{status}"
+                );
+            }
             assert_eq!(parts.len(), 4, "{status}");
             let p: f64 = parts[1]
                 .strip_prefix("probability=")

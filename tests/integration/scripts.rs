@@ -43,6 +43,15 @@ fn every_language_has_ham_and_spam_in_both_halves() {
     }
 }
 
+/// Trains `db` on the folders `spam` and `ham`.
+fn train(db: &Path, spam: &[PathBuf], ham: &[PathBuf]) {
+    let mut args = vec!["--db", utf8(db), "train", "-q", "--spam"];
+    args.extend(spam.iter().map(|p| utf8(p)));
+    args.push("--ham");
+    args.extend(ham.iter().map(|p| utf8(p)));
+    assert_exit(&run(&args, None), 0, &args);
+}
+
 /// Verdicts of `classify --json` on `dir`, by file name.
 fn verdicts(db: &Path, dir: &Path) -> BTreeMap<String, (String, f64)> {
     judgments(db, dir)
@@ -89,11 +98,7 @@ fn every_test_ham_is_ham_after_training_on_the_public_corpus_and_the_training_ha
         public.join("hard-ham-1"),
         scripts().join("train").join("ham"),
     ];
-    let mut args = vec!["--db", utf8(&db), "train", "-q", "--spam"];
-    args.extend(spam.iter().map(|p| utf8(p)));
-    args.push("--ham");
-    args.extend(ham.iter().map(|p| utf8(p)));
-    assert_exit(&run(&args, None), 0, &args);
+    train(&db, &spam, &ham);
 
     let ham = verdicts(&db, &scripts().join("test").join("ham"));
     let spam = verdicts(&db, &scripts().join("test").join("spam"));
@@ -129,23 +134,12 @@ fn ham_in_scripts_never_learned_is_unsure_as_unfamiliar_rather_than_judged_spam(
     };
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let folders =
-        ["spam-1", "spam-2", "easy-ham-1", "easy-ham-2", "hard-ham-1"].map(|f| public.join(f));
-    let [s1, s2, h1, h2, h3] = folders.each_ref().map(|p| utf8(p));
-    let args = [
-        "--db",
-        utf8(&db),
-        "train",
-        "-q",
-        "--spam",
-        s1,
-        s2,
-        "--ham",
-        h1,
-        h2,
-        h3,
-    ];
-    assert_exit(&run(&args, None), 0, &args);
+    let [spam, ham] = [
+        &["spam-1", "spam-2"][..],
+        &["easy-ham-1", "easy-ham-2", "hard-ham-1"],
+    ]
+    .map(|folders| folders.iter().map(|f| public.join(f)).collect::<Vec<_>>());
+    train(&db, &spam, &ham);
     let test = scripts().join("test");
     let ham = judgments(&db, &test.join("ham"));
     let spam = judgments(&db, &test.join("spam"));
