@@ -36,6 +36,7 @@ mod report;
 mod restack;
 mod run;
 mod scan;
+pub mod shared;
 mod train;
 mod writer;
 

@@ -381,6 +381,172 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Applies the change `change` makes of the totals and of the label
+    /// `digest` has in the registry (None: not learned; `digest` None: not
+    /// asked), as one transaction: if any other change lands between the
+    /// reads and the write, the reads and `change` are done again. `change`
+    /// returning None writes nothing. Returns the label it saw and, when
+    /// it wrote, the counts made inexact. This is how a host learns a
+    /// message exactly once however many hosts learn it at once.
+    pub fn transact(
+        &mut self,
+        mut change: impl FnMut(&Totals, Option<Label>) -> Result<Option<Delta>>,
+        digest: Option<&Digest>,
+    ) -> Result<(Option<Label>, Option<u64>)> {
+        for _ in 0..RETRIES {
+            // The generation first: a change landing after it moves it, so
+            // the script refuses what was computed from older reads.
+            let (old, generation) = self.totals_at()?;
+            let label = match digest {
+                Some(d) => self.label_of(d)?,
+                None => None,
+            };
+            let Some(delta) = change(&old, label)? else {
+                return Ok((label, None));
+            };
+            check_buckets(&delta)?;
+            let mut inexact = 0;
+            let totals = apply_totals(&old, &delta, &mut inexact)?;
+            if let Some(n) = self.try_apply(&delta, &totals, generation)? {
+                return Ok((label, Some(inexact + n)));
+            }
+        }
+        Err(Error::Invalid(format!(
+            "{}: other hosts changed the model {RETRIES} times while a change was applied; try again",
+            self.shown
+        )))
+    }
+
+    /// Runs the script: `delta` with the new `totals`, if the generation is
+    /// still `generation`. None if it moved (nothing written).
+    fn try_apply(&self, delta: &Delta, totals: &Totals, generation: u64) -> Result<Option<u64>> {
+        let args = self.arguments(delta, totals, generation)?;
+        let mut invocation = self.script.prepare_invoke();
+        invocation
+            .key(&self.keys.meta)
+            .key(&self.keys.words)
+            .key(&self.keys.grams)
+            .key(&self.keys.registry);
+        for a in &args {
+            invocation.arg(&a[..]);
+        }
+        let answer: (i64, redis::Value) = {
+            let mut con = self.con.lock().unwrap_or_else(|e| e.into_inner());
+            invocation.invoke(&mut *con).map_err(|e| self.error(e))?
+        };
+        match answer {
+            (-1, _) => Ok(None),
+            (-2, field) => {
+                let field = match field {
+                    redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                    other => format!("{other:?}"),
+                };
+                Err(Error::Overflow { token: field })
+            }
+            (_, redis::Value::Int(n)) => Ok(Some(n as u64)),
+            (_, other) => Err(self.corrupt(format!("the apply script answered {other:?}"))),
+        }
+    }
+
+    /// What judging a message needs, in one round trip: the counts of
+    /// `words` and `grams` (None: never seen), the totals, the
+    /// generation they are at, and the header [`RedisStore::set_header`]
+    /// stored (None: none yet).
+    pub fn lookup(&self, words: &[&str], grams: &[u32]) -> Result<Lookup> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET")
+            .arg(&self.keys.meta)
+            .arg("totals")
+            .arg("generation")
+            .arg("header");
+        // HMGET needs a field: an empty list asks for one that is never
+        // stored (every stored field has a length).
+        pipe.cmd("HMGET").arg(&self.keys.words);
+        if words.is_empty() {
+            pipe.arg("");
+        }
+        for w in words {
+            pipe.arg(*w);
+        }
+        pipe.cmd("HMGET").arg(&self.keys.grams);
+        if grams.is_empty() {
+            pipe.arg("");
+        }
+        for b in grams {
+            pipe.arg(&b.to_be_bytes()[..]);
+        }
+        type Meta = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>);
+        type Values = Vec<Option<Vec<u8>>>;
+        let (meta, word_values, gram_values): (Meta, Values, Values) = {
+            let mut con = self.con.lock().unwrap_or_else(|e| e.into_inner());
+            pipe.query(&mut *con).map_err(|e| self.error(e))?
+        };
+        let totals = match meta.0 {
+            None => Totals::default(),
+            Some(json) => serde_json::from_slice(&json)
+                .map_err(|e| self.corrupt(format!("the totals do not read: {e}")))?,
+        };
+        let mut out = Lookup {
+            words: Vec::with_capacity(words.len()),
+            grams: Vec::with_capacity(grams.len()),
+            totals,
+            generation: meta.1.unwrap_or(0),
+            header: meta.2,
+        };
+        for (w, v) in words.iter().zip(word_values) {
+            out.words.push(v.map(|v| self.decode(w, &v)).transpose()?);
+        }
+        for (b, v) in grams.iter().zip(gram_values) {
+            out.grams.push(v.map(|v| self.decode(b, &v)).transpose()?);
+        }
+        Ok(out)
+    }
+
+    /// Stores `header`, what the model needs beyond counts (opaque here),
+    /// and moves the generation, so that every host sees the change.
+    pub fn set_header(&mut self, header: &[u8]) -> Result<()> {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HSET")
+            .arg(&self.keys.meta)
+            .arg("header")
+            .arg(header)
+            .arg("format")
+            .arg(LAYOUT)
+            .ignore()
+            .cmd("HINCRBY")
+            .arg(&self.keys.meta)
+            .arg("generation")
+            .arg(1)
+            .ignore();
+        let mut con = self.con.lock().unwrap_or_else(|e| e.into_inner());
+        pipe.query::<()>(&mut *con).map_err(|e| self.error(e))
+    }
+
+    /// Where it is, for messages: the URL without its password, and the
+    /// user.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+}
+
+/// The answer of [`RedisStore::lookup`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lookup {
+    /// The counts of each word asked, in order.
+    pub words: Vec<Option<TokenCounts>>,
+    /// The counts of each bucket asked, in order.
+    pub grams: Vec<Option<TokenCounts>>,
+    /// The totals.
+    pub totals: Totals,
+    /// How many changes the model has had: equal generations, equal
+    /// totals and header.
+    pub generation: u64,
+    /// The stored header, if any.
+    pub header: Option<Vec<u8>>,
+}
+
 /// A hash's field and value.
 type Field = (Vec<u8>, Vec<u8>);
 
@@ -460,43 +626,8 @@ impl Store for RedisStore {
 
     fn apply(&mut self, delta: &Delta) -> Result<u64> {
         check_buckets(delta)?;
-        for _ in 0..RETRIES {
-            let (old, generation) = self.totals_at()?;
-            let mut inexact = 0;
-            let totals = apply_totals(&old, delta, &mut inexact)?;
-            let args = self.arguments(delta, &totals, generation)?;
-            let mut invocation = self.script.prepare_invoke();
-            invocation
-                .key(&self.keys.meta)
-                .key(&self.keys.words)
-                .key(&self.keys.grams)
-                .key(&self.keys.registry);
-            for a in &args {
-                invocation.arg(&a[..]);
-            }
-            let answer: (i64, redis::Value) = {
-                let mut con = self.con.lock().unwrap_or_else(|e| e.into_inner());
-                invocation.invoke(&mut *con).map_err(|e| self.error(e))?
-            };
-            match answer {
-                (-1, _) => continue,
-                (-2, field) => {
-                    let field = match field {
-                        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-                        other => format!("{other:?}"),
-                    };
-                    return Err(Error::Overflow { token: field });
-                }
-                (_, redis::Value::Int(n)) => return Ok(inexact + n as u64),
-                (_, other) => {
-                    return Err(self.corrupt(format!("the apply script answered {other:?}")));
-                }
-            }
-        }
-        Err(Error::Invalid(format!(
-            "{}: the totals changed {RETRIES} times while a change was applied; try again",
-            self.shown
-        )))
+        let (_, inexact) = self.transact(|_, _| Ok(Some(delta.clone())), None)?;
+        Ok(inexact.unwrap_or(0))
     }
 
     fn flush(&mut self) -> Result<()> {
