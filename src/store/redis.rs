@@ -36,7 +36,7 @@
 //! Durability is Redis's: [`Store::flush`] does nothing; configure Redis's
 //! persistence (AOF or RDB) for the counts to survive a restart of Redis.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{Connection, ConnectionInfo, IntoConnectionInfo, Script};
@@ -218,10 +218,113 @@ impl Keys {
     }
 }
 
+/// A connection to one Redis, shared by the models of every user: it
+/// connects again, within the timeout, on the first use after a failure
+/// (Redis restarted, the network was down), so everything resumes when
+/// Redis is back.
+#[derive(Clone)]
+pub struct Redis {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    client: redis::Client,
+    url: RedisUrl,
+    timeout: Duration,
+    /// None: not connected (never yet, or the last command failed).
+    con: Mutex<Option<Connection>>,
+}
+
+impl Redis {
+    /// A handle on the Redis at `url`, each connection attempt and command
+    /// bounded by `timeout`. Connects now, so that a wrong address or a
+    /// refused login is said at once.
+    pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<Redis> {
+        let client = redis::Client::open(url.info.clone()).map_err(|e| Error::Redis {
+            at: url.shown.clone(),
+            source: Box::new(e),
+        })?;
+        let redis = Redis {
+            inner: Arc::new(Shared {
+                client,
+                url: url.clone(),
+                timeout,
+                con: Mutex::new(None),
+            }),
+        };
+        redis.with(&url.shown, |con| redis::cmd("PING").query::<()>(con))?;
+        Ok(redis)
+    }
+
+    /// The URL it was opened with.
+    pub fn url(&self) -> &RedisUrl {
+        &self.inner.url
+    }
+
+    /// Runs `f` on the connection, connecting first if there is none; a
+    /// failure that is not Redis refusing the command drops the
+    /// connection, so that the next use connects again.
+    fn with<T>(
+        &self,
+        shown: &str,
+        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let failed = |e: redis::RedisError| Error::Redis {
+            at: shown.to_string(),
+            source: Box::new(e),
+        };
+        let mut slot = self.inner.con.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            let timeout = self.inner.timeout;
+            let con = self
+                .inner
+                .client
+                .get_connection_with_timeout(timeout)
+                .map_err(failed)?;
+            con.set_read_timeout(Some(timeout)).map_err(failed)?;
+            con.set_write_timeout(Some(timeout)).map_err(failed)?;
+            *slot = Some(con);
+        }
+        let con = slot.as_mut().expect("connected above");
+        match f(con) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                if e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_unrecoverable_error()
+                {
+                    *slot = None;
+                }
+                Err(failed(e))
+            }
+        }
+    }
+
+    /// The store of the global model (`user` None) or of a user's. Checks
+    /// the name only: nothing is read until the store is used.
+    pub fn store(&self, user: Option<&str>) -> Result<RedisStore> {
+        let url = &self.inner.url;
+        let name = match user {
+            Some(user) => format!("{}:u:{}", url.prefix, check_name(user, false)?),
+            None => url.prefix.clone(),
+        };
+        let shown = match user {
+            Some(user) => format!("{} (user {user})", url.shown),
+            None => url.shown.clone(),
+        };
+        Ok(RedisStore {
+            redis: self.clone(),
+            keys: Keys::new(&name),
+            shown,
+            script: Script::new(APPLY),
+        })
+    }
+}
+
 /// A model's counts in Redis. See the module's documentation.
 pub struct RedisStore {
-    /// Behind a lock: the trait reads through `&self`.
-    con: Mutex<Connection>,
+    redis: Redis,
     keys: Keys,
     shown: String,
     script: Script,
@@ -232,35 +335,21 @@ impl RedisStore {
     /// or a user's, each command bounded by `timeout`. A model written
     /// with another key layout is refused.
     pub fn open(url: &RedisUrl, user: Option<&str>, timeout: Duration) -> Result<RedisStore> {
-        let name = match user {
-            Some(user) => format!("{}:u:{}", url.prefix, check_name(user, false)?),
-            None => url.prefix.clone(),
+        let store = Redis::connect(url, timeout)?.store(user)?;
+        store.check_layout(None)?;
+        Ok(store)
+    }
+
+    /// An error unless the model's key layout is this build's (`format`
+    /// as read; None: read it).
+    fn check_layout(&self, format: Option<Option<u32>>) -> Result<()> {
+        let format = match format {
+            Some(f) => f,
+            None => self.query(redis::cmd("HGET").arg(&self.keys.meta).arg("format"))?,
         };
-        let shown = match user {
-            Some(user) => format!("{} (user {user})", url.shown),
-            None => url.shown.clone(),
-        };
-        let failed = |e: redis::RedisError| Error::Redis {
-            at: shown.clone(),
-            source: Box::new(e),
-        };
-        let client = redis::Client::open(url.info.clone()).map_err(failed)?;
-        let con = client
-            .get_connection_with_timeout(timeout)
-            .map_err(failed)?;
-        con.set_read_timeout(Some(timeout)).map_err(failed)?;
-        con.set_write_timeout(Some(timeout)).map_err(failed)?;
-        let store = RedisStore {
-            con: Mutex::new(con),
-            keys: Keys::new(&name),
-            shown,
-            script: Script::new(APPLY),
-        };
-        let format: Option<u32> =
-            store.query(redis::cmd("HGET").arg(&store.keys.meta).arg("format"))?;
         match format {
-            None | Some(LAYOUT) => Ok(store),
-            Some(found) => Err(store.corrupt(format!(
+            None | Some(LAYOUT) => Ok(()),
+            Some(found) => Err(self.corrupt(format!(
                 "key layout {found}; this bayesmail reads layout {LAYOUT}"
             ))),
         }
@@ -268,15 +357,7 @@ impl RedisStore {
 
     /// Runs one command.
     fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut con = self.con.lock().unwrap_or_else(|e| e.into_inner());
-        cmd.query(&mut *con).map_err(|e| self.error(e))
-    }
-
-    fn error(&self, e: redis::RedisError) -> Error {
-        Error::Redis {
-            at: self.shown.clone(),
-            source: Box::new(e),
-        }
+        self.redis.with(&self.shown, |con| cmd.query(con))
     }
 
     fn corrupt(&self, what: String) -> Error {
@@ -431,10 +512,8 @@ impl RedisStore {
         for a in &args {
             invocation.arg(&a[..]);
         }
-        let answer: (i64, redis::Value) = {
-            let mut con = self.con.lock().unwrap_or_else(|e| e.into_inner());
-            invocation.invoke(&mut *con).map_err(|e| self.error(e))?
-        };
+        let answer: (i64, redis::Value) =
+            self.redis.with(&self.shown, |con| invocation.invoke(con))?;
         match answer {
             (-1, _) => Ok(None),
             (-2, field) => {
@@ -452,14 +531,16 @@ impl RedisStore {
     /// What judging a message needs, in one round trip: the counts of
     /// `words` and `grams` (None: never seen), the totals, the
     /// generation they are at, and the header [`RedisStore::set_header`]
-    /// stored (None: none yet).
+    /// stored (None: none yet). A model of another key layout is an
+    /// error.
     pub fn lookup(&self, words: &[&str], grams: &[u32]) -> Result<Lookup> {
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET")
             .arg(&self.keys.meta)
             .arg("totals")
             .arg("generation")
-            .arg("header");
+            .arg("header")
+            .arg("format");
         // HMGET needs a field: an empty list asks for one that is never
         // stored (every stored field has a length).
         pipe.cmd("HMGET").arg(&self.keys.words);
@@ -476,12 +557,11 @@ impl RedisStore {
         for b in grams {
             pipe.arg(&b.to_be_bytes()[..]);
         }
-        type Meta = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>);
+        type Meta = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>, Option<u32>);
         type Values = Vec<Option<Vec<u8>>>;
-        let (meta, word_values, gram_values): (Meta, Values, Values) = {
-            let mut con = self.con.lock().unwrap_or_else(|e| e.into_inner());
-            pipe.query(&mut *con).map_err(|e| self.error(e))?
-        };
+        let (meta, word_values, gram_values): (Meta, Values, Values) =
+            self.redis.with(&self.shown, |con| pipe.query(con))?;
+        self.check_layout(Some(meta.3))?;
         let totals = match meta.0 {
             None => Totals::default(),
             Some(json) => serde_json::from_slice(&json)
@@ -520,8 +600,7 @@ impl RedisStore {
             .arg("generation")
             .arg(1)
             .ignore();
-        let mut con = self.con.lock().unwrap_or_else(|e| e.into_inner());
-        pipe.query::<()>(&mut *con).map_err(|e| self.error(e))
+        self.redis.with(&self.shown, |con| pipe.query::<()>(con))
     }
 
     /// Where it is, for messages: the URL without its password, and the
@@ -826,7 +905,7 @@ mod tests {
     }
 
     #[test]
-    fn a_redis_that_is_gone_is_a_clear_error_within_the_timeout() {
+    fn a_redis_that_is_gone_is_a_clear_error_within_the_timeout_and_use_resumes_when_it_is_back() {
         let mut server = RedisServer::start();
         let url = RedisUrl::parse(&server.url("/0")).unwrap();
         let mut store = RedisStore::open(&url, None, Duration::from_millis(500)).unwrap();
@@ -847,6 +926,11 @@ mod tests {
         assert!(matches!(err, Error::Redis { .. }), "{err}");
         // Bounded work: both failures together well inside a few timeouts.
         assert!(started.elapsed() < Duration::from_secs(5));
+        // The same store works again once Redis is back (it keeps nothing
+        // here: this one persists nothing).
+        server.restart();
+        store.apply(&message(&["z"], Label::Spam, 1, 3, 0)).unwrap();
+        assert_eq!(store.totals().unwrap().messages, [0, 1]);
     }
 
     #[test]

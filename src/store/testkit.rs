@@ -119,7 +119,7 @@ pub(crate) fn delta_strategy() -> impl Strategy<Value = Delta> {
 pub(crate) struct RedisServer {
     child: std::process::Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -145,7 +145,7 @@ impl RedisServer {
             let mut server = RedisServer {
                 child,
                 port,
-                _dir: dir,
+                dir: dir,
             };
             for _ in 0..200 {
                 if server.ping() {
@@ -173,6 +173,26 @@ impl RedisServer {
     /// Its URL, with `rest` (a database and query) after the port.
     pub(crate) fn url(&self, rest: &str) -> String {
         format!("redis://127.0.0.1:{}{rest}", self.port)
+    }
+
+    /// Starts it again on the same port (after [`RedisServer::kill`]).
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        self.child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(self.dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server starts again");
+        for _ in 0..500 {
+            if self.ping() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("redis-server did not start again on port {}", self.port);
     }
 
     /// Kills it (as `kill -9` would).
