@@ -145,7 +145,7 @@ impl RedisServer {
             let mut server = RedisServer {
                 child,
                 port,
-                dir: dir,
+                dir,
             };
             for _ in 0..200 {
                 if server.ping() {
