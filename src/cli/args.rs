@@ -562,8 +562,19 @@ pub(super) struct ServeArgs {
     /// Each user's database: an absolute path with %u (user), %l (its local
     /// part), %d (its domain), e.g. /var/lib/bayesmail/%d/%l. Without it
     /// every message is judged by --db.
-    #[arg(long, value_name = "PATTERN")]
+    #[arg(long, value_name = "PATTERN", conflicts_with = "store")]
     pub(super) user_db: Option<String>,
+    /// Keep the counts in Redis, shared by every serve pointed at it:
+    /// redis://[USER][:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME] (default
+    /// prefix bayesmail). Each user named by a request has a model of its
+    /// own there (as with --user-db); --db is not used. When Redis does
+    /// not answer within --store-timeout, messages get no verdict (reason
+    /// store-unavailable) and learning fails; both resume when it is back.
+    #[arg(long, value_name = "URL")]
+    pub(super) store: Option<String>,
+    /// Milliseconds a Redis command may take. Default 1000.
+    #[arg(long, value_name = "MS")]
+    pub(super) store_timeout: Option<u64>,
     /// A user's model judges once it holds this many ham and this many
     /// spam; before, --db's model does. Default 20.
     #[arg(long, value_name = "N")]

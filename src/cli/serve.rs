@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 
 use bayesmail::serve::{self, ModelSettings, Network, Protocol, Settings, users::UserDbPattern};
+use bayesmail::store::redis::{Redis, RedisUrl};
 
 use super::{Context, Outcome, ServeArgs};
 
@@ -126,14 +127,17 @@ fn parse_all<T: std::str::FromStr<Err = String>>(texts: &[String], key: &str) ->
 /// The models' settings from the arguments and the configuration.
 fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
+    let user_db = args
+        .user_db
+        .as_deref()
+        .or(ctx.config.serve.user_db.as_deref());
+    let store = args.store.as_deref().or(ctx.config.serve.store.as_deref());
+    if user_db.is_some() && store.is_some() {
+        bail!("--user-db and --store: users' models are in Redis with --store, not in directories");
+    }
     Ok(ModelSettings {
         global: ctx.db.dir().to_path_buf(),
-        user_db: args
-            .user_db
-            .as_deref()
-            .or(ctx.config.serve.user_db.as_deref())
-            .map(UserDbPattern::new)
-            .transpose()?,
+        user_db: user_db.map(UserDbPattern::new).transpose()?,
         min_user_messages: args
             .min_user_messages
             .or(ctx.config.serve.min_user_messages)
@@ -147,6 +151,18 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
         learn_wait: Duration::from_secs(5),
         journal_limit: bayesmail::store::DEFAULT_JOURNAL_LIMIT,
         params: *params.get(),
+        shared: match args.store.as_deref().or(ctx.config.serve.store.as_deref()) {
+            None => None,
+            Some(url) => {
+                let timeout = args
+                    .store_timeout
+                    .or(ctx.config.serve.store_timeout)
+                    .unwrap_or(1000)
+                    .max(1);
+                let url = RedisUrl::parse(url)?;
+                Some(Redis::new(&url, Duration::from_millis(timeout))?)
+            }
+        },
     })
 }
 

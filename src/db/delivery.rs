@@ -4,7 +4,7 @@
 //! goes wrong becomes a status with a [`Reason`], so the message can still
 //! be passed on.
 
-use super::{Database, Error, Reader};
+use super::{Database, Error, Judgment, Reader};
 use crate::decision::{Decider, Doubt, Verdict};
 use crate::features::Extractor;
 use crate::store;
@@ -27,6 +27,9 @@ pub enum Reason {
     Unparseable,
     /// A bug: judging panicked.
     Internal,
+    /// The shared store that holds the counts (Redis) did not answer in
+    /// time or refused.
+    StoreUnavailable,
 }
 
 impl Reason {
@@ -40,6 +43,7 @@ impl Reason {
             Reason::TooLarge => "too-large",
             Reason::Unparseable => "unparseable",
             Reason::Internal => "internal-error",
+            Reason::StoreUnavailable => "store-unavailable",
         }
     }
 
@@ -48,6 +52,7 @@ impl Reason {
         match err {
             Error::NoModel(_) => Reason::NoModel,
             Error::Store(store::Error::Version { .. }) => Reason::ModelVersion,
+            Error::Store(store::Error::Redis { .. }) => Reason::StoreUnavailable,
             _ => Reason::ModelUnreadable,
         }
     }
@@ -119,6 +124,20 @@ pub struct Stamped {
 }
 
 impl Stamped {
+    /// The verdict of `judgment`, by `decider`'s cutoffs.
+    pub fn judged(judgment: &Judgment, decider: &Decider) -> Stamped {
+        Stamped {
+            status: Status::Verdict {
+                verdict: judgment.verdict,
+                probability: judgment.score.probability,
+                cutoff: decider.costs.cutoffs().1,
+                doubt: judgment.doubt,
+            },
+            log_odds: Some(judgment.score.log_odds),
+            why: None,
+        }
+    }
+
     /// No verdict, for `reason`, said as `why`.
     pub fn unknown(reason: Reason, why: String) -> Stamped {
         Stamped {
@@ -146,17 +165,7 @@ impl Reader {
                 );
             }
         };
-        let judgment = self.classifier().judge(&features, decider);
-        Stamped {
-            status: Status::Verdict {
-                verdict: judgment.verdict,
-                probability: judgment.score.probability,
-                cutoff: decider.costs.cutoffs().1,
-                doubt: judgment.doubt,
-            },
-            log_odds: Some(judgment.score.log_odds),
-            why: None,
-        }
+        Stamped::judged(&self.classifier().judge(&features, decider), decider)
     }
 
     /// [`Reader::stamp`]'s status, and why there is none in words.

@@ -61,10 +61,15 @@ impl SharedModel {
     /// Connects to the global model at `url` (`user` None) or a user's,
     /// each Redis command bounded by `timeout`.
     pub fn open(url: &RedisUrl, user: Option<&str>, timeout: Duration) -> Result<SharedModel> {
-        Ok(SharedModel {
-            store: RedisStore::open(url, user, timeout)?,
+        Ok(SharedModel::new(RedisStore::open(url, user, timeout)?))
+    }
+
+    /// The model whose counts are `store`.
+    pub fn new(store: RedisStore) -> SharedModel {
+        SharedModel {
+            store,
             built: Mutex::new(None),
-        })
+        }
     }
 
     /// Its counts.
@@ -72,8 +77,10 @@ impl SharedModel {
         &self.store
     }
 
-    /// Judges a message's features with the model as Redis has it now.
-    pub fn judge(&self, features: &Features, decider: &Decider) -> Result<Judgment> {
+    /// Judges a message's features with the model as Redis has it now;
+    /// also says how many messages of each class (`[ham, spam]`) that
+    /// model had learned.
+    pub fn judge(&self, features: &Features, decider: &Decider) -> Result<(Judgment, [u64; 2])> {
         let words: Vec<&str> = features.tokens.iter().collect();
         let lookup = self.store.lookup(&words, &features.grams)?;
         let built = self.built(lookup.generation, &lookup)?;
@@ -87,14 +94,15 @@ impl SharedModel {
                     .iter()
                     .filter_map(|c| c.map(|c| (View::Bytes, c))),
             );
-        Ok(judge(
+        let judgment = judge(
             &built.model,
             &built.header.calibrator,
             decider,
             known,
             words.len(),
             &features.metadata.0,
-        ))
+        );
+        Ok((judgment, lookup.totals.messages))
     }
 
     /// The model for `generation`, built from `lookup` unless the one kept
@@ -126,12 +134,7 @@ impl SharedModel {
 
     /// Learns a message under `label`, exactly once: not again under the
     /// same label, moved from the other one.
-    pub fn learn(
-        &mut self,
-        features: &Features,
-        identity: &Identity,
-        label: Label,
-    ) -> Result<Change> {
+    pub fn learn(&self, features: &Features, identity: &Identity, label: Label) -> Result<Change> {
         let (before, _) = self.store.transact(
             |_, had| {
                 Ok(match had {
@@ -158,7 +161,7 @@ impl SharedModel {
 
     /// Takes a learned message back; the label it had, or None if it was
     /// not learned (nothing changes).
-    pub fn unlearn(&mut self, features: &Features, identity: &Identity) -> Result<Option<Label>> {
+    pub fn unlearn(&self, features: &Features, identity: &Identity) -> Result<Option<Label>> {
         let (had, _) = self.store.transact(
             |_, had| {
                 Ok(had.map(|old| {
@@ -174,7 +177,7 @@ impl SharedModel {
     }
 
     /// Stores what the model needs beyond its counts.
-    pub fn set_header(&mut self, header: &SharedHeader) -> Result<()> {
+    pub fn set_header(&self, header: &SharedHeader) -> Result<()> {
         header
             .params
             .check()
@@ -304,7 +307,7 @@ mod tests {
             for plan in &plans {
                 let (url, taught) = (&url, &taught);
                 scope.spawn(move || {
-                    let mut host = SharedModel::open(url, None, WAIT).unwrap();
+                    let host = SharedModel::open(url, None, WAIT).unwrap();
                     for &(i, label) in plan {
                         host.learn(&taught[i].features, &taught[i].identity, label)
                             .unwrap();
@@ -315,7 +318,7 @@ mod tests {
         // The wrong labels came first on their host but may have landed
         // after a right one elsewhere: teach the right ones once more, as
         // the user's last word.
-        let mut last = SharedModel::open(&url, None, WAIT).unwrap();
+        let last = SharedModel::open(&url, None, WAIT).unwrap();
         for m in &taught {
             last.learn(&m.features, &m.identity, m.label).unwrap();
         }
@@ -333,7 +336,7 @@ mod tests {
             let host = SharedModel::open(&url, None, WAIT).unwrap();
             for m in &judged {
                 let want = local_judge(&local, &header, &m.features);
-                let got = host.judge(&m.features, &decider()).unwrap();
+                let (got, _) = host.judge(&m.features, &decider()).unwrap();
                 assert_eq!(got.verdict, want.verdict);
                 assert_eq!(got.doubt, want.doubt);
                 assert!((got.score.log_odds - want.score.log_odds).abs() < 1e-9);
@@ -351,7 +354,7 @@ mod tests {
     fn learning_is_idempotent_moves_between_labels_and_unlearns() {
         let server = RedisServer::start();
         let url = RedisUrl::parse(&server.url("/0")).unwrap();
-        let mut host = SharedModel::open(&url, Some("alice@example.org"), WAIT).unwrap();
+        let host = SharedModel::open(&url, Some("alice@example.org"), WAIT).unwrap();
         let m = &corpus("sample")[0];
         let (f, id) = (&m.features, &m.identity);
         assert_eq!(
@@ -384,15 +387,15 @@ mod tests {
         let server = RedisServer::start();
         let url = RedisUrl::parse(&server.url("/0")).unwrap();
         let taught = corpus("sample");
-        let mut teacher = SharedModel::open(&url, None, WAIT).unwrap();
+        let teacher = SharedModel::open(&url, None, WAIT).unwrap();
         let judge_host = SharedModel::open(&url, None, WAIT).unwrap();
         let probe = &taught[0];
-        let young = judge_host.judge(&probe.features, &decider()).unwrap();
+        let (young, _) = judge_host.judge(&probe.features, &decider()).unwrap();
         assert_eq!(young.verdict, Verdict::Unsure);
         for m in &taught {
             teacher.learn(&m.features, &m.identity, m.label).unwrap();
         }
-        let grown = judge_host.judge(&probe.features, &decider()).unwrap();
+        let (grown, _) = judge_host.judge(&probe.features, &decider()).unwrap();
         assert_ne!(grown.score.log_odds, young.score.log_odds);
         teacher
             .set_header(&SharedHeader {
@@ -403,7 +406,7 @@ mod tests {
                 ..SharedHeader::default()
             })
             .unwrap();
-        let recalibrated = judge_host.judge(&probe.features, &decider()).unwrap();
+        let (recalibrated, _) = judge_host.judge(&probe.features, &decider()).unwrap();
         assert_ne!(recalibrated.score.log_odds, grown.score.log_odds);
     }
 }

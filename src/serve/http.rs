@@ -489,9 +489,10 @@ fn judged_json(judged: &Judged, user: Option<&str>) -> (StatusCode, Value) {
             let status = match reason {
                 Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
                 Reason::Unparseable => StatusCode::UNPROCESSABLE_ENTITY,
-                Reason::NoModel | Reason::ModelVersion | Reason::ModelUnreadable => {
-                    StatusCode::SERVICE_UNAVAILABLE
-                }
+                Reason::NoModel
+                | Reason::ModelVersion
+                | Reason::ModelUnreadable
+                | Reason::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
                 Reason::Config | Reason::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             };
             (
@@ -526,10 +527,9 @@ where
         Err(why) => return error(StatusCode::BAD_REQUEST, "bad-origin", &why),
     };
     // The database it goes to, as /check names models.
-    let database = match user.as_deref().map(|u| state.models.user_db(u)) {
-        Some(Ok(Some(_))) => format!("user:{}", user.as_deref().unwrap_or_default()),
-        Some(Err(err)) => return error(StatusCode::BAD_REQUEST, "bad-user", &err.to_string()),
-        Some(Ok(None)) | None => "global".to_string(),
+    let database = match state.models.learning_model(user.as_deref()) {
+        Ok(which) => which.to_string(),
+        Err(err) => return error(StatusCode::BAD_REQUEST, "bad-user", &err.to_string()),
     };
     let settings = &state.settings;
     let raw = match read_body(req, settings.max_message, settings.read_timeout).await {
@@ -579,6 +579,9 @@ fn learn_status(err: &LearnError) -> (StatusCode, &'static str) {
         LearnError::Db(db::Error::NothingLearned(_)) => (StatusCode::NOT_FOUND, "nothing-learned"),
         LearnError::Db(db::Error::Store(crate::store::Error::Locked { .. })) => {
             (StatusCode::SERVICE_UNAVAILABLE, "locked")
+        }
+        LearnError::Db(db::Error::Store(crate::store::Error::Redis { .. })) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable")
         }
         LearnError::Db(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database"),
     }
@@ -687,6 +690,7 @@ mod tests {
                 learn_wait: Duration::from_secs(1),
                 journal_limit: crate::store::DEFAULT_JOURNAL_LIMIT,
                 params: Params::default(),
+                shared: None,
             },
             max_message,
             max_connections: 4,

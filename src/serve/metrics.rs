@@ -14,7 +14,7 @@ pub(crate) const LATENCY_BUCKETS: [f64; 12] = [
 ];
 
 /// Every reason there can be no verdict, in the order they are counted.
-const REASONS: [Reason; 7] = [
+const REASONS: [Reason; 8] = [
     Reason::Config,
     Reason::NoModel,
     Reason::ModelVersion,
@@ -22,6 +22,7 @@ const REASONS: [Reason; 7] = [
     Reason::TooLarge,
     Reason::Unparseable,
     Reason::Internal,
+    Reason::StoreUnavailable,
 ];
 
 /// The counters.
@@ -30,7 +31,7 @@ pub struct Metrics {
     /// Messages by verdict: ham, unsure, spam.
     verdicts: [AtomicU64; 3],
     /// Messages without a verdict, by reason ([`REASONS`]' order).
-    unknown: [AtomicU64; 7],
+    unknown: [AtomicU64; REASONS.len()],
     /// Latency histogram: counts per bucket (the last is +Inf).
     latency: [AtomicU64; 13],
     /// Sum of the latencies, in microseconds.

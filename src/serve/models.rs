@@ -10,12 +10,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::users::{UserDbPattern, UserError};
+use crate::db::shared::SharedModel;
 use crate::db::{
     self, Database, Labelled, ModelAfter, Origin, Reader, Reason, Stamped, TrainSummary,
 };
 use crate::decision::Decider;
 use crate::features::Extractor;
 use crate::model::{Label, Params};
+use crate::store::redis::Redis;
 
 /// What [`Models`] needs to know.
 #[derive(Debug, Clone)]
@@ -39,6 +41,10 @@ pub struct ModelSettings {
     pub journal_limit: u64,
     /// Learning: the parameters of a first model.
     pub params: Params,
+    /// Where the counts are when they are in Redis (`--store`): then every
+    /// model, the global one and each user's, is there, and `global` and
+    /// `user_db` are not used.
+    pub shared: Option<Redis>,
 }
 
 /// Which model judged a message.
@@ -126,7 +132,14 @@ struct Cache {
 pub struct Models {
     settings: RwLock<ModelSettings>,
     cache: Mutex<Cache>,
+    /// With the counts in Redis: each model judged with lately, by user
+    /// (None: the global one).
+    shared: Mutex<HashMap<Option<String>, Arc<SharedModel>>>,
 }
+
+/// Models in Redis kept at once, at most (each is its totals and the
+/// tables made from them: a few tens of kilobytes).
+const SHARED_MODELS: usize = 1024;
 
 impl std::fmt::Debug for Models {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,6 +158,7 @@ impl Models {
         Models {
             settings: RwLock::new(settings),
             cache: Mutex::new(Cache::default()),
+            shared: Mutex::new(HashMap::new()),
         }
     }
 
@@ -152,6 +166,10 @@ impl Models {
     pub(crate) fn reload(&self, settings: ModelSettings) {
         *self.settings.write().unwrap_or_else(|e| e.into_inner()) = settings;
         *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Cache::default();
+        self.shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// The current settings.
@@ -162,13 +180,94 @@ impl Models {
             .clone()
     }
 
-    /// Whether users have databases of their own (`--user-db`).
+    /// Whether users have models of their own (`--user-db`, or the counts
+    /// in Redis).
     pub fn per_user(&self) -> bool {
-        self.settings
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .user_db
-            .is_some()
+        let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
+        settings.user_db.is_some() || settings.shared.is_some()
+    }
+
+    /// The model in Redis of `user` (None: the global one). Opening one
+    /// reads nothing: a user name that is refused is the only error.
+    fn shared_model(
+        &self,
+        redis: &Redis,
+        user: Option<&str>,
+    ) -> Result<Arc<SharedModel>, LearnError> {
+        if let Some(user) = user {
+            super::users::check_user(user)?;
+        }
+        let key = user.map(str::to_string);
+        let mut models = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = models.get(&key) {
+            return Ok(Arc::clone(m));
+        }
+        let model = Arc::new(SharedModel::new(
+            redis.store(user).map_err(db::Error::from)?,
+        ));
+        if models.len() >= SHARED_MODELS {
+            models.clear();
+        }
+        models.insert(key, Arc::clone(&model));
+        Ok(model)
+    }
+
+    /// [`Models::judge`] with the counts in Redis.
+    fn judge_shared(
+        &self,
+        redis: &Redis,
+        user: Option<&str>,
+        raw: &[u8],
+        settings: &ModelSettings,
+    ) -> Judged {
+        let unknown = |reason, why: String| Judged {
+            stamped: Stamped::unknown(reason, why),
+            which: None,
+        };
+        let features = match Extractor::new().extract(raw) {
+            Ok(f) => f,
+            Err(err) => {
+                return unknown(
+                    Reason::Unparseable,
+                    format!("cannot parse the message: {err}"),
+                );
+            }
+        };
+        let decider = &settings.decider;
+        let judged = |model: &SharedModel| model.judge(&features, decider);
+        if let Some(user) = user {
+            let model = match self.shared_model(redis, Some(user)) {
+                Ok(m) => m,
+                Err(err) => return unknown(Reason::Config, err.to_string()),
+            };
+            match judged(&model) {
+                Ok((j, [ham, spam])) if ham.min(spam) >= settings.min_user_messages => {
+                    return Judged {
+                        stamped: Stamped::judged(&j, decider),
+                        which: Some(Which::User(user.to_string())),
+                    };
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    let err = db::Error::from(err);
+                    return unknown(Reason::of(&err), err.to_string());
+                }
+            }
+        }
+        let global = match self.shared_model(redis, None) {
+            Ok(m) => m,
+            Err(err) => return unknown(Reason::Config, err.to_string()),
+        };
+        match judged(&global) {
+            Ok((j, _)) => Judged {
+                stamped: Stamped::judged(&j, decider),
+                which: Some(Which::Global),
+            },
+            Err(err) => {
+                let err = db::Error::from(err);
+                unknown(Reason::of(&err), err.to_string())
+            }
+        }
     }
 
     /// Databases open now, and the bytes their models take.
@@ -262,6 +361,29 @@ impl Models {
         Ok(open)
     }
 
+    /// The model learning for `user` goes to: the user's own when users
+    /// have their own (`--user-db`, or the counts in Redis), else the
+    /// global one.
+    pub fn learning_model(&self, user: Option<&str>) -> Result<Which, UserError> {
+        let Some(user) = user else {
+            return Ok(Which::Global);
+        };
+        let shared = self
+            .settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .shared
+            .is_some();
+        if shared {
+            super::users::check_user(user)?;
+            return Ok(Which::User(user.to_string()));
+        }
+        Ok(match self.user_db(user)? {
+            Some(_) => Which::User(user.to_string()),
+            None => Which::Global,
+        })
+    }
+
     /// The database of `user` under the settings, if users have their own.
     pub fn user_db(&self, user: &str) -> Result<Option<PathBuf>, UserError> {
         let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
@@ -278,6 +400,9 @@ impl Models {
     /// without a verdict, with its reason.
     pub fn judge(&self, user: Option<&str>, raw: &[u8]) -> Judged {
         let settings = self.settings();
+        if let Some(redis) = &settings.shared {
+            return self.judge_shared(redis, user, raw, &settings);
+        }
         let bound = settings.cache_bytes;
         let unknown = |reason, why: String| Judged {
             stamped: Stamped::unknown(reason, why),
@@ -340,13 +465,29 @@ impl Models {
         label: Label,
         origin: Origin,
     ) -> Result<(TrainSummary, ModelAfter), LearnError> {
-        let (db, settings) = self.learning_db(user, origin)?;
         if !crate::message::looks_like_mail(raw) {
             return Err(LearnError::Message(crate::sources::NOT_MAIL.to_string()));
         }
         let (features, identity) = Extractor::new()
             .read(raw)
             .map_err(|e| LearnError::Message(e.to_string()))?;
+        if let Some(redis) = self.settings().shared {
+            let model = self.shared_model(&redis, user)?;
+            let change = model
+                .learn(&features, &identity, label)
+                .map_err(db::Error::from)?;
+            let mut summary = TrainSummary {
+                totals: model.messages().map_err(db::Error::from)?,
+                ..TrainSummary::default()
+            };
+            match change {
+                db::learnlog::Change::Learned(_) => summary.learned = 1,
+                db::learnlog::Change::Relabelled(_) => summary.relearned = 1,
+                _ => summary.unchanged = 1,
+            }
+            return Ok((summary, ModelAfter::UpToDate));
+        }
+        let (db, settings) = self.learning_db(user, origin)?;
         let message = Labelled {
             features,
             identity,
@@ -372,10 +513,17 @@ impl Models {
         raw: &[u8],
         origin: Origin,
     ) -> Result<Label, LearnError> {
-        let (db, settings) = self.learning_db(user, origin)?;
         let (features, identity) = Extractor::new()
             .read(raw)
             .map_err(|e| LearnError::Message(e.to_string()))?;
+        if let Some(redis) = self.settings().shared {
+            let model = self.shared_model(&redis, user)?;
+            return model
+                .unlearn(&features, &identity)
+                .map_err(db::Error::from)?
+                .ok_or(LearnError::Db(db::Error::NotLearned));
+        }
+        let (db, settings) = self.learning_db(user, origin)?;
         let mut unlearned = db.unlearn(
             &[(&features, identity)],
             settings.learn_wait,

@@ -324,7 +324,10 @@ fn no_verdict(judged: &Judged) -> Failure {
     };
     let code = match reason {
         Reason::Config => Code::Config,
-        Reason::NoModel | Reason::ModelVersion | Reason::ModelUnreadable => Code::Unavailable,
+        Reason::NoModel
+        | Reason::ModelVersion
+        | Reason::ModelUnreadable
+        | Reason::StoreUnavailable => Code::Unavailable,
         Reason::TooLarge | Reason::Unparseable => Code::DataErr,
         Reason::Internal => Code::Software,
     };
@@ -633,6 +636,7 @@ mod tests {
                 learn_wait: Duration::from_secs(5),
                 journal_limit: crate::store::DEFAULT_JOURNAL_LIMIT,
                 params: Default::default(),
+                shared: None,
             },
             max_message: 2000,
             max_connections: 1,

@@ -33,6 +33,8 @@ pub mod journal;
 mod keys;
 pub mod packed;
 pub mod redis;
+#[cfg(test)]
+pub(crate) mod redis_server;
 pub mod registry;
 pub mod samples;
 pub mod sled;

@@ -235,25 +235,44 @@ struct Shared {
     con: Mutex<Option<Connection>>,
 }
 
+impl std::fmt::Debug for Redis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redis({})", self.inner.url.shown)
+    }
+}
+
 impl Redis {
     /// A handle on the Redis at `url`, each connection attempt and command
-    /// bounded by `timeout`. Connects now, so that a wrong address or a
-    /// refused login is said at once.
-    pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<Redis> {
+    /// bounded by `timeout`. Connects on first use: a daemon starts while
+    /// Redis is down, and judges once it is up.
+    pub fn new(url: &RedisUrl, timeout: Duration) -> Result<Redis> {
         let client = redis::Client::open(url.info.clone()).map_err(|e| Error::Redis {
             at: url.shown.clone(),
             source: Box::new(e),
         })?;
-        let redis = Redis {
+        Ok(Redis {
             inner: Arc::new(Shared {
                 client,
                 url: url.clone(),
                 timeout,
                 con: Mutex::new(None),
             }),
-        };
-        redis.with(&url.shown, |con| redis::cmd("PING").query::<()>(con))?;
+        })
+    }
+
+    /// [`Redis::new`], connected now, so that a wrong address or a refused
+    /// login is said at once.
+    pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<Redis> {
+        let redis = Redis::new(url, timeout)?;
+        redis.ping()?;
         Ok(redis)
+    }
+
+    /// Asks Redis whether it answers.
+    pub fn ping(&self) -> Result<()> {
+        self.with(&self.inner.url.shown, |con| {
+            redis::cmd("PING").query::<()>(con)
+        })
     }
 
     /// The URL it was opened with.
@@ -471,7 +490,7 @@ impl RedisStore {
     /// it wrote, the counts made inexact. This is how a host learns a
     /// message exactly once however many hosts learn it at once.
     pub fn transact(
-        &mut self,
+        &self,
         mut change: impl FnMut(&Totals, Option<Label>) -> Result<Option<Delta>>,
         digest: Option<&Digest>,
     ) -> Result<(Option<Label>, Option<u64>)> {
@@ -585,7 +604,7 @@ impl RedisStore {
 
     /// Stores `header`, what the model needs beyond counts (opaque here),
     /// and moves the generation, so that every host sees the change.
-    pub fn set_header(&mut self, header: &[u8]) -> Result<()> {
+    pub fn set_header(&self, header: &[u8]) -> Result<()> {
         let mut pipe = redis::pipe();
         pipe.atomic()
             .cmd("HSET")

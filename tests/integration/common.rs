@@ -9,6 +9,9 @@ use serde_json::Value;
 use bayesmail::db::DbPaths;
 use bayesmail::features::{Extractor, Features};
 
+#[path = "../../src/store/redis_server.rs"]
+pub mod redis_server;
+
 /// Root of the repository.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -37,6 +37,7 @@ mod serve_exim;
 mod serve_http;
 mod serve_load;
 mod serve_milter;
+mod serve_redis;
 mod serve_sendmail;
 mod serve_spamd;
 mod split;

@@ -16,7 +16,7 @@ use crate::common::{Db, sample_files, spawn_watched, unseen, utf8};
 
 /// A running `bayesmail serve --http 127.0.0.1:0`; killed and waited for
 /// when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     addr: String,
 }
@@ -24,7 +24,7 @@ struct Server {
 impl Server {
     /// Starts serve on `db` with `extra` arguments and waits for the line
     /// that says where it listens.
-    fn start(db: &Db, extra: &[&str]) -> Server {
+    pub(crate) fn start(db: &Db, extra: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
         cmd.args(db.global_args())
             .args(["serve", "--http", "127.0.0.1:0"])
@@ -39,7 +39,7 @@ impl Server {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
@@ -78,7 +78,7 @@ impl Drop for Server {
 }
 
 /// `curl -sS` with `args`; returns the HTTP status and the body.
-fn curl(args: &[&str]) -> (u16, String) {
+pub(crate) fn curl(args: &[&str]) -> (u16, String) {
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "60", "-w", "\n%{http_code}"])
         .args(args)
@@ -96,7 +96,7 @@ fn curl(args: &[&str]) -> (u16, String) {
 
 /// `curl` posting the file `body` to `url` with `headers`; the status and
 /// the JSON answer.
-fn post(url: &str, body: &Path, headers: &[&str]) -> (u16, Value) {
+pub(crate) fn post(url: &str, body: &Path, headers: &[&str]) -> (u16, Value) {
     let data = format!("@{}", utf8(body));
     let mut args = vec!["--data-binary", &data];
     for h in headers {

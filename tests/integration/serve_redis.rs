@@ -1,0 +1,181 @@
+//! `bayesmail serve --store redis://…`: several servers on one real
+//! `redis-server` judge with one set of counts. Messages learned through
+//! any of them at once are counted once, and every server then judges as
+//! one local database taught the same messages; when Redis is gone, a
+//! message gets no verdict (`store-unavailable`) and learning fails, both
+//! at once, and both resume when Redis is back.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::common::redis_server::RedisServer;
+use crate::common::{Db, json_lines, root, sample_ham, sample_spam, utf8};
+use crate::serve_http::{Server, post};
+
+/// The messages in `dir`, sorted.
+fn files(dir: PathBuf) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "eml"))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn four_servers_on_one_redis_learn_at_once_and_judge_as_one_local_database() {
+    let redis = RedisServer::start();
+    let url = redis.url("/0?prefix=fleet");
+    let db = Db::new();
+    let servers: Vec<Server> = (0..4)
+        .map(|_| Server::start(&db, &["--store", &url]))
+        .collect();
+    // Fifty messages: fewer than twenty spam, so that the local database
+    // keeps the stacker it starts with (as the Redis model does).
+    let scripts = root().join("corpora").join("scripts");
+    let mut taught: Vec<(PathBuf, &str)> = files(sample_spam())
+        .into_iter()
+        .take(15)
+        .map(|p| (p, "spam"))
+        .collect();
+    taught.extend(files(sample_ham()).into_iter().map(|p| (p, "ham")));
+    taught.extend(
+        files(scripts.join("train").join("ham"))
+            .into_iter()
+            .take(50 - taught.len())
+            .map(|p| (p, "ham")),
+    );
+    assert_eq!(taught.len(), 50);
+    // Each message through two servers at once.
+    std::thread::scope(|scope| {
+        for (k, server) in servers.iter().enumerate() {
+            let taught = &taught;
+            scope.spawn(move || {
+                for (i, (path, class)) in taught.iter().enumerate() {
+                    if i % 4 == k || (i + 1) % 4 == k {
+                        let (code, answer) =
+                            post(&server.url(&format!("/learn?class={class}")), path, &[]);
+                        assert_eq!(code, 200, "{answer}");
+                    }
+                }
+            });
+        }
+    });
+
+    let local = Db::new();
+    for (path, class) in &taught {
+        local.ok(&["learn", &format!("--{class}"), utf8(path)], None);
+    }
+    let judged: Vec<PathBuf> = ["ham", "spam"]
+        .iter()
+        .flat_map(|l| files(scripts.join("test").join(l)))
+        .chain(files(sample_spam()).into_iter().skip(15))
+        .collect();
+    let mut args = vec!["classify", "--json"];
+    args.extend(judged.iter().map(|p| utf8(p)));
+    let want = json_lines(&local.ok(&args, None));
+    assert_eq!(want.len(), judged.len());
+    let mut verdicts = std::collections::BTreeSet::new();
+    for server in &servers {
+        for (path, want) in judged.iter().zip(&want) {
+            let (code, got) = post(&server.url("/check"), path, &[]);
+            assert_eq!(code, 200, "{got}");
+            assert_eq!(
+                got["verdict"],
+                want["verdict"],
+                "{}: {got} {want}",
+                path.display()
+            );
+            assert_eq!(
+                got["reason"],
+                want.get("reason").cloned().unwrap_or_default()
+            );
+            let (g, w) = (
+                got["log_odds"].as_f64().unwrap(),
+                want["log_odds"].as_f64().unwrap(),
+            );
+            assert!((g - w).abs() < 1e-9, "{}: {g} against {w}", path.display());
+            verdicts.insert(got["verdict"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(verdicts.len() >= 2, "all one verdict: {verdicts:?}");
+}
+
+#[test]
+fn with_redis_gone_a_message_gets_no_verdict_at_once_and_all_resumes_when_it_is_back() {
+    let mut redis = RedisServer::start();
+    let url = redis.url("/0");
+    let db = Db::new();
+    let server = Server::start(&db, &["--store", &url, "--store-timeout", "300"]);
+    let message = &files(sample_spam())[0];
+    let (code, answer) = post(&server.url("/learn?class=spam"), message, &[]);
+    assert_eq!((code, answer["action"].as_str()), (200, Some("learned")));
+
+    redis.kill();
+    let started = Instant::now();
+    let (code, answer) = post(&server.url("/check"), message, &[]);
+    assert_eq!(code, 503, "{answer}");
+    assert_eq!(answer["reason"], "store-unavailable");
+    let status = answer["fields"][0][1].as_str().unwrap();
+    assert!(
+        status.starts_with("Unknown, reason=store-unavailable,"),
+        "{status}"
+    );
+    let (code, answer) = post(&server.url("/learn?class=ham"), message, &[]);
+    assert_eq!(
+        (code, answer["reason"].as_str()),
+        (503, Some("store-unavailable")),
+        "{answer}"
+    );
+    // Both answered within a few timeouts, not a client's patience.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Back (empty: this Redis persists nothing): judging and learning work.
+    redis.restart();
+    let (code, answer) = post(&server.url("/check"), message, &[]);
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["reason"], "young-model");
+    let (code, answer) = post(&server.url("/learn?class=spam"), message, &[]);
+    assert_eq!((code, answer["action"].as_str()), (200, Some("learned")));
+}
+
+#[test]
+fn a_users_messages_teach_the_users_model_on_every_server_and_no_one_elses() {
+    let redis = RedisServer::start();
+    let url = redis.url("/3?prefix=mail");
+    let db = Db::new();
+    let args = ["--store", &url, "--min-user-messages", "10"];
+    let (a, b) = (Server::start(&db, &args), Server::start(&db, &args));
+    let alice = "User: alice@example.org";
+    for (dir, class) in [(sample_spam(), "spam"), (sample_ham(), "ham")] {
+        for path in files(dir).iter().take(12) {
+            let (code, answer) = post(&a.url(&format!("/learn?class={class}")), path, &[alice]);
+            assert_eq!(code, 200, "{answer}");
+            assert_eq!(answer["database"], "user:alice@example.org");
+        }
+    }
+    let probe = &files(sample_spam())[20];
+    let (_, answer) = post(&b.url("/check"), probe, &[alice]);
+    assert_eq!(answer["model"], "user:alice@example.org", "{answer}");
+    // Bob, and a request naming no one, have the empty global model.
+    for headers in [&["User: bob@example.org"][..], &[]] {
+        let (code, answer) = post(&b.url("/check"), probe, headers);
+        assert_eq!(code, 200, "{answer}");
+        assert_eq!(
+            (answer["model"].as_str(), answer["reason"].as_str()),
+            (Some("global"), Some("young-model"))
+        );
+    }
+    // A name that could reach another key is refused, and nothing read.
+    let (code, answer) = post(&a.url("/learn?class=spam"), probe, &["User: a}b"]);
+    assert_eq!(
+        (code, answer["reason"].as_str()),
+        (400, Some("bad-user")),
+        "{answer}"
+    );
+}
