@@ -124,10 +124,6 @@ pub struct ServeConfig {
     pub http: Vec<String>,
     /// Each user's database: a pattern with `%u`, `%l`, `%d`.
     pub user_db: Option<String>,
-    /// The counts in Redis: a `redis://` URL.
-    pub store: Option<String>,
-    /// Milliseconds a Redis command may take.
-    pub store_timeout: Option<u64>,
     /// Messages of each class a user's model needs before it judges.
     pub min_user_messages: Option<u64>,
     /// Networks TCP peers may connect from.
@@ -201,6 +197,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 pub struct Config {
     /// Database directory.
     pub db: Option<PathBuf>,
+    /// The counts in Redis instead: a `redis://` URL.
+    pub store: Option<String>,
+    /// Milliseconds a Redis command may take.
+    pub store_timeout: Option<u64>,
     /// Model hyperparameters.
     #[serde(default)]
     pub model: ModelConfig,

@@ -39,6 +39,18 @@ pub(super) struct GlobalArgs {
     /// Configuration file (TOML).
     #[arg(long, global = true, env = "BAYESMAIL_CONFIG", value_name = "FILE")]
     pub(super) config: Option<PathBuf>,
+    /// Keep the counts in Redis, shared by every host pointed at it, instead
+    /// of in --db: redis://[USER][:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME]
+    /// (default prefix bayesmail). For train, learn, unlearn, stats and
+    /// serve (where each user named by a request has a model of its own
+    /// there).
+    #[arg(long, global = true, env = "BAYESMAIL_STORE", value_name = "URL")]
+    pub(super) store: Option<String>,
+    /// Milliseconds a Redis command may take before the command gives up
+    /// (serve: the message gets no verdict, reason store-unavailable).
+    /// Default 1000.
+    #[arg(long, global = true, value_name = "MS")]
+    pub(super) store_timeout: Option<u64>,
     /// Quiet: no progress, notes or summaries on stderr; errors still go
     /// there.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
@@ -456,6 +468,9 @@ pub(super) struct StatsArgs {
     /// Print as JSON.
     #[arg(long)]
     pub(super) json: bool,
+    /// With --store: the model of this user (default: the global one).
+    #[arg(long, value_name = "NAME")]
+    pub(super) user: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -562,19 +577,8 @@ pub(super) struct ServeArgs {
     /// Each user's database: an absolute path with %u (user), %l (its local
     /// part), %d (its domain), e.g. /var/lib/bayesmail/%d/%l. Without it
     /// every message is judged by --db.
-    #[arg(long, value_name = "PATTERN", conflicts_with = "store")]
+    #[arg(long, value_name = "PATTERN")]
     pub(super) user_db: Option<String>,
-    /// Keep the counts in Redis, shared by every serve pointed at it:
-    /// redis://[USER][:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME] (default
-    /// prefix bayesmail). Each user named by a request has a model of its
-    /// own there (as with --user-db); --db is not used. When Redis does
-    /// not answer within --store-timeout, messages get no verdict (reason
-    /// store-unavailable) and learning fails; both resume when it is back.
-    #[arg(long, value_name = "URL")]
-    pub(super) store: Option<String>,
-    /// Milliseconds a Redis command may take. Default 1000.
-    #[arg(long, value_name = "MS")]
-    pub(super) store_timeout: Option<u64>,
     /// A user's model judges once it holds this many ham and this many
     /// spam; before, --db's model does. Default 20.
     #[arg(long, value_name = "N")]

@@ -20,6 +20,53 @@ use super::scan::{Format, Line, write_line};
 use super::tokens::unquoted;
 use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 
+/// `stats --store`: a model in Redis.
+fn shared_stats(redis: &bayesmail::store::redis::Redis, args: &StatsArgs) -> Result<Outcome> {
+    let model = bayesmail::db::shared::SharedModel::new(redis.store(args.user.as_deref())?);
+    let s = model.stats()?;
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &s)?;
+        writeln!(out)?;
+        return Ok(Outcome::AllOk);
+    }
+    writeln!(out, "store               {}", for_terminal(&s.store))?;
+    writeln!(
+        out,
+        "messages learned    {} ham, {} spam ({} in the registry)",
+        s.ham_messages, s.spam_messages, s.registry
+    )?;
+    writeln!(out, "vocabulary          {} features", s.features)?;
+    writeln!(
+        out,
+        "Redis memory        {:.1} MB{}",
+        s.memory_bytes as f64 / 1e6,
+        match s.memory_per_message {
+            Some(per) => format!(" ({:.0} bytes per message learned)", per),
+            None => String::new(),
+        }
+    )?;
+    writeln!(out, "changes             {}", s.changes)?;
+    writeln!(
+        out,
+        "model               {}",
+        serde_json::to_string(&s.params)?
+    )?;
+    writeln!(
+        out,
+        "calibrated on       {} messages (by the last train run)",
+        s.calibrated_on
+    )?;
+    let weights: Vec<String> = s
+        .weights
+        .iter()
+        .map(|(view, w)| format!("{view} {w:.3}"))
+        .collect();
+    writeln!(out, "view weights        {}", weights.join(", "))?;
+    Ok(Outcome::AllOk)
+}
+
 /// `classify`: `scan`'s judging and result lines, without its actions,
 /// progress bar or summary.
 pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
@@ -168,6 +215,12 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
 }
 
 pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
+    if let Some(redis) = ctx.shared()? {
+        return shared_stats(&redis, args);
+    }
+    if args.user.is_some() {
+        anyhow::bail!("--user: the models of users are in Redis only with --store");
+    }
     let s = ctx.reader()?.stats()?;
     if let Some(mode) = s.readable_by_others {
         // Only a warning: loosening it is the user's choice to make.

@@ -18,7 +18,6 @@
 
 use std::io::{self, Read, Write};
 use std::panic::{self, AssertUnwindSafe};
-use std::path::PathBuf;
 
 use bayesmail::config::DEFAULT_FILTER_MAX_SIZE;
 use bayesmail::db::{Reason, Status};
@@ -65,13 +64,11 @@ fn exit_code(status: &Status) -> u8 {
 
 /// Runs `filter` and returns the exit status. Never fails before the
 /// message has been passed on, whatever the configuration.
-pub(super) fn run(
-    streams: ClosedStreams,
-    db: Option<PathBuf>,
-    config: Option<PathBuf>,
-    args: &FilterArgs,
-) -> u8 {
-    let ctx = Context::new(db, config);
+pub(super) fn run(streams: ClosedStreams, given: super::Given, args: &FilterArgs) -> u8 {
+    let ctx = Context::new(given).and_then(|ctx| {
+        ctx.directory_only("filter")?;
+        Ok(ctx)
+    });
     let max_size = match &ctx {
         Ok(ctx) => ctx.config.filter_max_size(args.max_size),
         Err(_) => Ok(args.max_size.unwrap_or(DEFAULT_FILTER_MAX_SIZE)),

@@ -37,14 +37,27 @@ const EXIT_FATAL: u8 = 2;
 struct Context {
     config: Config,
     db: DbPaths,
-    /// `--db` and `--config` as given, to read the settings again (serve's
+    /// Where the counts are in Redis (`--store`, the config's `store`),
+    /// and how long a command may take there.
+    store: Option<(String, std::time::Duration)>,
+    /// The global options as given, to read the settings again (serve's
     /// SIGHUP).
-    given: (Option<PathBuf>, Option<PathBuf>),
+    given: Given,
+}
+
+/// The global options that say where the settings and the counts are, as
+/// given on the command line or in the environment.
+#[derive(Debug, Clone, Default)]
+struct Given {
+    db: Option<PathBuf>,
+    config: Option<PathBuf>,
+    store: Option<String>,
+    store_timeout: Option<u64>,
 }
 
 impl Context {
-    fn new(cli_db: Option<PathBuf>, cli_config: Option<PathBuf>) -> anyhow::Result<Context> {
-        let given = (cli_db.clone(), cli_config.clone());
+    fn new(given: Given) -> anyhow::Result<Context> {
+        let (cli_db, cli_config) = (given.db.clone(), given.config.clone());
         let expand = |path: PathBuf| config::expand_home(&path).map_err(anyhow::Error::msg);
         let config = match cli_config.map(expand).transpose()? {
             Some(path) => Config::load(&path)?,
@@ -64,11 +77,60 @@ impl Context {
                 None => config::default_db_dir().map_err(anyhow::Error::msg)?,
             },
         };
+        let store = given
+            .store
+            .clone()
+            .or_else(|| config.store.clone())
+            .map(|url| {
+                let ms = given
+                    .store_timeout
+                    .or(config.store_timeout)
+                    .unwrap_or(1000)
+                    .max(1);
+                (url, std::time::Duration::from_millis(ms))
+            });
         Ok(Context {
             config,
             db: DbPaths::new(db),
+            store,
             given,
         })
+    }
+
+    /// The Redis the counts are in, if `--store` (or the config) says so;
+    /// nothing is connected yet.
+    fn shared(&self) -> anyhow::Result<Option<bayesmail::store::redis::Redis>> {
+        use bayesmail::store::redis::{Redis, RedisUrl};
+        self.store
+            .as_ref()
+            .map(|(url, timeout)| Ok(Redis::new(&RedisUrl::parse(url)?, *timeout)?))
+            .transpose()
+    }
+
+    /// Where the counts are, for messages: `database DIR`, or `store URL`
+    /// (its password left out).
+    fn location(&self) -> anyhow::Result<String> {
+        Ok(match &self.store {
+            Some((url, _)) => format!(
+                "store {}",
+                bayesmail::store::redis::RedisUrl::parse(url)?.shown()
+            ),
+            None => format!(
+                "database {}",
+                bayesmail::sanitize::for_terminal(&self.db.dir().display().to_string())
+            ),
+        })
+    }
+
+    /// An error if the counts are in Redis: for the commands that work on a
+    /// database directory only.
+    fn directory_only(&self, command: &str) -> anyhow::Result<()> {
+        if self.store.is_some() {
+            anyhow::bail!(
+                "--store: {command} works on a database directory (--db) only; with the counts in Redis use train, learn, unlearn, stats or serve"
+            );
+        }
+        Ok(())
     }
 
     fn params(&self, model: &ModelArgs) -> anyhow::Result<(ValidParams, bool)> {
@@ -86,6 +148,7 @@ impl Context {
 
     /// Opens the database's reader; without a model, says how to make one.
     fn reader(&self) -> anyhow::Result<bayesmail::db::Reader> {
+        self.directory_only("this command")?;
         self.database().reader().map_err(|e| match e {
             bayesmail::db::Error::NoModel(_) => {
                 anyhow::anyhow!("{e}: run `bayesmail train` first")
@@ -184,14 +247,26 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
         // The delivery hook builds its own context: it must pass the
         // message on even when the configuration is broken.
         Command::Filter(args) => {
-            return filter::run(streams, cli.global.db, cli.global.config, &args);
+            let given = Given {
+                db: cli.global.db,
+                config: cli.global.config,
+                store: cli.global.store,
+                store_timeout: cli.global.store_timeout,
+            };
+            return filter::run(streams, given, &args);
         }
         // Generated from the definitions alone: no config, no database.
         Command::Completions(args) => return finish(manual::completions(args.shell)),
         Command::Man(args) => return finish(manual::man(args.command.as_deref())),
         command => command,
     };
-    let outcome = Context::new(cli.global.db, cli.global.config).and_then(|ctx| match command {
+    let given = Given {
+        db: cli.global.db,
+        config: cli.global.config,
+        store: cli.global.store,
+        store_timeout: cli.global.store_timeout,
+    };
+    let outcome = Context::new(given).and_then(|ctx| match command {
         Command::Tokens(args) => tokens::run(&args),
         Command::Train(args) => train::train(&ctx, &args),
         Command::Learn(args) => train::learn(&ctx, &args),

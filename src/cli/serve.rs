@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 
 use bayesmail::serve::{self, ModelSettings, Network, Protocol, Settings, users::UserDbPattern};
-use bayesmail::store::redis::{Redis, RedisUrl};
 
 use super::{Context, Outcome, ServeArgs};
 
@@ -93,20 +92,19 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     // SIGHUP: the configuration read again (the models' settings: the
     // databases, the users' pattern, the verdict rule), every model
     // reopened; a configuration that no longer reads keeps the old one.
-    let (db, config) = ctx.given.clone();
+    let given = ctx.given.clone();
     let again = args.clone();
-    let reload = move || match Context::new(db.clone(), config.clone())
-        .and_then(|ctx| model_settings(&ctx, &again))
-    {
-        Ok(models) => Some(models),
-        Err(err) => {
-            serve::log_line(&format!(
-                "reload: {}; keeping the settings in use",
-                bayesmail::sanitize::for_terminal(&format!("{err:#}"))
-            ));
-            None
-        }
-    };
+    let reload =
+        move || match Context::new(given.clone()).and_then(|ctx| model_settings(&ctx, &again)) {
+            Ok(models) => Some(models),
+            Err(err) => {
+                serve::log_line(&format!(
+                    "reload: {}; keeping the settings in use",
+                    bayesmail::sanitize::for_terminal(&format!("{err:#}"))
+                ));
+                None
+            }
+        };
     serve::run(settings, listeners, Box::new(reload), &|bound| {
         for (protocol, addr) in bound {
             serve::log_line(&format!("{} listening on {addr}", protocol.name()));
@@ -131,8 +129,8 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
         .user_db
         .as_deref()
         .or(ctx.config.serve.user_db.as_deref());
-    let store = args.store.as_deref().or(ctx.config.serve.store.as_deref());
-    if user_db.is_some() && store.is_some() {
+    let shared = ctx.shared()?;
+    if user_db.is_some() && shared.is_some() {
         bail!("--user-db and --store: users' models are in Redis with --store, not in directories");
     }
     Ok(ModelSettings {
@@ -151,18 +149,7 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
         learn_wait: Duration::from_secs(5),
         journal_limit: bayesmail::store::DEFAULT_JOURNAL_LIMIT,
         params: *params.get(),
-        shared: match args.store.as_deref().or(ctx.config.serve.store.as_deref()) {
-            None => None,
-            Some(url) => {
-                let timeout = args
-                    .store_timeout
-                    .or(ctx.config.serve.store_timeout)
-                    .unwrap_or(1000)
-                    .max(1);
-                let url = RedisUrl::parse(url)?;
-                Some(Redis::new(&url, Duration::from_millis(timeout))?)
-            }
-        },
+        shared,
     })
 }
 

@@ -14,6 +14,7 @@ use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{Context, LearnArgs, Outcome, PruneArgs, TrainArgs, UnlearnArgs, detail, note};
+use bayesmail::db::shared::SharedModel;
 use bayesmail::db::{
     Calibration, Interrupted, Labelled, MIN_CALIBRATION_PER_CLASS, ModelAfter, Progress,
     TrainSummary, Training, missing_class,
@@ -196,7 +197,11 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         }
         Progress::Calibrating => spinner(&bar, "calibrating"),
     };
-    let trained = match ctx.database().train(&job, &on_progress) {
+    let trained = match ctx.shared()? {
+        Some(redis) => SharedModel::new(redis.store(None)?).train(&job, &on_progress),
+        None => ctx.database().train(&job, &on_progress),
+    };
+    let trained = match trained {
         Ok(trained) => trained,
         Err(err) => {
             bar.finish_and_clear();
@@ -297,8 +302,8 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             not_mail_note(trained.skipped),
         );
         note!(
-            "database {}: {} ham, {} spam{}",
-            for_terminal(&ctx.db.dir().display().to_string()),
+            "{}: {} ham, {} spam{}",
+            ctx.location()?,
             summary.totals[0],
             summary.totals[1],
             match (missing, summary.snapshot_written) {
@@ -351,6 +356,7 @@ pub(super) fn not_mail_note(skipped: Skipped) -> String {
 }
 
 pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
+    ctx.directory_only("prune")?;
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
     let (removed, left, model) = ctx
         .database()
@@ -425,11 +431,17 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         .collect();
     let wait = Duration::from_secs(args.wait);
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let (summary, model) = ctx
-        .database()
-        .with_origin(args.origin)
-        .learn(&labelled, wait, journal_limit(), *params.get())
-        .map_err(|e| hint(ctx, "learn", e))?;
+    let (summary, model) = match ctx.shared()? {
+        Some(redis) => (
+            SharedModel::new(redis.store(None)?).learn_all(&labelled)?,
+            ModelAfter::UpToDate,
+        ),
+        None => ctx
+            .database()
+            .with_origin(args.origin)
+            .learn(&labelled, wait, journal_limit(), *params.get())
+            .map_err(|e| hint(ctx, "learn", e))?,
+    };
     let no_model = no_model_now(model);
     let moved = match names.as_slice() {
         [one] => one.clone(),
@@ -488,8 +500,8 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         note!("bayesmail: note: no model written yet: {why}");
     }
     detail!(
-        "database {}: {} ham, {} spam",
-        ctx.db.dir().display(),
+        "{}: {} ham, {} spam",
+        ctx.location()?,
         summary.totals[0],
         summary.totals[1]
     );
@@ -505,11 +517,14 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     let wait = Duration::from_secs(args.wait);
     let given: Vec<_> = messages.iter().map(|m| (&m.features, m.identity)).collect();
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let unlearned = ctx
-        .database()
-        .with_origin(args.origin)
-        .unlearn(&given, wait, journal_limit(), *params.get())
-        .map_err(|e| hint(ctx, "unlearn", e))?;
+    let unlearned = match ctx.shared()? {
+        Some(redis) => SharedModel::new(redis.store(None)?).unlearn_all(&given),
+        None => ctx
+            .database()
+            .with_origin(args.origin)
+            .unlearn(&given, wait, journal_limit(), *params.get())
+            .map_err(|e| hint(ctx, "unlearn", e))?,
+    };
     let no_model = no_model_now(unlearned.model);
     let what = match messages.as_slice() {
         [one] => one.id.clone(),

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use super::{Error, Result, TrainSummary, release_freed_memory};
+use super::{Error, Labelled, Result, TrainSummary, release_freed_memory};
 use crate::decision::{Calibrator, prequential};
 use crate::features::Features;
 use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings};
@@ -95,6 +95,40 @@ impl Run {
             conflicts: Vec::new(),
             summary: TrainSummary::default(),
         }
+    }
+
+    /// Takes `m` into the run's own counts, those the stacker is fitted
+    /// with: its example and sampling key, or None for a duplicate (the
+    /// same label again) or a conflict (the other label: noted, with
+    /// `source`, for the run to be refused).
+    pub(crate) fn take_in(
+        &mut self,
+        m: &Labelled,
+        source: impl std::fmt::Display,
+    ) -> Option<(Example, u64)> {
+        let digest = m.identity.digest;
+        match self.labels.get(&digest) {
+            Some(&l) if l == m.label => {
+                self.summary.duplicates += 1;
+                return None;
+            }
+            Some(_) => {
+                self.summary.conflicting += 1;
+                self.conflicts.push(source.to_string());
+                return None;
+            }
+            None => {}
+        }
+        self.labels.insert(digest, m.label);
+        let ex = self.intern(&m.features, m.label);
+        self.counts.add(&ex, 1);
+        let key = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
+        Some((ex, key))
+    }
+
+    /// Offers an example taken in to the calibration sample.
+    pub(crate) fn offer(&mut self, key: u64, label: Label, ex: Example) {
+        self.sample.offer(key, label, (key, ex));
     }
 
     /// Distinct messages the run holds (duplicates and conflicts aside).

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::TrainSummary;
 use super::learnlog::Change;
 use super::{Judgment, judge};
 use crate::decision::{Calibrator, Decider};
@@ -42,6 +43,33 @@ pub struct SharedHeader {
     pub calibrator: Calibrator,
     /// Messages the stacker was fitted on (0: not fitted).
     pub calibrated_on: usize,
+}
+
+/// What [`SharedModel::stats`] says.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SharedStats {
+    /// The Redis URL (no password) and the user.
+    pub store: String,
+    /// Ham learned.
+    pub ham_messages: u64,
+    /// Spam learned.
+    pub spam_messages: u64,
+    /// Features with non-zero counts.
+    pub features: u64,
+    /// Messages in the registry.
+    pub registry: u64,
+    /// Redis memory the model's keys take.
+    pub memory_bytes: u64,
+    /// That, per message learned.
+    pub memory_per_message: Option<f64>,
+    /// Changes applied so far.
+    pub changes: u64,
+    /// Hyperparameters.
+    pub params: Params,
+    /// Messages the stacker was fitted on (0: not fitted).
+    pub calibrated_on: usize,
+    /// The stacker's weight of each view and of the metadata.
+    pub weights: Vec<(&'static str, f64)>,
 }
 
 /// The model of one generation, with its header.
@@ -185,6 +213,187 @@ impl SharedModel {
         let json = serde_json::to_vec(header)
             .map_err(|e| Error::Invalid(format!("the model header does not serialise: {e}")))?;
         self.store.set_header(&json)
+    }
+
+    /// Learns each of `messages` under its label ([`SharedModel::learn`]),
+    /// one transaction each; the same message twice counts once.
+    pub fn learn_all(&self, messages: &[super::Labelled]) -> super::Result<TrainSummary> {
+        let mut summary = TrainSummary::default();
+        let mut seen = std::collections::HashSet::new();
+        for m in messages {
+            if !seen.insert(m.identity.digest) {
+                summary.duplicates += 1;
+                continue;
+            }
+            match self.learn(&m.features, &m.identity, m.label)? {
+                Change::Learned(_) => summary.learned += 1,
+                Change::Relabelled(_) => summary.relearned += 1,
+                _ => summary.unchanged += 1,
+            }
+        }
+        summary.totals = self.messages()?;
+        Ok(summary)
+    }
+
+    /// Unlearns each of `messages` ([`SharedModel::unlearn`]): per message,
+    /// the label it had or [`super::Error::NotLearned`]; after another
+    /// error, the rest are not tried.
+    pub fn unlearn_all(&self, messages: &[(&Features, Identity)]) -> super::Unlearned {
+        let mut results = Vec::with_capacity(messages.len());
+        for (features, identity) in messages {
+            let result = match self.unlearn(features, identity) {
+                Ok(Some(label)) => Ok(label),
+                Ok(None) => Err(super::Error::NotLearned),
+                Err(err) => Err(err.into()),
+            };
+            let stop = matches!(&result, Err(e) if !matches!(e, super::Error::NotLearned));
+            results.push(result);
+            if stop {
+                break;
+            }
+        }
+        super::Unlearned {
+            results,
+            inexact: 0,
+            model: super::ModelAfter::UpToDate,
+            log_failure: None,
+        }
+    }
+
+    /// Trains the model on labelled folders, as [`super::Database::train`]
+    /// trains a directory: a run that gives a message both labels is
+    /// refused before anything is stored, the stacker is fitted on the
+    /// run's sample by inner cross-validation, and every message is learned
+    /// once. The folders are read twice: first to check and fit, then to
+    /// learn each message as its own transaction, so that other hosts
+    /// keep judging and learning while a large run is stored (one change
+    /// of all of it would hold Redis for seconds). A run interrupted while
+    /// storing leaves what it learned learned, each message whole, and the
+    /// stacker as it was.
+    pub fn train(
+        &self,
+        job: &super::Training<'_>,
+        progress: &dyn Fn(super::Progress<'_>),
+    ) -> super::Result<super::Trained> {
+        use super::{Calibration, Interrupted, MIN_CALIBRATION_PER_CLASS, Progress, Trained};
+        use crate::fit::{DEFAULT_INNER_FOLDS, Settings};
+        super::train::check_paths(job)?;
+        let mut run = super::Run::new();
+        let reading = super::train::read_folders(job, progress, &mut |m, id| {
+            if let Some((ex, key)) = run.take_in(&m, id) {
+                run.offer(key, m.label, ex);
+            }
+            Ok(())
+        })?;
+        if reading.stopped {
+            return Ok(Trained::stopped(reading));
+        }
+        if !run.conflicts().is_empty() {
+            return Err(super::Error::Conflicting(run.conflicts().to_vec()));
+        }
+        let (chosen, fitted) = if run.is_empty() {
+            (*job.params.get(), None)
+        } else {
+            progress(Progress::Calibrating);
+            let settings = Settings {
+                select_strength: job.select_strength,
+                params: job.params,
+                inner_folds: DEFAULT_INNER_FOLDS,
+                inputs: Default::default(),
+            };
+            run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS)
+        };
+        let calibration = match (&fitted, run.is_empty()) {
+            (_, true) => Calibration::NotRun,
+            (Some(f), false) => Calibration::Fitted {
+                messages: f.messages,
+                params: chosen,
+            },
+            (None, false) => Calibration::TooFew,
+        };
+        let mut summary = TrainSummary {
+            duplicates: run.summary().duplicates,
+            ..TrainSummary::default()
+        };
+        // Storing finishes even when interrupted, as a directory's run
+        // does once it has read everything.
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let storing = super::Training {
+            ham: job.ham,
+            spam: job.spam,
+            options: job.options,
+            params: job.params,
+            select_strength: job.select_strength,
+            wait: job.wait,
+            interrupt: &never,
+        };
+        let quiet = |_: Progress<'_>| {};
+        super::train::read_folders(&storing, &quiet, &mut |m, _| {
+            match self.learn(&m.features, &m.identity, m.label)? {
+                Change::Learned(_) => summary.learned += 1,
+                Change::Relabelled(_) => summary.relearned += 1,
+                _ => summary.unchanged += 1,
+            }
+            Ok(())
+        })?;
+        summary.totals = self.messages()?;
+        // The model changed (there is no file to write: every host reads
+        // the counts as they are); a run that changed nothing leaves the
+        // stacker too.
+        summary.snapshot_written = summary.learned + summary.relearned > 0;
+        if let (Some(f), true) = (&fitted, summary.snapshot_written) {
+            self.set_header(&SharedHeader {
+                params: chosen,
+                calibrator: f.calibrator,
+                calibrated_on: f.messages,
+            })?;
+        }
+        Ok(Trained {
+            read: reading.read,
+            skipped: reading.skipped,
+            unparsed: reading.unparsed,
+            no_model: super::missing_class(summary.totals),
+            summary,
+            calibration,
+            stored: run.len(),
+            interrupted: job
+                .interrupt
+                .load(std::sync::atomic::Ordering::SeqCst)
+                .then_some(Interrupted::AfterReading),
+        })
+    }
+
+    /// What the model holds, and the Redis memory it takes.
+    pub fn stats(&self) -> Result<SharedStats> {
+        let lookup = self.store.lookup(&[], &[])?;
+        let header: SharedHeader = match &lookup.header {
+            None => SharedHeader::default(),
+            Some(json) => serde_json::from_slice(json).map_err(|e| Error::Corrupt {
+                path: self.store.shown().into(),
+                reason: format!("the model header does not read: {e}"),
+            })?,
+        };
+        let features = self.store.token_count()?;
+        let memory_bytes = self.store.memory()?;
+        let learned = lookup.totals.messages[0] + lookup.totals.messages[1];
+        Ok(SharedStats {
+            store: self.store.shown().to_string(),
+            ham_messages: lookup.totals.messages[0],
+            spam_messages: lookup.totals.messages[1],
+            features,
+            registry: self.store.registry_len()?,
+            memory_bytes,
+            memory_per_message: (learned > 0).then(|| memory_bytes as f64 / learned as f64),
+            changes: lookup.generation,
+            params: header.params,
+            calibrated_on: header.calibrated_on,
+            weights: View::ALL
+                .iter()
+                .map(|v| v.name())
+                .chain(["metadata"])
+                .zip(header.calibrator.weights)
+                .collect(),
+        })
     }
 
     /// Messages learned, `[ham, spam]`.

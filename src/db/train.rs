@@ -146,6 +146,115 @@ fn read_for_training(ex: &mut Extractor, raw: RawMessage) -> Read {
 /// A stage stopped by [`Training::interrupt`].
 struct Stop;
 
+/// What reading a run's folders came to.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Reading {
+    /// Messages read and parsed.
+    pub read: usize,
+    /// Messages that could not be parsed.
+    pub unparsed: usize,
+    /// Messages passed over.
+    pub skipped: Skipped,
+    /// Whether [`Training::interrupt`] stopped it.
+    pub stopped: bool,
+}
+
+impl Trained {
+    /// A run interrupted while reading: nothing stored.
+    pub(crate) fn stopped(reading: Reading) -> Trained {
+        Trained {
+            read: reading.read,
+            skipped: reading.skipped,
+            unparsed: reading.unparsed,
+            summary: TrainSummary::default(),
+            no_model: None,
+            calibration: Calibration::NotRun,
+            stored: 0,
+            interrupted: Some(Interrupted::Reading),
+        }
+    }
+}
+
+/// Reads the run's folders (its ham, then its spam), giving `each` every
+/// message read with where it was; an error of `each` stops the reading
+/// and is returned. Paths that are not mailboxes are refused before
+/// anything is read ([`Error::BadPaths`]).
+pub(crate) fn read_folders(
+    job: &Training<'_>,
+    progress: &dyn Fn(Progress<'_>),
+    each: &mut dyn FnMut(Labelled, &MessageId) -> Result<()>,
+) -> Result<Reading> {
+    let interrupted = || job.interrupt.load(Ordering::SeqCst);
+    let mut reading = Reading::default();
+    for (paths, label) in [(job.ham, Label::Ham), (job.spam, Label::Spam)] {
+        let mut failed = None;
+        let result = sources::for_each_mapped(
+            paths,
+            &job.options,
+            &read_for_training,
+            &mut |skip| progress(Progress::Skipped(skip)),
+            &mut |batch| {
+                let mut bytes = 0;
+                for e in batch {
+                    bytes += e.bytes as u64;
+                    match e.read {
+                        Ok((features, identity)) => {
+                            reading.read += 1;
+                            let message = Labelled {
+                                features,
+                                identity,
+                                label,
+                            };
+                            if let Err(err) = each(message, &e.id) {
+                                failed = Some(err);
+                                return Err(Stop);
+                            }
+                        }
+                        Err(err) => {
+                            reading.unparsed += 1;
+                            progress(Progress::Unparsed(&e.id, &err));
+                        }
+                    }
+                }
+                progress(Progress::Read {
+                    bytes,
+                    messages: reading.read,
+                });
+                if interrupted() { Err(Stop) } else { Ok(()) }
+            },
+        );
+        if let Some(err) = failed {
+            return Err(err);
+        }
+        match result {
+            Ok(s) => {
+                reading.skipped.unreadable += s.unreadable;
+                reading.skipped.not_mail += s.not_mail;
+            }
+            Err(Stop) => {
+                reading.stopped = true;
+                return Ok(reading);
+            }
+        }
+    }
+    Ok(reading)
+}
+
+/// An error if any path of the run is not a mailbox.
+pub(crate) fn check_paths(job: &Training<'_>) -> Result<()> {
+    let bad: Vec<String> = job
+        .spam
+        .iter()
+        .chain(job.ham)
+        .filter_map(|path| mailbox::detect(path).err().map(|e| e.to_string()))
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::BadPaths(bad))
+    }
+}
+
 impl Database {
     /// Trains the database on labelled folders: takes the writer's lock
     /// (setting a damaged journal aside), reads every message (each counted
@@ -158,15 +267,7 @@ impl Database {
     /// holding everything). Paths that are not mailboxes are refused before
     /// anything is read ([`Error::BadPaths`]).
     pub fn train(&self, job: &Training<'_>, progress: &dyn Fn(Progress<'_>)) -> Result<Trained> {
-        let bad: Vec<String> = job
-            .spam
-            .iter()
-            .chain(job.ham)
-            .filter_map(|path| mailbox::detect(path).err().map(|e| e.to_string()))
-            .collect();
-        if !bad.is_empty() {
-            return Err(Error::BadPaths(bad));
-        }
+        check_paths(job)?;
         // The lock first: fail fast, before reading any mail.
         let (mut trainer, set_aside) = self.rebuilding_writer(job.wait)?;
         if let Some(aside) = &set_aside {
@@ -174,67 +275,17 @@ impl Database {
         }
         let interrupted = || job.interrupt.load(Ordering::SeqCst);
         let mut run = Run::new();
-        let mut read = 0;
-        let mut unparsed = 0;
-        let mut skipped = Skipped::default();
-        for (paths, label) in [(job.ham, Label::Ham), (job.spam, Label::Spam)] {
-            let mut failed = None;
-            let result = sources::for_each_mapped(
-                paths,
-                &job.options,
-                &read_for_training,
-                &mut |skip| progress(Progress::Skipped(skip)),
-                &mut |batch| {
-                    let mut bytes = 0;
-                    for e in batch {
-                        bytes += e.bytes as u64;
-                        match e.read {
-                            Ok((features, identity)) => {
-                                read += 1;
-                                let message = Labelled {
-                                    features,
-                                    identity,
-                                    label,
-                                };
-                                if let Err(err) = trainer.add_to_run(&mut run, &message, &e.id) {
-                                    failed = Some(err);
-                                    return Err(Stop);
-                                }
-                            }
-                            Err(err) => {
-                                unparsed += 1;
-                                progress(Progress::Unparsed(&e.id, &err));
-                            }
-                        }
-                    }
-                    progress(Progress::Read {
-                        bytes,
-                        messages: read,
-                    });
-                    if interrupted() { Err(Stop) } else { Ok(()) }
-                },
-            );
-            if let Some(err) = failed {
-                return Err(err);
-            }
-            match result {
-                Ok(s) => {
-                    skipped.unreadable += s.unreadable;
-                    skipped.not_mail += s.not_mail;
-                }
-                Err(Stop) => {
-                    return Ok(Trained {
-                        read,
-                        skipped,
-                        unparsed,
-                        summary: TrainSummary::default(),
-                        no_model: None,
-                        calibration: Calibration::NotRun,
-                        stored: 0,
-                        interrupted: Some(Interrupted::Reading),
-                    });
-                }
-            }
+        let reading = read_folders(job, progress, &mut |message, id| {
+            trainer.add_to_run(&mut run, &message, id)
+        })?;
+        let Reading {
+            read,
+            unparsed,
+            skipped,
+            ..
+        } = reading;
+        if reading.stopped {
+            return Ok(Trained::stopped(reading));
         }
         if !run.conflicts().is_empty() {
             return Err(Error::Conflicting(run.conflicts().to_vec()));

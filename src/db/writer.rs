@@ -472,22 +472,9 @@ impl Trainer {
         source: impl std::fmt::Display,
     ) -> Result<()> {
         let digest = m.identity.digest;
-        match run.labels.get(&digest) {
-            Some(&l) if l == m.label => {
-                run.summary.duplicates += 1;
-                return Ok(());
-            }
-            Some(_) => {
-                run.summary.conflicting += 1;
-                run.conflicts.push(source.to_string());
-                return Ok(());
-            }
-            None => {}
-        }
-        run.labels.insert(digest, m.label);
-        let ex = run.intern(&m.features, m.label);
-        run.counts.add(&ex, 1);
-        let key = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
+        let Some((ex, key)) = run.take_in(m, source) else {
+            return Ok(());
+        };
         // The store takes each message's counts under its label (the run's
         // counts) but for those set apart: a message it holds already, and
         // the old label of one that moves.
@@ -531,7 +518,7 @@ impl Trainer {
                 run.summary.merged += 1;
             }
         }
-        run.sample.offer(key, m.label, (key, ex));
+        run.offer(key, m.label, ex);
         Ok(())
     }
 

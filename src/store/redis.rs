@@ -622,6 +622,26 @@ impl RedisStore {
         self.redis.with(&self.shown, |con| pipe.query::<()>(con))
     }
 
+    /// Bytes of Redis memory the model's keys take (Redis's `MEMORY
+    /// USAGE`, every field counted).
+    pub fn memory(&self) -> Result<u64> {
+        let mut pipe = redis::pipe();
+        for key in [
+            &self.keys.meta,
+            &self.keys.words,
+            &self.keys.grams,
+            &self.keys.registry,
+        ] {
+            pipe.cmd("MEMORY")
+                .arg("USAGE")
+                .arg(key)
+                .arg("SAMPLES")
+                .arg(0);
+        }
+        let sizes: Vec<Option<u64>> = self.redis.with(&self.shown, |con| pipe.query(con))?;
+        Ok(sizes.into_iter().flatten().sum())
+    }
+
     /// Where it is, for messages: the URL without its password, and the
     /// user.
     pub fn shown(&self) -> &str {

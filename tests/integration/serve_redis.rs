@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::common::redis_server::RedisServer;
-use crate::common::{Db, json_lines, root, sample_ham, sample_spam, utf8};
+use crate::common::{Db, assert_exit, json_lines, root, sample_ham, sample_spam, stderr, utf8};
 use crate::serve_http::{Server, post};
 
 /// The messages in `dir`, sorted.
@@ -178,4 +178,77 @@ fn a_users_messages_teach_the_users_model_on_every_server_and_no_one_elses() {
         (400, Some("bad-user")),
         "{answer}"
     );
+}
+
+#[test]
+fn train_learn_unlearn_and_stats_work_on_the_counts_in_redis_and_other_commands_say_they_cannot() {
+    let redis = RedisServer::start();
+    let url = redis.url("/0?prefix=cli");
+    let db = Db::new();
+    let (spam, ham) = (sample_spam(), sample_ham());
+    let train = [
+        "--store",
+        &url,
+        "train",
+        "--spam",
+        utf8(&spam),
+        "--ham",
+        utf8(&ham),
+    ];
+    let out = db.run(&train, None);
+    assert_exit(&out, 0, &train);
+    assert!(
+        stderr(&out).contains(&format!("store {url}: 24 ham, 24 spam")),
+        "{}",
+        stderr(&out)
+    );
+    // Again: nothing new.
+    let out = db.run(&train, None);
+    assert!(stderr(&out).contains("0 learned, 0 moved to the other label, 48 already known"));
+    let stats: serde_json::Value =
+        serde_json::from_str(&db.ok(&["--store", &url, "stats", "--json"], None)).unwrap();
+    assert_eq!(
+        (
+            stats["ham_messages"].as_u64(),
+            stats["spam_messages"].as_u64()
+        ),
+        (Some(24), Some(24))
+    );
+    assert_eq!(stats["registry"], 48);
+    assert!(stats["memory_bytes"].as_u64().unwrap() > 0);
+    // No directory was written.
+    assert!(!db.dir().exists(), "a database directory was made");
+
+    let message = files(
+        root()
+            .join("corpora")
+            .join("scripts")
+            .join("test")
+            .join("ham"),
+    )[0]
+    .clone();
+    let learn = |class: &str| db.ok(&["--store", &url, "learn", class, utf8(&message)], None);
+    assert_eq!(learn("--ham").trim(), "learned as ham");
+    assert_eq!(learn("--ham").trim(), "already learned as ham");
+    assert_eq!(learn("--spam").trim(), "moved to spam");
+    let unlearn = db.ok(&["--store", &url, "unlearn", utf8(&message)], None);
+    assert_eq!(unlearn.trim(), "unlearned (was spam)");
+    let again = db.run(&["--store", &url, "unlearn", utf8(&message)], None);
+    assert_ne!(again.status.code(), Some(0));
+
+    for command in [
+        &["classify", utf8(&message)][..],
+        &["prune"],
+        &["explain", utf8(&message)],
+    ] {
+        let mut args = vec!["--store", url.as_str()];
+        args.extend_from_slice(command);
+        let out = db.run(&args, None);
+        assert_exit(&out, 2, &args);
+        assert!(
+            stderr(&out).contains("works on a database directory (--db) only"),
+            "{}",
+            stderr(&out)
+        );
+    }
 }
