@@ -23,6 +23,13 @@
 //! own model, the models open at the end must fit the bound, and the
 //! resident memory is printed beside it.
 //!
+//! Then the counts in Redis (`--store`, skipped with
+//! `BAYESMAIL_SERVE_REDIS=0`): the corpus trained into a `redis-server` of
+//! the bench's own, and `serve --http --store` against `serve --http` on
+//! the sled database in the same rounds; the latency of learning and
+//! unlearning over HTTP with each; Redis's memory per 1,000 messages
+//! learned and per stored feature.
+//!
 //! rspamd is not measured: it is not installed on the machines this runs
 //! on (its classifier needs a Redis and a trained rspamd besides); the
 //! comparison with a per-message peer is bogofilter's.
@@ -34,8 +41,8 @@
 //!   cargo bench --bench serve
 //! ```
 //!
-//! Needs `bogofilter` and `spamc` on the PATH (Debian: `apt-get install
-//! bogofilter spamc`).
+//! Needs `bogofilter`, `spamc` and `redis-server` on the PATH (Debian:
+//! `apt-get install bogofilter spamc redis-server`).
 
 mod common;
 
@@ -213,6 +220,10 @@ fn main() {
     );
     drop(server);
 
+    if std::env::var_os("BAYESMAIL_SERVE_REDIS").is_none_or(|v| v != "0") {
+        redis_against_sled(&bm, &bm_db, &spam, &ham, &http_sample, &clients, rounds);
+    }
+
     if n_users > 0 {
         per_user(
             &bm,
@@ -228,6 +239,168 @@ fn main() {
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// `serve --http` with the counts in Redis (`--store`) against the same
+/// serve on the sled database, both trained on the whole corpus, in the
+/// same run: messages per second and latency with each client count;
+/// the latency of learning (an unlearn, then the learn back, of messages
+/// the model holds: each a real change); and Redis's memory per message
+/// and per feature stored.
+fn redis_against_sled(
+    bm: &Path,
+    bm_db: &Path,
+    spam: &[PathBuf],
+    ham: &[PathBuf],
+    sample: &[Vec<u8>],
+    clients: &[usize],
+    rounds: usize,
+) {
+    require("redis-server", "--version", "redis-server");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut redis = Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server starts");
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let used_memory = || -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "info", "memory"])
+                .output();
+            if let Ok(out) = out
+                && let Some(v) = String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("used_memory:"))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+            {
+                return v;
+            }
+            if Instant::now() > deadline {
+                fail("redis-server does not answer");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let empty = used_memory();
+    let started = Instant::now();
+    let mut train = Command::new(bm);
+    train.args(["--store", &url, "train", "-q", "--spam"]);
+    train.args(spam).arg("--ham").args(ham);
+    let status = train.status().expect("train runs");
+    if !status.success() {
+        fail(&format!("train --store failed: {status}"));
+    }
+    let trained_in = started.elapsed();
+    let stats = Command::new(bm)
+        .args(["--store", &url, "stats", "--json"])
+        .output()
+        .expect("stats runs");
+    let stats: serde_json::Value =
+        serde_json::from_slice(&stats.stdout).unwrap_or_else(|e| fail(&format!("stats: {e}")));
+    let messages = stats["ham_messages"].as_f64().unwrap_or(0.0)
+        + stats["spam_messages"].as_f64().unwrap_or(0.0);
+    let features = stats["features"].as_f64().unwrap_or(f64::NAN);
+    let used = used_memory() - empty;
+    println!(
+        "Redis store: train of {messages} messages in {:.1} s; Redis memory {:.1} MiB: \
+         {:.2} MiB per 1,000 messages learned, {:.1} bytes per stored feature ({features} features)",
+        trained_in.as_secs_f64(),
+        used / MIB,
+        used / messages * 1000.0 / MIB,
+        used / features
+    );
+    println!("  rspamd's Redis Bayes is not measured: rspamd is not installed here.");
+
+    let sled_server = Server::start(bm, bm_db, &["--http", "127.0.0.1:0"]);
+    let redis_server = Server::start(bm, bm_db, &["--store", &url, "--http", "127.0.0.1:0"]);
+    let addrs = [sled_server.address("http"), redis_server.address("http")];
+    let names = ["serve --http, sled", "serve --http --store redis"];
+    for &c in clients {
+        let mut timed: [Vec<Timed>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            for j in 0..2 {
+                let tool = (round + j) % 2;
+                let addr = &addrs[tool];
+                timed[tool].push(parallel(
+                    c,
+                    sample.len(),
+                    || Http::connect(addr),
+                    |conn, i| {
+                        let start = Instant::now();
+                        let answer = conn.check(&sample[i], None);
+                        assert!(!answer["verdict"].is_null(), "no verdict: {answer}");
+                        start.elapsed()
+                    },
+                ));
+            }
+        }
+        println!("{c} parallel client(s), {rounds} rounds:");
+        let rates: Vec<f64> = timed
+            .iter()
+            .map(|t| median(t.iter().map(Timed::rate).collect()))
+            .collect();
+        for (tool, t) in timed.iter().enumerate() {
+            let ms: Vec<f64> = t
+                .iter()
+                .flat_map(|t| t.latencies.iter().map(|d| d.as_secs_f64() * 1e3))
+                .collect();
+            println!(
+                "  {:<28} {:>8.0} msg/s   p50 {:>7.3} ms   p99 {:>7.3} ms",
+                names[tool],
+                rates[tool],
+                quantile(ms.clone(), 0.5),
+                quantile(ms, 0.99)
+            );
+        }
+        println!(
+            "  throughput ratio: Redis / sled {:.2}",
+            rates[1] / rates[0]
+        );
+    }
+
+    // Learning: unlearn, then learn back, each message (real changes).
+    let n = sample.len().min(200);
+    for (tool, addr) in addrs.iter().enumerate() {
+        let mut conn = Http::connect(addr);
+        let mut ms = Vec::with_capacity(2 * n);
+        for raw in &sample[..n] {
+            let start = Instant::now();
+            let answer = conn.post("/unlearn", raw, None);
+            ms.push(start.elapsed().as_secs_f64() * 1e3);
+            let label = answer["label"]
+                .as_str()
+                .unwrap_or_else(|| fail(&format!("unlearn: {answer}")))
+                .to_string();
+            let start = Instant::now();
+            let answer = conn.post(&format!("/learn?class={label}"), raw, None);
+            ms.push(start.elapsed().as_secs_f64() * 1e3);
+            if answer["action"] != "learned" {
+                fail(&format!("learn back: {answer}"));
+            }
+        }
+        println!(
+            "  {:<28} learn or unlearn over HTTP: p50 {:.2} ms, p99 {:.2} ms ({} of each)",
+            names[tool],
+            quantile(ms.clone(), 0.5),
+            quantile(ms, 0.99),
+            n
+        );
+    }
+    let (hwm, _) = redis_server.memory();
+    println!("  serve --store peak RSS {:.1} MiB", hwm / MIB);
+    drop((sled_server, redis_server));
+    let _ = redis.kill();
+    let _ = redis.wait();
+}
 
 /// `n_users` users with a model each, judged round-robin through a serve
 /// whose cache holds `cache_mb` megabytes of models.
@@ -392,6 +565,7 @@ impl Server {
             .arg("--db")
             .arg(db)
             .arg("serve")
+            .stdin(Stdio::null())
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -484,9 +658,14 @@ impl Http {
 
     /// `POST /check` with `raw` as body (as `user`): the JSON answer.
     fn check(&mut self, raw: &[u8], user: Option<&str>) -> serde_json::Value {
+        self.post("/check", raw, user)
+    }
+
+    /// `POST path` with `raw` as body (as `user`): the JSON answer.
+    fn post(&mut self, path: &str, raw: &[u8], user: Option<&str>) -> serde_json::Value {
         let user = user.map_or(String::new(), |u| format!("User: {u}\r\n"));
         let head = format!(
-            "POST /check HTTP/1.1\r\nHost: bench\r\n{user}Content-Length: {}\r\n\r\n",
+            "POST {path} HTTP/1.1\r\nHost: bench\r\n{user}Content-Length: {}\r\n\r\n",
             raw.len()
         );
         let stream = self.reader.get_mut();

@@ -124,6 +124,8 @@ pub struct ServeConfig {
     pub http: Vec<String>,
     /// Each user's database: a pattern with `%u`, `%l`, `%d`.
     pub user_db: Option<String>,
+    /// With the counts in Redis: milliseconds counts read are used again.
+    pub store_cache_ms: Option<u64>,
     /// Messages of each class a user's model needs before it judges.
     pub min_user_messages: Option<u64>,
     /// Networks TCP peers may connect from.

@@ -579,6 +579,13 @@ pub(super) struct ServeArgs {
     /// every message is judged by --db.
     #[arg(long, value_name = "PATTERN")]
     pub(super) user_db: Option<String>,
+    /// With --store: milliseconds the counts read from Redis are used
+    /// again for the next messages before they are read anew, so that a
+    /// learn on another server changes this one's verdicts within this
+    /// time (this server's own learns at once). 0 reads every message's
+    /// counts from Redis. Default 500.
+    #[arg(long, value_name = "MS")]
+    pub(super) store_cache_ms: Option<u64>,
     /// A user's model judges once it holds this many ham and this many
     /// spam; before, --db's model does. Default 20.
     #[arg(long, value_name = "N")]

@@ -150,6 +150,11 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
         journal_limit: bayesmail::store::DEFAULT_JOURNAL_LIMIT,
         params: *params.get(),
         shared,
+        shared_window: Duration::from_millis(
+            args.store_cache_ms
+                .or(ctx.config.serve.store_cache_ms)
+                .unwrap_or(500),
+        ),
     })
 }
 

@@ -18,8 +18,9 @@
 //! What the model needs beyond counts (the hyperparameters and the
 //! stacker) is the [`SharedHeader`], stored with the counts.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -29,8 +30,8 @@ use super::{Judgment, judge};
 use crate::decision::{Calibrator, Decider};
 use crate::features::Features;
 use crate::message::Identity;
-use crate::model::{Delta, Label, Model, Params, ValidParams};
-use crate::store::redis::{RedisStore, RedisUrl};
+use crate::model::{Delta, Label, Model, Params, TokenCounts, Totals, ValidParams};
+use crate::store::redis::{Lookup, RedisStore, RedisUrl};
 use crate::store::{Error, Result, Store};
 use crate::vocab::{VIEWS, View};
 
@@ -83,6 +84,36 @@ struct Built {
 pub struct SharedModel {
     store: RedisStore,
     built: Mutex<Option<Arc<Built>>>,
+    /// How long counts read from Redis are used again (zero: never).
+    window: Duration,
+    recent: Mutex<Recent>,
+}
+
+/// Counts read from Redis lately, used again while they are younger than
+/// the model's window: most features of a message (the words and header
+/// bytes every message shares) were read for the messages before it, so a
+/// host asks Redis only for the rest. Emptied when the window is over,
+/// when it holds [`RECENT_MAX`] features, and by this host's own changes.
+struct Recent {
+    since: Instant,
+    words: HashMap<String, Option<TokenCounts>>,
+    grams: HashMap<u32, Option<TokenCounts>>,
+    /// The totals, generation and header of the last lookup.
+    meta: Option<(Totals, u64, Option<Vec<u8>>)>,
+}
+
+/// Features [`Recent`] holds at most (some tens of megabytes).
+const RECENT_MAX: usize = 500_000;
+
+impl Recent {
+    fn new() -> Recent {
+        Recent {
+            since: Instant::now(),
+            words: HashMap::new(),
+            grams: HashMap::new(),
+            meta: None,
+        }
+    }
 }
 
 impl SharedModel {
@@ -97,7 +128,102 @@ impl SharedModel {
         SharedModel {
             store,
             built: Mutex::new(None),
+            window: Duration::ZERO,
+            recent: Mutex::new(Recent::new()),
         }
+    }
+
+    /// The same model, reading counts from Redis again only when those it
+    /// read are older than `window`: a change another host makes reaches
+    /// this one's verdicts within `window`, and this host's own at once.
+    pub fn with_window(mut self, window: Duration) -> SharedModel {
+        self.window = window;
+        self
+    }
+
+    /// Forgets the counts read lately (after a change this host made).
+    fn forget_recent(&self) {
+        *self.recent.lock().unwrap_or_else(|e| e.into_inner()) = Recent::new();
+    }
+
+    /// The lookup of `words` and `grams`, from the counts read lately where
+    /// they are young enough, from Redis for the rest.
+    fn lookup(&self, words: &[&str], grams: &[u32]) -> Result<Lookup> {
+        if self.window.is_zero() {
+            return self.store.lookup(words, grams);
+        }
+        let (missing_words, missing_grams) = {
+            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.since.elapsed() >= self.window
+                || recent.words.len() + recent.grams.len() > RECENT_MAX
+            {
+                *recent = Recent::new();
+            }
+            let w: Vec<&str> = words
+                .iter()
+                .copied()
+                .filter(|w| !recent.words.contains_key(*w))
+                .collect();
+            let g: Vec<u32> = grams
+                .iter()
+                .copied()
+                .filter(|g| !recent.grams.contains_key(g))
+                .collect();
+            (w, g)
+        };
+        let fetched = if missing_words.is_empty()
+            && missing_grams.is_empty()
+            && self
+                .recent
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .meta
+                .is_some()
+        {
+            None
+        } else {
+            Some(self.store.lookup(&missing_words, &missing_grams)?)
+        };
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = &fetched {
+            for (w, c) in missing_words.iter().zip(&f.words) {
+                recent.words.insert((*w).to_string(), *c);
+            }
+            for (g, c) in missing_grams.iter().zip(&f.grams) {
+                recent.grams.insert(*g, *c);
+            }
+            recent.meta = Some((f.totals.clone(), f.generation, f.header.clone()));
+        }
+        let Some((totals, generation, header)) = recent.meta.clone() else {
+            // Emptied by another thread between the two locks: ask again.
+            drop(recent);
+            return self.store.lookup(words, grams);
+        };
+        let word = |w: &str| match recent.words.get(w) {
+            Some(c) => *c,
+            None => fetched.as_ref().and_then(|f| {
+                missing_words
+                    .iter()
+                    .position(|m| *m == w)
+                    .and_then(|i| f.words[i])
+            }),
+        };
+        let gram = |g: u32| match recent.grams.get(&g) {
+            Some(c) => *c,
+            None => fetched.as_ref().and_then(|f| {
+                missing_grams
+                    .iter()
+                    .position(|m| *m == g)
+                    .and_then(|i| f.grams[i])
+            }),
+        };
+        Ok(Lookup {
+            words: words.iter().map(|w| word(w)).collect(),
+            grams: grams.iter().map(|&g| gram(g)).collect(),
+            totals,
+            generation,
+            header,
+        })
     }
 
     /// Its counts.
@@ -110,7 +236,7 @@ impl SharedModel {
     /// model had learned.
     pub fn judge(&self, features: &Features, decider: &Decider) -> Result<(Judgment, [u64; 2])> {
         let words: Vec<&str> = features.tokens.iter().collect();
-        let lookup = self.store.lookup(&words, &features.grams)?;
+        let lookup = self.lookup(&words, &features.grams)?;
         let built = self.built(lookup.generation, &lookup)?;
         let known = words
             .iter()
@@ -135,7 +261,7 @@ impl SharedModel {
 
     /// The model for `generation`, built from `lookup` unless the one kept
     /// is of that generation.
-    fn built(&self, generation: u64, lookup: &crate::store::redis::Lookup) -> Result<Arc<Built>> {
+    fn built(&self, generation: u64, lookup: &Lookup) -> Result<Arc<Built>> {
         let mut kept = self.built.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(b) = kept.as_ref().filter(|b| b.generation == generation) {
             return Ok(Arc::clone(b));
@@ -180,6 +306,7 @@ impl SharedModel {
             },
             Some(&identity.digest),
         )?;
+        self.forget_recent();
         Ok(match before {
             Some(l) if l == label => Change::Already(label),
             Some(_) => Change::Relabelled(label),
@@ -201,6 +328,7 @@ impl SharedModel {
             },
             Some(&identity.digest),
         )?;
+        self.forget_recent();
         Ok(had)
     }
 
@@ -212,7 +340,9 @@ impl SharedModel {
             .map_err(|e| Error::Invalid(format!("model parameters: {e}")))?;
         let json = serde_json::to_vec(header)
             .map_err(|e| Error::Invalid(format!("the model header does not serialise: {e}")))?;
-        self.store.set_header(&json)
+        self.store.set_header(&json)?;
+        self.forget_recent();
+        Ok(())
     }
 
     /// Learns each of `messages` under its label ([`SharedModel::learn`]),
@@ -617,5 +747,51 @@ mod tests {
             .unwrap();
         let (recalibrated, _) = judge_host.judge(&probe.features, &decider()).unwrap();
         assert_ne!(recalibrated.score.log_odds, grown.score.log_odds);
+    }
+    #[test]
+    fn counts_read_lately_judge_as_redis_does_and_give_way_within_the_window() {
+        let server = RedisServer::start();
+        let url = RedisUrl::parse(&server.url("/0")).unwrap();
+        let taught = corpus("sample");
+        let judged = corpus("scripts/test");
+        let teacher = SharedModel::open(&url, None, WAIT).unwrap();
+        for m in &taught[1..] {
+            teacher.learn(&m.features, &m.identity, m.label).unwrap();
+        }
+        let window = Duration::from_millis(300);
+        let cached = SharedModel::open(&url, None, WAIT)
+            .unwrap()
+            .with_window(window);
+        // Judging message after message from what was read lately gives
+        // what reading everything gives, twice over (the second time all
+        // from memory).
+        for _ in 0..2 {
+            for m in &judged {
+                let (want, _) = teacher.judge(&m.features, &decider()).unwrap();
+                let (got, _) = cached.judge(&m.features, &decider()).unwrap();
+                assert_eq!(got, want);
+            }
+        }
+        // Another host's learn: not seen while the window lasts, seen
+        // after it.
+        let probe = &taught[0];
+        let started = Instant::now();
+        let (before, _) = cached.judge(&probe.features, &decider()).unwrap();
+        teacher
+            .learn(&probe.features, &probe.identity, probe.label)
+            .unwrap();
+        let (now, _) = teacher.judge(&probe.features, &decider()).unwrap();
+        assert_ne!(now.score.log_odds, before.score.log_odds);
+        let (soon, _) = cached.judge(&probe.features, &decider()).unwrap();
+        if started.elapsed() < window {
+            assert_eq!(soon.score.log_odds, before.score.log_odds);
+        }
+        std::thread::sleep(window);
+        let (later, _) = cached.judge(&probe.features, &decider()).unwrap();
+        assert_eq!(later, now);
+        // Its own learn: seen at once.
+        cached.unlearn(&probe.features, &probe.identity).unwrap();
+        let (own, _) = cached.judge(&probe.features, &decider()).unwrap();
+        assert_eq!(own.score.log_odds, before.score.log_odds);
     }
 }

@@ -691,6 +691,7 @@ mod tests {
                 journal_limit: crate::store::DEFAULT_JOURNAL_LIMIT,
                 params: Params::default(),
                 shared: None,
+                shared_window: Duration::ZERO,
             },
             max_message,
             max_connections: 4,

@@ -45,6 +45,9 @@ pub struct ModelSettings {
     /// model, the global one and each user's, is there, and `global` and
     /// `user_db` are not used.
     pub shared: Option<Redis>,
+    /// With the counts in Redis: how long counts read from it are used
+    /// again (another host's learn reaches this one's verdicts within it).
+    pub shared_window: Duration,
 }
 
 /// Which model judged a message.
@@ -202,9 +205,14 @@ impl Models {
         if let Some(m) = models.get(&key) {
             return Ok(Arc::clone(m));
         }
-        let model = Arc::new(SharedModel::new(
-            redis.store(user).map_err(db::Error::from)?,
-        ));
+        let window = self
+            .settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .shared_window;
+        let model = Arc::new(
+            SharedModel::new(redis.store(user).map_err(db::Error::from)?).with_window(window),
+        );
         if models.len() >= SHARED_MODELS {
             models.clear();
         }

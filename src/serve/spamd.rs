@@ -637,6 +637,7 @@ mod tests {
                 journal_limit: crate::store::DEFAULT_JOURNAL_LIMIT,
                 params: Default::default(),
                 shared: None,
+                shared_window: Duration::ZERO,
             },
             max_message: 2000,
             max_connections: 1,
