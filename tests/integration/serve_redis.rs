@@ -252,3 +252,69 @@ fn train_learn_unlearn_and_stats_work_on_the_counts_in_redis_and_other_commands_
         );
     }
 }
+
+#[test]
+fn the_readmes_several_servers_lines_run_as_printed() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let section = &readme[readme.find("### Several servers").expect("the section")..];
+    let section = &section[..section[4..].find("\n### ").unwrap() + 4];
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a sh block");
+    let redis = RedisServer::start();
+    let url = redis.url("/0");
+    let address = url.trim_start_matches("redis://").trim_end_matches("/0");
+    let db = Db::new();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .to_string()
+    };
+    let (spam, ham) = (
+        utf8(&sample_spam()).to_string(),
+        utf8(&sample_ham()).to_string(),
+    );
+    let mut ran = 0;
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        // Only the address of Redis, the folders and the ports change.
+        let line = line
+            .replace("127.0.0.1:6379", address)
+            .replace("spam-folder/", &spam)
+            .replace("ham-folder/", &ham)
+            .replace("127.0.0.1:11333", &free())
+            .replace("127.0.0.1:11340", &free());
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words[0], "bayesmail", "{line}");
+        if words.contains(&"serve") {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+            cmd.args(&words[1..]);
+            let (mut child, watch) = crate::common::spawn_watched(cmd);
+            let bound = watch.listening(2, 60);
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(bound.is_some(), "{line}: {}", watch.log());
+        } else {
+            let out = db.run(&words[1..], None);
+            assert_exit(&out, 0, &words);
+            let text = String::from_utf8_lossy(&out.stdout);
+            if words.contains(&"stats") {
+                assert!(
+                    text.contains(&format!("store               {url}")),
+                    "{text}"
+                );
+                let alice = words.contains(&"--user");
+                assert_eq!(
+                    text.contains("messages learned    0 ham, 0 spam"),
+                    alice,
+                    "{text}"
+                );
+            }
+        }
+        ran += 1;
+    }
+    assert_eq!(ran, 4);
+}
