@@ -218,10 +218,10 @@ impl Keys {
     }
 }
 
-/// A connection to one Redis, shared by the models of every user: it
-/// connects again, within the timeout, on the first use after a failure
-/// (Redis restarted, the network was down), so everything resumes when
-/// Redis is back.
+/// The connections to one Redis ([`CONNECTIONS`]), shared by the models of
+/// every user: each connects again, within the timeout, on its first use
+/// after a failure (Redis restarted, the network was down), so everything
+/// resumes when Redis is back.
 #[derive(Clone)]
 pub struct Redis {
     inner: Arc<Shared>,
@@ -231,9 +231,17 @@ struct Shared {
     client: redis::Client,
     url: RedisUrl,
     timeout: Duration,
-    /// None: not connected (never yet, or the last command failed).
-    con: Mutex<Option<Connection>>,
+    /// The connections, used by one thread at a time each; None: not
+    /// connected (never yet, or its last command failed).
+    cons: Vec<Mutex<Option<Connection>>>,
+    /// Where the next thread starts looking for a free connection.
+    next: std::sync::atomic::AtomicUsize,
 }
+
+/// Connections to one Redis, at most: threads judging at once each get one
+/// while there are enough (Redis answers them in turn, but none waits for
+/// another's round trip).
+pub const CONNECTIONS: usize = 4;
 
 impl std::fmt::Debug for Redis {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -255,7 +263,8 @@ impl Redis {
                 client,
                 url: url.clone(),
                 timeout,
-                con: Mutex::new(None),
+                cons: (0..CONNECTIONS).map(|_| Mutex::new(None)).collect(),
+                next: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
@@ -280,42 +289,66 @@ impl Redis {
         &self.inner.url
     }
 
-    /// Runs `f` on the connection, connecting first if there is none; a
-    /// failure that is not Redis refusing the command drops the
-    /// connection, so that the next use connects again.
+    /// Runs `f` on a connection, connecting first if there is none. A
+    /// connection that fails (not Redis refusing the command) is dropped,
+    /// so that the next use connects again; one kept from before that
+    /// fails that way is tried once more on a new connection (Redis was
+    /// restarted, or closed it as idle), which is safe for every command
+    /// here: a change is refused when it was applied already (its
+    /// generation moved).
     fn with<T>(
         &self,
         shown: &str,
-        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let failed = |e: redis::RedisError| Error::Redis {
             at: shown.to_string(),
             source: Box::new(e),
         };
-        let mut slot = self.inner.con.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            let timeout = self.inner.timeout;
-            let con = self
-                .inner
-                .client
-                .get_connection_with_timeout(timeout)
-                .map_err(failed)?;
-            con.set_read_timeout(Some(timeout)).map_err(failed)?;
-            con.set_write_timeout(Some(timeout)).map_err(failed)?;
-            *slot = Some(con);
-        }
-        let con = slot.as_mut().expect("connected above");
-        match f(con) {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                if e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_connection_dropped()
-                    || e.is_unrecoverable_error()
-                {
+        // A free connection if there is one, else wait for one.
+        let cons = &self.inner.cons;
+        let start = self
+            .inner
+            .next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let free = (0..cons.len()).find_map(|k| cons[(start + k) % cons.len()].try_lock().ok());
+        let mut slot = match free {
+            Some(slot) => slot,
+            None => cons[start % cons.len()]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        };
+        let mut kept = slot.is_some();
+        loop {
+            if slot.is_none() {
+                let timeout = self.inner.timeout;
+                let con = self
+                    .inner
+                    .client
+                    .get_connection_with_timeout(timeout)
+                    .map_err(failed)?;
+                con.set_read_timeout(Some(timeout)).map_err(failed)?;
+                con.set_write_timeout(Some(timeout)).map_err(failed)?;
+                *slot = Some(con);
+            }
+            let con = slot.as_mut().expect("connected above");
+            match f(con) {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    let broken = e.is_io_error()
+                        || e.is_timeout()
+                        || e.is_connection_dropped()
+                        || e.is_unrecoverable_error();
+                    if !broken {
+                        return Err(failed(e));
+                    }
                     *slot = None;
+                    // A timeout is Redis being slow: not tried again.
+                    if !kept || e.is_timeout() {
+                        return Err(failed(e));
+                    }
+                    kept = false;
                 }
-                Err(failed(e))
             }
         }
     }
@@ -384,6 +417,35 @@ impl RedisStore {
             path: self.shown.clone().into(),
             reason: what,
         }
+    }
+
+    /// The totals, the generation they were read at, and the label the
+    /// registry has for `digest` (None if not asked), read at one moment.
+    fn read_for_change(&self, digest: Option<&Digest>) -> Result<(Totals, u64, Option<Label>)> {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HMGET")
+            .arg(&self.keys.meta)
+            .arg("totals")
+            .arg("generation")
+            .cmd("HGET")
+            .arg(&self.keys.registry)
+            .arg(digest.map_or(&[][..], |d| &d[..]));
+        type Read = ((Option<Vec<u8>>, Option<u64>), Option<String>);
+        let ((totals, generation), code): Read =
+            self.redis.with(&self.shown, |con| pipe.query(con))?;
+        let totals = match totals {
+            None => Totals::default(),
+            Some(json) => serde_json::from_slice(&json)
+                .map_err(|e| self.corrupt(format!("the totals do not read: {e}")))?,
+        };
+        let label = match (digest, code.as_deref()) {
+            (None, _) | (_, None) => None,
+            (_, Some("h")) => Some(Label::Ham),
+            (_, Some("s")) => Some(Label::Spam),
+            (_, Some(other)) => return Err(self.corrupt(format!("a registry label is {other:?}"))),
+        };
+        Ok((totals, generation.unwrap_or(0), label))
     }
 
     /// The totals and the generation they were read at.
@@ -495,13 +557,11 @@ impl RedisStore {
         digest: Option<&Digest>,
     ) -> Result<(Option<Label>, Option<u64>)> {
         for _ in 0..RETRIES {
-            // The generation first: a change landing after it moves it, so
-            // the script refuses what was computed from older reads.
-            let (old, generation) = self.totals_at()?;
-            let label = match digest {
-                Some(d) => self.label_of(d)?,
-                None => None,
-            };
+            // The totals, their generation and the label in one round trip
+            // (MULTI/EXEC: one moment); a change landing after it moves
+            // the generation, so the script refuses what was computed
+            // from these reads.
+            let (old, generation, label) = self.read_for_change(digest)?;
             let Some(delta) = change(&old, label)? else {
                 return Ok((label, None));
             };
