@@ -92,8 +92,11 @@ pub struct SharedModel {
 /// Counts read from Redis lately, used again while they are younger than
 /// the model's window: most features of a message (the words and header
 /// bytes every message shares) were read for the messages before it, so a
-/// host asks Redis only for the rest. Emptied when the window is over,
-/// when it holds [`RECENT_MAX`] features, and by this host's own changes.
+/// host asks Redis only for the rest. When the window is over they are
+/// kept for another if the model's generation has not moved since the
+/// window began (nothing changed: they are exact), and forgotten
+/// otherwise; also forgotten past [`RECENT_MAX`] features and after this
+/// host's own changes.
 struct Recent {
     since: Instant,
     words: HashMap<String, Option<TokenCounts>>,
@@ -152,13 +155,29 @@ impl SharedModel {
         if self.window.is_zero() {
             return self.store.lookup(words, grams);
         }
-        let (missing_words, missing_grams) = {
+        let over = {
+            let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            recent.since.elapsed() >= self.window
+        };
+        if over {
+            // The window is over: what was read stays exact if no change
+            // landed since it began (the generation did not move), and is
+            // forgotten otherwise.
+            let now = self.store.lookup(&[], &[])?;
             let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-            if recent.since.elapsed() >= self.window
-                || recent.words.len() + recent.grams.len() > RECENT_MAX
-            {
+            let unchanged = recent
+                .meta
+                .as_ref()
+                .is_some_and(|(_, generation, _)| *generation == now.generation);
+            if unchanged && recent.words.len() + recent.grams.len() <= RECENT_MAX {
+                recent.since = Instant::now();
+            } else {
                 *recent = Recent::new();
             }
+            recent.meta = Some((now.totals, now.generation, now.header));
+        }
+        let (missing_words, missing_grams) = {
+            let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
             let w: Vec<&str> = words
                 .iter()
                 .copied()
@@ -192,7 +211,15 @@ impl SharedModel {
             for (g, c) in missing_grams.iter().zip(&f.grams) {
                 recent.grams.insert(*g, *c);
             }
-            recent.meta = Some((f.totals.clone(), f.generation, f.header.clone()));
+            // The generation the window began at is kept: a change since
+            // must empty the cache when the window ends, even if these
+            // counts are newer.
+            let began = recent.meta.as_ref().map(|m| m.1);
+            recent.meta = Some((
+                f.totals.clone(),
+                began.unwrap_or(f.generation),
+                f.header.clone(),
+            ));
         }
         let Some((totals, generation, header)) = recent.meta.clone() else {
             // Emptied by another thread between the two locks: ask again.
@@ -775,6 +802,8 @@ mod tests {
         // Another host's learn: not seen while the window lasts, seen
         // after it.
         let probe = &taught[0];
+        // A window that begins with the next judgment.
+        std::thread::sleep(window);
         let started = Instant::now();
         let (before, _) = cached.judge(&probe.features, &decider()).unwrap();
         teacher
