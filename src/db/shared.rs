@@ -103,6 +103,11 @@ struct Recent {
     grams: HashMap<u32, Option<TokenCounts>>,
     /// The totals, generation and header of the last lookup.
     meta: Option<(Totals, u64, Option<Vec<u8>>)>,
+    /// The generation the window began at: what it read is exact while the
+    /// model's generation is still this one.
+    began: Option<u64>,
+    /// The totals in `meta` are older than a change this host made.
+    stale: bool,
 }
 
 /// Features [`Recent`] holds at most (some tens of megabytes).
@@ -115,6 +120,8 @@ impl Recent {
             words: HashMap::new(),
             grams: HashMap::new(),
             meta: None,
+            began: None,
+            stale: false,
         }
     }
 }
@@ -144,9 +151,29 @@ impl SharedModel {
         self
     }
 
-    /// Forgets the counts read lately (after a change this host made).
+    /// Forgets the counts read lately (after a change this host made to
+    /// more than counts).
     fn forget_recent(&self) {
         *self.recent.lock().unwrap_or_else(|e| e.into_inner()) = Recent::new();
+    }
+
+    /// Forgets what this host read of a message's features and of the
+    /// totals, after it changed their counts: its next judgment reads them
+    /// anew, and the rest stays (emptying all of it, hundreds of thousands
+    /// of entries on a busy host, would cost each learn more than the
+    /// learn).
+    fn forget_message(&self, features: &Features) {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        for w in features.tokens.iter() {
+            recent.words.remove(w);
+        }
+        for g in &features.grams {
+            recent.grams.remove(g);
+        }
+        // The totals are read again with the next lookup; the generation
+        // the window began at stays, so that the window's end sees the
+        // change and forgets the rest too.
+        recent.stale = true;
     }
 
     /// The lookup of `words` and `grams`, from the counts read lately where
@@ -165,15 +192,14 @@ impl SharedModel {
             // forgotten otherwise.
             let now = self.store.lookup(&[], &[])?;
             let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-            let unchanged = recent
-                .meta
-                .as_ref()
-                .is_some_and(|(_, generation, _)| *generation == now.generation);
+            let unchanged = recent.began == Some(now.generation);
             if unchanged && recent.words.len() + recent.grams.len() <= RECENT_MAX {
                 recent.since = Instant::now();
             } else {
                 *recent = Recent::new();
             }
+            recent.began = Some(now.generation);
+            recent.stale = false;
             recent.meta = Some((now.totals, now.generation, now.header));
         }
         let (missing_words, missing_grams) = {
@@ -190,15 +216,11 @@ impl SharedModel {
                 .collect();
             (w, g)
         };
-        let fetched = if missing_words.is_empty()
-            && missing_grams.is_empty()
-            && self
-                .recent
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .meta
-                .is_some()
-        {
+        let known_meta = {
+            let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            recent.meta.is_some() && !recent.stale
+        };
+        let fetched = if missing_words.is_empty() && missing_grams.is_empty() && known_meta {
             None
         } else {
             Some(self.store.lookup(&missing_words, &missing_grams)?)
@@ -214,12 +236,9 @@ impl SharedModel {
             // The generation the window began at is kept: a change since
             // must empty the cache when the window ends, even if these
             // counts are newer.
-            let began = recent.meta.as_ref().map(|m| m.1);
-            recent.meta = Some((
-                f.totals.clone(),
-                began.unwrap_or(f.generation),
-                f.header.clone(),
-            ));
+            recent.began.get_or_insert(f.generation);
+            recent.stale = false;
+            recent.meta = Some((f.totals.clone(), f.generation, f.header.clone()));
         }
         let Some((totals, generation, header)) = recent.meta.clone() else {
             // Emptied by another thread between the two locks: ask again.
@@ -333,7 +352,7 @@ impl SharedModel {
             },
             Some(&identity.digest),
         )?;
-        self.forget_recent();
+        self.forget_message(features);
         Ok(match before {
             Some(l) if l == label => Change::Already(label),
             Some(_) => Change::Relabelled(label),
@@ -355,7 +374,7 @@ impl SharedModel {
             },
             Some(&identity.digest),
         )?;
-        self.forget_recent();
+        self.forget_message(features);
         Ok(had)
     }
 
