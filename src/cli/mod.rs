@@ -82,12 +82,13 @@ impl Context {
             .clone()
             .or_else(|| config.store.clone())
             .map(|url| {
-                let ms = given
+                let timeout = given
                     .store_timeout
                     .or(config.store_timeout)
-                    .unwrap_or(1000)
-                    .max(1);
-                (url, std::time::Duration::from_millis(ms))
+                    .map_or(bayesmail::store::redis::DEFAULT_TIMEOUT, |ms| {
+                        std::time::Duration::from_millis(ms.max(1))
+                    });
+                (url, timeout)
             });
         Ok(Context {
             config,

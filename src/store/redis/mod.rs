@@ -7,8 +7,10 @@
 //! can change them together):
 //! - `{NAME}:m`, a hash: `format` (the layout, [`LAYOUT`]), `totals` (the
 //!   message counts and metadata statistics, as JSON: their sums need 128
-//!   bits, more than Redis integers and Lua numbers hold), `generation` (how many
-//!   changes were applied) and `tokens` (features with non-zero counts).
+//!   bits, more than Redis integers and Lua numbers hold), `generation`
+//!   (how many changes were applied), `tokens` (features with non-zero
+//!   counts) and `header` (what the model needs beyond counts, see
+//!   [`RedisStore::set_header`]).
 //! - `{NAME}:w`, a hash: each word token → its counts, 8 bytes (ham, spam,
 //!   unsigned 32-bit little-endian).
 //! - `{NAME}:g`, a hash: each byte-view bucket (4 bytes, big-endian) → its
@@ -23,7 +25,7 @@
 //! no brace, space or control character can reach a key, and since a user
 //! name holds no `:`, no user's keys can be another model's.
 //!
-//! A change is applied by one Lua script ([`APPLY`]) that first checks
+//! A change is applied by one Lua script that first checks
 //! every count it would write, then writes them all: concurrent changes
 //! from many hosts are serialised by Redis, none is lost or applied twice,
 //! and one that would overflow a count changes nothing. The totals are
@@ -36,10 +38,13 @@
 //! Durability is Redis's: [`Store::flush`] does nothing; configure Redis's
 //! persistence (AOF or RDB) for the counts to survive a restart of Redis.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::{Connection, ConnectionInfo, IntoConnectionInfo, Script};
+use redis::Script;
+
+mod connection;
+
+pub use connection::{CONNECTIONS, Redis, RedisUrl, check_name};
 
 use super::{Error, Result, Store, apply_totals, check_buckets};
 use crate::model::{Delta, Label, TokenCounts, Totals};
@@ -60,15 +65,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 /// in between (each retry means another change was applied).
 const RETRIES: usize = 64;
 
-/// The longest prefix or user name, in bytes.
-const MAX_NAME: usize = 255;
-
 /// Applies one change. KEYS: meta, words, grams, registry. ARGV: the
 /// generation the totals were read at, the new totals, the number of word
 /// changes, then (word, Δham, Δspam) for each, the number of bucket
 /// changes, (bucket, Δham, Δspam) for each, then (digest, label or "")
-/// for each registry change. Returns `{-1, generation}` if the generation moved,
-/// `{-2, field}` if a count would overflow (nothing written), else
+/// for each registry change. Returns `{-1, generation}` if the generation
+/// moved, `{-2, field}` if a count would overflow (nothing written), else
 /// `{new generation, inexact}`.
 const APPLY: &str = r#"
 local gen = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
@@ -114,89 +116,6 @@ redis.call('HINCRBY', KEYS[1], 'tokens', tokens)
 return {gen + 1, inexact}
 "#;
 
-/// Checks a key prefix or user name: 1 to 255 bytes of ASCII letters,
-/// digits and `- + _ . , @ =` (spamd's safe set for user names), and `:`
-/// in a prefix (`colon`). Nothing else can reach a key.
-pub fn check_name(name: &str, colon: bool) -> Result<&str> {
-    let bad = |why: String| Err(Error::Invalid(format!("Redis key name {name:?}: {why}")));
-    if name.is_empty() || name.len() > MAX_NAME {
-        return bad("must be 1 to 255 bytes".into());
-    }
-    match name
-        .chars()
-        .find(|&c| !(c.is_ascii_alphanumeric() || "-+_.,@=".contains(c) || (colon && c == ':')))
-    {
-        Some(c) => bad(format!("the character {c:?} is not allowed")),
-        None => Ok(name),
-    }
-}
-
-/// Where a fleet's counts are: a Redis URL (`redis://[USER][:PASSWORD@]HOST[:PORT][/DB]`)
-/// and the key prefix its `?prefix=` gives.
-#[derive(Clone)]
-pub struct RedisUrl {
-    info: ConnectionInfo,
-    prefix: String,
-    /// The URL without its password, to name the store in messages.
-    shown: String,
-}
-
-impl std::fmt::Debug for RedisUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.shown)
-    }
-}
-
-impl RedisUrl {
-    /// Parses `url`: `redis://` with an optional user name and password,
-    /// database number and `?prefix=NAME`.
-    pub fn parse(url: &str) -> Result<RedisUrl> {
-        let parsed = url::Url::parse(url)
-            .map_err(|e| Error::Invalid(format!("Redis URL {}: {e}", hide_password(url))))?;
-        if parsed.scheme() != "redis" {
-            return Err(Error::Invalid(format!(
-                "Redis URL {}: the scheme must be redis://",
-                hide_password(url)
-            )));
-        }
-        let prefix = match parsed.query_pairs().find(|(k, _)| k == "prefix") {
-            Some((_, v)) => check_name(&v, true)?.to_string(),
-            None => DEFAULT_PREFIX.to_string(),
-        };
-        let info = parsed
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| Error::Invalid(format!("Redis URL {}: {e}", hide_password(url))))?;
-        Ok(RedisUrl {
-            info,
-            prefix,
-            shown: hide_password(url),
-        })
-    }
-
-    /// The URL, its password left out.
-    pub fn shown(&self) -> &str {
-        &self.shown
-    }
-
-    /// The key prefix.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-}
-
-/// `url` with any password replaced by `***`.
-fn hide_password(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(u) => u.to_string(),
-        Err(_) => crate::sanitize::for_terminal(url).into_owned(),
-    }
-}
-
 /// The keys of one model.
 #[derive(Debug, Clone)]
 struct Keys {
@@ -218,141 +137,7 @@ impl Keys {
     }
 }
 
-/// The connections to one Redis ([`CONNECTIONS`]), shared by the models of
-/// every user: each connects again, within the timeout, on its first use
-/// after a failure (Redis restarted, the network was down), so everything
-/// resumes when Redis is back.
-#[derive(Clone)]
-pub struct Redis {
-    inner: Arc<Shared>,
-}
-
-struct Shared {
-    client: redis::Client,
-    url: RedisUrl,
-    timeout: Duration,
-    /// The connections, used by one thread at a time each; None: not
-    /// connected (never yet, or its last command failed).
-    cons: Vec<Mutex<Option<Connection>>>,
-    /// Where the next thread starts looking for a free connection.
-    next: std::sync::atomic::AtomicUsize,
-}
-
-/// Connections to one Redis, at most: threads judging at once each get one
-/// while there are enough (Redis answers them in turn, but none waits for
-/// another's round trip).
-pub const CONNECTIONS: usize = 4;
-
-impl std::fmt::Debug for Redis {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Redis({})", self.inner.url.shown)
-    }
-}
-
 impl Redis {
-    /// A handle on the Redis at `url`, each connection attempt and command
-    /// bounded by `timeout`. Connects on first use: a daemon starts while
-    /// Redis is down, and judges once it is up.
-    pub fn new(url: &RedisUrl, timeout: Duration) -> Result<Redis> {
-        let client = redis::Client::open(url.info.clone()).map_err(|e| Error::Redis {
-            at: url.shown.clone(),
-            source: Box::new(e),
-        })?;
-        Ok(Redis {
-            inner: Arc::new(Shared {
-                client,
-                url: url.clone(),
-                timeout,
-                cons: (0..CONNECTIONS).map(|_| Mutex::new(None)).collect(),
-                next: std::sync::atomic::AtomicUsize::new(0),
-            }),
-        })
-    }
-
-    /// [`Redis::new`], connected now, so that a wrong address or a refused
-    /// login is said at once.
-    pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<Redis> {
-        let redis = Redis::new(url, timeout)?;
-        redis.ping()?;
-        Ok(redis)
-    }
-
-    /// Asks Redis whether it answers.
-    pub fn ping(&self) -> Result<()> {
-        self.with(&self.inner.url.shown, |con| {
-            redis::cmd("PING").query::<()>(con)
-        })
-    }
-
-    /// The URL it was opened with.
-    pub fn url(&self) -> &RedisUrl {
-        &self.inner.url
-    }
-
-    /// Runs `f` on a connection, connecting first if there is none. A
-    /// connection that fails (not Redis refusing the command) is dropped,
-    /// so that the next use connects again; one kept from before that
-    /// fails that way is tried once more on a new connection (Redis was
-    /// restarted, or closed it as idle), which is safe for every command
-    /// here: a change is refused when it was applied already (its
-    /// generation moved).
-    fn with<T>(
-        &self,
-        shown: &str,
-        mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
-    ) -> Result<T> {
-        let failed = |e: redis::RedisError| Error::Redis {
-            at: shown.to_string(),
-            source: Box::new(e),
-        };
-        // A free connection if there is one, else wait for one.
-        let cons = &self.inner.cons;
-        let start = self
-            .inner
-            .next
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let free = (0..cons.len()).find_map(|k| cons[(start + k) % cons.len()].try_lock().ok());
-        let mut slot = match free {
-            Some(slot) => slot,
-            None => cons[start % cons.len()]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        };
-        let mut kept = slot.is_some();
-        loop {
-            if slot.is_none() {
-                let timeout = self.inner.timeout;
-                let con = self
-                    .inner
-                    .client
-                    .get_connection_with_timeout(timeout)
-                    .map_err(failed)?;
-                con.set_read_timeout(Some(timeout)).map_err(failed)?;
-                con.set_write_timeout(Some(timeout)).map_err(failed)?;
-                *slot = Some(con);
-            }
-            let con = slot.as_mut().expect("connected above");
-            match f(con) {
-                Ok(v) => return Ok(v),
-                Err(e) => {
-                    let broken = e.is_io_error()
-                        || e.is_timeout()
-                        || e.is_connection_dropped()
-                        || e.is_unrecoverable_error();
-                    if !broken {
-                        return Err(failed(e));
-                    }
-                    *slot = None;
-                    // A timeout is Redis being slow: not tried again.
-                    if !kept || e.is_timeout() {
-                        return Err(failed(e));
-                    }
-                    kept = false;
-                }
-            }
-        }
-    }
-
     /// The store of the global model (`user` None) or of a user's. Checks
     /// the name only: nothing is read until the store is used.
     pub fn store(&self, user: Option<&str>) -> Result<RedisStore> {
