@@ -244,28 +244,22 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
         Verbosity::Normal
     };
     VERBOSITY.store(level as u8, std::sync::atomic::Ordering::Relaxed);
+    let given = Given {
+        db: cli.global.db,
+        config: cli.global.config,
+        store: cli.global.store,
+        store_timeout: cli.global.store_timeout,
+    };
     let command = match cli.command {
         // The delivery hook builds its own context: it must pass the
         // message on even when the configuration is broken.
         Command::Filter(args) => {
-            let given = Given {
-                db: cli.global.db,
-                config: cli.global.config,
-                store: cli.global.store,
-                store_timeout: cli.global.store_timeout,
-            };
             return filter::run(streams, given, &args);
         }
         // Generated from the definitions alone: no config, no database.
         Command::Completions(args) => return finish(manual::completions(args.shell)),
         Command::Man(args) => return finish(manual::man(args.command.as_deref())),
         command => command,
-    };
-    let given = Given {
-        db: cli.global.db,
-        config: cli.global.config,
-        store: cli.global.store,
-        store_timeout: cli.global.store_timeout,
     };
     let outcome = Context::new(given).and_then(|ctx| match command {
         Command::Tokens(args) => tokens::run(&args),

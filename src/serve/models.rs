@@ -479,28 +479,17 @@ impl Models {
         let (features, identity) = Extractor::new()
             .read(raw)
             .map_err(|e| LearnError::Message(e.to_string()))?;
-        if let Some(redis) = self.settings().shared {
-            let model = self.shared_model(&redis, user)?;
-            let change = model
-                .learn(&features, &identity, label)
-                .map_err(db::Error::from)?;
-            let mut summary = TrainSummary {
-                totals: model.messages().map_err(db::Error::from)?,
-                ..TrainSummary::default()
-            };
-            match change {
-                db::learnlog::Change::Learned(_) => summary.learned = 1,
-                db::learnlog::Change::Relabelled(_) => summary.relearned = 1,
-                _ => summary.unchanged = 1,
-            }
-            return Ok((summary, ModelAfter::UpToDate));
-        }
-        let (db, settings) = self.learning_db(user, origin)?;
         let message = Labelled {
             features,
             identity,
             label,
         };
+        if let Some(redis) = self.settings().shared {
+            let model = self.shared_model(&redis, user)?;
+            let summary = model.learn_all(std::slice::from_ref(&message))?;
+            return Ok((summary, ModelAfter::UpToDate));
+        }
+        let (db, settings) = self.learning_db(user, origin)?;
         let (summary, model) = db.learn(
             &[message],
             settings.learn_wait,
