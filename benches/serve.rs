@@ -180,24 +180,7 @@ fn main() {
             }
         }
         println!("{c} parallel client(s), {rounds} rounds:");
-        let rates: Vec<f64> = timed
-            .iter()
-            .map(|t| median(t.iter().map(Timed::rate).collect()))
-            .collect();
-        for (tool, t) in timed.iter().enumerate() {
-            let latencies: Vec<f64> = t
-                .iter()
-                .flat_map(|t| t.latencies.iter().map(|d| d.as_secs_f64() * 1e3))
-                .collect();
-            println!(
-                "  {:<28} {:>8.0} msg/s   p50 {:>7.3} ms   p99 {:>7.3} ms   ({} messages a round)",
-                tools[tool],
-                rates[tool],
-                quantile(latencies.clone(), 0.5),
-                quantile(latencies, 0.99),
-                t[0].latencies.len()
-            );
-        }
+        let rates = report(&tools, &timed);
         println!(
             "  throughput ratios: serve HTTP / filter {:.1}   spamc / filter {:.2}   serve HTTP / bogofilter {:.1}   filter / bogofilter {:.2}",
             rates[0] / rates[2],
@@ -344,23 +327,7 @@ fn redis_against_sled(
             }
         }
         println!("{c} parallel client(s), {rounds} rounds:");
-        let rates: Vec<f64> = timed
-            .iter()
-            .map(|t| median(t.iter().map(Timed::rate).collect()))
-            .collect();
-        for (tool, t) in timed.iter().enumerate() {
-            let ms: Vec<f64> = t
-                .iter()
-                .flat_map(|t| t.latencies.iter().map(|d| d.as_secs_f64() * 1e3))
-                .collect();
-            println!(
-                "  {:<28} {:>8.0} msg/s   p50 {:>7.3} ms   p99 {:>7.3} ms",
-                names[tool],
-                rates[tool],
-                quantile(ms.clone(), 0.5),
-                quantile(ms, 0.99)
-            );
-        }
+        let rates = report(&names, &timed);
         println!(
             "  throughput ratio: Redis / sled {:.2}",
             rates[1] / rates[0]
@@ -499,6 +466,30 @@ fn per_user(
             "the models open take {open_mib:.1} MiB, over --cache-mb {cache_mb}"
         ));
     }
+}
+
+/// Prints each tool's median throughput over the rounds and its latency
+/// quantiles pooled over them; returns the throughputs.
+fn report(names: &[&str], timed: &[Vec<Timed>]) -> Vec<f64> {
+    let rates: Vec<f64> = timed
+        .iter()
+        .map(|t| median(t.iter().map(Timed::rate).collect()))
+        .collect();
+    for (tool, t) in timed.iter().enumerate() {
+        let ms: Vec<f64> = t
+            .iter()
+            .flat_map(|t| t.latencies.iter().map(|d| d.as_secs_f64() * 1e3))
+            .collect();
+        println!(
+            "  {:<28} {:>8.0} msg/s   p50 {:>7.3} ms   p99 {:>7.3} ms   ({} messages a round)",
+            names[tool],
+            rates[tool],
+            quantile(ms.clone(), 0.5),
+            quantile(ms, 0.99),
+            t[0].latencies.len()
+        );
+    }
+    rates
 }
 
 /// What one timed run of many messages gives: its wall time and each

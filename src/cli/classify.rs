@@ -20,6 +20,14 @@ use super::scan::{Format, Line, write_line};
 use super::tokens::unquoted;
 use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 
+/// The stacker's weights as `stats` prints them: `view 0.906, …`.
+fn weights_line<D: std::fmt::Display>(weights: impl Iterator<Item = (D, f64)>) -> String {
+    weights
+        .map(|(view, w)| format!("{view} {w:.3}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `stats --store`: a model in Redis.
 fn shared_stats(redis: &bayesmail::store::redis::Redis, args: &StatsArgs) -> Result<Outcome> {
     let model = bayesmail::db::shared::SharedModel::new(redis.store(args.user.as_deref())?);
@@ -58,12 +66,11 @@ fn shared_stats(redis: &bayesmail::store::redis::Redis, args: &StatsArgs) -> Res
         "calibrated on       {} messages (by the last train run)",
         s.calibrated_on
     )?;
-    let weights: Vec<String> = s
-        .weights
-        .iter()
-        .map(|(view, w)| format!("{view} {w:.3}"))
-        .collect();
-    writeln!(out, "view weights        {}", weights.join(", "))?;
+    writeln!(
+        out,
+        "view weights        {}",
+        weights_line(s.weights.iter().map(|(v, w)| (v, *w)))
+    )?;
     Ok(Outcome::AllOk)
 }
 
@@ -276,12 +283,11 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
             bayesmail::fit::SAMPLE_PER_CLASS,
             bayesmail::decision::prequential::KEPT
         )?;
-        let weights: Vec<String> = s
-            .weights
-            .iter()
-            .map(|(view, w)| format!("{view} {w:.3}"))
-            .collect();
-        writeln!(out, "view weights        {}", weights.join(", "))?;
+        writeln!(
+            out,
+            "view weights        {}",
+            weights_line(s.weights.iter().map(|(v, w)| (v, *w)))
+        )?;
         writeln!(
             out,
             "last learned from IMAP: {}",

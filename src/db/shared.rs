@@ -451,8 +451,7 @@ impl SharedModel {
         job: &super::Training<'_>,
         progress: &dyn Fn(super::Progress<'_>),
     ) -> super::Result<super::Trained> {
-        use super::{Calibration, Interrupted, MIN_CALIBRATION_PER_CLASS, Progress, Trained};
-        use crate::fit::{DEFAULT_INNER_FOLDS, Settings};
+        use super::{Interrupted, Progress, Trained};
         super::train::check_paths(job)?;
         let mut run = super::Run::new();
         let reading = super::train::read_folders(job, progress, &mut |m, id| {
@@ -467,26 +466,7 @@ impl SharedModel {
         if !run.conflicts().is_empty() {
             return Err(super::Error::Conflicting(run.conflicts().to_vec()));
         }
-        let (chosen, fitted) = if run.is_empty() {
-            (*job.params.get(), None)
-        } else {
-            progress(Progress::Calibrating);
-            let settings = Settings {
-                select_strength: job.select_strength,
-                params: job.params,
-                inner_folds: DEFAULT_INNER_FOLDS,
-                inputs: Default::default(),
-            };
-            run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS)
-        };
-        let calibration = match (&fitted, run.is_empty()) {
-            (_, true) => Calibration::NotRun,
-            (Some(f), false) => Calibration::Fitted {
-                messages: f.messages,
-                params: chosen,
-            },
-            (None, false) => Calibration::TooFew,
-        };
+        let (chosen, fitted, calibration) = super::train::calibrate(&mut run, job, progress);
         let mut summary = TrainSummary {
             duplicates: run.summary().duplicates,
             ..TrainSummary::default()

@@ -240,6 +240,36 @@ pub(crate) fn read_folders(
     Ok(reading)
 }
 
+/// Fits the run's stacker (and chooses the strength, unless pinned) on its
+/// sample, as every training run does: the parameters chosen, the stacker
+/// with what it was fitted on (None with too few of a class), and what
+/// became of the calibration.
+pub(crate) fn calibrate(
+    run: &mut Run,
+    job: &Training<'_>,
+    progress: &dyn Fn(Progress<'_>),
+) -> (Params, Option<super::run::Fitted>, Calibration) {
+    if run.is_empty() {
+        return (*job.params.get(), None, Calibration::NotRun);
+    }
+    progress(Progress::Calibrating);
+    let settings = Settings {
+        select_strength: job.select_strength,
+        params: job.params,
+        inner_folds: DEFAULT_INNER_FOLDS,
+        inputs: Default::default(),
+    };
+    let (chosen, fitted) = run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS);
+    let calibration = match &fitted {
+        Some(f) => Calibration::Fitted {
+            messages: f.messages,
+            params: chosen,
+        },
+        None => Calibration::TooFew,
+    };
+    (chosen, fitted, calibration)
+}
+
 /// An error if any path of the run is not a mailbox.
 pub(crate) fn check_paths(job: &Training<'_>) -> Result<()> {
     let bad: Vec<String> = job
@@ -294,26 +324,7 @@ impl Database {
 
         // Everything after reading is short and finishes even when
         // interrupted.
-        let (chosen, fitted) = if run.is_empty() {
-            (*job.params.get(), None)
-        } else {
-            progress(Progress::Calibrating);
-            let settings = Settings {
-                select_strength: job.select_strength,
-                params: job.params,
-                inner_folds: DEFAULT_INNER_FOLDS,
-                inputs: Default::default(),
-            };
-            run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS)
-        };
-        let calibration = match (&fitted, run.is_empty()) {
-            (_, true) => Calibration::NotRun,
-            (Some(f), false) => Calibration::Fitted {
-                messages: f.messages,
-                params: chosen,
-            },
-            (None, false) => Calibration::TooFew,
-        };
+        let (chosen, fitted, calibration) = calibrate(&mut run, job, progress);
         let stored = run.len();
         let mut summary = trainer.store_run(run)?;
         let no_model = missing_class(summary.totals);
