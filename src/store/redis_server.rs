@@ -2,17 +2,49 @@
 //! (this crate's and the integration tests', which include this file).
 
 /// A `redis-server` of our own on a free loopback port, in a temporary
-/// directory, persisting nothing; stopped when dropped.
+/// directory, persisting nothing (or, started persistent, every write in
+/// its append-only file before it answers); stopped when dropped.
 pub(crate) struct RedisServer {
     child: std::process::Child,
     port: u16,
     dir: tempfile::TempDir,
+    persistent: bool,
+}
+
+/// Starts `redis-server` on `port` in `dir`.
+fn spawn(port: u16, dir: &std::path::Path, persistent: bool) -> std::process::Child {
+    let aof: &[&str] = if persistent {
+        &["--appendonly", "yes", "--appendfsync", "always"]
+    } else {
+        &["--appendonly", "no"]
+    };
+    std::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", ""])
+        .args(aof)
+        .arg("--dir")
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start redis-server (is it installed?): {e}"))
 }
 
 impl RedisServer {
     /// Starts one; panics with the reason if `redis-server` is missing or
     /// does not answer (the tests need it: `.ci/run` installs it).
     pub(crate) fn start() -> RedisServer {
+        RedisServer::start_with(false)
+    }
+
+    /// Starts one that keeps every write (AOF, fsync always), so that a
+    /// `kill -9` and a restart keep what it acknowledged.
+    #[allow(dead_code)]
+    pub(crate) fn start_persistent() -> RedisServer {
+        RedisServer::start_with(true)
+    }
+
+    fn start_with(persistent: bool) -> RedisServer {
         let mut last = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().unwrap();
@@ -21,15 +53,13 @@ impl RedisServer {
                 .local_addr()
                 .unwrap()
                 .port();
-            let child = std::process::Command::new("redis-server")
-                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--save", "", "--appendonly", "no", "--dir"])
-                .arg(dir.path())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start redis-server (is it installed?): {e}"));
-            let mut server = RedisServer { child, port, dir };
+            let child = spawn(port, dir.path(), persistent);
+            let mut server = RedisServer {
+                child,
+                port,
+                dir,
+                persistent,
+            };
             for _ in 0..200 {
                 if server.ping() {
                     return server;
@@ -58,17 +88,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}{rest}", self.port)
     }
 
-    /// Starts it again on the same port (after [`RedisServer::kill`]).
+    /// Starts it again on the same port and directory (after
+    /// [`RedisServer::kill`]).
     pub(crate) fn restart(&mut self) {
         self.kill();
-        self.child = std::process::Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(self.dir.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server starts again");
+        self.child = spawn(self.port, self.dir.path(), self.persistent);
         for _ in 0..500 {
             if self.ping() {
                 return;

@@ -318,3 +318,95 @@ fn the_readmes_several_servers_lines_run_as_printed() {
     }
     assert_eq!(ran, 4);
 }
+
+/// `stats --json` of the model at `url`: ham, spam, features, registry.
+fn counts_at(db: &Db, url: &str) -> [u64; 4] {
+    let stats: serde_json::Value =
+        serde_json::from_str(&db.ok(&["--store", url, "stats", "--json"], None)).unwrap();
+    ["ham_messages", "spam_messages", "features", "registry"].map(|k| stats[k].as_u64().unwrap())
+}
+
+/// Starts `train --store url` on the public corpus's spam-1 and hard-ham-1
+/// and kills it (`kill -9`), or lets `during` kill something else, once
+/// it has learned something; returns its exit status.
+fn train_killed(
+    db: &Db,
+    url: &str,
+    during: impl FnOnce(&mut std::process::Child),
+) -> std::process::ExitStatus {
+    let corpus = crate::common::public_corpus().expect("the public corpus");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        .args(["--store", url, "train", "-q", "--spam"])
+        .arg(corpus.join("spam-1"))
+        .arg("--ham")
+        .arg(corpus.join("hard-ham-1"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let [ham, spam, ..] = counts_at(db, url);
+        if ham + spam > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "train learned nothing in 2 minutes"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "train ended before learning"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    during(&mut child);
+    child.wait().unwrap()
+}
+
+#[test]
+fn a_learner_or_redis_killed_mid_train_leaves_counts_a_rerun_completes_exactly() {
+    if crate::common::public_corpus().is_none() {
+        return;
+    }
+    let mut redis = RedisServer::start_persistent();
+    let db = Db::new();
+    let corpus = crate::common::public_corpus().unwrap();
+    let train = |url: &str| {
+        let (spam, ham) = (corpus.join("spam-1"), corpus.join("hard-ham-1"));
+        let args = [
+            "--store",
+            url,
+            "train",
+            "-q",
+            "--spam",
+            utf8(&spam),
+            "--ham",
+            utf8(&ham),
+        ];
+        assert_exit(&db.run(&args, None), 0, &args);
+    };
+    let whole = redis.url("/0?prefix=whole");
+    train(&whole);
+    let want = counts_at(&db, &whole);
+
+    // The learner killed.
+    let learner = redis.url("/0?prefix=learner");
+    let status = train_killed(&db, &learner, |child| child.kill().unwrap());
+    assert!(!status.success());
+    let [ham, spam, _, registry] = counts_at(&db, &learner);
+    assert_eq!(ham + spam, registry, "every message counted is registered");
+    assert!(registry < want[3], "killed before the end");
+    train(&learner);
+    assert_eq!(counts_at(&db, &learner), want);
+
+    // Redis killed under the learner, then started again from its file.
+    let crashed = redis.url("/0?prefix=crashed");
+    let status = train_killed(&db, &crashed, |_| redis.kill());
+    assert!(!status.success(), "train goes on without Redis");
+    redis.restart();
+    let [ham, spam, _, registry] = counts_at(&db, &crashed);
+    assert_eq!(ham + spam, registry, "every message counted is registered");
+    train(&crashed);
+    assert_eq!(counts_at(&db, &crashed), want);
+}
