@@ -177,8 +177,7 @@ impl Trained {
 
 /// Reads the run's folders (its ham, then its spam), giving `each` every
 /// message read with where it was; an error of `each` stops the reading
-/// and is returned. Paths that are not mailboxes are refused before
-/// anything is read ([`Error::BadPaths`]).
+/// and is returned. The paths were checked ([`check_paths`]) before.
 pub(crate) fn read_folders(
     job: &Training<'_>,
     progress: &dyn Fn(Progress<'_>),
