@@ -618,21 +618,25 @@ mod tests {
         assert!(APPLY.contains(&format!("'format', '{LAYOUT}'")));
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
-
-        /// The acceptance property: whatever sequence of learning and
-        /// unlearning, the Redis store shows exactly what the memory
-        /// store shows, counts the same inexact counts, refuses exactly
-        /// what it refuses, and a refused delta changes neither; a second
-        /// connection (another host) sees the same.
-        #[test]
-        fn redis_store_equals_memory_store(deltas in prop::collection::vec(delta_strategy(), 1..24)) {
-            static SERVER: std::sync::OnceLock<std::sync::Mutex<RedisServer>> = std::sync::OnceLock::new();
-            static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let server = SERVER.get_or_init(|| std::sync::Mutex::new(RedisServer::start()));
-            let server = server.lock().unwrap();
-            let prefix = format!("case{}", CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    /// The acceptance property: whatever sequence of learning and
+    /// unlearning, the Redis store shows exactly what the memory store
+    /// shows, counts the same inexact counts, refuses exactly what it
+    /// refuses, and a refused delta changes neither; a second connection
+    /// (another host) sees the same. One Redis for every case (each under a
+    /// prefix of its own), stopped when the test ends.
+    #[test]
+    fn redis_store_equals_memory_store() {
+        use proptest::test_runner::{Config, TestRunner};
+        let server = RedisServer::start();
+        let case = std::cell::Cell::new(0);
+        let mut runner = TestRunner::new(Config {
+            cases: 24,
+            ..Config::default()
+        });
+        let deltas = prop::collection::vec(delta_strategy(), 1..24);
+        let result = runner.run(&deltas, |deltas| {
+            case.set(case.get() + 1);
+            let prefix = format!("case{}", case.get());
             let mut redis = open(&server, &prefix, None);
             let other = open(&server, &prefix, None);
             let mut memory = MemoryStore::new();
@@ -648,6 +652,10 @@ mod tests {
                 prop_assert_eq!(dump(&redis), dump(&memory));
             }
             prop_assert_eq!(dump(&other), dump(&memory));
+            Ok(())
+        });
+        if let Err(failure) = result {
+            panic!("{failure}");
         }
     }
 
