@@ -240,32 +240,17 @@ impl SharedModel {
             recent.stale = false;
             recent.meta = Some((f.totals.clone(), f.generation, f.header.clone()));
         }
-        let Some((totals, generation, header)) = recent.meta.clone() else {
-            // Emptied by another thread between the two locks: ask again.
+        // Another thread may have emptied some of it since the first look
+        // (a window's end, a learn): then Redis is asked for all of it.
+        let all_there = words.iter().all(|w| recent.words.contains_key(*w))
+            && grams.iter().all(|g| recent.grams.contains_key(g));
+        let (Some((totals, generation, header)), true) = (recent.meta.clone(), all_there) else {
             drop(recent);
             return self.store.lookup(words, grams);
         };
-        let word = |w: &str| match recent.words.get(w) {
-            Some(c) => *c,
-            None => fetched.as_ref().and_then(|f| {
-                missing_words
-                    .iter()
-                    .position(|m| *m == w)
-                    .and_then(|i| f.words[i])
-            }),
-        };
-        let gram = |g: u32| match recent.grams.get(&g) {
-            Some(c) => *c,
-            None => fetched.as_ref().and_then(|f| {
-                missing_grams
-                    .iter()
-                    .position(|m| *m == g)
-                    .and_then(|i| f.grams[i])
-            }),
-        };
         Ok(Lookup {
-            words: words.iter().map(|w| word(w)).collect(),
-            grams: grams.iter().map(|&g| gram(g)).collect(),
+            words: words.iter().map(|w| recent.words[*w]).collect(),
+            grams: grams.iter().map(|g| recent.grams[g]).collect(),
             totals,
             generation,
             header,

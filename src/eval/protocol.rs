@@ -35,21 +35,9 @@ pub struct Settings {
     pub decider: Decider,
 }
 
-/// Judges `ex` with the model of `counts` and the stacker, as a command
-/// would.
+/// Judges example `index` with the model of `counts` and the stacker, as
+/// a command would; also gives the stacker inputs it was judged with.
 fn scored(
-    index: usize,
-    data: &Dataset,
-    counts: &Counts,
-    model: &crate::model::Model,
-    stacker: &Calibrator,
-    settings: &Settings,
-) -> Scored {
-    scored_with_inputs(index, data, counts, model, stacker, settings).0
-}
-
-/// [`scored`], and the stacker inputs the message was judged with.
-fn scored_with_inputs(
     index: usize,
     data: &Dataset,
     counts: &Counts,
@@ -106,7 +94,7 @@ pub(crate) fn cross_validate(data: &Dataset, folds: &[usize], settings: &Setting
             let (params, stacker) = select_and_calibrate(data, &train, &rest, &settings.training);
             let model = train.model(params, data);
             test.into_iter()
-                .map(|i| self::scored(i, data, &train, &model, &stacker, settings))
+                .map(|i| self::scored(i, data, &train, &model, &stacker, settings).0)
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -147,7 +135,7 @@ pub fn online(
     let mut learned: HashMap<Digest, usize> = HashMap::new();
     for (i, ex) in data.examples.iter().enumerate() {
         let model = counts.model(params, data);
-        let (s, inputs) = scored_with_inputs(i, data, &counts, &model, &stacker, settings);
+        let (s, inputs) = scored(i, data, &counts, &model, &stacker, settings);
         out.push(s);
         let key = key_of(&digests[i]);
         match learned.get(&digests[i]).copied() {
@@ -305,15 +293,14 @@ mod tests {
         let mut data = noisy(true);
         data.examples.truncate(300);
         let settings = settings();
-        let scored = online(&data, &distinct(&data), &settings).unwrap();
+        let given_scores = online(&data, &distinct(&data), &settings).unwrap();
         let mut counts = Counts::new(data.vocabulary);
         let mut record = Prequential::default();
         let mut stacker = Calibrator::default();
         let mut refits = 0;
-        for (i, given) in scored.iter().enumerate() {
+        for (i, given) in given_scores.iter().enumerate() {
             let model = counts.model(settings.training.params, &data);
-            let (expected, inputs) =
-                scored_with_inputs(i, &data, &counts, &model, &stacker, &settings);
+            let (expected, inputs) = scored(i, &data, &counts, &model, &stacker, &settings);
             assert_eq!(given.probability, expected.probability, "message {i}");
             let ex = &data.examples[i];
             if counts.messages().iter().all(|&n| n > 0) {

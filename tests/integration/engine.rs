@@ -165,9 +165,9 @@ fn a_delivered_message_gets_a_status_and_never_an_error() {
     assert_eq!(names, ["X-Spam-Flag", "X-Spam-Status"]);
 }
 
-#[test]
-fn an_evaluation_over_labelled_folders_scores_every_message() {
-    let settings = bayesmail::eval::protocol::Settings {
+/// `eval`'s settings with the default model and [`decider`].
+fn eval_settings() -> bayesmail::eval::protocol::Settings {
+    bayesmail::eval::protocol::Settings {
         training: bayesmail::fit::Settings {
             select_strength: false,
             params: Params::default().check().unwrap(),
@@ -175,7 +175,12 @@ fn an_evaluation_over_labelled_folders_scores_every_message() {
             inputs: Default::default(),
         },
         decider: decider(),
-    };
+    }
+}
+
+#[test]
+fn an_evaluation_over_labelled_folders_scores_every_message() {
+    let settings = eval_settings();
     let (spam, ham) = ([sample_spam()], [sample_ham()]);
     let mut skipped = 0;
     let evaluation = evaluate(
@@ -247,15 +252,7 @@ fn a_database_that_only_learns_judges_as_eval_online_measures() {
         .map(|(label, path)| format!("{} {}", label.name(), path.display()))
         .collect();
     std::fs::write(&index, lines.join("\n") + "\n").unwrap();
-    let settings = bayesmail::eval::protocol::Settings {
-        training: bayesmail::fit::Settings {
-            select_strength: false,
-            params: Params::default().check().unwrap(),
-            inner_folds: bayesmail::fit::DEFAULT_INNER_FOLDS,
-            inputs: Default::default(),
-        },
-        decider: decider(),
-    };
+    let settings = eval_settings();
     let evaluation = evaluate(Corpus::Online(&index), &settings, &mut |_| {}).unwrap();
     let db = Database::new(dir.path().join("db"));
     let mut extractor = Extractor::new();

@@ -56,6 +56,16 @@ pub(crate) fn unpacked(var: &str, dir: &str, rel: &str, package: &str) -> Option
     Some(path)
 }
 
+/// The Exim `.ci/run` unpacks ([`unpacked`]).
+fn exim_bin() -> Option<PathBuf> {
+    unpacked(
+        "BAYESMAIL_EXIM",
+        "exim",
+        "usr/sbin/exim4",
+        "exim4-daemon-heavy",
+    )
+}
+
 /// A running `bayesmail serve --spamd` on a loopback port; stopped when
 /// dropped.
 struct Spamd {
@@ -325,12 +335,7 @@ fn cutoff(db: &Db) -> f64 {
 
 #[test]
 fn exim_delivers_each_message_with_the_recipes_fields_and_classifys_verdict() {
-    let Some(bin) = unpacked(
-        "BAYESMAIL_EXIM",
-        "exim",
-        "usr/sbin/exim4",
-        "exim4-daemon-heavy",
-    ) else {
+    let Some(bin) = exim_bin() else {
         return;
     };
     let db = Db::new();
@@ -408,12 +413,7 @@ fn exim_delivers_each_message_with_the_recipes_fields_and_classifys_verdict() {
 
 #[test]
 fn exim_refuses_spam_with_the_deny_lines_and_delivers_when_serve_is_stopped() {
-    let Some(bin) = unpacked(
-        "BAYESMAIL_EXIM",
-        "exim",
-        "usr/sbin/exim4",
-        "exim4-daemon-heavy",
-    ) else {
+    let Some(bin) = exim_bin() else {
         return;
     };
     let db = Db::new();

@@ -410,3 +410,31 @@ fn a_learner_or_redis_killed_mid_train_leaves_counts_a_rerun_completes_exactly()
     train(&crashed);
     assert_eq!(counts_at(&db, &crashed), want);
 }
+
+#[test]
+fn the_readmes_configuration_reads_with_and_without_its_store_lines() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let section = &readme[readme.find("### Configuration").expect("the section")..];
+    let block = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a toml block");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    std::fs::write(&file, block).unwrap();
+    let config = bayesmail::config::Config::load(&file).unwrap();
+    assert_eq!(config.store, None);
+    assert_eq!(config.serve.store_cache_ms, Some(500));
+    // The commented store lines, as an administrator would uncomment them.
+    let uncommented = block
+        .replace("# store = ", "store = ")
+        .replace("# store_timeout = ", "store_timeout = ");
+    std::fs::write(&file, uncommented).unwrap();
+    let config = bayesmail::config::Config::load(&file).unwrap();
+    assert_eq!(
+        config.store.as_deref(),
+        Some("redis://127.0.0.1:6379/0?prefix=bayesmail")
+    );
+    assert_eq!(config.store_timeout, Some(1000));
+}

@@ -325,6 +325,15 @@ fn as_delivered(raw: &[u8]) -> Vec<u8> {
 }
 
 /// The X-Spam-Status `filter` writes for `raw` on `db`.
+/// `db` trained on the sample corpus, a serve on it, and a Sendmail whose
+/// milter is that serve; `None` where Sendmail cannot run here.
+fn started(db: &Db) -> Option<(Serve, Sendmail)> {
+    db.train_sample();
+    let serve = Serve::start(db, &[]);
+    let milter = format!("inet:{}@127.0.0.1", serve.addr.rsplit_once(':').unwrap().1);
+    Some((serve, Sendmail::new(&milter)?))
+}
+
 fn filter_status(db: &Db, raw: &[u8]) -> String {
     let out = db.run(&["filter"], Some(raw));
     assert!(out.status.success());
@@ -334,10 +343,7 @@ fn filter_status(db: &Db, raw: &[u8]) -> String {
 #[test]
 fn sendmail_delivers_each_message_with_filters_fields_and_nothing_else_changed() {
     let db = Db::new();
-    db.train_sample();
-    let mut serve = Serve::start(&db, &[]);
-    let milter = format!("inet:{}@127.0.0.1", serve.addr.rsplit_once(':').unwrap().1);
-    let Some(sendmail) = Sendmail::new(&milter) else {
+    let Some((mut serve, sendmail)) = started(&db) else {
         return;
     };
     let mut sent: Vec<Vec<u8>> = sample_files()
@@ -414,10 +420,7 @@ fn sendmail_delivers_each_message_with_filters_fields_and_nothing_else_changed()
 #[test]
 fn sendmail_still_delivers_when_serve_is_stopped() {
     let db = Db::new();
-    db.train_sample();
-    let mut serve = Serve::start(&db, &[]);
-    let milter = format!("inet:{}@127.0.0.1", serve.addr.rsplit_once(':').unwrap().1);
-    let Some(sendmail) = Sendmail::new(&milter) else {
+    let Some((mut serve, sendmail)) = started(&db) else {
         return;
     };
     let files = sample_files();

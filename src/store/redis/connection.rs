@@ -161,11 +161,6 @@ impl Redis {
         })
     }
 
-    /// The URL it was opened with.
-    pub fn url(&self) -> &RedisUrl {
-        &self.inner.url
-    }
-
     /// Runs `f` on a connection, connecting first if there is none. A
     /// connection that fails (not Redis refusing the command) is dropped,
     /// so that the next use connects again; one kept from before that
