@@ -515,7 +515,7 @@ impl SharedModel {
             })?,
         };
         let features = self.store.token_count()?;
-        let memory_bytes = self.store.memory()?;
+        let memory_bytes = self.store.memory(true)?;
         let learned = lookup.totals.messages[0] + lookup.totals.messages[1];
         Ok(SharedStats {
             store: self.store.shown().to_string(),

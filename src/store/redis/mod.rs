@@ -11,10 +11,12 @@
 //!   (how many changes were applied), `tokens` (features with non-zero
 //!   counts) and `header` (what the model needs beyond counts, see
 //!   [`RedisStore::set_header`]).
-//! - `{NAME}:w`, a hash: each word token → its counts, 8 bytes (ham, spam,
-//!   unsigned 32-bit little-endian).
+//! - `{NAME}:w`, a hash: each word token → its counts and the day they
+//!   last changed, 12 bytes (ham, spam, days since 1970; unsigned 32-bit
+//!   little-endian). The day is what expiry goes by ([`Expiry`]).
 //! - `{NAME}:g`, a hash: each byte-view bucket (4 bytes, big-endian) → its
-//!   counts, as for words.
+//!   counts, 8 bytes (ham, spam). The buckets are bounded in number and
+//!   never expire.
 //! - `{NAME}:r`, a hash: each learned message's digest (32 bytes) → its
 //!   label (`h` or `s`): the registry that keeps `train` and `learn`
 //!   idempotent across hosts.
@@ -35,6 +37,10 @@
 //! change would take below zero becomes zero and is counted as inexact, as
 //! in every store.
 //!
+//! Expiry ([`RedisStore::expire`], [`RedisStore::cap`]) removes word
+//! tokens by one more script that checks each again as it removes it, so a
+//! token a host learned meanwhile stays.
+//!
 //! Durability is Redis's: [`Store::flush`] does nothing; configure Redis's
 //! persistence (AOF or RDB) for the counts to survive a restart of Redis.
 
@@ -43,8 +49,11 @@ use std::time::Duration;
 use redis::Script;
 
 mod connection;
+mod expiry;
 
 pub use connection::{CONNECTIONS, Redis, RedisUrl, check_name};
+use expiry::EXPIRE;
+pub use expiry::{Capped, Expiry};
 
 use super::{Error, Result, Store, apply_totals, check_buckets};
 use crate::model::{Delta, Label, TokenCounts, Totals};
@@ -52,7 +61,7 @@ use crate::vocab::{Digest, Feature, is_bucket};
 
 /// Version of the key layout above; a model written with another is
 /// refused.
-pub const LAYOUT: u32 = 1;
+pub const LAYOUT: u32 = 2;
 
 /// The prefix of every key unless the URL gives one.
 pub const DEFAULT_PREFIX: &str = "bayesmail";
@@ -61,13 +70,16 @@ pub const DEFAULT_PREFIX: &str = "bayesmail";
 /// caller says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Fields of a hash an estimate of its memory samples.
+const SAMPLES: u32 = 64;
+
 /// Times a change is computed again when other hosts' changes keep coming
 /// in between (each retry means another change was applied).
 const RETRIES: usize = 64;
 
 /// Applies one change. KEYS: meta, words, grams, registry. ARGV: the
-/// generation the totals were read at, the new totals, the number of word
-/// changes, then (word, Δham, Δspam) for each, the number of bucket
+/// generation the totals were read at, the new totals, the day changed
+/// words are stamped with, the number of word changes, then (word, Δham, Δspam) for each, the number of bucket
 /// changes, (bucket, Δham, Δspam) for each, then (digest, label or "")
 /// for each registry change. Returns `{-1, generation}` if the generation
 /// moved, `{-2, field}` if a count would overflow (nothing written), else
@@ -78,7 +90,8 @@ if gen ~= tonumber(ARGV[1]) then return {-1, gen} end
 local MAX = 4294967295
 local inexact = 0
 local writes = {}
-local i = 3
+local day = tonumber(ARGV[3])
+local i = 4
 for k = 2, 3 do
   local n = tonumber(ARGV[i]); i = i + 1
   for _ = 1, n do
@@ -99,7 +112,10 @@ for _, w in ipairs(writes) do
   if w[3] == 0 and w[4] == 0 then
     if w[5] then redis.call('HDEL', KEYS[w[1]], w[2]); tokens = tokens - 1 end
   else
-    redis.call('HSET', KEYS[w[1]], w[2], struct.pack('<I4I4', w[3], w[4]))
+    local value
+    if w[1] == 2 then value = struct.pack('<I4I4I4', w[3], w[4], day)
+    else value = struct.pack('<I4I4', w[3], w[4]) end
+    redis.call('HSET', KEYS[w[1]], w[2], value)
     if not w[5] then tokens = tokens + 1 end
   end
 end
@@ -111,7 +127,7 @@ while i <= #ARGV do
   end
   i = i + 2
 end
-redis.call('HSET', KEYS[1], 'totals', ARGV[2], 'generation', gen + 1, 'format', '1')
+redis.call('HSET', KEYS[1], 'totals', ARGV[2], 'generation', gen + 1, 'format', '2')
 redis.call('HINCRBY', KEYS[1], 'tokens', tokens)
 return {gen + 1, inexact}
 "#;
@@ -155,6 +171,8 @@ impl Redis {
             keys: Keys::new(&name),
             shown,
             script: Script::new(APPLY),
+            expire: Script::new(EXPIRE),
+            today: None,
         })
     }
 }
@@ -165,6 +183,9 @@ pub struct RedisStore {
     keys: Keys,
     shown: String,
     script: Script,
+    expire: Script,
+    /// The day changes are stamped with, if not today (tests).
+    today: Option<u32>,
 }
 
 impl RedisStore {
@@ -249,10 +270,21 @@ impl RedisStore {
         Ok((totals, generation.unwrap_or(0)))
     }
 
-    /// Every field and value of the hash `key`, by HSCAN (no one command
-    /// holds Redis for the whole hash).
+    /// Every field and value of the hash `key` (see
+    /// [`RedisStore::scan_pages`]).
     fn scan_hash(&self, key: &str) -> Result<Vec<Field>> {
         let mut out = Vec::new();
+        self.scan_pages(key, &mut |page| {
+            out.extend(page);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Hands `f` the fields and values of the hash `key` page by page, by
+    /// HSCAN: no one command holds Redis for the whole hash. A field there
+    /// throughout is handed once at least.
+    fn scan_pages(&self, key: &str, f: &mut dyn FnMut(Vec<Field>) -> Result<()>) -> Result<()> {
         let mut cursor: u64 = 0;
         loop {
             let (next, page): (u64, Vec<Field>) = self.query(
@@ -262,24 +294,37 @@ impl RedisStore {
                     .arg("COUNT")
                     .arg(1000),
             )?;
-            out.extend(page);
+            f(page)?;
             if next == 0 {
-                return Ok(out);
+                return Ok(());
             }
             cursor = next;
         }
     }
 
-    /// The counts stored as `value` under `field`.
-    fn decode(&self, field: &dyn std::fmt::Display, value: &[u8]) -> Result<TokenCounts> {
-        let bytes: [u8; 8] = value
-            .try_into()
-            .map_err(|_| self.corrupt(format!("the counts of {field} are not 8 bytes")))?;
-        let half = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        Ok(TokenCounts {
-            ham: half(&bytes[..4]),
-            spam: half(&bytes[4..]),
-        })
+    /// The counts stored as `value` under the bucket or word `field`, and
+    /// for a word the day they last changed: `value` must be 8 bytes for a
+    /// bucket, 12 for a word.
+    fn decode(
+        &self,
+        field: &dyn std::fmt::Display,
+        value: &[u8],
+        word: bool,
+    ) -> Result<(TokenCounts, u32)> {
+        let expected = if word { 12 } else { 8 };
+        if value.len() != expected {
+            return Err(self.corrupt(format!(
+                "the counts of {field} are {} bytes, not {expected}",
+                value.len()
+            )));
+        }
+        let part =
+            |i: usize| u32::from_le_bytes([value[i], value[i + 1], value[i + 2], value[i + 3]]);
+        let counts = TokenCounts {
+            ham: part(0),
+            spam: part(4),
+        };
+        Ok((counts, if word { part(8) } else { 0 }))
     }
 
     /// The script's arguments for `delta` on totals `totals` read at
@@ -292,6 +337,7 @@ impl RedisStore {
             serde_json::to_vec(totals)
                 .map_err(|e| Error::Invalid(format!("the totals do not serialise: {e}")))?,
         );
+        args.push(self.today().to_string().into_bytes());
         // Each view's changes: their number, then (field, Δham, Δspam).
         let mut section = |changes: Vec<(Vec<u8>, [i64; 2])>| {
             args.push(changes.len().to_string().into_bytes());
@@ -439,10 +485,16 @@ impl RedisStore {
             header: meta.2,
         };
         for (w, v) in words.iter().zip(word_values) {
-            out.words.push(v.map(|v| self.decode(w, &v)).transpose()?);
+            out.words.push(
+                v.map(|v| self.decode(w, &v, true).map(|d| d.0))
+                    .transpose()?,
+            );
         }
         for (b, v) in grams.iter().zip(gram_values) {
-            out.grams.push(v.map(|v| self.decode(b, &v)).transpose()?);
+            out.grams.push(
+                v.map(|v| self.decode(b, &v, false).map(|d| d.0))
+                    .transpose()?,
+            );
         }
         Ok(out)
     }
@@ -468,8 +520,10 @@ impl RedisStore {
     }
 
     /// Bytes of Redis memory the model's keys take (Redis's `MEMORY
-    /// USAGE`, every field counted).
-    pub fn memory(&self) -> Result<u64> {
+    /// USAGE`): `exact`, every field counted (a command that holds Redis
+    /// for as long as the model is large), or estimated from a sample of
+    /// each hash's fields.
+    pub fn memory(&self, exact: bool) -> Result<u64> {
         let mut pipe = redis::pipe();
         for key in [
             &self.keys.meta,
@@ -481,7 +535,7 @@ impl RedisStore {
                 .arg("USAGE")
                 .arg(key)
                 .arg("SAMPLES")
-                .arg(0);
+                .arg(if exact { 0 } else { SAMPLES });
         }
         let sizes: Vec<Option<u64>> = self.redis.with(&self.shown, |con| pipe.query(con))?;
         Ok(sizes.into_iter().flatten().sum())
@@ -537,7 +591,9 @@ impl Store for RedisStore {
             )?,
         };
         match value {
-            Some(v) => self.decode(&feature, &v),
+            Some(v) => Ok(self
+                .decode(&feature, &v, matches!(feature, Feature::Word(_)))?
+                .0),
             None => Ok(TokenCounts::default()),
         }
     }
@@ -568,7 +624,7 @@ impl Store for RedisStore {
         for (field, value) in &words {
             let word = std::str::from_utf8(field)
                 .map_err(|_| self.corrupt("a word token is not UTF-8".into()))?;
-            let counts = self.decode(&word, value)?;
+            let (counts, _) = self.decode(&word, value, true)?;
             f(Feature::Word(word), counts);
         }
         let mut grams = Vec::new();
@@ -578,7 +634,7 @@ impl Store for RedisStore {
                 .map(u32::from_be_bytes)
                 .filter(|&b| is_bucket(b))
                 .ok_or_else(|| self.corrupt("a byte-view bucket is no bucket".into()))?;
-            grams.push((bucket, self.decode(&bucket, &value)?));
+            grams.push((bucket, self.decode(&bucket, &value, false)?.0));
         }
         grams.sort_unstable_by_key(|g| g.0);
         for (bucket, counts) in grams {
