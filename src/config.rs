@@ -126,6 +126,8 @@ pub struct ServeConfig {
     pub user_db: Option<String>,
     /// With the counts in Redis: milliseconds counts read are used again.
     pub store_cache_ms: Option<u64>,
+    /// With the counts in Redis: the memory each model is kept under.
+    pub store_max_memory: Option<Size>,
     /// Messages of each class a user's model needs before it judges.
     pub min_user_messages: Option<u64>,
     /// Networks TCP peers may connect from.
@@ -160,6 +162,16 @@ pub enum Size {
     Bytes(u64),
     /// Text for [`parse_size`].
     Text(String),
+}
+
+impl Size {
+    /// The bytes it says.
+    pub fn bytes(&self) -> Result<u64, String> {
+        match self {
+            Size::Bytes(n) => Ok(*n),
+            Size::Text(s) => parse_size(s),
+        }
+    }
 }
 
 /// Parses a size: a whole number of bytes with an optional suffix K, M or G
@@ -348,8 +360,7 @@ impl Config {
     pub fn filter_max_size(&self, flag: Option<u64>) -> Result<u64, String> {
         match (flag, &self.filter.max_size) {
             (Some(n), _) => Ok(n),
-            (None, Some(Size::Bytes(n))) => Ok(*n),
-            (None, Some(Size::Text(s))) => parse_size(s),
+            (None, Some(size)) => size.bytes(),
             (None, None) => Ok(DEFAULT_FILTER_MAX_SIZE),
         }
     }

@@ -377,6 +377,17 @@ pub(super) struct PruneArgs {
     /// ... whose counts have not changed for this many days.
     #[arg(long, default_value_t = 30, value_name = "DAYS")]
     pub(super) min_age: u32,
+    /// With --store: then keep the model's Redis memory at most this
+    /// (bytes; K, M, G suffixes), removing the words seen least and, among
+    /// those, the oldest first.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(super) max_memory: Option<u64>,
+    /// With --store: the model of this user (default: the global one).
+    #[arg(long, value_name = "NAME", conflicts_with = "all_users")]
+    pub(super) user: Option<String>,
+    /// With --store: the global model and every user's.
+    #[arg(long)]
+    pub(super) all_users: bool,
     /// Seconds to wait for another process holding the database.
     #[arg(long, default_value_t = DEFAULT_LOCK_WAIT.as_secs(), value_name = "SECONDS")]
     pub(super) wait: u64,
@@ -586,6 +597,12 @@ pub(super) struct ServeArgs {
     /// counts from Redis. Default 500.
     #[arg(long, value_name = "MS")]
     pub(super) store_cache_ms: Option<u64>,
+    /// With --store: keep each model's Redis memory (the global one's and
+    /// each user's) under this (bytes; K, M, G suffixes), checked at start
+    /// and every minute; over it, the words seen least and, among those,
+    /// the oldest are removed first. Default: no cap (see `prune`).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(super) store_max_memory: Option<u64>,
     /// A user's model judges once it holds this many ham and this many
     /// spam; before, --db's model does. Default 20.
     #[arg(long, value_name = "N")]

@@ -46,14 +46,18 @@ fn shared_stats(redis: &bayesmail::store::redis::Redis, args: &StatsArgs) -> Res
         s.ham_messages, s.spam_messages, s.registry
     )?;
     writeln!(out, "vocabulary          {} features", s.features)?;
+    let mb = |bytes: u64| bytes as f64 / 1e6;
     writeln!(
         out,
-        "Redis memory        {:.1} MB{}",
-        s.memory_bytes as f64 / 1e6,
+        "Redis memory        {:.1} MB{}: words {:.1} MB, byte view {:.1} MB, registry {:.1} MB",
+        mb(s.memory_bytes),
         match s.memory_per_message {
             Some(per) => format!(" ({:.0} bytes per message learned)", per),
             None => String::new(),
-        }
+        },
+        mb(s.memory_parts.words),
+        mb(s.memory_parts.grams),
+        mb(s.memory_parts.registry)
     )?;
     writeln!(out, "changes             {}", s.changes)?;
     writeln!(

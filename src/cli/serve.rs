@@ -55,8 +55,8 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     let max_message = match args.max_size {
         Some(n) => n,
         None => match &conf.max_size {
-            Some(bayesmail::config::Size::Bytes(n)) => *n,
-            Some(bayesmail::config::Size::Text(t)) => bayesmail::config::parse_size(t)
+            Some(size) => size
+                .bytes()
                 .map_err(|e| anyhow::anyhow!("[serve] max_size: {e}"))?,
             None => ctx
                 .config
@@ -155,6 +155,14 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
                 .or(ctx.config.serve.store_cache_ms)
                 .unwrap_or(500),
         ),
+        shared_cap: match (args.store_max_memory, &ctx.config.serve.store_max_memory) {
+            (Some(n), _) => Some(n),
+            (None, Some(size)) => Some(
+                size.bytes()
+                    .map_err(|e| anyhow::anyhow!("[serve] store_max_memory: {e}"))?,
+            ),
+            (None, None) => None,
+        },
     })
 }
 

@@ -356,7 +356,12 @@ pub(super) fn not_mail_note(skipped: Skipped) -> String {
 }
 
 pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
-    ctx.directory_only("prune")?;
+    if let Some(redis) = ctx.shared()? {
+        return prune_shared(&redis, args);
+    }
+    if args.max_memory.is_some() || args.user.is_some() || args.all_users {
+        bail!("--max-memory, --user and --all-users are for a model in Redis (--store)");
+    }
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
     let (removed, left, model) = ctx
         .database()
@@ -375,6 +380,49 @@ pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
         args.min_age,
         no_model.map_or(String::new(), |why| format!("; no model: {why}"))
     );
+    Ok(Outcome::AllOk)
+}
+
+/// `prune --store`: the rule, then the cap if one is given, on each model
+/// named.
+fn prune_shared(redis: &bayesmail::store::redis::Redis, args: &PruneArgs) -> Result<Outcome> {
+    let users: Vec<Option<String>> = if args.all_users {
+        std::iter::once(None)
+            .chain(redis.users()?.into_iter().map(Some))
+            .collect()
+    } else {
+        vec![args.user.clone()]
+    };
+    for user in users {
+        let model = bayesmail::db::shared::SharedModel::new(redis.store(user.as_deref())?);
+        let whose = user.map_or(String::new(), |u| format!("user {u}: "));
+        let (removed, left) = model.prune(args.max_count, args.min_age)?;
+        note!(
+            "{whose}pruned {removed} tokens seen in at most {} messages and unchanged for {} \
+             days; {left} tokens left",
+            args.max_count,
+            args.min_age
+        );
+        let Some(max) = args.max_memory else {
+            continue;
+        };
+        match model.cap(max)? {
+            None => note!("{whose}another host is capping the model's memory now"),
+            Some(c) if c.removed == 0 => note!(
+                "{whose}{:.1} MB of Redis memory: within the cap of {:.1} MB",
+                c.before as f64 / 1e6,
+                max as f64 / 1e6
+            ),
+            Some(c) => note!(
+                "{whose}removed {} more tokens, the least seen and oldest, to fit the cap of \
+                 {:.1} MB: {:.1} MB of Redis memory before, {:.1} MB now",
+                c.removed,
+                max as f64 / 1e6,
+                c.before as f64 / 1e6,
+                c.after as f64 / 1e6
+            ),
+        }
+    }
     Ok(Outcome::AllOk)
 }
 

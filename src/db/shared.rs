@@ -31,7 +31,7 @@ use crate::decision::{Calibrator, Decider};
 use crate::features::Features;
 use crate::message::Identity;
 use crate::model::{Delta, Label, Model, Params, TokenCounts, Totals, ValidParams};
-use crate::store::redis::{Lookup, RedisStore, RedisUrl};
+use crate::store::redis::{Capped, Expiry, Lookup, Memory, RedisStore, RedisUrl};
 use crate::store::{Error, Result, Store};
 use crate::vocab::{VIEWS, View};
 
@@ -61,6 +61,8 @@ pub struct SharedStats {
     pub registry: u64,
     /// Redis memory the model's keys take.
     pub memory_bytes: u64,
+    /// ... key by key.
+    pub memory_parts: Memory,
     /// That, per message learned.
     pub memory_per_message: Option<f64>,
     /// Changes applied so far.
@@ -515,7 +517,8 @@ impl SharedModel {
             })?,
         };
         let features = self.store.token_count()?;
-        let memory_bytes = self.store.memory(true)?;
+        let memory_parts = self.store.memory(true)?;
+        let memory_bytes = memory_parts.total();
         let learned = lookup.totals.messages[0] + lookup.totals.messages[1];
         Ok(SharedStats {
             store: self.store.shown().to_string(),
@@ -524,6 +527,7 @@ impl SharedModel {
             features,
             registry: self.store.registry_len()?,
             memory_bytes,
+            memory_parts,
             memory_per_message: (learned > 0).then(|| memory_bytes as f64 / learned as f64),
             changes: lookup.generation,
             params: header.params,
@@ -535,6 +539,27 @@ impl SharedModel {
                 .zip(header.calibrator.weights)
                 .collect(),
         })
+    }
+
+    /// Removes word tokens seen in at most `max_count` messages whose
+    /// counts have not changed for `min_age_days` days, as `prune` does in
+    /// a database (see [`RedisStore::expire`]). Returns how many were
+    /// removed and how many tokens are left.
+    pub fn prune(&self, max_count: u64, min_age_days: u32) -> Result<(u64, u64)> {
+        let before = crate::store::sled::aged_before(min_age_days);
+        let removed = self.store.expire(Expiry::rare_and_old(max_count, before))?;
+        self.forget_recent();
+        Ok((removed, self.store.token_count()?))
+    }
+
+    /// Keeps the model's Redis memory at most `max` bytes (see
+    /// [`RedisStore::cap`]); None if another host is at it.
+    pub fn cap(&self, max: u64) -> Result<Option<Capped>> {
+        let capped = self.store.cap(max)?;
+        if capped.is_some_and(|c| c.removed > 0) {
+            self.forget_recent();
+        }
+        Ok(capped)
     }
 
     /// Messages learned, `[ham, spam]`.

@@ -546,9 +546,7 @@ impl Trainer {
     /// [`SledStore::rare_and_old`]); every other count stays exactly as it
     /// was. Returns how many were removed. The caller compiles the model.
     pub fn prune(&mut self, max_count: u64, min_age_days: u32) -> Result<usize> {
-        // Unchanged for `min_age_days` days: last changed on or before
-        // today minus that (0: any day up to today).
-        let before = (crate::store::sled::today() + 1).saturating_sub(min_age_days);
+        let before = crate::store::sled::aged_before(min_age_days);
         let delta = self.store.rare_and_old(max_count, before)?;
         let removed = delta.words.len();
         if removed > 0 {

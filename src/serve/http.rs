@@ -692,6 +692,7 @@ mod tests {
                 params: Params::default(),
                 shared: None,
                 shared_window: Duration::ZERO,
+                shared_cap: None,
             },
             max_message,
             max_connections: 4,

@@ -274,6 +274,24 @@ pub type Bound = (Protocol, String);
 /// flight finish (up to the grace period); SIGHUP calls `reload` and, when
 /// it gives new model settings, takes them and forgets every open reader.
 /// `ready` is called with the addresses once every listener accepts.
+/// How often every model in Redis is checked against the cap.
+const CAP_CHECK: Duration = Duration::from_secs(60);
+
+/// Keeps the models in Redis under their cap, now and every
+/// [`CAP_CHECK`] (see [`Models::keep_under_cap`]).
+async fn keep_under_cap(state: Arc<State>) {
+    loop {
+        let models = state.clone();
+        let lines = tokio::task::spawn_blocking(move || models.models.keep_under_cap())
+            .await
+            .unwrap_or_default();
+        for line in lines {
+            log_line(&line);
+        }
+        tokio::time::sleep(CAP_CHECK).await;
+    }
+}
+
 pub fn run(
     settings: Settings,
     listeners: Vec<(Protocol, Listener)>,
@@ -305,6 +323,7 @@ pub fn run(
             let limit = limit.clone();
             tasks.spawn(accept_loop(protocol, listener.accepting()?, state, limit));
         }
+        tasks.spawn(keep_under_cap(state.clone()));
         ready(&bound);
         loop {
             tokio::select! {

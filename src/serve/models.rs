@@ -48,6 +48,10 @@ pub struct ModelSettings {
     /// With the counts in Redis: how long counts read from it are used
     /// again (another host's learn reaches this one's verdicts within it).
     pub shared_window: Duration,
+    /// With the counts in Redis: the Redis memory each model (the global
+    /// one and each user's) is kept under, in bytes (see
+    /// [`Models::keep_under_cap`]).
+    pub shared_cap: Option<u64>,
 }
 
 /// Which model judged a message.
@@ -181,6 +185,43 @@ impl Models {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// With the counts in Redis and a cap: keeps every model in Redis, the
+    /// global one and each user's, under the cap (see
+    /// [`crate::store::redis::RedisStore::cap`]; a model another host is
+    /// capping is left to it). Returns a line for each model it trimmed or
+    /// could not.
+    pub fn keep_under_cap(&self) -> Vec<String> {
+        let settings = self.settings();
+        let (Some(redis), Some(max)) = (settings.shared, settings.shared_cap) else {
+            return Vec::new();
+        };
+        let users = match redis.users() {
+            Ok(users) => users,
+            Err(err) => return vec![format!("store: listing the users' models: {err}")],
+        };
+        let mut lines = Vec::new();
+        for user in std::iter::once(None).chain(users.iter().map(|u| Some(u.as_str()))) {
+            let whose = user.map_or("the global model".to_string(), |u| format!("user {u}"));
+            let capped = match self.shared_model(&redis, user) {
+                Ok(model) => model.cap(max).map_err(|e| e.to_string()),
+                Err(err) => Err(err.to_string()),
+            };
+            match capped {
+                Ok(Some(c)) if c.removed > 0 => lines.push(format!(
+                    "store: {whose}: removed {} tokens, the least seen and oldest, to fit the \
+                     cap of {:.1} MB ({:.1} MB before, {:.1} MB now)",
+                    c.removed,
+                    max as f64 / 1e6,
+                    c.before as f64 / 1e6,
+                    c.after as f64 / 1e6
+                )),
+                Ok(_) => {}
+                Err(err) => lines.push(format!("store: {whose}: keeping it under the cap: {err}")),
+            }
+        }
+        lines
     }
 
     /// Whether users have models of their own (`--user-db`, or the counts

@@ -638,6 +638,7 @@ mod tests {
                 params: Default::default(),
                 shared: None,
                 shared_window: Duration::ZERO,
+                shared_cap: None,
             },
             max_message: 2000,
             max_connections: 1,

@@ -769,6 +769,13 @@ fn sled_error(path: &Path, e: ::sled::Error) -> Error {
     }
 }
 
+/// The day counts unchanged for `min_age_days` days last changed before
+/// (days since 1970): today minus that, plus one (0 days: any day up to
+/// today).
+pub fn aged_before(min_age_days: u32) -> u32 {
+    (today() + 1).saturating_sub(min_age_days)
+}
+
 /// Days since 1970-01-01 (UTC), today.
 pub fn today() -> u32 {
     let secs = std::time::SystemTime::now()

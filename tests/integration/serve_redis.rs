@@ -238,7 +238,6 @@ fn train_learn_unlearn_and_stats_work_on_the_counts_in_redis_and_other_commands_
 
     for command in [
         &["classify", utf8(&message)][..],
-        &["prune"],
         &["explain", utf8(&message)],
     ] {
         let mut args = vec!["--store", url.as_str()];
@@ -251,6 +250,133 @@ fn train_learn_unlearn_and_stats_work_on_the_counts_in_redis_and_other_commands_
             stderr(&out)
         );
     }
+}
+
+/// `stats --json`'s (features, memory_bytes, memory of the words) of a
+/// model in Redis.
+fn features_and_memory(db: &Db, url: &str, user: Option<&str>) -> (u64, u64, u64) {
+    let mut args = vec!["--store", url, "stats", "--json"];
+    if let Some(user) = user {
+        args.extend(["--user", user]);
+    }
+    let stats: serde_json::Value = serde_json::from_str(&db.ok(&args, None)).unwrap();
+    (
+        stats["features"].as_u64().unwrap(),
+        stats["memory_bytes"].as_u64().unwrap(),
+        stats["memory_parts"]["words"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn prune_and_the_memory_cap_keep_the_models_in_redis_small() {
+    let redis = RedisServer::start();
+    let url = redis.url("/0?prefix=small");
+    let db = Db::new();
+    let (spam, ham) = (sample_spam(), sample_ham());
+    db.ok(
+        &[
+            "--store",
+            &url,
+            "train",
+            "--spam",
+            utf8(&spam),
+            "--ham",
+            utf8(&ham),
+        ],
+        None,
+    );
+    // A user's model, learned through serve.
+    {
+        let server = Server::start(&db, &["--store", &url]);
+        for path in files(sample_spam()).iter().take(5) {
+            let (code, answer) = post(&server.url("/learn?class=spam"), path, &["User: carol"]);
+            assert_eq!(code, 200, "{answer}");
+        }
+    }
+    let (features, memory, _) = features_and_memory(&db, &url, None);
+    let carol = features_and_memory(&db, &url, Some("carol"));
+
+    // prune's rule on the global model: words seen once (every word was
+    // learned today, so --min-age 0) go, and only they.
+    let out = db.run(&["--store", &url, "prune", "--min-age", "0"], None);
+    assert_exit(&out, 0, &["prune"]);
+    let line = stderr(&out);
+    let removed: u64 = line
+        .split("pruned ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(removed > 0, "{line}");
+    let (pruned_features, pruned_memory, words_bytes) = features_and_memory(&db, &url, None);
+    assert_eq!(pruned_features, features - removed);
+    assert!(pruned_memory < memory);
+    assert_eq!(features_and_memory(&db, &url, Some("carol")).0, carol.0);
+    // The default age keeps words learned today.
+    let out = db.run(&["--store", &url, "prune", "--all-users"], None);
+    assert!(stderr(&out).contains("pruned 0 tokens"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("user carol: pruned 0 tokens"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A serve with a cap trims the global model at once; the user's,
+    // under it, is left alone. The cap leaves room for about half the
+    // words beside the byte view's buckets and the registry, which never
+    // expire.
+    let cap = pruned_memory - words_bytes / 2;
+    assert!(carol.1 < cap);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args()).args([
+        "--store",
+        &url,
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--store-max-memory",
+        &cap.to_string(),
+    ]);
+    let (mut child, watch) = crate::common::spawn_watched(cmd);
+    let line = watch.wait_for("to fit the cap", 60);
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = line.unwrap_or_else(|| panic!("serve trims the model: {}", watch.log()));
+    assert!(line.contains("the global model: removed"), "{line}");
+    assert!(!watch.log().contains("carol"), "{}", watch.log());
+    let (capped_features, capped_memory, _) = features_and_memory(&db, &url, None);
+    assert!(capped_memory <= cap, "{capped_memory} > {cap}");
+    assert!(capped_features < pruned_features);
+    assert_eq!(features_and_memory(&db, &url, Some("carol")), carol);
+
+    // prune's cap says what it did; a cap below what the buckets and the
+    // registry take is refused; a database directory has no cap.
+    let out = db.run(
+        &[
+            "--store",
+            &url,
+            "prune",
+            "--all-users",
+            "--max-memory",
+            "10M",
+        ],
+        None,
+    );
+    assert_exit(&out, 0, &["prune --max-memory"]);
+    assert!(
+        stderr(&out).contains("within the cap of 10.5 MB"),
+        "{}",
+        stderr(&out)
+    );
+    let out = db.run(&["--store", &url, "prune", "--max-memory", "1000"], None);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("is below what the model takes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = db.run(&["prune", "--max-memory", "10M"], None);
+    assert_exit(&out, 2, &["prune --max-memory on a directory"]);
 }
 
 #[test]
@@ -429,7 +555,8 @@ fn the_readmes_configuration_reads_with_and_without_its_store_lines() {
     // The commented store lines, as an administrator would uncomment them.
     let uncommented = block
         .replace("# store = ", "store = ")
-        .replace("# store_timeout = ", "store_timeout = ");
+        .replace("# store_timeout = ", "store_timeout = ")
+        .replace("# store_max_memory = ", "store_max_memory = ");
     std::fs::write(&file, uncommented).unwrap();
     let config = bayesmail::config::Config::load(&file).unwrap();
     assert_eq!(
@@ -437,4 +564,8 @@ fn the_readmes_configuration_reads_with_and_without_its_store_lines() {
         Some("redis://127.0.0.1:6379/0?prefix=bayesmail")
     );
     assert_eq!(config.store_timeout, Some(1000));
+    assert_eq!(
+        config.serve.store_max_memory.map(|s| s.bytes()),
+        Some(Ok(512 << 20))
+    );
 }

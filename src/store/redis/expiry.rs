@@ -18,6 +18,8 @@
 
 use std::collections::BTreeMap;
 
+use redis::Script;
+
 use super::{Error, RedisStore, Result};
 use crate::model::TokenCounts;
 
@@ -115,6 +117,15 @@ pub struct Capped {
     pub after: u64,
 }
 
+/// Milliseconds the lock of a cap is held at most, should its host die.
+const LOCK_MS: u64 = 600_000;
+
+/// Removes the lock KEYS[1] if it is still ARGV[1]'s.
+const UNLOCK: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"#;
+
 /// Rounds of removal a cap makes at most: each measures again, as a
 /// removed token frees a little less than the mean a token takes (the
 /// hash's table keeps its size).
@@ -180,36 +191,52 @@ impl RedisStore {
     /// Keeps the model's memory (as [`RedisStore::memory`] estimates it)
     /// at most `max` bytes: when it is above, removes word tokens in the
     /// order of fewest messages first and, among those seen as often, the
-    /// oldest first, until it is at most nine tenths of `max` (so that a
-    /// model near its cap is not trimmed at every check). A cap below
-    /// what the model takes beyond its word tokens is an error, and
-    /// nothing is removed.
-    pub fn cap(&self, max: u64) -> Result<Capped> {
-        let before = self.memory(false)?;
-        let mut capped = Capped {
-            removed: 0,
-            before,
-            after: before,
-        };
-        let target = max - max / 10;
+    /// oldest first, until the words take at most nine tenths of what the
+    /// cap leaves them beside the rest (so that a model near its cap is
+    /// not trimmed at every check). A cap below what the model takes
+    /// beyond its word tokens is an error, and nothing is removed. None if
+    /// another host is capping the model.
+    pub fn cap(&self, max: u64) -> Result<Option<Capped>> {
+        let token = format!(
+            "{}.{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        );
+        let locked: Option<String> = self.query(
+            redis::cmd("SET")
+                .arg(&self.keys.lock)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(LOCK_MS),
+        )?;
+        if locked.is_none() {
+            return Ok(None);
+        }
+        let capped = self.capped(max);
+        let unlock = Script::new(UNLOCK);
+        let unlocked = self.redis.with(&self.shown, |con| {
+            unlock.key(&self.keys.lock).arg(&token).invoke::<i64>(con)
+        });
+        let capped = capped?;
+        unlocked?;
+        Ok(Some(capped))
+    }
+
+    /// [`RedisStore::cap`], the lock held.
+    fn capped(&self, max: u64) -> Result<Capped> {
+        let mut memory = self.memory(false)?;
+        let before = memory.total();
+        let mut removed = 0;
         for _ in 0..ROUNDS {
-            if capped.after <= max && (capped.removed == 0 || capped.after <= target) {
+            let total = memory.total();
+            if total <= max && removed == 0 {
                 break;
             }
-            let (words_bytes, words): (Option<u64>, u64) = {
-                let mut pipe = redis::pipe();
-                pipe.cmd("MEMORY")
-                    .arg("USAGE")
-                    .arg(&self.keys.words)
-                    .arg("SAMPLES")
-                    .arg(super::SAMPLES)
-                    .cmd("HLEN")
-                    .arg(&self.keys.words);
-                self.redis.with(&self.shown, |con| pipe.query(con))?
-            };
-            let words_bytes = words_bytes.unwrap_or(0);
-            let rest = capped.after.saturating_sub(words_bytes);
-            if rest >= target {
+            let rest = total - memory.words;
+            if rest >= max {
                 return Err(Error::Invalid(format!(
                     "{}: a cap of {max} bytes is below what the model takes beyond its word \
                      tokens ({rest} bytes: the registry of learned messages, the byte view and \
@@ -217,18 +244,27 @@ impl RedisStore {
                     self.shown
                 )));
             }
+            let target = max - (max - rest) / 10;
+            if total <= target {
+                break;
+            }
+            let words: u64 = self.query(redis::cmd("HLEN").arg(&self.keys.words))?;
             if words == 0 {
                 break;
             }
-            let per_word = (words_bytes / words).max(1);
-            let wanted = (capped.after - target).div_ceil(per_word);
+            let per_word = (memory.words / words).max(1);
+            let wanted = (total - target).div_ceil(per_word);
             let Some(rule) = self.cut(wanted)? else {
                 break;
             };
-            capped.removed += self.expire(rule)?;
-            capped.after = self.memory(false)?;
+            removed += self.expire(rule)?;
+            memory = self.memory(false)?;
         }
-        Ok(capped)
+        Ok(Capped {
+            removed,
+            before,
+            after: memory.total(),
+        })
     }
 
     /// The rule that removes the first `wanted` word tokens in the order
@@ -367,11 +403,11 @@ mod tests {
         for digest in 3..6 {
             learn(&mut store, &often, 100, digest);
         }
-        let full = store.memory(false).unwrap();
+        let full = store.memory(false).unwrap().total();
         let before = dump(&store);
 
         // A cap above the model's memory removes nothing.
-        let same = store.cap(full + full / 2).unwrap();
+        let same = store.cap(full + full / 2).unwrap().unwrap();
         assert_eq!(same.removed, 0);
 
         // A cap below what the registry, buckets and totals take alone is
@@ -383,10 +419,24 @@ mod tests {
         // Two thirds of its memory: the words seen once go, the oldest
         // first, and those seen three times stay.
         let max = full * 2 / 3;
-        let capped = store.cap(max).unwrap();
+        // Another host capping it: this one leaves it.
+        let other = open(&server, "cap");
+        let lock: String = other
+            .query(redis::cmd("SET").arg(&other.keys.lock).arg("other"))
+            .unwrap();
+        assert_eq!(lock, "OK");
+        assert_eq!(store.cap(max).unwrap(), None);
+        let _: () = other
+            .query(redis::cmd("DEL").arg(&other.keys.lock))
+            .unwrap();
+        let capped = store.cap(max).unwrap().unwrap();
+        let lock: Option<String> = store
+            .query(redis::cmd("GET").arg(&store.keys.lock))
+            .unwrap();
+        assert_eq!(lock, None, "the cap's lock is left");
         assert!(capped.after <= max, "{capped:?} over {max}");
         assert!(capped.removed > 0);
-        assert_eq!(store.memory(false).unwrap(), capped.after);
+        assert_eq!(store.memory(false).unwrap().total(), capped.after);
         let (old_left, new_left) = (present(&store, &old_once), present(&store, &new_once));
         assert_eq!(old_left, 0, "the old words seen once go first");
         assert!(new_left > 0, "too much removed: {capped:?}");

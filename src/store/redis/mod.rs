@@ -20,6 +20,8 @@
 //! - `{NAME}:r`, a hash: each learned message's digest (32 bytes) → its
 //!   label (`h` or `s`): the registry that keeps `train` and `learn`
 //!   idempotent across hosts.
+//! - `{NAME}:x`, a string while a host caps the model's memory
+//!   ([`RedisStore::cap`]): one host at a time does.
 //!
 //! `NAME` is the prefix the store was opened with (`bayesmail` unless the
 //! URL says `?prefix=`), and for a user's model `PREFIX:u:USER`. Prefixes
@@ -139,6 +141,7 @@ struct Keys {
     words: String,
     grams: String,
     registry: String,
+    lock: String,
 }
 
 impl Keys {
@@ -149,11 +152,47 @@ impl Keys {
             words: key("w"),
             grams: key("g"),
             registry: key("r"),
+            lock: key("x"),
         }
     }
 }
 
 impl Redis {
+    /// The users that have a model, sorted (by SCAN: no one command holds
+    /// Redis for the whole key space).
+    pub fn users(&self) -> Result<Vec<String>> {
+        let url = &self.inner.url;
+        let pattern = format!("{{{}:u:*}}:m", url.prefix);
+        let skip = format!("{{{}:u:", url.prefix).len();
+        let mut users = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = self.with(&url.shown, |con| {
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(con)
+            })?;
+            for key in keys {
+                if let Some(user) = key.get(skip..key.len().saturating_sub(3))
+                    && check_name(user, false).is_ok()
+                {
+                    users.push(user.to_string());
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        users.sort_unstable();
+        users.dedup();
+        Ok(users)
+    }
+
     /// The store of the global model (`user` None) or of a user's. Checks
     /// the name only: nothing is read until the store is used.
     pub fn store(&self, user: Option<&str>) -> Result<RedisStore> {
@@ -523,7 +562,7 @@ impl RedisStore {
     /// USAGE`): `exact`, every field counted (a command that holds Redis
     /// for as long as the model is large), or estimated from a sample of
     /// each hash's fields.
-    pub fn memory(&self, exact: bool) -> Result<u64> {
+    pub fn memory(&self, exact: bool) -> Result<Memory> {
         let mut pipe = redis::pipe();
         for key in [
             &self.keys.meta,
@@ -538,13 +577,39 @@ impl RedisStore {
                 .arg(if exact { 0 } else { SAMPLES });
         }
         let sizes: Vec<Option<u64>> = self.redis.with(&self.shown, |con| pipe.query(con))?;
-        Ok(sizes.into_iter().flatten().sum())
+        let size = |i: usize| sizes.get(i).copied().flatten().unwrap_or(0);
+        Ok(Memory {
+            meta: size(0),
+            words: size(1),
+            grams: size(2),
+            registry: size(3),
+        })
     }
 
     /// Where it is, for messages: the URL without its password, and the
     /// user.
     pub fn shown(&self) -> &str {
         &self.shown
+    }
+}
+
+/// Bytes of Redis memory a model's keys take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Memory {
+    /// The totals, the header and the rest of `{NAME}:m`.
+    pub meta: u64,
+    /// The word tokens.
+    pub words: u64,
+    /// The byte view's buckets.
+    pub grams: u64,
+    /// The registry of learned messages.
+    pub registry: u64,
+}
+
+impl Memory {
+    /// All of it.
+    pub fn total(&self) -> u64 {
+        self.meta + self.words + self.grams + self.registry
     }
 }
 
