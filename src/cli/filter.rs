@@ -11,7 +11,9 @@
 //! fast and many can run at once while a training run holds the database.
 //!
 //! Its arguments, one call of [`bayesmail::db::Database::status`] (the
-//! verdict and its fields, or why there is none), and the message written
+//! verdict and its fields, or why there is none; with `--store`, of
+//! [`bayesmail::db::stamp_shared`] on the global model in Redis), and the
+//! message written
 //! out through [`bayesmail::headers::write_with_fields`]; the rest is the
 //! process's plumbing: standard streams that may be closed or
 //! non-blocking, a size cap, a spool for the rest of a large message.
@@ -65,10 +67,7 @@ fn exit_code(status: &Status) -> u8 {
 /// Runs `filter` and returns the exit status. Never fails before the
 /// message has been passed on, whatever the configuration.
 pub(super) fn run(streams: ClosedStreams, given: super::Given, args: &FilterArgs) -> u8 {
-    let ctx = Context::new(given).and_then(|ctx| {
-        ctx.directory_only("filter")?;
-        Ok(ctx)
-    });
+    let ctx = Context::new(given);
     let max_size = match &ctx {
         Ok(ctx) => ctx.config.filter_max_size(args.max_size),
         Err(_) => Ok(args.max_size.unwrap_or(DEFAULT_FILTER_MAX_SIZE)),
@@ -378,7 +377,18 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
             return Status::Unknown(Reason::Config);
         }
     };
-    let (status, why) = ctx.database().status(raw, &decider);
+    let (status, why) = match ctx.shared() {
+        Ok(None) => ctx.database().status(raw, &decider),
+        Ok(Some(redis)) => match redis.store(None) {
+            Ok(store) => {
+                let model = bayesmail::db::shared::SharedModel::new(store);
+                let stamped = bayesmail::db::stamp_shared(&model, None, raw, &decider).0;
+                (stamped.status, stamped.why)
+            }
+            Err(err) => (Status::Unknown(Reason::Config), Some(err.to_string())),
+        },
+        Err(err) => (Status::Unknown(Reason::Config), Some(format!("{err:#}"))),
+    };
     if let Some(why) = why {
         warn(&why);
     }

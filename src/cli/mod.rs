@@ -128,7 +128,7 @@ impl Context {
     fn directory_only(&self, command: &str) -> anyhow::Result<()> {
         if self.store.is_some() {
             anyhow::bail!(
-                "--store: {command} works on a database directory (--db) only; with the counts in Redis use train, learn, unlearn, stats or serve"
+                "--store: {command} works on a database directory (--db) only; with the counts in Redis use train, learn, unlearn, stats, prune, filter or serve"
             );
         }
         Ok(())

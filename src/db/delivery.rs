@@ -4,6 +4,7 @@
 //! goes wrong becomes a status with a [`Reason`], so the message can still
 //! be passed on.
 
+use super::shared::SharedModel;
 use super::{Database, Error, Judgment, Reader};
 use crate::decision::{Decider, Doubt, Verdict};
 use crate::features::Extractor;
@@ -172,6 +173,43 @@ impl Reader {
     pub fn status(&self, raw: &[u8], decider: &Decider) -> (Status, Option<String>) {
         let stamped = self.stamp(raw, decider);
         (stamped.status, stamped.why)
+    }
+}
+
+/// Judges the raw message `raw` as delivered (see [`Reader::stamp`]) with
+/// models in Redis: with `user`'s model when it has learned at least the
+/// given number of messages of each class, else with `global`. Also says
+/// whether the user's model judged. Never fails: Redis down or slow gives
+/// [`Reason::StoreUnavailable`].
+pub fn stamp_shared(
+    global: &SharedModel,
+    user: Option<(&SharedModel, u64)>,
+    raw: &[u8],
+    decider: &Decider,
+) -> (Stamped, bool) {
+    let features = match Extractor::new().extract(raw) {
+        Ok(features) => features,
+        Err(err) => {
+            let why = format!("cannot parse the message: {err}");
+            return (Stamped::unknown(Reason::Unparseable, why), false);
+        }
+    };
+    let failed = |err: store::Error| {
+        let err = Error::from(err);
+        Stamped::unknown(Reason::of(&err), err.to_string())
+    };
+    if let Some((model, min_messages)) = user {
+        match model.judge(&features, decider) {
+            Ok((j, [ham, spam])) if ham.min(spam) >= min_messages => {
+                return (Stamped::judged(&j, decider), true);
+            }
+            Ok(_) => {}
+            Err(err) => return (failed(err), false),
+        }
+    }
+    match global.judge(&features, decider) {
+        Ok((j, _)) => (Stamped::judged(&j, decider), false),
+        Err(err) => (failed(err), false),
     }
 }
 

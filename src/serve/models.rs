@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::users::{UserDbPattern, UserError};
 use crate::db::shared::SharedModel;
 use crate::db::{
-    self, Database, Labelled, ModelAfter, Origin, Reader, Reason, Stamped, TrainSummary,
+    self, Database, Labelled, ModelAfter, Origin, Reader, Reason, Stamped, Status, TrainSummary,
 };
 use crate::decision::Decider;
 use crate::features::Extractor;
@@ -273,50 +273,28 @@ impl Models {
             stamped: Stamped::unknown(reason, why),
             which: None,
         };
-        let features = match Extractor::new().extract(raw) {
-            Ok(f) => f,
-            Err(err) => {
-                return unknown(
-                    Reason::Unparseable,
-                    format!("cannot parse the message: {err}"),
-                );
-            }
+        let user_model = match user.map(|u| self.shared_model(redis, Some(u))).transpose() {
+            Ok(m) => m,
+            Err(err) => return unknown(Reason::Config, err.to_string()),
         };
-        let decider = &settings.decider;
-        let judged = |model: &SharedModel| model.judge(&features, decider);
-        if let Some(user) = user {
-            let model = match self.shared_model(redis, Some(user)) {
-                Ok(m) => m,
-                Err(err) => return unknown(Reason::Config, err.to_string()),
-            };
-            match judged(&model) {
-                Ok((j, [ham, spam])) if ham.min(spam) >= settings.min_user_messages => {
-                    return Judged {
-                        stamped: Stamped::judged(&j, decider),
-                        which: Some(Which::User(user.to_string())),
-                    };
-                }
-                Ok(_) => {}
-                Err(err) => {
-                    let err = db::Error::from(err);
-                    return unknown(Reason::of(&err), err.to_string());
-                }
-            }
-        }
         let global = match self.shared_model(redis, None) {
             Ok(m) => m,
             Err(err) => return unknown(Reason::Config, err.to_string()),
         };
-        match judged(&global) {
-            Ok((j, _)) => Judged {
-                stamped: Stamped::judged(&j, decider),
-                which: Some(Which::Global),
-            },
-            Err(err) => {
-                let err = db::Error::from(err);
-                unknown(Reason::of(&err), err.to_string())
-            }
-        }
+        let (stamped, by_user) = db::stamp_shared(
+            &global,
+            user_model
+                .as_deref()
+                .map(|m| (m, settings.min_user_messages)),
+            raw,
+            &settings.decider,
+        );
+        let which = match (&stamped.status, user) {
+            (Status::Unknown(_), _) => None,
+            (_, Some(user)) if by_user => Some(Which::User(user.to_string())),
+            _ => Some(Which::Global),
+        };
+        Judged { stamped, which }
     }
 
     /// Databases open now, and the bytes their models take.

@@ -102,6 +102,25 @@ impl RedisServer {
         panic!("redis-server did not start again on port {}", self.port);
     }
 
+    /// Stops it (SIGSTOP): it keeps its connections and answers nothing,
+    /// as a Redis that hangs, until [`RedisServer::resume`].
+    pub(crate) fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets it go on after [`RedisServer::pause`].
+    pub(crate) fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, which: &str) {
+        let sent = std::process::Command::new("kill")
+            .args([which, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill {which} redis-server");
+    }
+
     /// Kills it (as `kill -9` would).
     pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();

@@ -252,6 +252,69 @@ fn train_learn_unlearn_and_stats_work_on_the_counts_in_redis_and_other_commands_
     }
 }
 
+/// The X-Spam-Status field `filter` gives `message` with `args` before it.
+fn filter_status(db: &Db, args: &[&str], message: &std::path::Path) -> String {
+    let raw = std::fs::read(message).unwrap();
+    let mut all = args.to_vec();
+    all.push("filter");
+    let out = db.run(&all, Some(&raw));
+    assert_exit(&out, 0, &all);
+    // Our fields go on top; the message follows unchanged.
+    assert!(out.stdout.ends_with(&raw), "the message was altered");
+    let text = String::from_utf8_lossy(&out.stdout[..out.stdout.len() - raw.len()]).into_owned();
+    text.lines()
+        .find(|l| l.starts_with("X-Spam-Status:"))
+        .unwrap_or_else(|| panic!("no X-Spam-Status: {text}"))
+        .to_string()
+}
+
+#[test]
+fn filter_judges_with_the_model_in_redis_as_with_the_same_model_in_a_directory() {
+    let redis = RedisServer::start();
+    let url = redis.url("/2?prefix=deliver");
+    let (shared, local) = (Db::new(), Db::new());
+    let (spam, ham) = (sample_spam(), sample_ham());
+    let train = ["train", "--spam", utf8(&spam), "--ham", utf8(&ham)];
+    shared.ok(&[&["--store", &url][..], &train].concat(), None);
+    local.ok(&train, None);
+    let tests = root().join("corpora").join("scripts").join("test");
+    let messages: Vec<PathBuf> = files(tests.join("ham"))
+        .into_iter()
+        .chain(files(tests.join("spam")))
+        .collect();
+    for message in &messages {
+        assert_eq!(
+            filter_status(&shared, &["--store", &url], message),
+            filter_status(&local, &[], message),
+            "{}",
+            message.display()
+        );
+    }
+    assert!(!shared.dir().exists(), "a database directory was made");
+
+    // Redis hanging (stopped: connections open, no answer), then gone:
+    // the message goes out unchanged with no verdict, and judging resumes
+    // when Redis answers again.
+    let probe = &messages[0];
+    let quick = ["--store", url.as_str(), "--store-timeout", "200"];
+    let judged = filter_status(&shared, &quick, probe);
+    redis.pause();
+    let hung = filter_status(&shared, &quick, probe);
+    redis.resume();
+    assert!(
+        hung.starts_with("X-Spam-Status: Unknown, reason=store-unavailable"),
+        "{hung}"
+    );
+    assert_eq!(filter_status(&shared, &quick, probe), judged);
+    let mut redis = redis;
+    redis.kill();
+    let gone = filter_status(&shared, &quick, probe);
+    assert!(
+        gone.starts_with("X-Spam-Status: Unknown, reason=store-unavailable"),
+        "{gone}"
+    );
+}
+
 /// `stats --json`'s (features, memory_bytes, memory of the words) of a
 /// model in Redis.
 fn features_and_memory(db: &Db, url: &str, user: Option<&str>) -> (u64, u64, u64) {

@@ -65,6 +65,11 @@ impl RedisUrl {
             .as_str()
             .into_connection_info()
             .map_err(|e| Error::Invalid(format!("Redis URL {}: {e}", hide_password(url))))?;
+        // No CLIENT SETINFO after connecting: it only names the library to
+        // Redis, and waiting for its answers would take the timeout twice
+        // more from a Redis that has stopped answering.
+        let redis_settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info.set_redis_settings(redis_settings);
         Ok(RedisUrl {
             info,
             prefix,
@@ -191,21 +196,41 @@ impl Redis {
                 .unwrap_or_else(|e| e.into_inner()),
         };
         let mut kept = slot.is_some();
+        let started = std::time::Instant::now();
+        let timeout = self.inner.timeout;
         loop {
-            if slot.is_none() {
-                let timeout = self.inner.timeout;
+            // A connection made now had part of the time (its handshake
+            // waits for Redis too): its first command gets what is left,
+            // so that one call takes the timeout at most.
+            let fresh = slot.is_none();
+            if fresh {
+                // Connecting waits for each answer of the handshake in
+                // turn (a password, a database other than 0): each gets
+                // its share.
+                let settings = self.inner.url.info.redis_settings();
+                let handshake =
+                    u32::from(settings.password().is_some()) + u32::from(settings.db() != 0);
                 let con = self
                     .inner
                     .client
-                    .get_connection_with_timeout(timeout)
+                    .get_connection_with_timeout(timeout / handshake.max(1))
                     .map_err(failed)?;
-                con.set_read_timeout(Some(timeout)).map_err(failed)?;
-                con.set_write_timeout(Some(timeout)).map_err(failed)?;
+                let left = timeout
+                    .saturating_sub(started.elapsed())
+                    .max(Duration::from_millis(1));
+                con.set_read_timeout(Some(left)).map_err(failed)?;
+                con.set_write_timeout(Some(left)).map_err(failed)?;
                 *slot = Some(con);
             }
             let con = slot.as_mut().expect("connected above");
             match f(con) {
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    if fresh {
+                        con.set_read_timeout(Some(timeout)).map_err(failed)?;
+                        con.set_write_timeout(Some(timeout)).map_err(failed)?;
+                    }
+                    return Ok(v);
+                }
                 Err(e) => {
                     let broken = e.is_io_error()
                         || e.is_timeout()

@@ -52,10 +52,12 @@ use redis::Script;
 
 mod connection;
 mod expiry;
+mod scripts;
 
 pub use connection::{CONNECTIONS, Redis, RedisUrl, check_name};
 use expiry::EXPIRE;
 pub use expiry::{Capped, Expiry};
+use scripts::{APPLY, LOOKUP, READ};
 
 use super::{Error, Result, Store, apply_totals, check_buckets};
 use crate::model::{Delta, Label, TokenCounts, Totals};
@@ -78,61 +80,6 @@ const SAMPLES: u32 = 64;
 /// Times a change is computed again when other hosts' changes keep coming
 /// in between (each retry means another change was applied).
 const RETRIES: usize = 64;
-
-/// Applies one change. KEYS: meta, words, grams, registry. ARGV: the
-/// generation the totals were read at, the new totals, the day changed
-/// words are stamped with, the number of word changes, then (word, Δham, Δspam) for each, the number of bucket
-/// changes, (bucket, Δham, Δspam) for each, then (digest, label or "")
-/// for each registry change. Returns `{-1, generation}` if the generation
-/// moved, `{-2, field}` if a count would overflow (nothing written), else
-/// `{new generation, inexact}`.
-const APPLY: &str = r#"
-local gen = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
-if gen ~= tonumber(ARGV[1]) then return {-1, gen} end
-local MAX = 4294967295
-local inexact = 0
-local writes = {}
-local day = tonumber(ARGV[3])
-local i = 4
-for k = 2, 3 do
-  local n = tonumber(ARGV[i]); i = i + 1
-  for _ = 1, n do
-    local field, dh, ds = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-    i = i + 3
-    local old = redis.call('HGET', KEYS[k], field)
-    local h, s = 0, 0
-    if old then h, s = struct.unpack('<I4I4', old) end
-    local nh, ns = h + dh, s + ds
-    if nh < 0 then nh = 0; inexact = inexact + 1 end
-    if ns < 0 then ns = 0; inexact = inexact + 1 end
-    if nh > MAX or ns > MAX then return {-2, field} end
-    writes[#writes + 1] = {k, field, nh, ns, old ~= false}
-  end
-end
-local tokens = 0
-for _, w in ipairs(writes) do
-  if w[3] == 0 and w[4] == 0 then
-    if w[5] then redis.call('HDEL', KEYS[w[1]], w[2]); tokens = tokens - 1 end
-  else
-    local value
-    if w[1] == 2 then value = struct.pack('<I4I4I4', w[3], w[4], day)
-    else value = struct.pack('<I4I4', w[3], w[4]) end
-    redis.call('HSET', KEYS[w[1]], w[2], value)
-    if not w[5] then tokens = tokens + 1 end
-  end
-end
-while i <= #ARGV do
-  if ARGV[i + 1] == '' then
-    redis.call('HDEL', KEYS[4], ARGV[i])
-  else
-    redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
-  end
-  i = i + 2
-end
-redis.call('HSET', KEYS[1], 'totals', ARGV[2], 'generation', gen + 1, 'format', '2')
-redis.call('HINCRBY', KEYS[1], 'tokens', tokens)
-return {gen + 1, inexact}
-"#;
 
 /// The keys of one model.
 #[derive(Debug, Clone)]
@@ -210,6 +157,8 @@ impl Redis {
             keys: Keys::new(&name),
             shown,
             script: Script::new(APPLY),
+            read: Script::new(READ),
+            lookup: Script::new(LOOKUP),
             expire: Script::new(EXPIRE),
             today: None,
         })
@@ -222,6 +171,8 @@ pub struct RedisStore {
     keys: Keys,
     shown: String,
     script: Script,
+    read: Script,
+    lookup: Script,
     expire: Script,
     /// The day changes are stamped with, if not today (tests).
     today: Option<u32>,
@@ -267,18 +218,14 @@ impl RedisStore {
     /// The totals, the generation they were read at, and the label the
     /// registry has for `digest` (None if not asked), read at one moment.
     fn read_for_change(&self, digest: Option<&Digest>) -> Result<(Totals, u64, Option<Label>)> {
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("HMGET")
-            .arg(&self.keys.meta)
-            .arg("totals")
-            .arg("generation")
-            .cmd("HGET")
-            .arg(&self.keys.registry)
+        let mut invocation = self.read.prepare_invoke();
+        invocation
+            .key(&self.keys.meta)
+            .key(&self.keys.registry)
             .arg(digest.map_or(&[][..], |d| &d[..]));
-        type Read = ((Option<Vec<u8>>, Option<u64>), Option<String>);
-        let ((totals, generation), code): Read =
-            self.redis.with(&self.shown, |con| pipe.query(con))?;
+        type Read = (Option<Vec<u8>>, Option<u64>, Option<String>);
+        let (totals, generation, code): Read =
+            self.redis.with(&self.shown, |con| invocation.invoke(con))?;
         let totals = match totals {
             None => Totals::default(),
             Some(json) => serde_json::from_slice(&json)
@@ -483,33 +430,25 @@ impl RedisStore {
     /// stored (None: none yet). A model of another key layout is an
     /// error.
     pub fn lookup(&self, words: &[&str], grams: &[u32]) -> Result<Lookup> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("HMGET")
-            .arg(&self.keys.meta)
-            .arg("totals")
-            .arg("generation")
-            .arg("header")
-            .arg("format");
-        // HMGET needs a field: an empty list asks for one that is never
-        // stored (every stored field has a length).
-        pipe.cmd("HMGET").arg(&self.keys.words);
-        if words.is_empty() {
-            pipe.arg("");
-        }
+        let mut invocation = self.lookup.prepare_invoke();
+        invocation
+            .key(&self.keys.meta)
+            .key(&self.keys.words)
+            .key(&self.keys.grams)
+            .arg(words.len());
         for w in words {
-            pipe.arg(*w);
-        }
-        pipe.cmd("HMGET").arg(&self.keys.grams);
-        if grams.is_empty() {
-            pipe.arg("");
+            invocation.arg(*w);
         }
         for b in grams {
-            pipe.arg(&b.to_be_bytes()[..]);
+            invocation.arg(&b.to_be_bytes()[..]);
         }
         type Meta = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>, Option<u32>);
         type Values = Vec<Option<Vec<u8>>>;
         let (meta, word_values, gram_values): (Meta, Values, Values) =
-            self.redis.with(&self.shown, |con| pipe.query(con))?;
+            self.redis.with(&self.shown, |con| invocation.invoke(con))?;
+        if word_values.len() != words.len() || gram_values.len() != grams.len() {
+            return Err(self.corrupt("the lookup script answered for other features".into()));
+        }
         self.check_layout(Some(meta.3))?;
         let totals = match meta.0 {
             None => Totals::default(),
@@ -734,6 +673,39 @@ mod tests {
         RedisStore::open(&url, user, WAIT).unwrap()
     }
 
+    /// A message of more features than Lua can unpack at once (8,000), or
+    /// of none: each answered, in order.
+    #[test]
+    fn a_lookup_answers_for_every_feature_asked_in_order() {
+        let server = RedisServer::start();
+        let mut store = open(&server, "many", None);
+        store
+            .apply(&message_of(
+                &[Feature::Word("w00007"), Feature::Gram(9)],
+                Label::Spam,
+                1,
+                1,
+                0,
+            ))
+            .unwrap();
+        let words: Vec<String> = (0..20_000).map(|i| format!("w{i:05}")).collect();
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        let grams: Vec<u32> = (0..20_000).collect();
+        let found = store.lookup(&words, &grams).unwrap();
+        assert_eq!(found.words.len(), words.len());
+        assert_eq!(found.grams.len(), grams.len());
+        let seen = TokenCounts { ham: 0, spam: 1 };
+        for (i, c) in found.words.iter().enumerate() {
+            assert_eq!(*c, (i == 7).then_some(seen), "word {i}");
+        }
+        for (i, c) in found.grams.iter().enumerate() {
+            assert_eq!(*c, (i == 9).then_some(seen), "bucket {i}");
+        }
+        let none = store.lookup(&[], &[]).unwrap();
+        assert_eq!((none.words.len(), none.grams.len()), (0, 0));
+        assert_eq!(none.totals.messages, [0, 1]);
+    }
+
     #[test]
     fn the_script_writes_the_layout_this_build_reads() {
         assert!(APPLY.contains(&format!("'format', '{LAYOUT}'")));
@@ -944,6 +916,32 @@ mod tests {
         server.restart();
         store.apply(&message(&["z"], Label::Spam, 1, 3, 0)).unwrap();
         assert_eq!(store.totals().unwrap().messages, [0, 1]);
+    }
+
+    /// A Redis that hangs (stopped, its connections open): a lookup on a
+    /// connection kept from before, and one on a new connection, each
+    /// fail as Redis errors, and the same store works once it answers.
+    #[test]
+    fn a_redis_that_hangs_is_an_error_and_use_resumes_when_it_answers() {
+        let server = RedisServer::start();
+        let url = RedisUrl::parse(&server.url("/0")).unwrap();
+        let timeout = Duration::from_millis(200);
+        let mut store = RedisStore::open(&url, None, timeout).unwrap();
+        store.apply(&message(&["x"], Label::Ham, 1, 1, 0)).unwrap();
+        server.pause();
+        let kept = store.lookup(&["x"], &[]).unwrap_err();
+        let fresh = Redis::new(&url, timeout)
+            .unwrap()
+            .store(None)
+            .unwrap()
+            .lookup(&["x"], &[])
+            .unwrap_err();
+        server.resume();
+        for err in [kept, fresh] {
+            assert!(matches!(err, Error::Redis { .. }), "{err}");
+        }
+        let found = store.lookup(&["x"], &[]).unwrap();
+        assert_eq!(found.words, [Some(TokenCounts { ham: 1, spam: 0 })]);
     }
 
     #[test]
