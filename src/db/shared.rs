@@ -19,7 +19,7 @@
 //! stacker) is the [`SharedHeader`], stored with the counts.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -88,7 +88,7 @@ pub struct SharedModel {
     built: Mutex<Option<Arc<Built>>>,
     /// How long counts read from Redis are used again (zero: never).
     window: Duration,
-    recent: Mutex<Recent>,
+    recent: RwLock<Recent>,
 }
 
 /// Counts read from Redis lately, used again while they are younger than
@@ -101,8 +101,8 @@ pub struct SharedModel {
 /// host's own changes.
 struct Recent {
     since: Instant,
-    words: HashMap<String, Option<TokenCounts>>,
-    grams: HashMap<u32, Option<TokenCounts>>,
+    words: HashMap<String, Option<TokenCounts>, Hasher>,
+    grams: HashMap<u32, Option<TokenCounts>, Hasher>,
     /// The totals, generation and header of the last lookup.
     meta: Option<(Totals, u64, Option<Vec<u8>>)>,
     /// The generation the window began at: what it read is exact while the
@@ -112,6 +112,10 @@ struct Recent {
     stale: bool,
 }
 
+/// The hasher of [`Recent`]'s maps: fast, seeded at random (the words
+/// are the senders').
+type Hasher = foldhash::fast::RandomState;
+
 /// Features [`Recent`] holds at most (some tens of megabytes).
 const RECENT_MAX: usize = 500_000;
 
@@ -119,8 +123,8 @@ impl Recent {
     fn new() -> Recent {
         Recent {
             since: Instant::now(),
-            words: HashMap::new(),
-            grams: HashMap::new(),
+            words: HashMap::default(),
+            grams: HashMap::default(),
             meta: None,
             began: None,
             stale: false,
@@ -141,7 +145,7 @@ impl SharedModel {
             store,
             built: Mutex::new(None),
             window: Duration::ZERO,
-            recent: Mutex::new(Recent::new()),
+            recent: RwLock::new(Recent::new()),
         }
     }
 
@@ -156,7 +160,7 @@ impl SharedModel {
     /// Forgets the counts read lately (after a change this host made to
     /// more than counts).
     fn forget_recent(&self) {
-        *self.recent.lock().unwrap_or_else(|e| e.into_inner()) = Recent::new();
+        *self.recent.write().unwrap_or_else(|e| e.into_inner()) = Recent::new();
     }
 
     /// Forgets what this host read of a message's features and of the
@@ -165,7 +169,7 @@ impl SharedModel {
     /// of entries on a busy host, would cost each learn more than the
     /// learn).
     fn forget_message(&self, features: &Features) {
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
         for w in features.tokens.iter() {
             recent.words.remove(w);
         }
@@ -184,8 +188,33 @@ impl SharedModel {
         if self.window.is_zero() {
             return self.store.lookup(words, grams);
         }
+        // Most messages: every count was read lately, under a lock many
+        // judging threads share.
+        {
+            let recent = self.recent.read().unwrap_or_else(|e| e.into_inner());
+            if recent.since.elapsed() < self.window
+                && !recent.stale
+                && let Some((totals, generation, header)) = &recent.meta
+            {
+                let w: Option<Vec<_>> = words
+                    .iter()
+                    .map(|w| recent.words.get(*w).copied())
+                    .collect();
+                let g: Option<Vec<_>> =
+                    grams.iter().map(|g| recent.grams.get(g).copied()).collect();
+                if let (Some(words), Some(grams)) = (w, g) {
+                    return Ok(Lookup {
+                        words,
+                        grams,
+                        totals: totals.clone(),
+                        generation: *generation,
+                        header: header.clone(),
+                    });
+                }
+            }
+        }
         let over = {
-            let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            let recent = self.recent.read().unwrap_or_else(|e| e.into_inner());
             recent.since.elapsed() >= self.window
         };
         if over {
@@ -193,7 +222,7 @@ impl SharedModel {
             // landed since it began (the generation did not move), and is
             // forgotten otherwise.
             let now = self.store.lookup(&[], &[])?;
-            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
             let unchanged = recent.began == Some(now.generation);
             if unchanged && recent.words.len() + recent.grams.len() <= RECENT_MAX {
                 recent.since = Instant::now();
@@ -205,7 +234,7 @@ impl SharedModel {
             recent.meta = Some((now.totals, now.generation, now.header));
         }
         let (missing_words, missing_grams) = {
-            let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            let recent = self.recent.read().unwrap_or_else(|e| e.into_inner());
             let w: Vec<&str> = words
                 .iter()
                 .copied()
@@ -219,7 +248,7 @@ impl SharedModel {
             (w, g)
         };
         let known_meta = {
-            let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            let recent = self.recent.read().unwrap_or_else(|e| e.into_inner());
             recent.meta.is_some() && !recent.stale
         };
         let fetched = if missing_words.is_empty() && missing_grams.is_empty() && known_meta {
@@ -227,7 +256,7 @@ impl SharedModel {
         } else {
             Some(self.store.lookup(&missing_words, &missing_grams)?)
         };
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = &fetched {
             for (w, c) in missing_words.iter().zip(&f.words) {
                 recent.words.insert((*w).to_string(), *c);

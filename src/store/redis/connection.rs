@@ -176,6 +176,17 @@ impl Redis {
     pub(super) fn with<T>(
         &self,
         shown: &str,
+        f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        self.with_answers(shown, 1, f)
+    }
+
+    /// [`Redis::with`] for `f` that waits for `answers` answers in turn
+    /// (a pipeline of that many commands): all of them within the timeout.
+    pub(super) fn with_answers<T>(
+        &self,
+        shown: &str,
+        answers: u32,
         mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let failed = |e: redis::RedisError| Error::Redis {
@@ -215,17 +226,24 @@ impl Redis {
                     .client
                     .get_connection_with_timeout(timeout / handshake.max(1))
                     .map_err(failed)?;
-                let left = timeout
-                    .saturating_sub(started.elapsed())
-                    .max(Duration::from_millis(1));
-                con.set_read_timeout(Some(left)).map_err(failed)?;
-                con.set_write_timeout(Some(left)).map_err(failed)?;
                 *slot = Some(con);
             }
             let con = slot.as_mut().expect("connected above");
+            // A pipeline waits for each of its answers in turn, each read
+            // bounded by the socket's timeout: each gets its share of what
+            // is left.
+            let tuned = fresh || answers > 1;
+            if tuned {
+                let left = timeout
+                    .saturating_sub(started.elapsed())
+                    .max(Duration::from_millis(1));
+                let each = (left / answers.max(1)).max(Duration::from_millis(1));
+                con.set_read_timeout(Some(each)).map_err(failed)?;
+                con.set_write_timeout(Some(left)).map_err(failed)?;
+            }
             match f(con) {
                 Ok(v) => {
-                    if fresh {
+                    if tuned {
                         con.set_read_timeout(Some(timeout)).map_err(failed)?;
                         con.set_write_timeout(Some(timeout)).map_err(failed)?;
                     }

@@ -57,7 +57,7 @@ mod scripts;
 pub use connection::{CONNECTIONS, Redis, RedisUrl, check_name};
 use expiry::EXPIRE;
 pub use expiry::{Capped, Expiry};
-use scripts::{APPLY, LOOKUP, READ};
+use scripts::{APPLY, READ};
 
 use super::{Error, Result, Store, apply_totals, check_buckets};
 use crate::model::{Delta, Label, TokenCounts, Totals};
@@ -158,7 +158,6 @@ impl Redis {
             shown,
             script: Script::new(APPLY),
             read: Script::new(READ),
-            lookup: Script::new(LOOKUP),
             expire: Script::new(EXPIRE),
             today: None,
         })
@@ -172,7 +171,6 @@ pub struct RedisStore {
     shown: String,
     script: Script,
     read: Script,
-    lookup: Script,
     expire: Script,
     /// The day changes are stamped with, if not today (tests).
     today: Option<u32>,
@@ -430,22 +428,36 @@ impl RedisStore {
     /// stored (None: none yet). A model of another key layout is an
     /// error.
     pub fn lookup(&self, words: &[&str], grams: &[u32]) -> Result<Lookup> {
-        let mut invocation = self.lookup.prepare_invoke();
-        invocation
-            .key(&self.keys.meta)
-            .key(&self.keys.words)
-            .key(&self.keys.grams)
-            .arg(words.len());
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET")
+            .arg(&self.keys.meta)
+            .arg("totals")
+            .arg("generation")
+            .arg("header")
+            .arg("format");
+        // HMGET needs a field: an empty list asks for one that is never
+        // stored (every stored field has a length).
+        pipe.cmd("HMGET").arg(&self.keys.words);
+        if words.is_empty() {
+            pipe.arg("");
+        }
         for w in words {
-            invocation.arg(*w);
+            pipe.arg(*w);
+        }
+        pipe.cmd("HMGET").arg(&self.keys.grams);
+        if grams.is_empty() {
+            pipe.arg("");
         }
         for b in grams {
-            invocation.arg(&b.to_be_bytes()[..]);
+            pipe.arg(&b.to_be_bytes()[..]);
         }
         type Meta = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>, Option<u32>);
         type Values = Vec<Option<Vec<u8>>>;
-        let (meta, word_values, gram_values): (Meta, Values, Values) =
-            self.redis.with(&self.shown, |con| invocation.invoke(con))?;
+        let (meta, mut word_values, mut gram_values): (Meta, Values, Values) = self
+            .redis
+            .with_answers(&self.shown, 3, |con| pipe.query(con))?;
+        word_values.truncate(words.len());
+        gram_values.truncate(grams.len());
         if word_values.len() != words.len() || gram_values.len() != grams.len() {
             return Err(self.corrupt("the lookup script answered for other features".into()));
         }

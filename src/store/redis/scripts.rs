@@ -1,7 +1,6 @@
-//! The Lua scripts the store runs: each is one command, so a call waits
-//! for one answer (a pipeline of N commands would wait for each of N
-//! answers in turn, N timeouts from a Redis that stopped answering), and
-//! what it reads is read at one moment.
+//! The Lua scripts that change a model and read what a change is computed
+//! from: each is one command, so what it reads and writes is read and
+//! written at one moment.
 
 /// Applies one change. KEYS: meta, words, grams, registry. ARGV: the
 /// generation the totals were read at, the new totals, the day changed
@@ -66,25 +65,4 @@ local m = redis.call('HMGET', KEYS[1], 'totals', 'generation')
 local label = false
 if ARGV[1] ~= '' then label = redis.call('HGET', KEYS[2], ARGV[1]) end
 return {m[1], m[2], label}
-"#;
-
-/// Reads what judging a message needs. KEYS: meta, words, grams. ARGV:
-/// the number of words, the words, then the buckets. Returns {{totals,
-/// generation, header, format}, the words' values, the buckets' values}
-/// (nil for what is absent), in the order asked.
-pub(super) const LOOKUP: &str = r#"
-local function get(key, from, to)
-  local out = {}
-  local i = from
-  while i <= to do
-    local j = math.min(i + 999, to)
-    local part = redis.call('HMGET', key, unpack(ARGV, i, j))
-    for k = 1, j - i + 1 do out[#out + 1] = part[k] end
-    i = j + 1
-  end
-  return out
-end
-local n = tonumber(ARGV[1])
-local meta = redis.call('HMGET', KEYS[1], 'totals', 'generation', 'header', 'format')
-return {meta, get(KEYS[2], 2, n + 1), get(KEYS[3], n + 2, #ARGV)}
 "#;
