@@ -20,6 +20,16 @@ use super::scan::{Format, Line, write_line};
 use super::tokens::unquoted;
 use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 
+/// `stats`' line on what the stacker was fitted on.
+fn calibrated_line(messages: usize) -> String {
+    format!(
+        "calibrated on       {messages} messages (by the last train run, at most {} of each \
+         class, or by learning: the last {} judged before they were learned)",
+        bayesmail::fit::SAMPLE_PER_CLASS,
+        bayesmail::decision::prequential::KEPT
+    )
+}
+
 /// The stacker's weights as `stats` prints them: `view 0.906, …`.
 fn weights_line<D: std::fmt::Display>(weights: impl Iterator<Item = (D, f64)>) -> String {
     weights
@@ -65,11 +75,7 @@ fn shared_stats(redis: &bayesmail::store::redis::Redis, args: &StatsArgs) -> Res
         "model               {}",
         serde_json::to_string(&s.params)?
     )?;
-    writeln!(
-        out,
-        "calibrated on       {} messages (by the last train run)",
-        s.calibrated_on
-    )?;
+    writeln!(out, "{}", calibrated_line(s.calibrated_on))?;
     writeln!(
         out,
         "view weights        {}",
@@ -279,14 +285,7 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
             "model               {}",
             serde_json::to_string(&s.params)?
         )?;
-        writeln!(
-            out,
-            "calibrated on       {} messages (by the last train run, at most {} of each class, \
-             or by learning: the last {} judged before they were learned)",
-            s.calibrated_on,
-            bayesmail::fit::SAMPLE_PER_CLASS,
-            bayesmail::decision::prequential::KEPT
-        )?;
+        writeln!(out, "{}", calibrated_line(s.calibrated_on))?;
         writeln!(
             out,
             "view weights        {}",

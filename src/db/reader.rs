@@ -105,7 +105,15 @@ pub fn judge(
     words: usize,
     metadata: &[f64; METADATA_LEN],
 ) -> Judgment {
-    let score = score(model, stacker, known, words, metadata);
+    judged(
+        model,
+        score(model, stacker, known, words, metadata),
+        decider,
+    )
+}
+
+/// The judgment of `score`, a score by `model`: [`Decider::verdict`].
+pub fn judged(model: &Model, score: Score, decider: &Decider) -> Judgment {
     let (verdict, doubt) = decider.verdict(model.messages(), &score.evidence, score.probability);
     Judgment {
         score,

@@ -26,14 +26,16 @@ use serde::{Deserialize, Serialize};
 
 use super::TrainSummary;
 use super::learnlog::Change;
-use super::{Judgment, judge};
+use super::{Judgment, Score};
+use crate::decision::calibrate::INPUTS;
+use crate::decision::prequential::{Prequential, Sample, key_of};
 use crate::decision::{Calibrator, Decider};
 use crate::features::Features;
 use crate::message::Identity;
 use crate::model::{Delta, Label, Model, Params, TokenCounts, Totals, ValidParams};
-use crate::store::redis::{Capped, Expiry, Lookup, Memory, RedisStore, RedisUrl};
-use crate::store::{Error, Result, Store};
-use crate::vocab::{VIEWS, View};
+use crate::store::redis::{Capped, Expiry, Lookup, Memory, RedisStore, RedisUrl, Samples};
+use crate::store::{Error, Result, Store, samples};
+use crate::vocab::{Digest, VIEWS, View};
 
 /// What a shared model needs beyond its counts.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -72,7 +74,7 @@ pub struct SharedStats {
     /// Messages the stacker was fitted on (0: not fitted).
     pub calibrated_on: usize,
     /// The stacker's weight of each view and of the metadata.
-    pub weights: Vec<(&'static str, f64)>,
+    pub weights: std::collections::BTreeMap<&'static str, f64>,
 }
 
 /// The model of one generation, with its header.
@@ -115,6 +117,10 @@ struct Recent {
 /// The hasher of [`Recent`]'s maps: fast, seeded at random (the words
 /// are the senders').
 type Hasher = foldhash::fast::RandomState;
+
+/// Times the prequential record's change is computed again when other
+/// hosts keep changing it.
+const RESTACK_RETRIES: usize = 16;
 
 /// Features [`Recent`] holds at most (some tens of megabytes).
 const RECENT_MAX: usize = 500_000;
@@ -297,6 +303,16 @@ impl SharedModel {
     /// also says how many messages of each class (`[ham, spam]`) that
     /// model had learned.
     pub fn judge(&self, features: &Features, decider: &Decider) -> Result<(Judgment, [u64; 2])> {
+        let (score, built, messages) = self.score(features)?;
+        Ok((
+            super::reader::judged(&built.model, score, decider),
+            messages,
+        ))
+    }
+
+    /// [`SharedModel::judge`]'s score, the model that gave it, and the
+    /// messages of each class it had learned.
+    fn score(&self, features: &Features) -> Result<(Score, Arc<Built>, [u64; 2])> {
         let words: Vec<&str> = features.tokens.iter().collect();
         let lookup = self.lookup(&words, &features.grams)?;
         let built = self.built(lookup.generation, &lookup)?;
@@ -310,15 +326,14 @@ impl SharedModel {
                     .iter()
                     .filter_map(|c| c.map(|c| (View::Bytes, c))),
             );
-        let judgment = judge(
+        let score = super::reader::score(
             &built.model,
             &built.header.calibrator,
-            decider,
             known,
             words.len(),
             &features.metadata.0,
         );
-        Ok((judgment, lookup.totals.messages))
+        Ok((score, built, lookup.totals.messages))
     }
 
     /// The model for `generation`, built from `lookup` unless the one kept
@@ -349,8 +364,28 @@ impl SharedModel {
     }
 
     /// Learns a message under `label`, exactly once: not again under the
-    /// same label, moved from the other one.
+    /// same label, moved from the other one. The stacker follows, as a
+    /// database's does when it learns ([`crate::decision::prequential`]):
+    /// the message's score by the model before the learn is kept with its
+    /// label, and the stacker is fitted again when the rule says so.
     pub fn learn(&self, features: &Features, identity: &Identity, label: Label) -> Result<Change> {
+        // A model of both classes scores it; one without gives no sample.
+        let inputs = match self.score(features)? {
+            (score, _, [ham, spam]) if ham > 0 && spam > 0 => Some(score.evidence.stacker_inputs()),
+            _ => None,
+        };
+        let change = self.learn_counts(features, identity, label)?;
+        self.restack(&identity.digest, change, inputs);
+        Ok(change)
+    }
+
+    /// [`SharedModel::learn`]'s counts only.
+    fn learn_counts(
+        &self,
+        features: &Features,
+        identity: &Identity,
+        label: Label,
+    ) -> Result<Change> {
         let (before, _) = self.store.transact(
             |_, had| {
                 Ok(match had {
@@ -391,7 +426,104 @@ impl SharedModel {
             Some(&identity.digest),
         )?;
         self.forget_message(features);
+        if let Some(old) = had {
+            self.restack(&identity.digest, Change::Unlearned(old), None);
+        }
         Ok(had)
+    }
+
+    /// Takes `change` of the message `digest` (its stacker inputs before
+    /// a learn, if the model had both classes) into the prequential
+    /// record, and stores the stacker fitted again if the rule says so.
+    /// The record follows the label the registry has for the message when
+    /// the record is written (another host may have moved or unlearned it
+    /// since this change), and is computed again if another host changed
+    /// the record or that label in between. A record that cannot be read
+    /// or stored (Redis gone since the change) never fails the change: the
+    /// refits wait until a record holds enough.
+    fn restack(&self, digest: &Digest, change: Change, inputs: Option<[f64; INPUTS]>) {
+        if matches!(change, Change::Already(_)) {
+            return;
+        }
+        let key = key_of(digest);
+        for _ in 0..RESTACK_RETRIES {
+            let Ok(stored) = self.store.samples(Some(digest)) else {
+                return;
+            };
+            let Ok(header) = self.header_of(stored.header.as_deref()) else {
+                return;
+            };
+            let fitted_on = u32::try_from(header.calibrated_on).unwrap_or(u32::MAX);
+            let before = stored
+                .record
+                .as_deref()
+                .and_then(samples::parse)
+                .unwrap_or_else(|| Prequential::without_samples(fitted_on));
+            let mut record = before.clone();
+            let mut refitted = None;
+            match (stored.label, change) {
+                (None, _) => record.forget(key),
+                (Some(now), Change::Learned(_)) if !record.samples().any(|s| s.key == key) => {
+                    if let Some(inputs) = inputs {
+                        let spam = now == Label::Spam;
+                        refitted = record.observe(Sample { key, inputs, spam });
+                    }
+                }
+                (Some(now), _) => record.relabel(key, now == Label::Spam),
+            }
+            if record == before {
+                return;
+            }
+            let header = refitted.map(|(calibrator, n)| SharedHeader {
+                calibrator,
+                calibrated_on: n,
+                ..header
+            });
+            match self.put_record(&stored, Some(digest), &record, header.as_ref()) {
+                Ok(true) | Err(_) => return,
+                Ok(false) => {}
+            }
+        }
+    }
+
+    /// Stores `record`, and `header` if given, unless the record or the
+    /// label of `digest` moved since `read` was read (false).
+    fn put_record(
+        &self,
+        read: &Samples,
+        digest: Option<&Digest>,
+        record: &Prequential,
+        header: Option<&SharedHeader>,
+    ) -> Result<bool> {
+        let header = match header {
+            Some(h) => {
+                h.params
+                    .check()
+                    .map_err(|e| Error::Invalid(format!("model parameters: {e}")))?;
+                Some(serde_json::to_vec(h).map_err(|e| {
+                    Error::Invalid(format!("the model header does not serialise: {e}"))
+                })?)
+            }
+            None => None,
+        };
+        let written =
+            self.store
+                .put_samples(read, digest, &samples::encode(record), header.as_deref())?;
+        if written && header.is_some() {
+            self.forget_recent();
+        }
+        Ok(written)
+    }
+
+    /// The header stored as `json` (None: the default one).
+    fn header_of(&self, json: Option<&[u8]>) -> Result<SharedHeader> {
+        match json {
+            None => Ok(SharedHeader::default()),
+            Some(json) => serde_json::from_slice(json).map_err(|e| Error::Corrupt {
+                path: self.store.shown().into(),
+                reason: format!("the model header does not read: {e}"),
+            }),
+        }
     }
 
     /// Stores what the model needs beyond its counts.
@@ -501,7 +633,7 @@ impl SharedModel {
         };
         let quiet = |_: Progress<'_>| {};
         super::train::read_folders(&storing, &quiet, &mut |m, _| {
-            match self.learn(&m.features, &m.identity, m.label)? {
+            match self.learn_counts(&m.features, &m.identity, m.label)? {
                 Change::Learned(_) => summary.learned += 1,
                 Change::Relabelled(_) => summary.relearned += 1,
                 _ => summary.unchanged += 1,
@@ -513,12 +645,31 @@ impl SharedModel {
         // the counts as they are); a run that changed nothing leaves the
         // stacker too.
         summary.snapshot_written = summary.learned + summary.relearned > 0;
-        if let (Some(f), true) = (&fitted, summary.snapshot_written) {
-            self.set_header(&SharedHeader {
+        // The learns after this run refit on the scores its stacker was
+        // fitted on, and then on theirs.
+        if let (Some(f), true) = (fitted, summary.snapshot_written) {
+            let header = SharedHeader {
                 params: chosen,
                 calibrator: f.calibrator,
                 calibrated_on: f.messages,
-            })?;
+            };
+            let record = Prequential::after_training(f.samples);
+            let mut stored = false;
+            for _ in 0..RESTACK_RETRIES {
+                let read = self.store.samples(None)?;
+                if self.put_record(&read, None, &record, Some(&header))? {
+                    stored = true;
+                    break;
+                }
+            }
+            if !stored {
+                return Err(Error::Invalid(format!(
+                    "{}: other hosts kept changing the model while the stacker was stored; \
+                     train again",
+                    self.store.shown()
+                ))
+                .into());
+            }
         }
         Ok(Trained {
             read: reading.read,
@@ -602,6 +753,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use super::*;
+    use crate::db::judge;
     use crate::decision::{Costs, Verdict};
     use crate::features::Extractor;
     use crate::store::MemoryStore;
@@ -735,6 +887,23 @@ mod tests {
             local.apply(&d).unwrap();
         }
         assert_eq!(dump(last.store()), dump(&local), "counts differ");
+        // The stacker the hosts refitted as they learned (their order was
+        // theirs): the one a local model judges with.
+        let stored = last.store().samples(None).unwrap();
+        let header = last.header_of(stored.header.as_deref()).unwrap();
+        // The record the hosts kept changing at once lost no move: each
+        // sample is one taught message's, once, under its last label.
+        let record = samples::parse(&stored.record.unwrap()).unwrap();
+        let labels: HashMap<u64, bool> = taught
+            .iter()
+            .map(|m| (key_of(&m.identity.digest), m.label == Label::Spam))
+            .collect();
+        let mut keys = std::collections::HashSet::new();
+        for sample in record.samples() {
+            assert!(keys.insert(sample.key), "a message's sample twice");
+            assert_eq!(labels.get(&sample.key), Some(&sample.spam));
+        }
+        assert!(keys.len() > taught.len() / 2, "{} samples", keys.len());
         let mut verdicts = [0; 3];
         for _ in 0..hosts {
             let host = SharedModel::open(&url, None, WAIT).unwrap();

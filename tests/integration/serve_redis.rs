@@ -252,6 +252,74 @@ fn train_learn_unlearn_and_stats_work_on_the_counts_in_redis_and_other_commands_
     }
 }
 
+/// `stats --json`'s stacker: (messages it was fitted on, each view's weight).
+fn stacker(db: &Db, args: &[&str]) -> (u64, Vec<(String, f64)>) {
+    let mut all = args.to_vec();
+    all.extend(["stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(&db.ok(&all, None)).unwrap();
+    let mut weights: Vec<(String, f64)> = stats["weights"]
+        .as_object()
+        .unwrap_or_else(|| panic!("weights: {stats}"))
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_f64().unwrap()))
+        .collect();
+    weights.sort_by(|a, b| a.0.cmp(&b.0));
+    (stats["calibrated_on"].as_u64().unwrap(), weights)
+}
+
+#[test]
+fn a_model_in_redis_built_only_by_learn_fits_its_stacker_as_a_database_does() {
+    let redis = RedisServer::start();
+    let url = redis.url("/0?prefix=young");
+    let (shared, local) = (Db::new(), Db::new());
+    let store = ["--store", url.as_str()];
+    let (spam, ham) = (files(sample_spam()), files(sample_ham()));
+    let both = |args: &[&str]| {
+        shared.ok(&[&store[..], args].concat(), None);
+        local.ok(args, None);
+    };
+    // The same scores before each learn, the same rule: the same stacker.
+    let same = || {
+        let (fitted, in_redis) = (stacker(&local, &[]), stacker(&shared, &store));
+        assert_eq!(in_redis.0, fitted.0, "fitted on");
+        for ((view, w), (_, expected)) in in_redis.1.iter().zip(&fitted.1) {
+            assert!(
+                (w - expected).abs() < 1e-9,
+                "{view}: {w} against {expected}"
+            );
+        }
+        fitted
+    };
+    for (s, h) in spam.iter().zip(&ham) {
+        both(&["learn", "--spam", utf8(s)]);
+        both(&["learn", "--ham", utf8(h)]);
+    }
+    let first = same();
+    assert!(first.0 > 0, "the database never refitted");
+    // A move and an unlearn take the message's sample along, and the next
+    // refits fit on what is left: both models keep agreeing.
+    both(&["learn", "--ham", utf8(&spam[3])]);
+    both(&["unlearn", utf8(&ham[5])]);
+    let more = root().join("corpora").join("scripts").join("train");
+    for (s, h) in files(more.join("spam"))
+        .iter()
+        .zip(files(more.join("ham")))
+        .take(8)
+    {
+        both(&["learn", "--spam", utf8(s)]);
+        both(&["learn", "--ham", utf8(&h)]);
+    }
+    let second = same();
+    assert!(
+        second.0 > first.0,
+        "no refit after the move: {first:?} {second:?}"
+    );
+    let memory: serde_json::Value =
+        serde_json::from_str(&shared.ok(&[&store[..], &["stats", "--json"]].concat(), None))
+            .unwrap();
+    assert!(memory["memory_parts"]["samples"].as_u64().unwrap() > 0);
+}
+
 /// The X-Spam-Status field `filter` gives `message` with `args` before it.
 fn filter_status(db: &Db, args: &[&str], message: &std::path::Path) -> String {
     let raw = std::fs::read(message).unwrap();

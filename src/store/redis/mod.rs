@@ -20,6 +20,9 @@
 //! - `{NAME}:r`, a hash: each learned message's digest (32 bytes) → its
 //!   label (`h` or `s`): the registry that keeps `train` and `learn`
 //!   idempotent across hosts.
+//! - `{NAME}:s`, a string: the prequential record the stacker of a model
+//!   that learns is fitted again from ([`RedisStore::samples`]); `samples`
+//!   in `{NAME}:m` is its version.
 //! - `{NAME}:x`, a string while a host caps the model's memory
 //!   ([`RedisStore::cap`]): one host at a time does.
 //!
@@ -57,7 +60,7 @@ mod scripts;
 pub use connection::{CONNECTIONS, Redis, RedisUrl, check_name};
 use expiry::EXPIRE;
 pub use expiry::{Capped, Expiry};
-use scripts::{APPLY, READ};
+use scripts::{APPLY, READ, READ_SAMPLES, WRITE_SAMPLES};
 
 use super::{Error, Result, Store, apply_totals, check_buckets};
 use crate::model::{Delta, Label, TokenCounts, Totals};
@@ -88,6 +91,7 @@ struct Keys {
     words: String,
     grams: String,
     registry: String,
+    samples: String,
     lock: String,
 }
 
@@ -99,6 +103,7 @@ impl Keys {
             words: key("w"),
             grams: key("g"),
             registry: key("r"),
+            samples: key("s"),
             lock: key("x"),
         }
     }
@@ -520,6 +525,7 @@ impl RedisStore {
             &self.keys.words,
             &self.keys.grams,
             &self.keys.registry,
+            &self.keys.samples,
         ] {
             pipe.cmd("MEMORY")
                 .arg("USAGE")
@@ -534,7 +540,68 @@ impl RedisStore {
             words: size(1),
             grams: size(2),
             registry: size(3),
+            samples: size(4),
         })
+    }
+
+    /// The model's prequential record as stored (None: none), the version
+    /// [`RedisStore::put_samples`] needs to replace it, the header, and the
+    /// label the registry has for `digest` (if asked), read at one moment.
+    pub fn samples(&self, digest: Option<&Digest>) -> Result<Samples> {
+        let script = Script::new(READ_SAMPLES);
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&self.keys.meta)
+            .key(&self.keys.samples)
+            .key(&self.keys.registry)
+            .arg(digest.map_or(&[][..], |d| &d[..]));
+        type Read = (
+            Option<Vec<u8>>,
+            Option<String>,
+            Option<Vec<u8>>,
+            Option<String>,
+        );
+        let (record, version, header, code): Read =
+            self.redis.with(&self.shown, |con| invocation.invoke(con))?;
+        let label = match code.as_deref() {
+            None => None,
+            Some("h") => Some(Label::Ham),
+            Some("s") => Some(Label::Spam),
+            Some(other) => return Err(self.corrupt(format!("a registry label is {other:?}"))),
+        };
+        Ok(Samples {
+            record,
+            version: version.unwrap_or_default(),
+            header,
+            label,
+        })
+    }
+
+    /// Replaces the prequential record by `record`, and the header by
+    /// `header` if one is given, unless another host replaced the record
+    /// since `read` was read ([`RedisStore::samples`]) or, for `digest`,
+    /// changed the label the registry has for it: false then, and nothing
+    /// is written.
+    pub fn put_samples(
+        &self,
+        read: &Samples,
+        digest: Option<&Digest>,
+        record: &[u8],
+        header: Option<&[u8]>,
+    ) -> Result<bool> {
+        let script = Script::new(WRITE_SAMPLES);
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&self.keys.meta)
+            .key(&self.keys.samples)
+            .key(&self.keys.registry)
+            .arg(&read.version)
+            .arg(record)
+            .arg(header.unwrap_or_default())
+            .arg(digest.map_or(&[][..], |d| &d[..]))
+            .arg(read.label.map_or("", label_code));
+        let written: i64 = self.redis.with(&self.shown, |con| invocation.invoke(con))?;
+        Ok(written == 1)
     }
 
     /// Where it is, for messages: the URL without its password, and the
@@ -555,13 +622,28 @@ pub struct Memory {
     pub grams: u64,
     /// The registry of learned messages.
     pub registry: u64,
+    /// The prequential record.
+    pub samples: u64,
 }
 
 impl Memory {
     /// All of it.
     pub fn total(&self) -> u64 {
-        self.meta + self.words + self.grams + self.registry
+        self.meta + self.words + self.grams + self.registry + self.samples
     }
+}
+
+/// The answer of [`RedisStore::samples`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Samples {
+    /// The record, as stored.
+    pub record: Option<Vec<u8>>,
+    /// Its version.
+    pub version: String,
+    /// The model's header.
+    pub header: Option<Vec<u8>>,
+    /// The label the registry has for the digest asked.
+    pub label: Option<Label>,
 }
 
 /// The answer of [`RedisStore::lookup`].

@@ -66,3 +66,32 @@ local label = false
 if ARGV[1] ~= '' then label = redis.call('HGET', KEYS[2], ARGV[1]) end
 return {m[1], m[2], label}
 "#;
+
+/// Reads a model's prequential record (see
+/// [`crate::decision::prequential`]). KEYS: meta, samples, registry.
+/// ARGV: a digest, or "". Returns {record, its version, header, the
+/// digest's label} (each nil when absent).
+pub(super) const READ_SAMPLES: &str = r#"
+local m = redis.call('HMGET', KEYS[1], 'samples', 'header')
+local label = false
+if ARGV[1] ~= '' then label = redis.call('HGET', KEYS[3], ARGV[1]) end
+return {redis.call('GET', KEYS[2]), m[1], m[2], label}
+"#;
+
+/// Writes a model's prequential record, and a new header with it if one
+/// is given, unless the record changed since it was read or the digest's
+/// label did. KEYS: meta, samples, registry. ARGV: the version read (""
+/// for none), the record, the header or "", the digest or "", its label
+/// as read ("" for none). Returns 1 if written, 0 if not.
+pub(super) const WRITE_SAMPLES: &str = r#"
+local v = redis.call('HGET', KEYS[1], 'samples') or ''
+if v ~= ARGV[1] then return 0 end
+if ARGV[4] ~= '' and (redis.call('HGET', KEYS[3], ARGV[4]) or '') ~= ARGV[5] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'samples', 1)
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'header', ARGV[3])
+  redis.call('HINCRBY', KEYS[1], 'generation', 1)
+end
+return 1
+"#;
