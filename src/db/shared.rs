@@ -33,7 +33,7 @@ use crate::decision::{Calibrator, Decider};
 use crate::features::Features;
 use crate::message::Identity;
 use crate::model::{Delta, Label, Model, Params, TokenCounts, Totals, ValidParams};
-use crate::store::redis::{Capped, Expiry, Lookup, Memory, RedisStore, RedisUrl, Samples};
+use crate::store::redis::{Capped, Expiry, Lookup, Memory, Read, RedisStore, RedisUrl, Write};
 use crate::store::{Error, Result, Store, samples};
 use crate::vocab::{Digest, VIEWS, View};
 
@@ -114,13 +114,19 @@ struct Recent {
     stale: bool,
 }
 
+/// `header` as stored, its parameters checked.
+fn header_json(header: &SharedHeader) -> Result<Vec<u8>> {
+    header
+        .params
+        .check()
+        .map_err(|e| Error::Invalid(format!("model parameters: {e}")))?;
+    serde_json::to_vec(header)
+        .map_err(|e| Error::Invalid(format!("the model header does not serialise: {e}")))
+}
+
 /// The hasher of [`Recent`]'s maps: fast, seeded at random (the words
 /// are the senders').
 type Hasher = foldhash::fast::RandomState;
-
-/// Times the prequential record's change is computed again when other
-/// hosts keep changing it.
-const RESTACK_RETRIES: usize = 16;
 
 /// Features [`Recent`] holds at most (some tens of megabytes).
 const RECENT_MAX: usize = 500_000;
@@ -367,41 +373,52 @@ impl SharedModel {
     /// same label, moved from the other one. The stacker follows, as a
     /// database's does when it learns ([`crate::decision::prequential`]):
     /// the message's score by the model before the learn is kept with its
-    /// label, and the stacker is fitted again when the rule says so.
+    /// label in the record, in the same transaction as its counts, and the
+    /// stacker is fitted again when the rule says so.
     pub fn learn(&self, features: &Features, identity: &Identity, label: Label) -> Result<Change> {
         // A model of both classes scores it; one without gives no sample.
         let inputs = match self.score(features)? {
             (score, _, [ham, spam]) if ham > 0 && spam > 0 => Some(score.evidence.stacker_inputs()),
             _ => None,
         };
-        let change = self.learn_counts(features, identity, label)?;
-        self.restack(&identity.digest, change, inputs);
-        Ok(change)
+        self.change_label(features, identity, label, Some(inputs))
     }
 
-    /// [`SharedModel::learn`]'s counts only.
-    fn learn_counts(
+    /// [`SharedModel::learn`]'s counts: `inputs` is None to leave the
+    /// record as it is (a training run writes its own after), Some(None)
+    /// when the model scored no sample.
+    fn change_label(
         &self,
         features: &Features,
         identity: &Identity,
         label: Label,
+        inputs: Option<Option<[f64; INPUTS]>>,
     ) -> Result<Change> {
         let (before, _) = self.store.transact(
-            |_, had| {
-                Ok(match had {
-                    Some(l) if l == label => None,
-                    had => {
-                        let mut delta = Delta::default();
-                        if let Some(old) = had {
-                            delta.add_message(features, old, -1);
-                        }
-                        delta.add_message(features, label, 1);
-                        delta.registry.push((identity.digest, Some(label)));
-                        Some(delta)
-                    }
-                })
+            |read| {
+                let change = match read.label {
+                    Some(l) if l == label => return Ok(None),
+                    Some(_) => Change::Relabelled(label),
+                    None => Change::Learned(label),
+                };
+                let mut delta = Delta::default();
+                if let Some(old) = read.label {
+                    delta.add_message(features, old, -1);
+                }
+                delta.add_message(features, label, 1);
+                delta.registry.push((identity.digest, Some(label)));
+                let (record, header) = match inputs {
+                    Some(inputs) => self.restacked(read, &identity.digest, change, inputs)?,
+                    None => (None, None),
+                };
+                Ok(Some(Write {
+                    delta,
+                    record,
+                    header,
+                }))
             },
             Some(&identity.digest),
+            inputs.is_some(),
         )?;
         self.forget_message(features);
         Ok(match before {
@@ -411,108 +428,77 @@ impl SharedModel {
         })
     }
 
-    /// Takes a learned message back; the label it had, or None if it was
-    /// not learned (nothing changes).
+    /// Takes a learned message back, and its sample out of the record; the
+    /// label it had, or None if it was not learned (nothing changes).
     pub fn unlearn(&self, features: &Features, identity: &Identity) -> Result<Option<Label>> {
         let (had, _) = self.store.transact(
-            |_, had| {
-                Ok(had.map(|old| {
-                    let mut delta = Delta::default();
-                    delta.add_message(features, old, -1);
-                    delta.registry.push((identity.digest, None));
-                    delta
+            |read| {
+                let Some(old) = read.label else {
+                    return Ok(None);
+                };
+                let mut delta = Delta::default();
+                delta.add_message(features, old, -1);
+                delta.registry.push((identity.digest, None));
+                let change = Change::Unlearned(old);
+                let (record, header) = self.restacked(read, &identity.digest, change, None)?;
+                Ok(Some(Write {
+                    delta,
+                    record,
+                    header,
                 }))
             },
             Some(&identity.digest),
+            true,
         )?;
         self.forget_message(features);
-        if let Some(old) = had {
-            self.restack(&identity.digest, Change::Unlearned(old), None);
-        }
         Ok(had)
     }
 
-    /// Takes `change` of the message `digest` (its stacker inputs before
-    /// a learn, if the model had both classes) into the prequential
-    /// record, and stores the stacker fitted again if the rule says so.
-    /// The record follows the label the registry has for the message when
-    /// the record is written (another host may have moved or unlearned it
-    /// since this change), and is computed again if another host changed
-    /// the record or that label in between. A record that cannot be read
-    /// or stored (Redis gone since the change) never fails the change: the
-    /// refits wait until a record holds enough.
-    fn restack(&self, digest: &Digest, change: Change, inputs: Option<[f64; INPUTS]>) {
-        if matches!(change, Change::Already(_)) {
-            return;
-        }
+    /// The record (and the header, if the stacker is fitted again) after
+    /// `change` of the message `digest`, from the record and header `read`
+    /// (its stacker inputs before a learn, if the model had both classes):
+    /// each None if unchanged. A record that does not read is no record:
+    /// it never stops a change.
+    fn restacked(
+        &self,
+        read: &Read,
+        digest: &Digest,
+        change: Change,
+        inputs: Option<[f64; INPUTS]>,
+    ) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+        let header = self.header_of(read.header.as_deref())?;
+        let fitted_on = u32::try_from(header.calibrated_on).unwrap_or(u32::MAX);
+        let before = read
+            .record
+            .as_deref()
+            .and_then(samples::parse)
+            .unwrap_or_else(|| Prequential::without_samples(fitted_on));
+        let mut record = before.clone();
         let key = key_of(digest);
-        for _ in 0..RESTACK_RETRIES {
-            let Ok(stored) = self.store.samples(Some(digest)) else {
-                return;
-            };
-            let Ok(header) = self.header_of(stored.header.as_deref()) else {
-                return;
-            };
-            let fitted_on = u32::try_from(header.calibrated_on).unwrap_or(u32::MAX);
-            let before = stored
-                .record
-                .as_deref()
-                .and_then(samples::parse)
-                .unwrap_or_else(|| Prequential::without_samples(fitted_on));
-            let mut record = before.clone();
-            let mut refitted = None;
-            match (stored.label, change) {
-                (None, _) => record.forget(key),
-                (Some(now), Change::Learned(_)) if !record.samples().any(|s| s.key == key) => {
-                    if let Some(inputs) = inputs {
-                        let spam = now == Label::Spam;
-                        refitted = record.observe(Sample { key, inputs, spam });
-                    }
+        let mut refitted = None;
+        match change {
+            Change::Learned(label) => {
+                if let Some(inputs) = inputs {
+                    let spam = label == Label::Spam;
+                    refitted = record.observe(Sample { key, inputs, spam });
                 }
-                (Some(now), _) => record.relabel(key, now == Label::Spam),
             }
-            if record == before {
-                return;
-            }
-            let header = refitted.map(|(calibrator, n)| SharedHeader {
+            Change::Relabelled(label) => record.relabel(key, label == Label::Spam),
+            Change::Unlearned(_) => record.forget(key),
+            Change::Already(_) => {}
+        }
+        if record == before {
+            return Ok((None, None));
+        }
+        let header = match refitted {
+            Some((calibrator, n)) => Some(header_json(&SharedHeader {
                 calibrator,
                 calibrated_on: n,
                 ..header
-            });
-            match self.put_record(&stored, Some(digest), &record, header.as_ref()) {
-                Ok(true) | Err(_) => return,
-                Ok(false) => {}
-            }
-        }
-    }
-
-    /// Stores `record`, and `header` if given, unless the record or the
-    /// label of `digest` moved since `read` was read (false).
-    fn put_record(
-        &self,
-        read: &Samples,
-        digest: Option<&Digest>,
-        record: &Prequential,
-        header: Option<&SharedHeader>,
-    ) -> Result<bool> {
-        let header = match header {
-            Some(h) => {
-                h.params
-                    .check()
-                    .map_err(|e| Error::Invalid(format!("model parameters: {e}")))?;
-                Some(serde_json::to_vec(h).map_err(|e| {
-                    Error::Invalid(format!("the model header does not serialise: {e}"))
-                })?)
-            }
+            })?),
             None => None,
         };
-        let written =
-            self.store
-                .put_samples(read, digest, &samples::encode(record), header.as_deref())?;
-        if written && header.is_some() {
-            self.forget_recent();
-        }
-        Ok(written)
+        Ok((Some(samples::encode(&record)), header))
     }
 
     /// The header stored as `json` (None: the default one).
@@ -528,13 +514,7 @@ impl SharedModel {
 
     /// Stores what the model needs beyond its counts.
     pub fn set_header(&self, header: &SharedHeader) -> Result<()> {
-        header
-            .params
-            .check()
-            .map_err(|e| Error::Invalid(format!("model parameters: {e}")))?;
-        let json = serde_json::to_vec(header)
-            .map_err(|e| Error::Invalid(format!("the model header does not serialise: {e}")))?;
-        self.store.set_header(&json)?;
+        self.store.set_header(&header_json(header)?)?;
         self.forget_recent();
         Ok(())
     }
@@ -633,7 +613,7 @@ impl SharedModel {
         };
         let quiet = |_: Progress<'_>| {};
         super::train::read_folders(&storing, &quiet, &mut |m, _| {
-            match self.learn_counts(&m.features, &m.identity, m.label)? {
+            match self.change_label(&m.features, &m.identity, m.label, None)? {
                 Change::Learned(_) => summary.learned += 1,
                 Change::Relabelled(_) => summary.relearned += 1,
                 _ => summary.unchanged += 1,
@@ -648,28 +628,18 @@ impl SharedModel {
         // The learns after this run refit on the scores its stacker was
         // fitted on, and then on theirs.
         if let (Some(f), true) = (fitted, summary.snapshot_written) {
-            let header = SharedHeader {
-                params: chosen,
-                calibrator: f.calibrator,
-                calibrated_on: f.messages,
+            let write = Write {
+                delta: Delta::default(),
+                record: Some(samples::encode(&Prequential::after_training(f.samples))),
+                header: Some(header_json(&SharedHeader {
+                    params: chosen,
+                    calibrator: f.calibrator,
+                    calibrated_on: f.messages,
+                })?),
             };
-            let record = Prequential::after_training(f.samples);
-            let mut stored = false;
-            for _ in 0..RESTACK_RETRIES {
-                let read = self.store.samples(None)?;
-                if self.put_record(&read, None, &record, Some(&header))? {
-                    stored = true;
-                    break;
-                }
-            }
-            if !stored {
-                return Err(Error::Invalid(format!(
-                    "{}: other hosts kept changing the model while the stacker was stored; \
-                     train again",
-                    self.store.shown()
-                ))
-                .into());
-            }
+            self.store
+                .transact(|_| Ok(Some(write.clone())), None, false)?;
+            self.forget_recent();
         }
         Ok(Trained {
             read: reading.read,
@@ -889,7 +859,7 @@ mod tests {
         assert_eq!(dump(last.store()), dump(&local), "counts differ");
         // The stacker the hosts refitted as they learned (their order was
         // theirs): the one a local model judges with.
-        let stored = last.store().samples(None).unwrap();
+        let (stored, _) = last.store().read_for_change(None, true).unwrap();
         let header = last.header_of(stored.header.as_deref()).unwrap();
         // The record the hosts kept changing at once lost no move: each
         // sample is one taught message's, once, under its last label.

@@ -60,7 +60,7 @@ mod scripts;
 pub use connection::{CONNECTIONS, Redis, RedisUrl, check_name};
 use expiry::EXPIRE;
 pub use expiry::{Capped, Expiry};
-use scripts::{APPLY, READ, READ_SAMPLES, WRITE_SAMPLES};
+use scripts::{APPLY, READ};
 
 use super::{Error, Result, Store, apply_totals, check_buckets};
 use crate::model::{Delta, Label, TokenCounts, Totals};
@@ -218,16 +218,29 @@ impl RedisStore {
         }
     }
 
-    /// The totals, the generation they were read at, and the label the
-    /// registry has for `digest` (None if not asked), read at one moment.
-    fn read_for_change(&self, digest: Option<&Digest>) -> Result<(Totals, u64, Option<Label>)> {
+    /// What a change is computed from, and the generation it was read
+    /// at: the totals, the label the registry has for `digest` (if
+    /// asked), and the prequential record and the header if `record`.
+    pub(crate) fn read_for_change(
+        &self,
+        digest: Option<&Digest>,
+        record: bool,
+    ) -> Result<(Read, u64)> {
         let mut invocation = self.read.prepare_invoke();
         invocation
             .key(&self.keys.meta)
             .key(&self.keys.registry)
-            .arg(digest.map_or(&[][..], |d| &d[..]));
-        type Read = (Option<Vec<u8>>, Option<u64>, Option<String>);
-        let (totals, generation, code): Read =
+            .key(&self.keys.samples)
+            .arg(digest.map_or(&[][..], |d| &d[..]))
+            .arg(if record { "1" } else { "" });
+        type Answer = (
+            Option<Vec<u8>>,
+            Option<u64>,
+            Option<String>,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+        );
+        let (totals, generation, code, record, header): Answer =
             self.redis.with(&self.shown, |con| invocation.invoke(con))?;
         let totals = match totals {
             None => Totals::default(),
@@ -240,7 +253,13 @@ impl RedisStore {
             (_, Some("s")) => Some(Label::Spam),
             (_, Some(other)) => return Err(self.corrupt(format!("a registry label is {other:?}"))),
         };
-        Ok((totals, generation.unwrap_or(0), label))
+        let read = Read {
+            totals,
+            label,
+            record,
+            header,
+        };
+        Ok((read, generation.unwrap_or(0)))
     }
 
     /// The totals and the generation they were read at.
@@ -316,17 +335,20 @@ impl RedisStore {
         Ok((counts, if word { part(8) } else { 0 }))
     }
 
-    /// The script's arguments for `delta` on totals `totals` read at
+    /// The script's arguments for `write` on totals `totals` read at
     /// generation `generation`.
-    fn arguments(&self, delta: &Delta, totals: &Totals, generation: u64) -> Result<Vec<Vec<u8>>> {
+    fn arguments(&self, write: &Write, totals: &Totals, generation: u64) -> Result<Vec<Vec<u8>>> {
+        let delta = &write.delta;
         let mut args: Vec<Vec<u8>> =
-            Vec::with_capacity(4 + 3 * (delta.words.len() + delta.grams.len()));
+            Vec::with_capacity(6 + 3 * (delta.words.len() + delta.grams.len()));
         args.push(generation.to_string().into_bytes());
         args.push(
             serde_json::to_vec(totals)
                 .map_err(|e| Error::Invalid(format!("the totals do not serialise: {e}")))?,
         );
         args.push(self.today().to_string().into_bytes());
+        args.push(write.record.clone().unwrap_or_default());
+        args.push(write.header.clone().unwrap_or_default());
         // Each view's changes: their number, then (field, Δham, Δspam).
         let mut section = |changes: Vec<(Vec<u8>, [i64; 2])>| {
             args.push(changes.len().to_string().into_bytes());
@@ -364,32 +386,35 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// Applies the change `change` makes of the totals and of the label
-    /// `digest` has in the registry (None: not learned; `digest` None: not
-    /// asked), as one transaction: if any other change lands between the
-    /// reads and the write, the reads and `change` are done again. `change`
-    /// returning None writes nothing. Returns the label it saw and, when
-    /// it wrote, the counts made inexact. This is how a host learns a
-    /// message exactly once however many hosts learn it at once.
+    /// Applies the change `change` computes from what it is given to read
+    /// (the totals; the label `digest` has in the registry, None: not
+    /// learned or `digest` None; the prequential record and the header if
+    /// `record`), as one transaction: if any other change lands between
+    /// the reads and the write, the reads and `change` are done again.
+    /// `change` returning None writes nothing. Returns the label it saw
+    /// and, when it wrote, the counts made inexact. This is how a host
+    /// learns a message exactly once however many hosts learn it at once,
+    /// and keeps its sample in the record exactly when it is counted.
     pub fn transact(
         &self,
-        mut change: impl FnMut(&Totals, Option<Label>) -> Result<Option<Delta>>,
+        mut change: impl FnMut(&Read) -> Result<Option<Write>>,
         digest: Option<&Digest>,
+        record: bool,
     ) -> Result<(Option<Label>, Option<u64>)> {
         for _ in 0..RETRIES {
-            // The totals, their generation and the label in one round trip
-            // (MULTI/EXEC: one moment); a change landing after it moves
-            // the generation, so the script refuses what was computed
-            // from these reads.
-            let (old, generation, label) = self.read_for_change(digest)?;
-            let Some(delta) = change(&old, label)? else {
-                return Ok((label, None));
+            // What the change is computed from, in one round trip (one
+            // script: one moment); a change landing after it moves the
+            // generation, so the script refuses what was computed from
+            // these reads.
+            let (read, generation) = self.read_for_change(digest, record)?;
+            let Some(write) = change(&read)? else {
+                return Ok((read.label, None));
             };
-            check_buckets(&delta)?;
+            check_buckets(&write.delta)?;
             let mut inexact = 0;
-            let totals = apply_totals(&old, &delta, &mut inexact)?;
-            if let Some(n) = self.try_apply(&delta, &totals, generation)? {
-                return Ok((label, Some(inexact + n)));
+            let totals = apply_totals(&read.totals, &write.delta, &mut inexact)?;
+            if let Some(n) = self.try_apply(&write, &totals, generation)? {
+                return Ok((read.label, Some(inexact + n)));
             }
         }
         Err(Error::Invalid(format!(
@@ -398,16 +423,17 @@ impl RedisStore {
         )))
     }
 
-    /// Runs the script: `delta` with the new `totals`, if the generation is
-    /// still `generation`. None if it moved (nothing written).
-    fn try_apply(&self, delta: &Delta, totals: &Totals, generation: u64) -> Result<Option<u64>> {
-        let args = self.arguments(delta, totals, generation)?;
+    /// Runs the script: `write` with the new `totals`, if the generation
+    /// is still `generation`. None if it moved (nothing written).
+    fn try_apply(&self, write: &Write, totals: &Totals, generation: u64) -> Result<Option<u64>> {
+        let args = self.arguments(write, totals, generation)?;
         let mut invocation = self.script.prepare_invoke();
         invocation
             .key(&self.keys.meta)
             .key(&self.keys.words)
             .key(&self.keys.grams)
-            .key(&self.keys.registry);
+            .key(&self.keys.registry)
+            .key(&self.keys.samples);
         for a in &args {
             invocation.arg(&a[..]);
         }
@@ -544,66 +570,6 @@ impl RedisStore {
         })
     }
 
-    /// The model's prequential record as stored (None: none), the version
-    /// [`RedisStore::put_samples`] needs to replace it, the header, and the
-    /// label the registry has for `digest` (if asked), read at one moment.
-    pub fn samples(&self, digest: Option<&Digest>) -> Result<Samples> {
-        let script = Script::new(READ_SAMPLES);
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&self.keys.meta)
-            .key(&self.keys.samples)
-            .key(&self.keys.registry)
-            .arg(digest.map_or(&[][..], |d| &d[..]));
-        type Read = (
-            Option<Vec<u8>>,
-            Option<String>,
-            Option<Vec<u8>>,
-            Option<String>,
-        );
-        let (record, version, header, code): Read =
-            self.redis.with(&self.shown, |con| invocation.invoke(con))?;
-        let label = match code.as_deref() {
-            None => None,
-            Some("h") => Some(Label::Ham),
-            Some("s") => Some(Label::Spam),
-            Some(other) => return Err(self.corrupt(format!("a registry label is {other:?}"))),
-        };
-        Ok(Samples {
-            record,
-            version: version.unwrap_or_default(),
-            header,
-            label,
-        })
-    }
-
-    /// Replaces the prequential record by `record`, and the header by
-    /// `header` if one is given, unless another host replaced the record
-    /// since `read` was read ([`RedisStore::samples`]) or, for `digest`,
-    /// changed the label the registry has for it: false then, and nothing
-    /// is written.
-    pub fn put_samples(
-        &self,
-        read: &Samples,
-        digest: Option<&Digest>,
-        record: &[u8],
-        header: Option<&[u8]>,
-    ) -> Result<bool> {
-        let script = Script::new(WRITE_SAMPLES);
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&self.keys.meta)
-            .key(&self.keys.samples)
-            .key(&self.keys.registry)
-            .arg(&read.version)
-            .arg(record)
-            .arg(header.unwrap_or_default())
-            .arg(digest.map_or(&[][..], |d| &d[..]))
-            .arg(read.label.map_or("", label_code));
-        let written: i64 = self.redis.with(&self.shown, |con| invocation.invoke(con))?;
-        Ok(written == 1)
-    }
-
     /// Where it is, for messages: the URL without its password, and the
     /// user.
     pub fn shown(&self) -> &str {
@@ -633,17 +599,30 @@ impl Memory {
     }
 }
 
-/// The answer of [`RedisStore::samples`].
+/// What a change is computed from ([`RedisStore::transact`]), read at one
+/// moment.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Samples {
-    /// The record, as stored.
-    pub record: Option<Vec<u8>>,
-    /// Its version.
-    pub version: String,
-    /// The model's header.
-    pub header: Option<Vec<u8>>,
-    /// The label the registry has for the digest asked.
+pub struct Read {
+    /// The totals.
+    pub totals: Totals,
+    /// The label the registry has for the digest asked (None: not learned,
+    /// or not asked).
     pub label: Option<Label>,
+    /// The prequential record as stored, if asked and there is one.
+    pub record: Option<Vec<u8>>,
+    /// The header, if asked and there is one.
+    pub header: Option<Vec<u8>>,
+}
+
+/// A change [`RedisStore::transact`] writes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Write {
+    /// The counts, totals and registry entries it changes.
+    pub delta: Delta,
+    /// The new prequential record (None: unchanged).
+    pub record: Option<Vec<u8>>,
+    /// The new header (None: unchanged).
+    pub header: Option<Vec<u8>>,
 }
 
 /// The answer of [`RedisStore::lookup`].
@@ -743,7 +722,11 @@ impl Store for RedisStore {
 
     fn apply(&mut self, delta: &Delta) -> Result<u64> {
         check_buckets(delta)?;
-        let (_, inexact) = self.transact(|_, _| Ok(Some(delta.clone())), None)?;
+        let write = Write {
+            delta: delta.clone(),
+            ..Write::default()
+        };
+        let (_, inexact) = self.transact(|_| Ok(Some(write.clone())), None, false)?;
         Ok(inexact.unwrap_or(0))
     }
 

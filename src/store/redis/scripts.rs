@@ -1,10 +1,12 @@
 //! The Lua scripts that change a model and read what a change is computed
 //! from: each is one command, so what it reads and writes is read and
-//! written at one moment.
+//! written at one moment: a message's counts, its registry label and its
+//! prequential sample change together.
 
-/// Applies one change. KEYS: meta, words, grams, registry. ARGV: the
-/// generation the totals were read at, the new totals, the day changed
-/// words are stamped with, the number of word changes, then (word, Δham, Δspam) for each, the number of bucket
+/// Applies one change. KEYS: meta, words, grams, registry, samples. ARGV:
+/// the generation the totals were read at, the new totals, the day changed
+/// words are stamped with, the new prequential record or "" (unchanged),
+/// the new header or "" (unchanged), the number of word changes, then (word, Δham, Δspam) for each, the number of bucket
 /// changes, (bucket, Δham, Δspam) for each, then (digest, label or "")
 /// for each registry change. Returns `{-1, generation}` if the generation
 /// moved, `{-2, field}` if a count would overflow (nothing written), else
@@ -16,7 +18,7 @@ local MAX = 4294967295
 local inexact = 0
 local writes = {}
 local day = tonumber(ARGV[3])
-local i = 4
+local i = 6
 for k = 2, 3 do
   local n = tonumber(ARGV[i]); i = i + 1
   for _ = 1, n do
@@ -52,46 +54,25 @@ while i <= #ARGV do
   end
   i = i + 2
 end
+if ARGV[4] ~= '' then redis.call('SET', KEYS[5], ARGV[4]) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'header', ARGV[5]) end
 redis.call('HSET', KEYS[1], 'totals', ARGV[2], 'generation', gen + 1, 'format', '2')
 redis.call('HINCRBY', KEYS[1], 'tokens', tokens)
 return {gen + 1, inexact}
 "#;
 
-/// Reads what a change is computed from. KEYS: meta, registry. ARGV: the
-/// digest whose label is asked, or "" for none. Returns {totals,
-/// generation, label} (each nil when absent).
+/// Reads what a change is computed from. KEYS: meta, registry, samples.
+/// ARGV: the digest whose label is asked, or "" for none; "1" if the
+/// prequential record and the header are asked, else "". Returns {totals,
+/// generation, label, record, header} (each nil when absent or not
+/// asked).
 pub(super) const READ: &str = r#"
-local m = redis.call('HMGET', KEYS[1], 'totals', 'generation')
-local label = false
+local m = redis.call('HMGET', KEYS[1], 'totals', 'generation', 'header')
+local label, record, header = false, false, false
 if ARGV[1] ~= '' then label = redis.call('HGET', KEYS[2], ARGV[1]) end
-return {m[1], m[2], label}
-"#;
-
-/// Reads a model's prequential record (see
-/// [`crate::decision::prequential`]). KEYS: meta, samples, registry.
-/// ARGV: a digest, or "". Returns {record, its version, header, the
-/// digest's label} (each nil when absent).
-pub(super) const READ_SAMPLES: &str = r#"
-local m = redis.call('HMGET', KEYS[1], 'samples', 'header')
-local label = false
-if ARGV[1] ~= '' then label = redis.call('HGET', KEYS[3], ARGV[1]) end
-return {redis.call('GET', KEYS[2]), m[1], m[2], label}
-"#;
-
-/// Writes a model's prequential record, and a new header with it if one
-/// is given, unless the record changed since it was read or the digest's
-/// label did. KEYS: meta, samples, registry. ARGV: the version read (""
-/// for none), the record, the header or "", the digest or "", its label
-/// as read ("" for none). Returns 1 if written, 0 if not.
-pub(super) const WRITE_SAMPLES: &str = r#"
-local v = redis.call('HGET', KEYS[1], 'samples') or ''
-if v ~= ARGV[1] then return 0 end
-if ARGV[4] ~= '' and (redis.call('HGET', KEYS[3], ARGV[4]) or '') ~= ARGV[5] then return 0 end
-redis.call('SET', KEYS[2], ARGV[2])
-redis.call('HINCRBY', KEYS[1], 'samples', 1)
-if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[1], 'header', ARGV[3])
-  redis.call('HINCRBY', KEYS[1], 'generation', 1)
+if ARGV[2] == '1' then
+  record = redis.call('GET', KEYS[3])
+  header = m[3]
 end
-return 1
+return {m[1], m[2], label, record, header}
 "#;
