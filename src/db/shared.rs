@@ -114,6 +114,10 @@ struct Recent {
     stale: bool,
 }
 
+/// A new prequential record and a new header, as stored (each None:
+/// unchanged).
+type Restacked = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// `header` as stored, its parameters checked.
 fn header_json(header: &SharedHeader) -> Result<Vec<u8>> {
     header
@@ -465,7 +469,7 @@ impl SharedModel {
         digest: &Digest,
         change: Change,
         inputs: Option<[f64; INPUTS]>,
-    ) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+    ) -> Result<Restacked> {
         let header = self.header_of(read.header.as_deref())?;
         let fitted_on = u32::try_from(header.calibrated_on).unwrap_or(u32::MAX);
         let before = read
