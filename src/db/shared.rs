@@ -91,6 +91,9 @@ pub struct SharedModel {
     /// How long counts read from Redis are used again (zero: never).
     window: Duration,
     recent: RwLock<Recent>,
+    /// The prequential record as this host last read or wrote it, and its
+    /// version: read again only when another host changed it.
+    record: Mutex<Option<(u64, Prequential)>>,
 }
 
 /// Counts read from Redis lately, used again while they are younger than
@@ -162,6 +165,7 @@ impl SharedModel {
             built: Mutex::new(None),
             window: Duration::ZERO,
             recent: RwLock::new(Recent::new()),
+            record: Mutex::new(None),
         }
     }
 
@@ -398,6 +402,8 @@ impl SharedModel {
         label: Label,
         inputs: Option<Option<[f64; INPUTS]>>,
     ) -> Result<Change> {
+        let held = self.held_record();
+        let written = Mutex::new(None);
         let (before, _) = self.store.transact(
             |read| {
                 let change = match read.label {
@@ -412,7 +418,9 @@ impl SharedModel {
                 delta.add_message(features, label, 1);
                 delta.registry.push((identity.digest, Some(label)));
                 let (record, header) = match inputs {
-                    Some(inputs) => self.restacked(read, &identity.digest, change, inputs)?,
+                    Some(inputs) => {
+                        self.restacked(read, &identity.digest, change, inputs, &written)?
+                    }
                     None => (None, None),
                 };
                 Ok(Some(Write {
@@ -422,8 +430,9 @@ impl SharedModel {
                 }))
             },
             Some(&identity.digest),
-            inputs.is_some(),
+            inputs.map(|_| held),
         )?;
+        self.keep_record(written);
         self.forget_message(features);
         Ok(match before {
             Some(l) if l == label => Change::Already(label),
@@ -435,6 +444,8 @@ impl SharedModel {
     /// Takes a learned message back, and its sample out of the record; the
     /// label it had, or None if it was not learned (nothing changes).
     pub fn unlearn(&self, features: &Features, identity: &Identity) -> Result<Option<Label>> {
+        let held = self.held_record();
+        let written = Mutex::new(None);
         let (had, _) = self.store.transact(
             |read| {
                 let Some(old) = read.label else {
@@ -444,7 +455,8 @@ impl SharedModel {
                 delta.add_message(features, old, -1);
                 delta.registry.push((identity.digest, None));
                 let change = Change::Unlearned(old);
-                let (record, header) = self.restacked(read, &identity.digest, change, None)?;
+                let (record, header) =
+                    self.restacked(read, &identity.digest, change, None, &written)?;
                 Ok(Some(Write {
                     delta,
                     record,
@@ -452,8 +464,9 @@ impl SharedModel {
                 }))
             },
             Some(&identity.digest),
-            true,
+            Some(held),
         )?;
+        self.keep_record(written);
         self.forget_message(features);
         Ok(had)
     }
@@ -469,14 +482,20 @@ impl SharedModel {
         digest: &Digest,
         change: Change,
         inputs: Option<[f64; INPUTS]>,
+        written: &Mutex<Option<(u64, Prequential)>>,
     ) -> Result<Restacked> {
         let header = self.header_of(read.header.as_deref())?;
         let fitted_on = u32::try_from(header.calibrated_on).unwrap_or(u32::MAX);
-        let before = read
-            .record
-            .as_deref()
-            .and_then(samples::parse)
-            .unwrap_or_else(|| Prequential::without_samples(fitted_on));
+        let held = self.record.lock().unwrap_or_else(|e| e.into_inner());
+        let before = match (&read.record, &*held) {
+            (Some(bytes), _) => samples::parse(bytes),
+            (None, Some((version, record))) if *version == read.record_version => {
+                Some(record.clone())
+            }
+            (None, _) => None,
+        }
+        .unwrap_or_else(|| Prequential::without_samples(fitted_on));
+        drop(held);
         let mut record = before.clone();
         let key = key_of(digest);
         let mut refitted = None;
@@ -494,6 +513,10 @@ impl SharedModel {
         if record == before {
             return Ok((None, None));
         }
+        let bytes = samples::encode(&record);
+        // The version the write makes, if it lands.
+        *written.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((read.record_version + 1, record));
         let header = match refitted {
             Some((calibrator, n)) => Some(header_json(&SharedHeader {
                 calibrator,
@@ -502,7 +525,21 @@ impl SharedModel {
             })?),
             None => None,
         };
-        Ok((Some(samples::encode(&record)), header))
+        Ok((Some(bytes), header))
+    }
+
+    /// The version of the record this host holds (0: none).
+    fn held_record(&self) -> u64 {
+        let held = self.record.lock().unwrap_or_else(|e| e.into_inner());
+        held.as_ref().map_or(0, |(version, _)| *version)
+    }
+
+    /// Keeps the record a change wrote (the last one computed, the one
+    /// that landed), if it wrote one.
+    fn keep_record(&self, written: Mutex<Option<(u64, Prequential)>>) {
+        if let Some(record) = written.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            *self.record.lock().unwrap_or_else(|e| e.into_inner()) = Some(record);
+        }
     }
 
     /// The header stored as `json` (None: the default one).
@@ -642,7 +679,7 @@ impl SharedModel {
                 })?),
             };
             self.store
-                .transact(|_| Ok(Some(write.clone())), None, false)?;
+                .transact(|_| Ok(Some(write.clone())), None, None)?;
             self.forget_recent();
         }
         Ok(Trained {
@@ -863,7 +900,7 @@ mod tests {
         assert_eq!(dump(last.store()), dump(&local), "counts differ");
         // The stacker the hosts refitted as they learned (their order was
         // theirs): the one a local model judges with.
-        let (stored, _) = last.store().read_for_change(None, true).unwrap();
+        let (stored, _) = last.store().read_for_change(None, Some(0)).unwrap();
         let header = last.header_of(stored.header.as_deref()).unwrap();
         // The record the hosts kept changing at once lost no move: each
         // sample is one taught message's, once, under its last label.

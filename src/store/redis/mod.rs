@@ -220,11 +220,13 @@ impl RedisStore {
 
     /// What a change is computed from, and the generation it was read
     /// at: the totals, the label the registry has for `digest` (if
-    /// asked), and the prequential record and the header if `record`.
+    /// asked), and if `record` is the version of the prequential record
+    /// the caller holds (0: none), the header and the record unless it is
+    /// that version.
     pub(crate) fn read_for_change(
         &self,
         digest: Option<&Digest>,
-        record: bool,
+        record: Option<u64>,
     ) -> Result<(Read, u64)> {
         let mut invocation = self.read.prepare_invoke();
         invocation
@@ -232,15 +234,16 @@ impl RedisStore {
             .key(&self.keys.registry)
             .key(&self.keys.samples)
             .arg(digest.map_or(&[][..], |d| &d[..]))
-            .arg(if record { "1" } else { "" });
+            .arg(record.map_or(String::new(), |v| v.to_string()));
         type Answer = (
             Option<Vec<u8>>,
             Option<u64>,
             Option<String>,
             Option<Vec<u8>>,
             Option<Vec<u8>>,
+            Option<u64>,
         );
-        let (totals, generation, code, record, header): Answer =
+        let (totals, generation, code, record, header, record_version): Answer =
             self.redis.with(&self.shown, |con| invocation.invoke(con))?;
         let totals = match totals {
             None => Totals::default(),
@@ -257,6 +260,7 @@ impl RedisStore {
             totals,
             label,
             record,
+            record_version: record_version.unwrap_or(0),
             header,
         };
         Ok((read, generation.unwrap_or(0)))
@@ -388,8 +392,9 @@ impl RedisStore {
 impl RedisStore {
     /// Applies the change `change` computes from what it is given to read
     /// (the totals; the label `digest` has in the registry, None: not
-    /// learned or `digest` None; the prequential record and the header if
-    /// `record`), as one transaction: if any other change lands between
+    /// learned or `digest` None; the header and the prequential record if
+    /// `record` is the version of it the caller holds, see
+    /// [`RedisStore::read_for_change`]), as one transaction: if any other change lands between
     /// the reads and the write, the reads and `change` are done again.
     /// `change` returning None writes nothing. Returns the label it saw
     /// and, when it wrote, the counts made inexact. This is how a host
@@ -399,7 +404,7 @@ impl RedisStore {
         &self,
         mut change: impl FnMut(&Read) -> Result<Option<Write>>,
         digest: Option<&Digest>,
-        record: bool,
+        record: Option<u64>,
     ) -> Result<(Option<Label>, Option<u64>)> {
         for _ in 0..RETRIES {
             // What the change is computed from, in one round trip (one
@@ -608,8 +613,12 @@ pub struct Read {
     /// The label the registry has for the digest asked (None: not learned,
     /// or not asked).
     pub label: Option<Label>,
-    /// The prequential record as stored, if asked and there is one.
+    /// The prequential record as stored, if asked, there is one, and it
+    /// is not the version the caller holds.
     pub record: Option<Vec<u8>>,
+    /// The version of the stored record (0: none, or not asked): one more
+    /// with each change that writes a record.
+    pub record_version: u64,
     /// The header, if asked and there is one.
     pub header: Option<Vec<u8>>,
 }
@@ -726,7 +735,7 @@ impl Store for RedisStore {
             delta: delta.clone(),
             ..Write::default()
         };
-        let (_, inexact) = self.transact(|_| Ok(Some(write.clone())), None, false)?;
+        let (_, inexact) = self.transact(|_| Ok(Some(write.clone())), None, None)?;
         Ok(inexact.unwrap_or(0))
     }
 
