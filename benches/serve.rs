@@ -26,13 +26,13 @@
 //! Then the counts in Redis (`--store`, skipped with
 //! `BAYESMAIL_SERVE_REDIS=0`): the corpus trained into a `redis-server` of
 //! the bench's own, and `serve --http --store` against `serve --http` on
-//! the sled database in the same rounds; the latency of learning and
-//! unlearning over HTTP with each; Redis's memory per 1,000 messages
-//! learned and per stored feature.
-//!
-//! rspamd is not measured: it is not installed on the machines this runs
-//! on (its classifier needs a Redis and a trained rspamd besides); the
-//! comparison with a per-message peer is bogofilter's.
+//! the sled database in the same rounds, and with no counts kept
+//! (`--store-cache-ms 0`: every feature asked of Redis); the latency of
+//! learning and unlearning over HTTP with each; Redis's memory per 1,000
+//! messages learned and per stored feature, and, where `rspamd` and
+//! `rspamc` are installed, rspamd's (its Redis Bayes, the same messages
+//! learned into an rspamd of the bench's own on free loopback ports, over
+//! a redis-server of its own).
 //!
 //! ```sh
 //! BAYESMAIL_CORPUS=../shared/corpora/spamassassin cargo bench --bench serve
@@ -253,26 +253,7 @@ fn redis_against_sled(
         .spawn()
         .expect("redis-server starts");
     let url = format!("redis://127.0.0.1:{port}/0");
-    let used_memory = || -> f64 {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let out = Command::new("redis-cli")
-                .args(["-p", &port.to_string(), "info", "memory"])
-                .output();
-            if let Ok(out) = out
-                && let Some(v) = String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .find_map(|l| l.strip_prefix("used_memory:"))
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-            {
-                return v;
-            }
-            if Instant::now() > deadline {
-                fail("redis-server does not answer");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let used_memory = || redis_used_memory(port);
     let empty = used_memory();
     let started = Instant::now();
     let mut train = Command::new(bm);
@@ -301,7 +282,7 @@ fn redis_against_sled(
         used / messages * 1000.0 / MIB,
         used / features
     );
-    println!("  rspamd's Redis Bayes is not measured: rspamd is not installed here.");
+    rspamd_memory(spam, ham, used / messages, used / features);
 
     let sled_server = Server::start(bm, bm_db, &["--http", "127.0.0.1:0"]);
     let redis_server = Server::start(bm, bm_db, &["--store", &url, "--http", "127.0.0.1:0"]);
@@ -390,6 +371,203 @@ fn redis_against_sled(
     drop((sled_server, redis_server, uncached_server));
     let _ = redis.kill();
     let _ = redis.wait();
+}
+
+/// Redis's `used_memory` (bytes) of the redis-server on `port`, once it
+/// answers.
+fn redis_used_memory(port: u16) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "info", "memory"])
+            .output();
+        if let Ok(out) = out
+            && let Some(v) = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("used_memory:"))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        {
+            return v;
+        }
+        if Instant::now() > deadline {
+            fail("redis-server does not answer");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// rspamd's Redis Bayes beside ours, where rspamd is installed: the same
+/// messages learned through `rspamc learn_spam` / `learn_ham` into an
+/// rspamd of our own (its workers on free loopback ports, every learn
+/// allowed, no DNS) over a redis-server of its own; Redis memory per 1,000
+/// messages learned and per token stored, beside ours (bytes per message
+/// learned, per feature stored).
+fn rspamd_memory(spam: &[PathBuf], ham: &[PathBuf], ours_per_message: f64, ours_per_feature: f64) {
+    let installed = |p: &str, arg: &str| {
+        Command::new(p)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !installed("rspamd", "--version") || !installed("rspamc", "--help") {
+        println!("  rspamd's Redis Bayes is not measured: rspamd is not installed here.");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (redis_port, normal, controller, proxy) =
+        (free_port(), free_port(), free_port(), free_port());
+    let mut redis = Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &redis_port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server starts");
+    let conf = dir.path().join("etc");
+    for sub in ["local.d", "override.d"] {
+        std::fs::create_dir_all(conf.join(sub)).expect("rspamd's configuration directory");
+    }
+    let write = |name: &str, text: String| {
+        std::fs::write(conf.join(name), text).expect("rspamd's configuration");
+    };
+    for (name, port) in [
+        ("normal", normal),
+        ("controller", controller),
+        ("proxy", proxy),
+    ] {
+        write(
+            &format!("override.d/worker-{name}.inc"),
+            format!("bind_socket = \"127.0.0.1:{port}\";\ncount = 1;\n"),
+        );
+    }
+    write(
+        "local.d/classifier-bayes.conf",
+        format!("backend = \"redis\";\nservers = \"127.0.0.1:{redis_port}\";\nmin_learns = 0;\n"),
+    );
+    // Every message learned, as ours are (rspamd's default skips a ham
+    // its Bayes already calls ham).
+    write(
+        "override.d/classifier-bayes.conf",
+        "learn_condition = 'return function(task, is_spam, is_unlearn) return true end';\n".into(),
+    );
+    write(
+        "local.d/redis.conf",
+        format!("servers = \"127.0.0.1:{redis_port}\";\n"),
+    );
+    // No resolver: nothing leaves the machine.
+    write(
+        "local.d/options.inc",
+        "dns { nameserver = [\"127.0.0.1:1\"]; timeout = 0.1s; retransmits = 1; }\n".into(),
+    );
+    write(
+        "override.d/logging.inc",
+        format!(
+            "type = \"file\";\nfilename = \"{}\";\nlevel = \"error\";\n",
+            dir.path().join("rspamd.log").display()
+        ),
+    );
+    let var = |k: &str, v: &Path| format!("--var={k}={}", v.display());
+    let pid = dir.path().join("rspamd.pid");
+    let mut rspamd = Command::new("rspamd");
+    rspamd
+        .args(["-f", "-c", "/etc/rspamd/rspamd.conf"])
+        .arg(var("LOCAL_CONFDIR", &conf))
+        .arg(var("DBDIR", dir.path()))
+        .arg(var("RUNDIR", dir.path()))
+        .arg(var("LOGDIR", dir.path()))
+        .arg("-p")
+        .arg(&pid)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: geteuid only reads the process's user id.
+    if unsafe { libc::geteuid() } == 0 {
+        rspamd.args(["-u", "root", "-g", "root", "-i"]);
+    }
+    let mut rspamd = rspamd.spawn().expect("rspamd starts");
+    let address = format!("127.0.0.1:{controller}");
+    let rspamc = |args: &[&str], files: &[PathBuf]| {
+        Command::new("rspamc")
+            .args(["-h", &address, "-n", "4"])
+            .args(args)
+            .args(files)
+            .output()
+            .expect("rspamc runs")
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !rspamc(&["stat"], &[]).status.success() {
+        if Instant::now() > deadline {
+            fail("rspamd's controller does not answer");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let empty = redis_used_memory(redis_port);
+    let mut learned = 0;
+    for (command, files) in [("learn_spam", spam), ("learn_ham", ham)] {
+        let out = rspamc(&[command], files);
+        learned += String::from_utf8_lossy(&out.stdout)
+            .matches("success = true")
+            .count();
+    }
+    let used = redis_used_memory(redis_port) - empty;
+    let keys = Command::new("redis-cli")
+        .args(["-p", &redis_port.to_string(), "dbsize"])
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(f64::NAN);
+    let learned = learned as f64;
+    println!(
+        "  rspamd {} (Redis Bayes, every message learned): {learned} messages, Redis memory \
+         {:.1} MiB: {:.2} MiB per 1,000 messages learned, {:.1} bytes per token ({keys} keys); \
+         bayesmail / rspamd per token {:.2}, per message learned {:.2}",
+        rspamd_version(),
+        used / MIB,
+        used / learned * 1000.0 / MIB,
+        used / keys,
+        ours_per_feature / (used / keys),
+        ours_per_message / (used / learned)
+    );
+    // SIGTERM: the main process stops its workers.
+    let _ = Command::new("kill").arg(rspamd.id().to_string()).status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rspamd.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = rspamd.kill();
+    let _ = rspamd.wait();
+    let _ = redis.kill();
+    let _ = redis.wait();
+}
+
+/// `rspamd --version`'s version.
+fn rspamd_version() -> String {
+    Command::new("rspamd")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .last()
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
 }
 
 /// `n_users` users with a model each, judged round-robin through a serve
