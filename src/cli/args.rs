@@ -41,14 +41,15 @@ pub(super) struct GlobalArgs {
     pub(super) config: Option<PathBuf>,
     /// Keep the counts in Redis, shared by every host pointed at it, instead
     /// of in --db: redis://[USER][:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME]
-    /// (default prefix bayesmail). For train, learn, unlearn, stats and
-    /// serve (where each user named by a request has a model of its own
-    /// there).
+    /// (default prefix bayesmail), or rediss:// for TLS (&ca=FILE: the
+    /// authority that signed the server's certificate). For train, learn,
+    /// unlearn, stats, prune, filter (the global model) and serve (where
+    /// each user named by a request has a model of its own there).
     #[arg(long, global = true, env = "BAYESMAIL_STORE", value_name = "URL")]
     pub(super) store: Option<String>,
-    /// Milliseconds a Redis command may take before the command gives up
-    /// (serve: the message gets no verdict, reason store-unavailable).
-    /// Default 1000.
+    /// Milliseconds a request to Redis may take, connecting included,
+    /// before the command gives up (serve and filter: the message gets no
+    /// verdict, reason store-unavailable). Default 1000.
     #[arg(long, global = true, value_name = "MS")]
     pub(super) store_timeout: Option<u64>,
     /// Quiet: no progress, notes or summaries on stderr; errors still go

@@ -34,6 +34,9 @@ pub fn check_name(name: &str, colon: bool) -> Result<&str> {
 #[derive(Clone)]
 pub struct RedisUrl {
     info: ConnectionInfo,
+    /// With `rediss://`: the certificates (PEM) the server's is checked
+    /// against instead of the system's (`?ca=FILE`).
+    ca: Option<Vec<u8>>,
     pub(super) prefix: String,
     /// The URL without its password, to name the store in messages.
     pub(super) shown: String,
@@ -46,25 +49,44 @@ impl std::fmt::Debug for RedisUrl {
 }
 
 impl RedisUrl {
-    /// Parses `url`: `redis://` with an optional user name and password,
-    /// database number and `?prefix=NAME`.
+    /// Parses `url`: `redis://`, or `rediss://` for TLS, with an optional
+    /// user name and password, database number, `?prefix=NAME`, and with
+    /// `rediss://` `?ca=FILE` (the certificates, PEM, of the authority
+    /// that signed the server's, when it is not one the system trusts).
     pub fn parse(url: &str) -> Result<RedisUrl> {
-        let parsed = url::Url::parse(url)
-            .map_err(|e| Error::Invalid(format!("Redis URL {}: {e}", hide_password(url))))?;
-        if parsed.scheme() != "redis" {
-            return Err(Error::Invalid(format!(
-                "Redis URL {}: the scheme must be redis://",
-                hide_password(url)
-            )));
-        }
-        let prefix = match parsed.query_pairs().find(|(k, _)| k == "prefix") {
-            Some((_, v)) => check_name(&v, true)?.to_string(),
-            None => DEFAULT_PREFIX.to_string(),
+        let shown = hide_password(url);
+        let bad = |why: String| Error::Invalid(format!("Redis URL {shown}: {why}"));
+        let mut parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        let tls = match parsed.scheme() {
+            "redis" => false,
+            "rediss" => true,
+            _ => return Err(bad("the scheme must be redis:// or rediss://".into())),
         };
+        let mut prefix = DEFAULT_PREFIX.to_string();
+        let mut ca = None;
+        let mut rest = Vec::new();
+        for (k, v) in parsed.query_pairs() {
+            match &*k {
+                "prefix" => prefix = check_name(&v, true)?.to_string(),
+                "ca" if tls => {
+                    let read = std::fs::read(&*v)
+                        .map_err(|e| bad(format!("ca={v}: {}", crate::fsutil::words(&e))))?;
+                    ca = Some(read);
+                }
+                "ca" => return Err(bad("ca= is for rediss:// (TLS) only".into())),
+                _ => rest.push((k.into_owned(), v.into_owned())),
+            }
+        }
+        // What is ours is not the client library's.
+        if rest.is_empty() {
+            parsed.set_query(None);
+        } else {
+            parsed.query_pairs_mut().clear().extend_pairs(rest);
+        }
         let info = parsed
             .as_str()
             .into_connection_info()
-            .map_err(|e| Error::Invalid(format!("Redis URL {}: {e}", hide_password(url))))?;
+            .map_err(|e| bad(e.to_string()))?;
         // No CLIENT SETINFO after connecting: it only names the library to
         // Redis, and waiting for its answers would take the timeout twice
         // more from a Redis that has stopped answering.
@@ -72,8 +94,9 @@ impl RedisUrl {
         let info = info.set_redis_settings(redis_settings);
         Ok(RedisUrl {
             info,
+            ca,
             prefix,
-            shown: hide_password(url),
+            shown,
         })
     }
 
@@ -136,7 +159,17 @@ impl Redis {
     /// bounded by `timeout`. Connects on first use: a daemon starts while
     /// Redis is down, and judges once it is up.
     pub fn new(url: &RedisUrl, timeout: Duration) -> Result<Redis> {
-        let client = redis::Client::open(url.info.clone()).map_err(|e| Error::Redis {
+        let client = match &url.ca {
+            None => redis::Client::open(url.info.clone()),
+            Some(ca) => redis::Client::build_with_tls(
+                url.info.clone(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            ),
+        }
+        .map_err(|e| Error::Redis {
             at: url.shown.clone(),
             source: Box::new(e),
         })?;
@@ -266,5 +299,164 @@ impl Redis {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::model::{Label, TokenCounts};
+    use crate::store::Store;
+    use crate::store::testkit::message;
+    use crate::vocab::Feature;
+
+    /// Runs `openssl` with `args` in `dir`.
+    fn openssl(dir: &Path, args: &[&str]) {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl runs (.ci/run installs it)");
+        assert!(status.success(), "openssl {args:?}");
+    }
+
+    /// A redis-server speaking only TLS, killed when dropped.
+    struct TlsServer(Child);
+
+    impl Drop for TlsServer {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// `rediss://` with the authority that signed the server's certificate
+    /// (`?ca=`): the store works over TLS; without it (the system does not
+    /// trust that authority), or with `redis://`, it does not connect, and
+    /// says so.
+    #[test]
+    fn rediss_with_the_servers_authority_connects_and_without_it_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        openssl(
+            d,
+            &[
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+            ]
+            .into_iter()
+            .chain([
+                "-out",
+                "ca.pem",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=bayesmail test authority",
+            ])
+            .collect::<Vec<_>>(),
+        );
+        openssl(
+            d,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "server.key",
+            ]
+            .into_iter()
+            .chain(["-out", "server.csr", "-subj", "/CN=127.0.0.1"])
+            .collect::<Vec<_>>(),
+        );
+        std::fs::write(d.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        openssl(
+            d,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+            ]
+            .into_iter()
+            .chain([
+                "-CAcreateserial",
+                "-out",
+                "server.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "san.ext",
+            ])
+            .collect::<Vec<_>>(),
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let _server = TlsServer(
+            Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port", "0"])
+                .args(["--tls-port", &port.to_string()])
+                .args([
+                    "--tls-cert-file",
+                    "server.pem",
+                    "--tls-key-file",
+                    "server.key",
+                ])
+                .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "no"])
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(d)
+                .current_dir(d)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server starts"),
+        );
+        let ca = d.join("ca.pem");
+        let url = format!("rediss://127.0.0.1:{port}/0?prefix=tls&ca={}", ca.display());
+        let url = RedisUrl::parse(&url).unwrap();
+        let timeout = Duration::from_secs(2);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let redis = loop {
+            match Redis::connect(&url, timeout) {
+                Ok(r) => break r,
+                Err(e) if Instant::now() > deadline => panic!("no TLS connection: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        let mut store = redis.store(None).unwrap();
+        store
+            .apply(&message(&["tls"], Label::Spam, 1, 1, 0))
+            .unwrap();
+        assert_eq!(
+            store.token(Feature::Word("tls")).unwrap(),
+            TokenCounts { ham: 0, spam: 1 }
+        );
+
+        let untrusted = RedisUrl::parse(&format!("rediss://127.0.0.1:{port}/0")).unwrap();
+        let err = Redis::connect(&untrusted, timeout).unwrap_err().to_string();
+        assert!(err.contains("Redis at rediss://127.0.0.1"), "{err}");
+        let plain = RedisUrl::parse(&format!("redis://127.0.0.1:{port}/0")).unwrap();
+        assert!(Redis::connect(&plain, timeout).is_err());
+        // ca= names a file that must be there, and is for TLS only.
+        let missing = RedisUrl::parse("rediss://127.0.0.1:1/0?ca=/nonexistent/ca.pem")
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("ca=/nonexistent/ca.pem"), "{missing}");
+        let err = RedisUrl::parse(&format!("redis://127.0.0.1:1/0?ca={}", ca.display()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rediss://"), "{err}");
     }
 }

@@ -956,6 +956,47 @@ mod tests {
         }
     }
 
+    /// An ACL user with its password in the URL works; a wrong password is
+    /// refused, and the error does not show it.
+    #[test]
+    fn an_acl_user_and_password_log_in_and_a_wrong_one_is_refused() {
+        let server = RedisServer::start();
+        let admin = open(&server, "acl", None);
+        let _: () = admin
+            .query(
+                redis::cmd("ACL")
+                    .arg("SETUSER")
+                    .arg("fleet")
+                    .arg("on")
+                    .arg(">s3cret")
+                    .arg("~{bayesmail*")
+                    .arg("+@all"),
+            )
+            .unwrap();
+        let url = RedisUrl::parse(
+            &server
+                .url("/0")
+                .replace("redis://", "redis://fleet:s3cret@"),
+        )
+        .unwrap();
+        let mut store = RedisStore::open(&url, None, WAIT).unwrap();
+        store
+            .apply(&message(&["acl"], Label::Ham, 1, 1, 0))
+            .unwrap();
+        assert_eq!(store.totals().unwrap().messages, [1, 0]);
+        let wrong =
+            RedisUrl::parse(&server.url("/0").replace("redis://", "redis://fleet:wrong@")).unwrap();
+        let err = RedisStore::open(&wrong, None, WAIT)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(!err.contains("wrong"), "{err}");
+        assert!(
+            err.starts_with("Redis at redis://fleet:***@127.0.0.1"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn urls_keep_their_password_out_of_messages() {
         let url = RedisUrl::parse("redis://fleet:s3cret@127.0.0.1:6379/2?prefix=mail").unwrap();
