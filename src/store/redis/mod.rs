@@ -343,8 +343,7 @@ impl RedisStore {
     /// generation `generation`.
     fn arguments(&self, write: &Write, totals: &Totals, generation: u64) -> Result<Vec<Vec<u8>>> {
         let delta = &write.delta;
-        let mut args: Vec<Vec<u8>> =
-            Vec::with_capacity(6 + 3 * (delta.words.len() + delta.grams.len()));
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(8 + delta.words.len() + delta.grams.len());
         args.push(generation.to_string().into_bytes());
         args.push(
             serde_json::to_vec(totals)
@@ -353,13 +352,21 @@ impl RedisStore {
         args.push(self.today().to_string().into_bytes());
         args.push(write.record.clone().unwrap_or_default());
         args.push(write.header.clone().unwrap_or_default());
-        // Each view's changes: their number, then (field, Δham, Δspam).
+        // Each view's changes grouped by their (Δham, Δspam) (a message's
+        // are all one): the number of groups, then for each Δham, Δspam,
+        // the number of fields and the fields.
         let mut section = |changes: Vec<(Vec<u8>, [i64; 2])>| {
-            args.push(changes.len().to_string().into_bytes());
+            let mut groups: std::collections::BTreeMap<[i64; 2], Vec<Vec<u8>>> =
+                std::collections::BTreeMap::new();
             for (field, d) in changes {
-                args.push(field);
+                groups.entry(d).or_default().push(field);
+            }
+            args.push(groups.len().to_string().into_bytes());
+            for (d, fields) in groups {
                 args.push(d[0].to_string().into_bytes());
                 args.push(d[1].to_string().into_bytes());
+                args.push(fields.len().to_string().into_bytes());
+                args.extend(fields);
             }
         };
         let changed = |d: &[i64; 2]| *d != [0, 0];

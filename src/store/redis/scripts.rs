@@ -6,9 +6,9 @@
 /// Applies one change. KEYS: meta, words, grams, registry, samples. ARGV:
 /// the generation the totals were read at, the new totals, the day changed
 /// words are stamped with, the new prequential record or "" (unchanged),
-/// the new header or "" (unchanged), the number of word changes, then
-/// (word, Δham, Δspam) for each, the number of bucket changes, (bucket,
-/// Δham, Δspam) for each, then (digest, label or "") for each registry
+/// the new header or "" (unchanged); then for words, then for buckets, the
+/// number of groups of changes and for each group Δham, Δspam, the number
+/// of fields and the fields; then (digest, label or "") for each registry
 /// change. Returns `{-1, generation}` if the generation moved, `{-2,
 /// field}` if a count would overflow (nothing written), else `{new
 /// generation, inexact}`. Counts are read and written a few hundred
@@ -24,40 +24,40 @@ local i = 6
 local tokens = 0
 local sets, dels = {{}, {}}, {{}, {}}
 for v = 1, 2 do
-  local n = tonumber(ARGV[i]); i = i + 1
-  local first = i
-  local fields = {}
-  for j = 1, n do fields[j] = ARGV[first + 3 * (j - 1)] end
-  i = first + 3 * n
-  local c = 1
-  while c <= n do
-    local e = math.min(c + CHUNK - 1, n)
-    local olds = redis.call('HMGET', KEYS[v + 1], unpack(fields, c, e))
-    for j = c, e do
-      local old = olds[j - c + 1]
-      local at = first + 3 * (j - 1)
-      local h, s = 0, 0
-      if old then h, s = struct.unpack('<I4I4', old) end
-      local nh, ns = h + tonumber(ARGV[at + 1]), s + tonumber(ARGV[at + 2])
-      if nh < 0 then nh = 0; inexact = inexact + 1 end
-      if ns < 0 then ns = 0; inexact = inexact + 1 end
-      if nh > MAX or ns > MAX then return {-2, fields[j]} end
-      if nh == 0 and ns == 0 then
-        if old then
-          dels[v][#dels[v] + 1] = fields[j]
-          tokens = tokens - 1
+  local groups = tonumber(ARGV[i]); i = i + 1
+  for _ = 1, groups do
+    local dh, ds, n = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    local first, last = i + 3, i + 2 + n
+    i = last + 1
+    local c = first
+    while c <= last do
+      local e = math.min(c + CHUNK - 1, last)
+      local olds = redis.call('HMGET', KEYS[v + 1], unpack(ARGV, c, e))
+      for j = c, e do
+        local old = olds[j - c + 1]
+        local h, s = 0, 0
+        if old then h, s = struct.unpack('<I4I4', old) end
+        local nh, ns = h + dh, s + ds
+        if nh < 0 then nh = 0; inexact = inexact + 1 end
+        if ns < 0 then ns = 0; inexact = inexact + 1 end
+        if nh > MAX or ns > MAX then return {-2, ARGV[j]} end
+        if nh == 0 and ns == 0 then
+          if old then
+            dels[v][#dels[v] + 1] = ARGV[j]
+            tokens = tokens - 1
+          end
+        else
+          local value
+          if v == 1 then value = struct.pack('<I4I4I4', nh, ns, day)
+          else value = struct.pack('<I4I4', nh, ns) end
+          local w = sets[v]
+          w[#w + 1] = ARGV[j]
+          w[#w + 1] = value
+          if not old then tokens = tokens + 1 end
         end
-      else
-        local value
-        if v == 1 then value = struct.pack('<I4I4I4', nh, ns, day)
-        else value = struct.pack('<I4I4', nh, ns) end
-        local w = sets[v]
-        w[#w + 1] = fields[j]
-        w[#w + 1] = value
-        if not old then tokens = tokens + 1 end
       end
+      c = e + 1
     end
-    c = e + 1
   end
 end
 for v = 1, 2 do
