@@ -240,18 +240,8 @@ fn redis_against_sled(
 ) {
     require("redis-server", "--version", "redis-server");
     let dir = tempfile::tempdir().expect("temporary directory");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let mut redis = Command::new("redis-server")
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server starts");
+    let port = free_port();
+    let mut redis = redis_server(port, dir.path());
     let url = format!("redis://127.0.0.1:{port}/0");
     let used_memory = || redis_used_memory(port);
     let empty = used_memory();
@@ -396,6 +386,18 @@ fn redis_used_memory(port: u16) -> f64 {
     }
 }
 
+/// A redis-server on loopback `port`, in `dir`, persisting nothing.
+fn redis_server(port: u16, dir: &Path) -> Child {
+    Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server starts")
+}
+
 /// A free loopback port.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -426,14 +428,7 @@ fn rspamd_memory(spam: &[PathBuf], ham: &[PathBuf], ours_per_message: f64, ours_
     let dir = tempfile::tempdir().expect("temporary directory");
     let (redis_port, normal, controller, proxy) =
         (free_port(), free_port(), free_port(), free_port());
-    let mut redis = Command::new("redis-server")
-        .args(["--bind", "127.0.0.1", "--port", &redis_port.to_string()])
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server starts");
+    let mut redis = redis_server(redis_port, dir.path());
     let conf = dir.path().join("etc");
     for sub in ["local.d", "override.d"] {
         std::fs::create_dir_all(conf.join(sub)).expect("rspamd's configuration directory");

@@ -12,6 +12,23 @@ use crate::common::redis_server::RedisServer;
 use crate::common::{Db, assert_exit, json_lines, root, sample_ham, sample_spam, stderr, utf8};
 use crate::serve_http::{Server, post};
 
+/// `train` of the sample corpus (`spam`, `ham`) into the Redis at `url`.
+fn train_sample<'a>(
+    url: &'a str,
+    spam: &'a std::path::Path,
+    ham: &'a std::path::Path,
+) -> [&'a str; 7] {
+    [
+        "--store",
+        url,
+        "train",
+        "--spam",
+        utf8(spam),
+        "--ham",
+        utf8(ham),
+    ]
+}
+
 /// The messages in `dir`, sorted.
 fn files(dir: PathBuf) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -186,15 +203,7 @@ fn train_learn_unlearn_and_stats_work_on_the_counts_in_redis_and_other_commands_
     let url = redis.url("/0?prefix=cli");
     let db = Db::new();
     let (spam, ham) = (sample_spam(), sample_ham());
-    let train = [
-        "--store",
-        &url,
-        "train",
-        "--spam",
-        utf8(&spam),
-        "--ham",
-        utf8(&ham),
-    ];
+    let train = train_sample(&url, &spam, &ham);
     let out = db.run(&train, None);
     assert_exit(&out, 0, &train);
     assert!(
@@ -404,18 +413,7 @@ fn prune_and_the_memory_cap_keep_the_models_in_redis_small() {
     let url = redis.url("/0?prefix=small");
     let db = Db::new();
     let (spam, ham) = (sample_spam(), sample_ham());
-    db.ok(
-        &[
-            "--store",
-            &url,
-            "train",
-            "--spam",
-            utf8(&spam),
-            "--ham",
-            utf8(&ham),
-        ],
-        None,
-    );
+    db.ok(&train_sample(&url, &spam, &ham), None);
     // A user's model, learned through serve.
     {
         let server = Server::start(&db, &["--store", &url]);
