@@ -21,8 +21,8 @@
 //!   label (`h` or `s`): the registry that keeps `train` and `learn`
 //!   idempotent across hosts.
 //! - `{NAME}:s`, a string: the prequential record the stacker of a model
-//!   that learns is fitted again from ([`RedisStore::samples`]); `samples`
-//!   in `{NAME}:m` is its version.
+//!   that learns is fitted again from (see [`RedisStore::transact`]);
+//!   `samples` in `{NAME}:m` is its version.
 //! - `{NAME}:x`, a string while a host caps the model's memory
 //!   ([`RedisStore::cap`]): one host at a time does.
 //!
@@ -399,10 +399,11 @@ impl RedisStore {
 impl RedisStore {
     /// Applies the change `change` computes from what it is given to read
     /// (the totals; the label `digest` has in the registry, None: not
-    /// learned or `digest` None; the header and the prequential record if
-    /// `record` is the version of it the caller holds, see
-    /// [`RedisStore::read_for_change`]), as one transaction: if any other change lands between
-    /// the reads and the write, the reads and `change` are done again.
+    /// learned or `digest` None; with `record` Some, the header and the
+    /// prequential record, the latter only if it is not the version
+    /// `record` says the caller holds), as one transaction: if any other
+    /// change lands between the reads and the write, the reads and
+    /// `change` are done again.
     /// `change` returning None writes nothing. Returns the label it saw
     /// and, when it wrote, the counts made inexact. This is how a host
     /// learns a message exactly once however many hosts learn it at once,
