@@ -33,7 +33,9 @@ use crate::decision::{Calibrator, Decider};
 use crate::features::Features;
 use crate::message::Identity;
 use crate::model::{Delta, Label, Model, Params, TokenCounts, Totals, ValidParams};
-use crate::store::redis::{Capped, Expiry, Lookup, Memory, Read, RedisStore, RedisUrl, Write};
+use crate::store::redis::{
+    Capped, Expiry, Lookup, Memory, Read, RedisStore, RedisUrl, Write, record_version,
+};
 use crate::store::{Error, Result, Store, samples};
 use crate::vocab::{Digest, VIEWS, View};
 
@@ -406,6 +408,8 @@ impl SharedModel {
         let written = Mutex::new(None);
         let (before, _) = self.store.transact(
             |read| {
+                // What an earlier try computed did not land.
+                *written.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 let change = match read.label {
                     Some(l) if l == label => return Ok(None),
                     Some(_) => Change::Relabelled(label),
@@ -448,6 +452,8 @@ impl SharedModel {
         let written = Mutex::new(None);
         let (had, _) = self.store.transact(
             |read| {
+                // What an earlier try computed did not land.
+                *written.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 let Some(old) = read.label else {
                     return Ok(None);
                 };
@@ -515,8 +521,7 @@ impl SharedModel {
         }
         let bytes = samples::encode(&record);
         // The version the write makes, if it lands.
-        *written.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((read.record_version + 1, record));
+        *written.lock().unwrap_or_else(|e| e.into_inner()) = Some((record_version(&bytes), record));
         let header = match refitted {
             Some((calibrator, n)) => Some(header_json(&SharedHeader {
                 calibrator,

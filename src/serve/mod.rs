@@ -282,9 +282,13 @@ const CAP_CHECK: Duration = Duration::from_secs(60);
 async fn keep_under_cap(state: Arc<State>) {
     loop {
         let models = state.clone();
-        let lines = tokio::task::spawn_blocking(move || models.models.keep_under_cap())
-            .await
-            .unwrap_or_default();
+        let lines = tokio::task::spawn_blocking(move || {
+            models
+                .models
+                .keep_under_cap(&|| models.stopped.load(Ordering::SeqCst))
+        })
+        .await
+        .unwrap_or_default();
         for line in lines {
             log_line(&line);
         }

@@ -190,9 +190,11 @@ impl Models {
     /// With the counts in Redis and a cap: keeps every model in Redis, the
     /// global one and each user's, under the cap (see
     /// [`crate::store::redis::RedisStore::cap`]; a model another host is
-    /// capping is left to it). Returns a line for each model it trimmed or
-    /// could not.
-    pub fn keep_under_cap(&self) -> Vec<String> {
+    /// capping is left to it). Stops when `stop` says so, and at the first
+    /// model Redis does not answer for. Returns a line for each model it
+    /// trimmed or could not. Works on models of its own, so that the
+    /// counts the judging models read lately stay theirs.
+    pub fn keep_under_cap(&self, stop: &dyn Fn() -> bool) -> Vec<String> {
         let settings = self.settings();
         let (Some(redis), Some(max)) = (settings.shared, settings.shared_cap) else {
             return Vec::new();
@@ -203,11 +205,13 @@ impl Models {
         };
         let mut lines = Vec::new();
         for user in std::iter::once(None).chain(users.iter().map(|u| Some(u.as_str()))) {
+            if stop() {
+                break;
+            }
             let whose = user.map_or("the global model".to_string(), |u| format!("user {u}"));
-            let capped = match self.shared_model(&redis, user) {
-                Ok(model) => model.cap(max).map_err(|e| e.to_string()),
-                Err(err) => Err(err.to_string()),
-            };
+            let capped = redis
+                .store(user)
+                .and_then(|store| SharedModel::new(store).cap(max));
             match capped {
                 Ok(Some(c)) if c.removed > 0 => lines.push(format!(
                     "store: {whose}: removed {} tokens, the least seen and oldest, to fit the \
@@ -218,7 +222,13 @@ impl Models {
                     c.after as f64 / 1e6
                 )),
                 Ok(_) => {}
-                Err(err) => lines.push(format!("store: {whose}: keeping it under the cap: {err}")),
+                Err(err) => {
+                    let unreachable = matches!(err, crate::store::Error::Redis { .. });
+                    lines.push(format!("store: {whose}: keeping it under the cap: {err}"));
+                    if unreachable {
+                        break;
+                    }
+                }
             }
         }
         lines

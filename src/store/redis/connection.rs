@@ -226,45 +226,54 @@ impl Redis {
             at: shown.to_string(),
             source: Box::new(e),
         };
-        // A free connection if there is one, else wait for one.
+        let started = std::time::Instant::now();
+        let timeout = self.inner.timeout;
+        // A free connection if there is one, else wait for one, within
+        // the same time: a thread behind others waiting on a Redis that
+        // hangs gives up when its own time is over.
         let cons = &self.inner.cons;
         let start = self
             .inner
             .next
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let free = (0..cons.len()).find_map(|k| cons[(start + k) % cons.len()].try_lock().ok());
-        let mut slot = match free {
-            Some(slot) => slot,
-            None => cons[start % cons.len()]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
+        let mut slot = loop {
+            let free =
+                (0..cons.len()).find_map(|k| match cons[(start + k) % cons.len()].try_lock() {
+                    Ok(slot) => Some(slot),
+                    Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                    Err(std::sync::TryLockError::WouldBlock) => None,
+                });
+            if let Some(slot) = free {
+                break slot;
+            }
+            if started.elapsed() >= timeout {
+                return Err(failed(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "every connection is busy with a request Redis has not answered",
+                ))));
+            }
+            std::thread::sleep(Duration::from_micros(200));
         };
         let mut kept = slot.is_some();
-        let started = std::time::Instant::now();
-        let timeout = self.inner.timeout;
         loop {
             // A connection made now had part of the time (its handshake
             // waits for Redis too): its first command gets what is left,
             // so that one call takes the timeout at most.
             let fresh = slot.is_none();
             if fresh {
-                // Connecting waits for each answer of the handshake in
-                // turn (a password, a database other than 0): each gets
-                // its share.
-                let settings = self.inner.url.info.redis_settings();
-                let handshake =
-                    u32::from(settings.password().is_some()) + u32::from(settings.db() != 0);
                 let con = self
                     .inner
                     .client
-                    .get_connection_with_timeout(timeout / handshake.max(1))
+                    .get_connection_with_timeout(
+                        timeout.saturating_sub(started.elapsed()) / self.handshake(),
+                    )
                     .map_err(failed)?;
                 *slot = Some(con);
             }
             let con = slot.as_mut().expect("connected above");
             // A pipeline waits for each of its answers in turn, each read
             // bounded by the socket's timeout: each gets its share of what
-            // is left.
+            // is left. The full timeout is set back whatever the answer.
             let tuned = fresh || answers > 1;
             if tuned {
                 let left = timeout
@@ -274,11 +283,15 @@ impl Redis {
                 con.set_read_timeout(Some(each)).map_err(failed)?;
                 con.set_write_timeout(Some(left)).map_err(failed)?;
             }
-            match f(con) {
+            let answer = f(con);
+            let reset = |con: &mut Connection| -> redis::RedisResult<()> {
+                con.set_read_timeout(Some(timeout))?;
+                con.set_write_timeout(Some(timeout))
+            };
+            match answer {
                 Ok(v) => {
                     if tuned {
-                        con.set_read_timeout(Some(timeout)).map_err(failed)?;
-                        con.set_write_timeout(Some(timeout)).map_err(failed)?;
+                        reset(con).map_err(failed)?;
                     }
                     return Ok(v);
                 }
@@ -288,6 +301,10 @@ impl Redis {
                         || e.is_connection_dropped()
                         || e.is_unrecoverable_error();
                     if !broken {
+                        // Redis refused the command; the connection stays.
+                        if tuned && reset(con).is_err() {
+                            *slot = None;
+                        }
                         return Err(failed(e));
                     }
                     *slot = None;
@@ -299,6 +316,17 @@ impl Redis {
                 }
             }
         }
+    }
+
+    /// The parts the time of a connection's setup is shared among: its
+    /// handshake waits for each answer in turn (a TLS handshake, a login
+    /// or a protocol's HELLO, a database other than 0).
+    fn handshake(&self) -> u32 {
+        let info = &self.inner.url.info;
+        let settings = info.redis_settings();
+        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        let hello = settings.password().is_some() || settings.protocol().supports_resp3();
+        (u32::from(tls) + u32::from(hello) + u32::from(settings.db() != 0)).max(1)
     }
 }
 

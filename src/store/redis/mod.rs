@@ -119,7 +119,7 @@ impl Redis {
         let mut users = Vec::new();
         let mut cursor: u64 = 0;
         loop {
-            let (next, keys): (u64, Vec<String>) = self.with(&url.shown, |con| {
+            let (next, keys): (u64, Vec<Vec<u8>>) = self.with(&url.shown, |con| {
                 redis::cmd("SCAN")
                     .arg(cursor)
                     .arg("MATCH")
@@ -128,8 +128,11 @@ impl Redis {
                     .arg(1000)
                     .query(con)
             })?;
+            // A key that is not one of ours (not UTF-8, a name outside the
+            // safe set) is passed over.
             for key in keys {
-                if let Some(user) = key.get(skip..key.len().saturating_sub(3))
+                if let Ok(key) = std::str::from_utf8(&key)
+                    && let Some(user) = key.get(skip..key.len().saturating_sub(3))
                     && check_name(user, false).is_ok()
                 {
                     users.push(user.to_string());
@@ -352,6 +355,13 @@ impl RedisStore {
         args.push(self.today().to_string().into_bytes());
         args.push(write.record.clone().unwrap_or_default());
         args.push(write.header.clone().unwrap_or_default());
+        args.push(
+            write
+                .record
+                .as_deref()
+                .map_or(String::new(), |r| record_version(r).to_string())
+                .into_bytes(),
+        );
         // Each view's changes grouped by their (Δham, Δspam) (a message's
         // are all one): the number of groups, then for each Δham, Δspam,
         // the number of fields and the fields.
@@ -550,7 +560,9 @@ impl RedisStore {
             .arg("generation")
             .arg(1)
             .ignore();
-        self.redis.with(&self.shown, |con| pipe.query::<()>(con))
+        // MULTI, two commands, EXEC: four answers.
+        self.redis
+            .with_answers(&self.shown, 4, |con| pipe.query::<()>(con))
     }
 
     /// Bytes of Redis memory the model's keys take (Redis's `MEMORY
@@ -572,7 +584,9 @@ impl RedisStore {
                 .arg("SAMPLES")
                 .arg(if exact { 0 } else { SAMPLES });
         }
-        let sizes: Vec<Option<u64>> = self.redis.with(&self.shown, |con| pipe.query(con))?;
+        let sizes: Vec<Option<u64>> = self
+            .redis
+            .with_answers(&self.shown, 5, |con| pipe.query(con))?;
         let size = |i: usize| sizes.get(i).copied().flatten().unwrap_or(0);
         Ok(Memory {
             meta: size(0),
@@ -612,6 +626,14 @@ impl Memory {
     }
 }
 
+/// The version a prequential record is stored under: a hash of it, so
+/// that a host holding a record of the version Redis has holds that
+/// record, even after Redis lost changes (restarted from an older file,
+/// failed over to a replica behind) and others were made since.
+pub fn record_version(record: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(record).max(1)
+}
+
 /// What a change is computed from ([`RedisStore::transact`]), read at one
 /// moment.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -624,8 +646,8 @@ pub struct Read {
     /// The prequential record as stored, if asked, there is one, and it
     /// is not the version the caller holds.
     pub record: Option<Vec<u8>>,
-    /// The version of the stored record (0: none, or not asked): one more
-    /// with each change that writes a record.
+    /// The version of the stored record (0: none, or not asked; see
+    /// [`record_version`]).
     pub record_version: u64,
     /// The header, if asked and there is one.
     pub header: Option<Vec<u8>>,
@@ -962,6 +984,27 @@ mod tests {
             let err = RedisUrl::parse(&server.url(&format!("/0?prefix={bad}"))).unwrap_err();
             assert!(err.to_string().contains("not allowed"), "{bad:?}: {err}");
         }
+    }
+
+    /// The users listed are those with a model; a key in the users' space
+    /// that is not one of ours (not UTF-8, a name outside the safe set)
+    /// is passed over, not an error.
+    #[test]
+    fn users_are_listed_and_keys_not_ours_are_passed_over() {
+        let server = RedisServer::start();
+        let url = RedisUrl::parse(&server.url("/0?prefix=list")).unwrap();
+        let redis = Redis::connect(&url, WAIT).unwrap();
+        for user in ["bob", "alice@example.org"] {
+            let mut store = redis.store(Some(user)).unwrap();
+            store.apply(&message(&["x"], Label::Ham, 1, 1, 0)).unwrap();
+        }
+        let odd = open(&server, "list", None);
+        for key in [&b"{list:u:\xff}:m"[..], b"{list:u:a b}:m"] {
+            let _: () = odd
+                .query(redis::cmd("HSET").arg(key).arg("format").arg(2))
+                .unwrap();
+        }
+        assert_eq!(redis.users().unwrap(), ["alice@example.org", "bob"]);
     }
 
     /// An ACL user with its password in the URL works; a wrong password is

@@ -6,7 +6,8 @@
 /// Applies one change. KEYS: meta, words, grams, registry, samples. ARGV:
 /// the generation the totals were read at, the new totals, the day changed
 /// words are stamped with, the new prequential record or "" (unchanged),
-/// the new header or "" (unchanged); then for words, then for buckets, the
+/// the new header or "" (unchanged), the new record's version (a hash of
+/// it, so that a version seen again is that record); then for words, then for buckets, the
 /// number of groups of changes and for each group Δham, Δspam, the number
 /// of fields and the fields; then (digest, label or "") for each registry
 /// change. Returns `{-1, generation}` if the generation moved, `{-2,
@@ -20,7 +21,7 @@ local MAX = 4294967295
 local CHUNK = 500
 local inexact = 0
 local day = tonumber(ARGV[3])
-local i = 6
+local i = 7
 local tokens = 0
 local sets, dels = {{}, {}}, {{}, {}}
 for v = 1, 2 do
@@ -85,7 +86,7 @@ while i <= #ARGV do
 end
 if ARGV[4] ~= '' then
   redis.call('SET', KEYS[5], ARGV[4])
-  redis.call('HINCRBY', KEYS[1], 'samples', 1)
+  redis.call('HSET', KEYS[1], 'samples', ARGV[6])
 end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'header', ARGV[5]) end
 redis.call('HSET', KEYS[1], 'totals', ARGV[2], 'generation', gen + 1, 'format', '2')
