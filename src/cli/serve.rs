@@ -133,6 +133,20 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
     if user_db.is_some() && shared.is_some() {
         bail!("--user-db and --store: users' models are in Redis with --store, not in directories");
     }
+    let shared_cap = match (args.store_max_memory, &ctx.config.serve.store_max_memory) {
+        (Some(n), _) => Some(n),
+        (None, Some(size)) => Some(
+            size.bytes()
+                .map_err(|e| anyhow::anyhow!("[serve] store_max_memory: {e}"))?,
+        ),
+        (None, None) => None,
+    };
+    if shared_cap.is_some() && shared.is_none() {
+        bail!(
+            "--store-max-memory (or [serve] store_max_memory) caps models in Redis: it needs \
+             --store; a database directory's size is kept by `bayesmail prune`"
+        );
+    }
     Ok(ModelSettings {
         global: ctx.db.dir().to_path_buf(),
         user_db: user_db.map(UserDbPattern::new).transpose()?,
@@ -155,14 +169,7 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
                 .or(ctx.config.serve.store_cache_ms)
                 .unwrap_or(500),
         ),
-        shared_cap: match (args.store_max_memory, &ctx.config.serve.store_max_memory) {
-            (Some(n), _) => Some(n),
-            (None, Some(size)) => Some(
-                size.bytes()
-                    .map_err(|e| anyhow::anyhow!("[serve] store_max_memory: {e}"))?,
-            ),
-            (None, None) => None,
-        },
+        shared_cap,
     })
 }
 

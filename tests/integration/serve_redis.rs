@@ -506,6 +506,21 @@ fn prune_and_the_memory_cap_keep_the_models_in_redis_small() {
     );
     let out = db.run(&["prune", "--max-memory", "10M"], None);
     assert_exit(&out, 2, &["prune --max-memory on a directory"]);
+    // A cap with no Redis to cap is refused, not ignored.
+    let args = [
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--store-max-memory",
+        "10M",
+    ];
+    let out = db.run(&args, None);
+    assert_exit(&out, 2, &args);
+    assert!(
+        stderr(&out).contains("it needs --store"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
