@@ -20,14 +20,32 @@ use super::scan::{Format, Line, write_line};
 use super::tokens::unquoted;
 use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
 
-/// `stats`' line on what the stacker was fitted on.
-fn calibrated_line(messages: usize) -> String {
-    format!(
-        "calibrated on       {messages} messages (by the last train run, at most {} of each \
-         class, or by learning: the last {} judged before they were learned)",
+/// `stats`' lines on the model's parameters and its stacker: what it was
+/// fitted on and each view's weight.
+fn write_stacker(
+    out: &mut impl Write,
+    params: &bayesmail::model::Params,
+    calibrated_on: usize,
+    weights: &std::collections::BTreeMap<&'static str, f64>,
+) -> Result<()> {
+    writeln!(
+        out,
+        "model               {}",
+        serde_json::to_string(params)?
+    )?;
+    writeln!(
+        out,
+        "calibrated on       {calibrated_on} messages (by the last train run, at most {} of \
+         each class, or by learning: the last {} judged before they were learned)",
         bayesmail::fit::SAMPLE_PER_CLASS,
         bayesmail::decision::prequential::KEPT
-    )
+    )?;
+    writeln!(
+        out,
+        "view weights        {}",
+        weights_line(weights.iter().map(|(v, w)| (v, *w)))
+    )?;
+    Ok(())
 }
 
 /// The stacker's weights as `stats` prints them: `view 0.906, …`.
@@ -70,17 +88,7 @@ fn shared_stats(redis: &bayesmail::store::redis::Redis, args: &StatsArgs) -> Res
         mb(s.memory_parts.registry)
     )?;
     writeln!(out, "changes             {}", s.changes)?;
-    writeln!(
-        out,
-        "model               {}",
-        serde_json::to_string(&s.params)?
-    )?;
-    writeln!(out, "{}", calibrated_line(s.calibrated_on))?;
-    writeln!(
-        out,
-        "view weights        {}",
-        weights_line(s.weights.iter().map(|(v, w)| (v, *w)))
-    )?;
+    write_stacker(&mut out, &s.params, s.calibrated_on, &s.weights)?;
     Ok(Outcome::AllOk)
 }
 
@@ -280,17 +288,7 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
             "versions            bayesmail {} (model written by {}), store format {}, tokenizer {}",
             s.bayesmail_version, s.model_written_by, s.store_format_version, tokenizer
         )?;
-        writeln!(
-            out,
-            "model               {}",
-            serde_json::to_string(&s.params)?
-        )?;
-        writeln!(out, "{}", calibrated_line(s.calibrated_on))?;
-        writeln!(
-            out,
-            "view weights        {}",
-            weights_line(s.weights.iter().map(|(v, w)| (v, *w)))
-        )?;
+        write_stacker(&mut out, &s.params, s.calibrated_on, &s.weights)?;
         writeln!(
             out,
             "last learned from IMAP: {}",

@@ -359,13 +359,7 @@ impl SharedModel {
         if let Some(b) = kept.as_ref().filter(|b| b.generation == generation) {
             return Ok(Arc::clone(b));
         }
-        let header: SharedHeader = match &lookup.header {
-            None => SharedHeader::default(),
-            Some(json) => serde_json::from_slice(json).map_err(|e| Error::Corrupt {
-                path: self.store.shown().into(),
-                reason: format!("the model header does not read: {e}"),
-            })?,
-        };
+        let header = self.header_of(lookup.header.as_deref())?;
         let params: ValidParams = header.params.check().map_err(|e| Error::Corrupt {
             path: self.store.shown().into(),
             reason: format!("the model header's parameters: {e}"),
@@ -558,9 +552,16 @@ impl SharedModel {
         }
     }
 
-    /// Stores what the model needs beyond its counts.
-    pub fn set_header(&self, header: &SharedHeader) -> Result<()> {
-        self.store.set_header(&header_json(header)?)?;
+    /// Stores what the model needs beyond its counts (and, if given, the
+    /// prequential record it starts from), as one change every host sees.
+    pub fn set_header(&self, header: &SharedHeader, record: Option<&Prequential>) -> Result<()> {
+        let write = Write {
+            delta: Delta::default(),
+            record: record.map(samples::encode),
+            header: Some(header_json(header)?),
+        };
+        self.store
+            .transact(|_| Ok(Some(write.clone())), None, None)?;
         self.forget_recent();
         Ok(())
     }
@@ -674,18 +675,12 @@ impl SharedModel {
         // The learns after this run refit on the scores its stacker was
         // fitted on, and then on theirs.
         if let (Some(f), true) = (fitted, summary.snapshot_written) {
-            let write = Write {
-                delta: Delta::default(),
-                record: Some(samples::encode(&Prequential::after_training(f.samples))),
-                header: Some(header_json(&SharedHeader {
-                    params: chosen,
-                    calibrator: f.calibrator,
-                    calibrated_on: f.messages,
-                })?),
+            let header = SharedHeader {
+                params: chosen,
+                calibrator: f.calibrator,
+                calibrated_on: f.messages,
             };
-            self.store
-                .transact(|_| Ok(Some(write.clone())), None, None)?;
-            self.forget_recent();
+            self.set_header(&header, Some(&Prequential::after_training(f.samples)))?;
         }
         Ok(Trained {
             read: reading.read,
@@ -705,13 +700,7 @@ impl SharedModel {
     /// What the model holds, and the Redis memory it takes.
     pub fn stats(&self) -> Result<SharedStats> {
         let lookup = self.store.lookup(&[], &[])?;
-        let header: SharedHeader = match &lookup.header {
-            None => SharedHeader::default(),
-            Some(json) => serde_json::from_slice(json).map_err(|e| Error::Corrupt {
-                path: self.store.shown().into(),
-                reason: format!("the model header does not read: {e}"),
-            })?,
-        };
+        let header = self.header_of(lookup.header.as_deref())?;
         let features = self.store.token_count()?;
         let memory_parts = self.store.memory(true)?;
         let memory_bytes = memory_parts.total();
@@ -873,7 +862,7 @@ mod tests {
         };
         SharedModel::open(&url, None, WAIT)
             .unwrap()
-            .set_header(&header)
+            .set_header(&header, None)
             .unwrap();
         std::thread::scope(|scope| {
             for plan in &plans {
@@ -987,17 +976,48 @@ mod tests {
         let (grown, _) = judge_host.judge(&probe.features, &decider()).unwrap();
         assert_ne!(grown.score.log_odds, young.score.log_odds);
         teacher
-            .set_header(&SharedHeader {
-                calibrator: Calibrator {
-                    weights: [0.5; 4],
-                    bias: 1.0,
+            .set_header(
+                &SharedHeader {
+                    calibrator: Calibrator {
+                        weights: [0.5; 4],
+                        bias: 1.0,
+                    },
+                    ..SharedHeader::default()
                 },
-                ..SharedHeader::default()
-            })
+                None,
+            )
             .unwrap();
         let (recalibrated, _) = judge_host.judge(&probe.features, &decider()).unwrap();
         assert_ne!(recalibrated.score.log_odds, grown.score.log_odds);
     }
+
+    /// Redis gone: a message whose counts were all read within the window
+    /// is still judged from them, as before; one with features not read
+    /// gets no verdict (a Redis error); both resume when Redis is back.
+    #[test]
+    fn with_redis_gone_counts_read_lately_still_judge_and_nothing_else_does() {
+        let mut server = RedisServer::start();
+        let url = RedisUrl::parse(&server.url("/0")).unwrap();
+        let taught = corpus("sample");
+        let teacher = SharedModel::open(&url, None, WAIT).unwrap();
+        for m in &taught {
+            teacher.learn(&m.features, &m.identity, m.label).unwrap();
+        }
+        let judged = corpus("scripts/test");
+        let (seen, unseen) = (&judged[0], &judged[1]);
+        let cached = SharedModel::open(&url, None, Duration::from_millis(300))
+            .unwrap()
+            .with_window(Duration::from_secs(60));
+        let (before, _) = cached.judge(&seen.features, &decider()).unwrap();
+        server.kill();
+        let (after, _) = cached.judge(&seen.features, &decider()).unwrap();
+        assert_eq!(after, before);
+        let err = cached.judge(&unseen.features, &decider()).unwrap_err();
+        assert!(matches!(err, Error::Redis { .. }), "{err}");
+        server.restart();
+        cached.judge(&unseen.features, &decider()).unwrap();
+    }
+
     #[test]
     fn counts_read_lately_judge_as_redis_does_and_give_way_within_the_window() {
         let server = RedisServer::start();

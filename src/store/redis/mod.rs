@@ -214,6 +214,15 @@ impl RedisStore {
         self.redis.with(&self.shown, |con| cmd.query(con))
     }
 
+    /// The totals stored as `json` (None: none yet).
+    fn totals_of(&self, json: Option<Vec<u8>>) -> Result<Totals> {
+        match json {
+            None => Ok(Totals::default()),
+            Some(json) => serde_json::from_slice(&json)
+                .map_err(|e| self.corrupt(format!("the totals do not read: {e}"))),
+        }
+    }
+
     fn corrupt(&self, what: String) -> Error {
         Error::Corrupt {
             path: self.shown.clone().into(),
@@ -248,11 +257,7 @@ impl RedisStore {
         );
         let (totals, generation, code, record, header, record_version): Answer =
             self.redis.with(&self.shown, |con| invocation.invoke(con))?;
-        let totals = match totals {
-            None => Totals::default(),
-            Some(json) => serde_json::from_slice(&json)
-                .map_err(|e| self.corrupt(format!("the totals do not read: {e}")))?,
-        };
+        let totals = self.totals_of(totals)?;
         let label = match (digest, code.as_deref()) {
             (None, _) | (_, None) => None,
             (_, Some("h")) => Some(Label::Ham),
@@ -277,11 +282,7 @@ impl RedisStore {
                 .arg("totals")
                 .arg("generation"),
         )?;
-        let totals = match totals {
-            None => Totals::default(),
-            Some(json) => serde_json::from_slice(&json)
-                .map_err(|e| self.corrupt(format!("the totals do not read: {e}")))?,
-        };
+        let totals = self.totals_of(totals)?;
         Ok((totals, generation.unwrap_or(0)))
     }
 
@@ -516,11 +517,7 @@ impl RedisStore {
             return Err(self.corrupt("the lookup script answered for other features".into()));
         }
         self.check_layout(Some(meta.3))?;
-        let totals = match meta.0 {
-            None => Totals::default(),
-            Some(json) => serde_json::from_slice(&json)
-                .map_err(|e| self.corrupt(format!("the totals do not read: {e}")))?,
-        };
+        let totals = self.totals_of(meta.0)?;
         let mut out = Lookup {
             words: Vec::with_capacity(words.len()),
             grams: Vec::with_capacity(grams.len()),
@@ -541,28 +538,6 @@ impl RedisStore {
             );
         }
         Ok(out)
-    }
-
-    /// Stores `header`, what the model needs beyond counts (opaque here),
-    /// and moves the generation, so that every host sees the change.
-    pub fn set_header(&self, header: &[u8]) -> Result<()> {
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("HSET")
-            .arg(&self.keys.meta)
-            .arg("header")
-            .arg(header)
-            .arg("format")
-            .arg(LAYOUT)
-            .ignore()
-            .cmd("HINCRBY")
-            .arg(&self.keys.meta)
-            .arg("generation")
-            .arg(1)
-            .ignore();
-        // MULTI, two commands, EXEC: four answers.
-        self.redis
-            .with_answers(&self.shown, 4, |con| pipe.query::<()>(con))
     }
 
     /// Bytes of Redis memory the model's keys take (Redis's `MEMORY
