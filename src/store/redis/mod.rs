@@ -10,7 +10,7 @@
 //!   bits, more than Redis integers and Lua numbers hold), `generation`
 //!   (how many changes were applied), `tokens` (features with non-zero
 //!   counts) and `header` (what the model needs beyond counts, see
-//!   [`RedisStore::set_header`]).
+//!   [`RedisStore::transact`]).
 //! - `{NAME}:w`, a hash: each word token → its counts and the day they
 //!   last changed, 12 bytes (ham, spam, days since 1970; unsigned 32-bit
 //!   little-endian). The day is what expiry goes by ([`Expiry`]).
@@ -479,7 +479,7 @@ impl RedisStore {
 
     /// What judging a message needs, in one round trip: the counts of
     /// `words` and `grams` (None: never seen), the totals, the
-    /// generation they are at, and the header [`RedisStore::set_header`]
+    /// generation they are at, and the header [`RedisStore::transact`]
     /// stored (None: none yet). A model of another key layout is an
     /// error.
     pub fn lookup(&self, words: &[&str], grams: &[u32]) -> Result<Lookup> {
