@@ -21,7 +21,7 @@
 //! [decision]
 //! costs = "20:1:0.5"              # FP:FN[:UNSURE]
 //! min_known = 5                   # fewer known tokens than this: unsure
-//! min_per_class = 10              # fewer messages of a class learned: unsure
+//! min_per_class = 1               # fewer messages of a class learned: unsure
 //!
 //! [filter]
 //! max_size = "16M"                # larger messages pass `filter` unscored (bytes, or K/M/G)
@@ -37,8 +37,12 @@ use crate::model::{Combine, Params};
 /// Messages with fewer known tokens than this are judged unsure.
 pub const DEFAULT_MIN_KNOWN: usize = 5;
 /// With fewer messages than this of either class learned, every verdict is
-/// unsure: the model has not seen enough to guess.
-pub const DEFAULT_MIN_PER_CLASS: u64 = 10;
+/// unsure. One: a model that has never seen a class cannot tell it from
+/// the other; from the first message of each class on, the model's
+/// credibility ([`crate::model::CREDIBILITY_HALF`]) softens a young
+/// model's evidence and the costs decide (docs/experiments.md, "A young
+/// model speaks softly": a higher floor only adds unsure verdicts).
+pub const DEFAULT_MIN_PER_CLASS: u64 = 1;
 /// `filter` passes larger messages through unscored (16 MiB).
 pub const DEFAULT_FILTER_MAX_SIZE: u64 = 16 << 20;
 

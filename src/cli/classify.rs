@@ -184,6 +184,11 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     }
     writeln!(
         out,
+        "credibility  {:.3}   (the evidence below is scaled by it: m/(m+5), m messages of the rarer class learned)",
+        why.credibility
+    )?;
+    writeln!(
+        out,
         "\nview         evidence  × weight  = contribution   features used/known"
     )?;
     for part in &why.views {

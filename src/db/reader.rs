@@ -167,6 +167,9 @@ pub struct Explanation {
     pub views: Vec<ViewPart>,
     /// The stacker's intercept.
     pub bias: f64,
+    /// The model's credibility: each view's evidence and the metadata's
+    /// are the combined evidence times this ([`crate::model::CREDIBILITY_HALF`]).
+    pub credibility: f64,
     /// The calibrated log-odds of spam: σ(logit) is the probability.
     pub logit: f64,
     /// Known features, strongest first.
@@ -516,6 +519,7 @@ impl Classifier {
         Explanation {
             views,
             bias: calibrator.bias,
+            credibility: self.model.credibility(),
             logit: calibrator.logit(inputs),
             tokens,
             unknown_tokens,

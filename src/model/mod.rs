@@ -202,6 +202,20 @@ impl Evidence {
     }
 }
 
+/// The credibility of a model's evidence is m / (m + this), m the messages
+/// learned of the rarer class: the evidence of each view and of the
+/// metadata is multiplied by it, so a model of a handful of messages
+/// speaks softly and one of hundreds at full voice. Naive Bayes evidence
+/// from a few messages is as large as from thousands (a word seen in the
+/// one spam and none of four hams is as strong as one seen in 500 and
+/// none of 2,000) but far less reliable; without the factor a young
+/// model's wrong guesses are as confident as a mature model's verdicts,
+/// and a stacker fitted on a record of both ages fits neither
+/// (docs/experiments.md, "A young model speaks softly"). A credibility
+/// weight, as in Bühlmann's: half at this many messages of the rarer
+/// class, 0.99 at a hundred times as many.
+pub const CREDIBILITY_HALF: f64 = 5.0;
+
 /// A model ready to score: the statistics with the hyperparameters applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Model {
@@ -232,6 +246,14 @@ impl Model {
         self.n
     }
 
+    /// How much the model's evidence counts, in [0, 1): see
+    /// [`CREDIBILITY_HALF`]. Every view's evidence and the metadata's are
+    /// multiplied by it.
+    pub fn credibility(&self) -> f64 {
+        let m = self.n[0].min(self.n[1]) as f64;
+        m / (m + CREDIBILITY_HALF)
+    }
+
     /// The hyperparameters.
     pub fn params(&self) -> &ValidParams {
         &self.params
@@ -243,15 +265,17 @@ impl Model {
     }
 
     /// Each metadata feature's share of the metadata evidence: its
-    /// log-likelihood ratio clipped to ± `meta_clip`, times `meta_weight`,
-    /// over the number of features. They add up to [`Evidence::meta`]; all
-    /// zero until both classes have been learned.
+    /// log-likelihood ratio clipped to ± `meta_clip`, times `meta_weight`
+    /// and the model's [credibility](Self::credibility), over the number
+    /// of features. They add up to [`Evidence::meta`]; all zero until both
+    /// classes have been learned.
     pub(crate) fn metadata_shares(&self, metadata: &[f64; METADATA_LEN]) -> [f64; METADATA_LEN] {
         let mut shares = [0.0; METADATA_LEN];
         if self.n[0] > 0 && self.n[1] > 0 {
             let p = self.params.get();
+            let weight = p.meta_weight * self.credibility() / METADATA_LEN as f64;
             for (share, llr) in shares.iter_mut().zip(self.gauss.llrs(metadata)) {
-                *share = p.meta_weight * llr.clamp(-p.meta_clip, p.meta_clip) / METADATA_LEN as f64;
+                *share = weight * llr.clamp(-p.meta_clip, p.meta_clip);
             }
         }
         shares
@@ -265,7 +289,7 @@ impl Model {
         metadata: &[f64; METADATA_LEN],
     ) -> Evidence {
         let p = self.params.get();
-        let views = match View::ALL.map(|v| p.combine_of(v)) {
+        let mut views = match View::ALL.map(|v| p.combine_of(v)) {
             [
                 Combine::Tempered {
                     min_strength: s0,
@@ -308,6 +332,10 @@ impl Model {
                 views
             }
         };
+        let credibility = self.credibility();
+        for view in &mut views {
+            view.score *= credibility;
+        }
         let (meta, meta_fit) = self.metadata_evidence(metadata);
         Evidence {
             prior: self.class_prior(),
@@ -420,7 +448,7 @@ impl ModelSet {
                     continue;
                 }
                 let counts = &by_view[v];
-                views[v] = match m.params.get().combine_of(view) {
+                let mut ev = match m.params.get().combine_of(view) {
                     Combine::Tempered {
                         min_strength,
                         power,
@@ -445,6 +473,8 @@ impl ModelSet {
                         counts.iter().copied(),
                     ),
                 };
+                ev.score *= m.credibility();
+                views[v] = ev;
             }
             let from = self.meta_from[j];
             let (meta, meta_fit) = if from < j {
@@ -509,6 +539,49 @@ mod tests {
             .check()
             .is_err()
         );
+    }
+
+    /// A young model's evidence is its combined evidence times m/(m + 5),
+    /// m the messages of the rarer class: the view scores and the
+    /// metadata's alike, and the metadata shares still add up to it.
+    #[test]
+    fn a_young_models_evidence_is_softened_by_its_credibility() {
+        let both = TokenCounts { ham: 1, spam: 1 };
+        let metadata = [1.0; METADATA_LEN];
+        for (n, want) in [([1, 1], 1.0 / 6.0), ([5, 40], 0.5), ([400, 95], 0.95)] {
+            let counts = TokenCounts {
+                ham: 0,
+                spam: n[1] as u32,
+            };
+            let mut totals = Totals {
+                messages: n,
+                ..Totals::default()
+            };
+            for (c, k) in n.iter().enumerate() {
+                for i in 0..*k {
+                    for g in totals.gauss[c].iter_mut() {
+                        g.add((i % 3) as f64 + 4.0 * c as f64, 1);
+                    }
+                }
+            }
+            let p = ValidParams::default();
+            let model = Model::new(p, &totals, [0.0; VIEWS]);
+            assert!((model.credibility() - want).abs() < 1e-12, "{n:?}");
+            let ev = model.evidence([(View::Body, counts), (View::Body, both)], &metadata);
+            let raw = bernoulli::text_evidence(
+                p.prior(),
+                p.get().combine_of(View::Body),
+                n,
+                0.0,
+                [counts, both],
+            );
+            assert!(raw.score > 0.0);
+            assert!((ev.view(View::Body).score - want * raw.score).abs() < 1e-12);
+            let shares: f64 = model.metadata_shares(&metadata).iter().sum();
+            assert!(ev.meta != 0.0 && (ev.meta - shares).abs() < 1e-12);
+        }
+        let empty = Model::new(ValidParams::default(), &Totals::default(), [0.0; VIEWS]);
+        assert_eq!(empty.credibility(), 0.0);
     }
 
     /// A set of models scores each message exactly as each model alone,

@@ -615,8 +615,9 @@ mod tests {
         assert_eq!(message_id(b"Subject: x\n\nMessage-ID: <no>\n"), "");
     }
 
-    /// A state judging with a model learned from one ham and one spam in
-    /// `dir`, messages up to 2,000 bytes.
+    /// A state judging with a model learned from three copies of one ham
+    /// and of one spam (each with a header line of its own) in `dir`,
+    /// messages up to 2,000 bytes.
     fn state(dir: &std::path::Path) -> Arc<State> {
         let state = Arc::new(State::new(super::super::Settings {
             listen: Vec::new(),
@@ -648,11 +649,14 @@ mod tests {
             log_messages: false,
             milter_spam_action: Default::default(),
         }));
-        for (raw, label) in [(HAM, Label::Ham), (SPAM, Label::Spam)] {
-            state
-                .models
-                .learn(None, raw, label, crate::db::Origin::Spamd)
-                .unwrap();
+        for i in 0..3 {
+            for (raw, label) in [(HAM, Label::Ham), (SPAM, Label::Spam)] {
+                let raw = [format!("X-Copy: {i}\n").as_bytes(), raw].concat();
+                state
+                    .models
+                    .learn(None, &raw, label, crate::db::Origin::Spamd)
+                    .unwrap();
+            }
         }
         state
     }

@@ -347,10 +347,20 @@ fn eval_plot_writes_a_roc_curve_and_a_reliability_diagram_that_render() {
 fn explain_adds_up_and_log_odds_match_the_probability() {
     let db = Db::new();
     db.train_sample();
+    let stats = one_json(&db.ok(&["stats", "--json"], None));
+    let rarer = ["ham_messages", "spam_messages"]
+        .map(|k| stats[k].as_f64().unwrap_or_else(|| panic!("{k}: {stats}")))
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
     for file in sample_files() {
         let file = utf8(&file);
         let why = one_json(&db.ok(&["explain", "--json", file], None));
         let num = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("a number: {v}"));
+        // The evidence is the model's, scaled by its credibility.
+        assert!(
+            (num(&why["credibility"]) - rarer / (rarer + 5.0)).abs() < 1e-12,
+            "{why}"
+        );
         let views = why["views"].as_array().expect("views");
         assert_eq!(views.len(), 4, "{why}");
         let sum: f64 =
