@@ -184,8 +184,9 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
     }
     writeln!(
         out,
-        "credibility  {:.3}   (the evidence below is scaled by it: m/(m+5), m messages of the rarer class learned)",
-        why.credibility
+        "credibility  {:.3}   (the evidence below is scaled by it: m/(m+{}), m messages of the rarer class learned)",
+        why.credibility,
+        bayesmail::model::CREDIBILITY_HALF
     )?;
     writeln!(
         out,

@@ -205,10 +205,11 @@ impl Evidence {
 /// The credibility of a model's evidence is m / (m + this), m the messages
 /// learned of the rarer class: the evidence of each view and of the
 /// metadata is multiplied by it, so a model of a handful of messages
-/// speaks softly and one of hundreds at full voice. Naive Bayes evidence
-/// from a few messages is as large as from thousands (a word seen in the
-/// one spam and none of four hams is as strong as one seen in 500 and
-/// none of 2,000) but far less reliable; without the factor a young
+/// speaks softly and one of hundreds at full voice. The evidence of a
+/// young model rests on words seen once or twice, and is far less
+/// reliable than its size says (a word seen in the one spam learned and
+/// in none of four hams weighs 3.6 nats, well over the strength a
+/// tempered combination needs to count it); without the factor a young
 /// model's wrong guesses are as confident as a mature model's verdicts,
 /// and a stacker fitted on a record of both ages fits neither
 /// (docs/experiments.md, "A young model speaks softly"). A credibility
