@@ -9,7 +9,7 @@
 //! db = "/var/lib/bayesmail"      # database directory
 //!
 //! [model]
-//! a = 0.1                         # Beta pseudo-counts
+//! a = 0.1                         # pin the Beta pseudo-counts (else chosen by CV at train time)
 //! b = 0.1
 //! min_strength = 1.5              # pin the tempered strength (else chosen by CV at train time)
 //! bytes_min_strength = 3.0        # the byte view's (pinning either pins both)
@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::decision::Costs;
+use crate::fit::Select;
 use crate::model::{Combine, Params};
 
 /// Messages with fewer known tokens than this are judged unsure.
@@ -286,16 +287,18 @@ impl Config {
     }
 
     /// Applies the `[model]` table (then `overrides`, e.g. from flags) to the
-    /// defaults. Returns the parameters and whether the tempered strength was
-    /// pinned (if not, training chooses it).
-    pub fn params(&self, overrides: &ModelConfig) -> Result<(Params, bool), String> {
+    /// defaults. Returns the parameters and what training may choose: the
+    /// pseudo-counts unless `a` or `b` is given, the tempered strengths
+    /// unless one of them is.
+    pub fn params(&self, overrides: &ModelConfig) -> Result<(Params, Select), String> {
         let pick = |flag: Option<f64>, file: Option<f64>| flag.or(file);
         let m = &self.model;
         let mut p = Params::default();
-        if let Some(a) = pick(overrides.a, m.a) {
+        let (a, b) = (pick(overrides.a, m.a), pick(overrides.b, m.b));
+        if let Some(a) = a {
             p.a = a;
         }
-        if let Some(b) = pick(overrides.b, m.b) {
+        if let Some(b) = b {
             p.b = b;
         }
         let combine = overrides
@@ -342,7 +345,13 @@ impl Config {
         }
         p.check()?;
         let pinned = min_strength.is_some() || bytes_min_strength.is_some();
-        Ok((p, pinned || combine != "tempered"))
+        Ok((
+            p,
+            Select {
+                prior: a.is_none() && b.is_none(),
+                strength: !pinned && combine == "tempered",
+            },
+        ))
     }
 
     /// The decision costs: `flag`, else the file's, else the default.
@@ -648,9 +657,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.db.as_deref(), Some(Path::new("/tmp/x")));
-        let (p, pinned) = c.params(&ModelConfig::default()).unwrap();
+        let (p, select) = c.params(&ModelConfig::default()).unwrap();
         assert_eq!(p.a, 0.5);
-        assert!(pinned);
+        assert_eq!(select, Select::NONE, "a and min_strength pinned");
         assert_eq!(
             p.combine,
             Combine::Tempered {
@@ -667,8 +676,22 @@ mod tests {
         assert_eq!(p.a, 0.2);
         assert_eq!(c.costs(None).unwrap().to_string(), "20:1");
         assert_eq!(c.min_known(), 3);
-        let (_, pinned) = Config::default().params(&ModelConfig::default()).unwrap();
-        assert!(!pinned, "by default training chooses the strength");
+        let (_, select) = Config::default().params(&ModelConfig::default()).unwrap();
+        assert_eq!(select, Select::ALL, "by default training chooses");
+        let (_, select) = Config::default()
+            .params(&ModelConfig {
+                b: Some(0.3),
+                ..ModelConfig::default()
+            })
+            .unwrap();
+        assert_eq!(
+            select,
+            Select {
+                prior: false,
+                strength: true
+            },
+            "b alone pins the pseudo-counts"
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The training protocol, shared by `Trainer` and evaluation: labelled
 //! messages with their features interned ([`Dataset`]), integer counts
 //! over them that add and subtract a message at a time ([`Counts`]), and
-//! the choice of the combination strength and the fit of the stacker by
-//! cross-validation inside the training data ([`select_and_calibrate`]).
+//! the choice of the pseudo-counts and the combination strengths and the
+//! fit of the stacker by cross-validation inside the training data
+//! ([`select_and_calibrate`]).
 //!
 //! The stacker is always fitted on scores the scored model did not train
 //! on: inner cross-validated scores of the training data.
@@ -87,16 +88,45 @@ impl Dataset {
 /// [`select_and_calibrate`]).
 pub const STRENGTH_GRID: [f64; 5] = [0.5, 1.0, 1.5, 2.0, 2.5];
 
+/// Candidate Beta pseudo-counts (a = b), chosen among by inner
+/// cross-validation before the strengths: how far a word seen a few times
+/// is trusted depends on how much mail there is and how alike it is, which
+/// the user's own data says better than one constant.
+pub const PRIOR_GRID: [f64; 4] = [0.02, 0.05, 0.1, 0.2];
+
 /// Inner folds for fitting calibration and choosing the strength.
 pub const DEFAULT_INNER_FOLDS: usize = 5;
+
+/// Which hyperparameters training chooses by inner cross-validation: those
+/// the user did not pin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Select {
+    /// The pseudo-counts, from [`PRIOR_GRID`].
+    pub prior: bool,
+    /// The tempered combination's strengths, from [`STRENGTH_GRID`] and
+    /// [`BYTES_STRENGTH_GRID`].
+    pub strength: bool,
+}
+
+impl Select {
+    /// Everything chosen: nothing pinned.
+    pub const ALL: Select = Select {
+        prior: true,
+        strength: true,
+    };
+    /// Nothing chosen: the configured values kept.
+    pub const NONE: Select = Select {
+        prior: false,
+        strength: false,
+    };
+}
 
 /// How the training protocol chooses and fits.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
-    /// Choose the tempered combination's `min_strength` from
-    /// [`STRENGTH_GRID`] by inner cross-validation, instead of using the
-    /// configured one.
-    pub select_strength: bool,
+    /// What is chosen by inner cross-validation instead of taken as
+    /// configured.
+    pub select: Select,
     /// Model hyperparameters.
     pub params: ValidParams,
     /// Inner folds for fitting the stacker.
@@ -465,12 +495,12 @@ fn bounded(data: &Dataset, members: &[usize]) -> Vec<usize> {
 /// `base` holds the counts of the training data, which includes every
 /// message of `members`; the fit uses [`SAMPLE_PER_CLASS`] of each class of
 /// `members` at most (a [`Sample`]), scored by models of `base` without
-/// their own inner fold. With
-/// `settings.select_strength` and a tempered combination, each value of
-/// [`STRENGTH_GRID`] is tried for the words, then each of
-/// [`BYTES_STRENGTH_GRID`] for the byte view with the words' choice kept;
-/// each time the one whose fitted inner cross-validated scores have the
-/// lowest log-loss wins.
+/// their own inner fold. With `settings.select.prior`, each value of
+/// [`PRIOR_GRID`] is tried as the pseudo-counts; then, with
+/// `settings.select.strength` and a tempered combination, each value of
+/// [`STRENGTH_GRID`] for the words, then each of [`BYTES_STRENGTH_GRID`]
+/// for the byte view, every earlier choice kept; each time the one whose
+/// fitted inner cross-validated scores have the lowest log-loss wins.
 pub fn select_and_calibrate(
     data: &Dataset,
     base: &Counts,
@@ -529,20 +559,49 @@ type Choice = (ValidParams, Calibrator, Vec<Scored>);
 /// Picks the best of candidates scored alike (see [`choose`]).
 type Best<'a> = &'a dyn Fn(&[ValidParams], &[Vec<Scored>]) -> Choice;
 
-/// The strength search of [`select_and_calibrate`]: `score` scores
-/// candidates, `best` picks among scored ones.
+/// The search of [`select_and_calibrate`]: the pseudo-counts first (at
+/// the configured strengths), then the strengths with them. `score`
+/// scores candidates, `best` picks among scored ones.
 fn choose(
     settings: &Settings,
     score: &mut dyn FnMut(&[ValidParams]) -> Vec<Vec<Scored>>,
     best: Best<'_>,
 ) -> Choice {
-    let given = *settings.params.get();
-    let Combine::Tempered { power, .. } = given.combine else {
-        return best(&[settings.params], &score(&[settings.params]));
-    };
-    if !settings.select_strength {
-        return best(&[settings.params], &score(&[settings.params]));
+    let mut chosen = settings.params;
+    let mut scored = None;
+    if settings.select.prior {
+        // The configured values first: a tie keeps them.
+        let given = *settings.params.get();
+        let mut priors = vec![settings.params];
+        priors.extend(
+            PRIOR_GRID
+                .iter()
+                .filter(|&&v| (v, v) != (given.a, given.b))
+                .filter_map(|&v| {
+                    Params {
+                        a: v,
+                        b: v,
+                        ..given
+                    }
+                    .check()
+                    .ok()
+                }),
+        );
+        let choice = best(&priors, &score(&priors));
+        chosen = choice.0;
+        scored = Some(choice);
     }
+    let given = *chosen.get();
+    let tempered = match given.combine {
+        Combine::Tempered { power, .. } if settings.select.strength => Some(power),
+        _ => None,
+    };
+    let Some(power) = tempered else {
+        return match scored {
+            Some(choice) => choice,
+            None => best(&[chosen], &score(&[chosen])),
+        };
+    };
     let words: Vec<ValidParams> = STRENGTH_GRID
         .iter()
         .filter_map(|&m| {
@@ -631,7 +690,8 @@ mod tests {
 
     /// Choosing the strengths scores each sampled message's tokens once,
     /// not once for each of the eight candidates (five word strengths, then
-    /// three byte strengths).
+    /// three byte strengths); choosing the pseudo-counts before them once
+    /// more for each candidate (each has its own LLRs).
     #[test]
     fn choosing_the_strengths_computes_each_token_llr_once() {
         let mut extractor = crate::features::Extractor::new();
@@ -653,27 +713,38 @@ mod tests {
             counts.add(ex, 1);
         }
         let members: Vec<usize> = (0..data.examples.len()).collect();
-        let settings = Settings {
-            select_strength: true,
-            params: ValidParams::default(),
-            inner_folds: 5,
-            inputs: Inputs::default(),
-        };
         // One worker thread, so that the count of this thread is all of it.
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
             .unwrap();
-        let computed = pool.install(|| {
-            crate::model::bernoulli::LLRS.with(|k| k.set(0));
-            select_and_calibrate(&data, &counts, &members, &settings);
-            crate::model::bernoulli::LLRS.with(|k| k.get())
-        });
+        let computed = |select: Select| {
+            let settings = Settings {
+                select,
+                params: ValidParams::default(),
+                inner_folds: 5,
+                inputs: Inputs::default(),
+            };
+            pool.install(|| {
+                crate::model::bernoulli::LLRS.with(|k| k.set(0));
+                select_and_calibrate(&data, &counts, &members, &settings);
+                crate::model::bernoulli::LLRS.with(|k| k.get())
+            })
+        };
         let tokens: usize = data.examples.iter().map(|ex| ex.tokens.len()).sum();
-        assert!(computed > 0);
+        let strengths = computed(Select {
+            prior: false,
+            strength: true,
+        });
+        assert!(strengths > 0);
         assert!(
-            computed <= tokens,
-            "{computed} token LLRs computed for {tokens} tokens"
+            strengths <= tokens,
+            "{strengths} token LLRs computed for {tokens} tokens"
+        );
+        let all = computed(Select::ALL);
+        assert!(
+            all > strengths && all <= (PRIOR_GRID.len() + 1) * tokens,
+            "{all} token LLRs computed for {tokens} tokens"
         );
     }
 

@@ -75,9 +75,10 @@ pub(super) enum Command {
     ///
     /// Idempotent: a message already learned with the same label is skipped;
     /// one learned with the other label (it moved from Junk to Inbox, say) is
-    /// unlearned and learned again. Afterwards the combination strength is
-    /// chosen and the calibration fitted by cross-validation over the given
-    /// messages, and a new model snapshot is written for classification.
+    /// unlearned and learned again. Afterwards the pseudo-counts and the
+    /// combination strengths are chosen and the calibration fitted by
+    /// cross-validation over the given messages, and a new model snapshot
+    /// is written for classification.
     ///
     /// A Maildir means its own cur/ and new/; its Maildir++ .Folders are
     /// read only when named or with --recursive. The run refuses, before
@@ -211,9 +212,11 @@ pub(super) enum Command {
 #[derive(Args, Debug, Clone, Default)]
 pub(super) struct ModelArgs {
     /// Beta pseudo-count of presence (a in θ = (N_jc + a) / (N_c + a + b)).
+    /// Unset with --beta: chosen by cross-validation on the training data
+    /// (a = b), else 0.1 (a model that only learns).
     #[arg(long, value_name = "A")]
     pub(super) alpha: Option<f64>,
-    /// Beta pseudo-count of absence (b).
+    /// Beta pseudo-count of absence (b); giving either pins both.
     #[arg(long, value_name = "B")]
     pub(super) beta: Option<f64>,
     /// How token evidence is combined: tempered (mean over strong tokens),

@@ -22,7 +22,7 @@ use bayesmail::config::{self, Config};
 use bayesmail::db::DbPaths;
 use bayesmail::decision::Decider;
 use bayesmail::eval::protocol::Settings;
-use bayesmail::fit::{self as training, DEFAULT_INNER_FOLDS};
+use bayesmail::fit::{self as training, DEFAULT_INNER_FOLDS, Select};
 use bayesmail::model::ValidParams;
 
 /// Exit status: every message was handled.
@@ -134,12 +134,12 @@ impl Context {
         Ok(())
     }
 
-    fn params(&self, model: &ModelArgs) -> anyhow::Result<(ValidParams, bool)> {
-        let (params, pinned) = self
+    fn params(&self, model: &ModelArgs) -> anyhow::Result<(ValidParams, Select)> {
+        let (params, select) = self
             .config
             .params(&model.overrides())
             .map_err(anyhow::Error::msg)?;
-        Ok((params.check().map_err(anyhow::Error::msg)?, pinned))
+        Ok((params.check().map_err(anyhow::Error::msg)?, select))
     }
 
     /// The database.
@@ -276,11 +276,11 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
         Command::Explain(args) => classify::explain(&ctx, &args),
         Command::Stats(args) => classify::stats(&ctx, &args),
         Command::Eval(args) => {
-            let (params, pinned) = ctx.params(&args.model)?;
+            let (params, select) = ctx.params(&args.model)?;
             let decider = ctx.decider(&args.decision)?;
             let settings = Settings {
                 training: training::Settings {
-                    select_strength: !pinned,
+                    select,
                     params,
                     inner_folds: DEFAULT_INNER_FOLDS,
                     inputs: match &args.views {

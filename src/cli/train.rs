@@ -153,7 +153,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     if args.spam.is_empty() && args.ham.is_empty() {
         bail!("nothing to learn: give --spam PATH... and/or --ham PATH...");
     }
-    let (params, pinned) = ctx.params(&args.model)?;
+    let (params, select) = ctx.params(&args.model)?;
     let start = Instant::now();
     // Ctrl-C from here on stops at a point where nothing is half done.
     let sigint = CatchSigint::install();
@@ -171,7 +171,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         spam: &args.spam,
         options: opts,
         params,
-        select_strength: !pinned,
+        select,
         wait: Duration::from_secs(args.wait),
         interrupt: &INTERRUPTED,
     };

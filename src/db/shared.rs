@@ -654,7 +654,7 @@ impl SharedModel {
             spam: job.spam,
             options: job.options,
             params: job.params,
-            select_strength: job.select_strength,
+            select: job.select,
             wait: job.wait,
             interrupt: &never,
         };

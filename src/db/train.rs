@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{Database, Error, Labelled, Result, Run, SetAside, TrainSummary};
 use crate::decision::Prequential;
 use crate::features::{Extractor, Features};
-use crate::fit::{DEFAULT_INNER_FOLDS, Settings};
+use crate::fit::{DEFAULT_INNER_FOLDS, Select, Settings};
 use crate::mailbox::{self, MessageId, RawMessage};
 use crate::message::{self, Identity};
 use crate::model::{Label, Params, ValidParams};
@@ -28,12 +28,11 @@ pub struct Training<'a> {
     pub spam: &'a [PathBuf],
     /// How to read them.
     pub options: mailbox::Options,
-    /// The model's parameters; with `select_strength`, the stacker's fit
-    /// chooses the prior's strength among its candidates.
+    /// The model's parameters; what `select` names, the stacker's fit
+    /// chooses among its candidates.
     pub params: ValidParams,
-    /// Whether the fit may choose the prior's strength (the user did not
-    /// pin it).
-    pub select_strength: bool,
+    /// What the fit may choose (what the user did not pin).
+    pub select: Select,
     /// How long to wait for another writer's lock.
     pub wait: Duration,
     /// Set (by a signal handler, say) to stop the run: while reading, it
@@ -253,7 +252,7 @@ pub(crate) fn calibrate(
     }
     progress(Progress::Calibrating);
     let settings = Settings {
-        select_strength: job.select_strength,
+        select: job.select,
         params: job.params,
         inner_folds: DEFAULT_INNER_FOLDS,
         inputs: Default::default(),

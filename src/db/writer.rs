@@ -727,7 +727,7 @@ mod tests {
         }
         assert_eq!(run.len(), 200);
         let settings = Settings {
-            select_strength: false,
+            select: crate::fit::Select::NONE,
             params: crate::model::ValidParams::default(),
             inner_folds: 5,
             inputs: Default::default(),

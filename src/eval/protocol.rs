@@ -248,7 +248,7 @@ mod tests {
     fn settings() -> Settings {
         Settings {
             training: training::Settings {
-                select_strength: true,
+                select: crate::fit::Select::ALL,
                 params: ValidParams::default(),
                 inner_folds: 5,
                 inputs: Default::default(),
@@ -416,7 +416,7 @@ mod tests {
         let mut training = settings().training;
         let (chosen, _) = select_and_calibrate(&data, &counts, &members, &training);
         assert!(BYTES_STRENGTH_GRID.contains(&chosen.get().bytes_min_strength));
-        training.select_strength = false;
+        training.select = crate::fit::Select::NONE;
         training.params = crate::model::Params {
             bytes_min_strength: 0.25,
             ..*training.params.get()
@@ -425,5 +425,39 @@ mod tests {
         .unwrap();
         let (kept, _) = select_and_calibrate(&data, &counts, &members, &training);
         assert_eq!(kept.get().bytes_min_strength, 0.25);
+    }
+
+    #[test]
+    fn the_pseudo_counts_are_chosen_from_their_grid_unless_pinned() {
+        use crate::fit::{PRIOR_GRID, Select};
+        let data = noisy(true);
+        let (counts, members) = learned_all(&data);
+        let mut training = settings().training;
+        // Pseudo-counts so large that every token weighs almost nothing:
+        // a candidate of the grid fits better.
+        training.params = crate::model::Params {
+            a: 5.0,
+            b: 5.0,
+            ..*training.params.get()
+        }
+        .check()
+        .unwrap();
+        // The strengths pinned, the pseudo-counts still chosen.
+        training.select = Select {
+            prior: true,
+            strength: false,
+        };
+        let (chosen, _) = select_and_calibrate(&data, &counts, &members, &training);
+        let p = chosen.get();
+        assert_eq!(p.a, p.b);
+        assert!(PRIOR_GRID.contains(&p.a), "{p:?}");
+        assert_eq!(p.combine, training.params.get().combine);
+        assert_eq!(
+            p.bytes_min_strength,
+            training.params.get().bytes_min_strength
+        );
+        training.select = Select::NONE;
+        let (kept, _) = select_and_calibrate(&data, &counts, &members, &training);
+        assert_eq!((kept.get().a, kept.get().b), (5.0, 5.0));
     }
 }

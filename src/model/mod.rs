@@ -24,7 +24,9 @@ use crate::vocab::{METADATA_LEN, VIEWS, View};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Params {
-    /// Beta pseudo-count of presence.
+    /// Beta pseudo-count of presence. The default is what a model built
+    /// only by learning uses; training chooses it (and `b`) by
+    /// cross-validation unless one of them is pinned.
     pub a: f64,
     /// Beta pseudo-count of absence.
     pub b: f64,

@@ -35,7 +35,7 @@ fn training<'a>(
         spam,
         options: Default::default(),
         params: Params::default().check().unwrap(),
-        select_strength: true,
+        select: bayesmail::fit::Select::ALL,
         wait: Duration::from_secs(5),
         interrupt,
     }
@@ -169,7 +169,7 @@ fn a_delivered_message_gets_a_status_and_never_an_error() {
 fn eval_settings() -> bayesmail::eval::protocol::Settings {
     bayesmail::eval::protocol::Settings {
         training: bayesmail::fit::Settings {
-            select_strength: false,
+            select: bayesmail::fit::Select::NONE,
             params: Params::default().check().unwrap(),
             inner_folds: bayesmail::fit::DEFAULT_INNER_FOLDS,
             inputs: Default::default(),

@@ -340,7 +340,7 @@ fn the_readme_describes_the_demo_as_it_runs() {
         ),
         format!("of the 24 spam, {ss} spam, {su} unsure and {sh} ham"),
         format!("of the 24 ham, {hh} ham, {hu}\nunsure"),
-        format!("and {hs} spam: the shop"),
+        format!("and {hs} spam."),
     ];
     let flat = first.replace('\n', " ");
     for s in &said {
