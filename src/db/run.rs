@@ -225,7 +225,7 @@ impl Run {
         }
     }
 
-    /// Chooses the combination strength and fits the stacker by inner
+    /// Chooses the pseudo-counts and strengths and fits the stacker by inner
     /// cross-validation over the run's sample, with the counts of all its
     /// messages, as `eval` does inside its training folds. Returns the
     /// chosen parameters and the stacker with what it was fitted on, or

@@ -238,10 +238,10 @@ pub(crate) fn read_folders(
     Ok(reading)
 }
 
-/// Fits the run's stacker (and chooses the strength, unless pinned) on its
-/// sample, as every training run does: the parameters chosen, the stacker
-/// with what it was fitted on (None with too few of a class), and what
-/// became of the calibration.
+/// Fits the run's stacker (and chooses the pseudo-counts and strengths,
+/// unless pinned) on its sample, as every training run does: the
+/// parameters chosen, the stacker with what it was fitted on (None with
+/// too few of a class), and what became of the calibration.
 pub(crate) fn calibrate(
     run: &mut Run,
     job: &Training<'_>,
