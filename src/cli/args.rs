@@ -212,11 +212,13 @@ pub(super) enum Command {
 #[derive(Args, Debug, Clone, Default)]
 pub(super) struct ModelArgs {
     /// Beta pseudo-count of presence (a in θ = (N_jc + a) / (N_c + a + b)).
-    /// Unset with --beta: chosen by cross-validation on the training data
-    /// (a = b), else 0.1 (a model that only learns).
+    /// If neither this nor --beta is given, training chooses a = b by
+    /// cross-validation on the training data; a model built only by
+    /// learning uses 0.1.
     #[arg(long, value_name = "A")]
     pub(super) alpha: Option<f64>,
-    /// Beta pseudo-count of absence (b); giving either pins both.
+    /// Beta pseudo-count of absence (b). Giving either pins both (the
+    /// other at 0.1).
     #[arg(long, value_name = "B")]
     pub(super) beta: Option<f64>,
     /// How token evidence is combined: tempered (mean over strong tokens),

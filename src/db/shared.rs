@@ -641,7 +641,16 @@ impl SharedModel {
         if !run.conflicts().is_empty() {
             return Err(super::Error::Conflicting(run.conflicts().to_vec()));
         }
-        let (chosen, fitted, calibration) = super::train::calibrate(&mut run, job, progress);
+        let lookup = self.store.lookup(&[], &[])?;
+        let before = super::train::Before {
+            messages: lookup.totals.messages.iter().sum(),
+            params: match lookup.header.as_deref() {
+                Some(json) => Some(self.header_of(Some(json))?.params),
+                None => None,
+            },
+        };
+        let (chosen, fitted, calibration) =
+            super::train::calibrate(&mut run, job, before, progress);
         let mut summary = TrainSummary {
             duplicates: run.summary().duplicates,
             ..TrainSummary::default()

@@ -238,22 +238,49 @@ pub(crate) fn read_folders(
     Ok(reading)
 }
 
+/// What a database holds before a training run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Before {
+    /// Messages learned, both classes.
+    pub messages: u64,
+    /// Its model's parameters (None: no model yet).
+    pub params: Option<Params>,
+}
+
 /// Fits the run's stacker (and chooses the pseudo-counts and strengths,
 /// unless pinned) on its sample, as every training run does: the
 /// parameters chosen, the stacker with what it was fitted on (None with
-/// too few of a class), and what became of the calibration.
+/// too few of a class), and what became of the calibration. The
+/// pseudo-counts suit the size of the database: a run with fewer messages
+/// than the database held `before` it does not choose them, and keeps
+/// the database's own.
 pub(crate) fn calibrate(
     run: &mut Run,
     job: &Training<'_>,
+    before: Before,
     progress: &dyn Fn(Progress<'_>),
 ) -> (Params, Option<super::run::Fitted>, Calibration) {
     if run.is_empty() {
         return (*job.params.get(), None, Calibration::NotRun);
     }
     progress(Progress::Calibrating);
+    let (mut select, mut params) = (job.select, job.params);
+    if select.prior && (run.len() as u64) < before.messages {
+        select.prior = false;
+        if let Some(kept) = before.params
+            && let Ok(p) = (Params {
+                a: kept.a,
+                b: kept.b,
+                ..*params.get()
+            })
+            .check()
+        {
+            params = p;
+        }
+    }
     let settings = Settings {
-        select: job.select,
-        params: job.params,
+        select,
+        params,
         inner_folds: DEFAULT_INNER_FOLDS,
         inputs: Default::default(),
     };
@@ -322,7 +349,14 @@ impl Database {
 
         // Everything after reading is short and finishes even when
         // interrupted.
-        let (chosen, fitted, calibration) = calibrate(&mut run, job, progress);
+        let before = Before {
+            messages: crate::store::Store::totals(trainer.store())?
+                .messages
+                .iter()
+                .sum(),
+            params: trainer.current_header().map(|h| h.params),
+        };
+        let (chosen, fitted, calibration) = calibrate(&mut run, job, before, progress);
         let stored = run.len();
         let mut summary = trainer.store_run(run)?;
         let no_model = missing_class(summary.totals);

@@ -308,7 +308,7 @@ impl Trainer {
     }
 
     /// The header of the current snapshot, if there is one that reads.
-    fn current_header(&self) -> Option<ModelHeader> {
+    pub(super) fn current_header(&self) -> Option<ModelHeader> {
         let mut header = self.header.clone()?;
         // A stacker a learn refitted lives in the journal until the next
         // snapshot takes it.
@@ -706,6 +706,55 @@ mod tests {
             identity: Identity::of(raw.as_bytes()),
             label,
         }
+    }
+
+    /// A run smaller than the database keeps the database's pseudo-counts;
+    /// one at least as large chooses them (from the grid, which 0.3 is not
+    /// in).
+    #[test]
+    fn a_run_smaller_than_the_database_keeps_its_pseudo_counts() {
+        use crate::db::train::{Before, Training, calibrate};
+        let dir = tempfile::tempdir().unwrap();
+        let trainer = Trainer::open(&DbPaths::new(dir.path()), WAIT).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let job = Training {
+            ham: &[],
+            spam: &[],
+            options: Default::default(),
+            params: crate::model::ValidParams::default(),
+            select: crate::fit::Select::ALL,
+            wait: WAIT,
+            interrupt: &stop,
+        };
+        let database = crate::model::Params {
+            a: 0.3,
+            b: 0.3,
+            ..crate::model::Params::default()
+        };
+        let chosen = |held: u64| {
+            let mut run = Run::new();
+            for i in 0..80 {
+                let (text, label) = if i % 2 == 0 {
+                    (format!("cheap pills offer{i} now"), Label::Spam)
+                } else {
+                    (format!("meeting notes agenda{i} friday"), Label::Ham)
+                };
+                trainer
+                    .add_to_run(&mut run, &labelled(&text, label), "x")
+                    .unwrap();
+            }
+            let before = Before {
+                messages: held,
+                params: Some(database),
+            };
+            let (params, fitted, _) = calibrate(&mut run, &job, before, &|_| {});
+            assert!(fitted.is_some());
+            (params.a, params.b)
+        };
+        assert_eq!(chosen(81), (0.3, 0.3), "80 messages added to 81");
+        let (a, b) = chosen(80);
+        assert_eq!(a, b);
+        assert!(crate::fit::PRIOR_GRID.contains(&a), "{a}");
     }
 
     #[test]

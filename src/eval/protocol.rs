@@ -456,6 +456,12 @@ mod tests {
             p.bytes_min_strength,
             training.params.get().bytes_min_strength
         );
+        // Both chosen: the strengths are chosen with the chosen prior.
+        training.select = Select::ALL;
+        let (both, _) = select_and_calibrate(&data, &counts, &members, &training);
+        let p = both.get();
+        assert!(PRIOR_GRID.contains(&p.a) && p.a == p.b, "{p:?}");
+        assert!(crate::fit::BYTES_STRENGTH_GRID.contains(&p.bytes_min_strength));
         training.select = Select::NONE;
         let (kept, _) = select_and_calibrate(&data, &counts, &members, &training);
         assert_eq!((kept.get().a, kept.get().b), (5.0, 5.0));

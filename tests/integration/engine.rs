@@ -78,6 +78,50 @@ fn a_training_run_reports_its_progress_and_leaves_a_model() {
     assert_eq!(db.counts(), [24, 24]);
 }
 
+/// The pseudo-counts a training run settled on stay the model's when it
+/// learns afterwards, whatever a learn is given for a first model.
+#[test]
+fn a_trained_models_pseudo_counts_outlive_its_learns() {
+    let db = Db::new();
+    let (ham, spam) = ([sample_ham()], [sample_spam()]);
+    let stop = AtomicBool::new(false);
+    let mut job = training(&ham, &spam, &stop);
+    job.params = Params {
+        a: 0.3,
+        b: 0.3,
+        ..Params::default()
+    }
+    .check()
+    .unwrap();
+    job.select = bayesmail::fit::Select::NONE;
+    let database = Database::new(db.dir());
+    database.train(&job, &|_| {}).unwrap();
+    let pseudo = |db: &Database| {
+        let p = db.reader().unwrap().classifier().header().params;
+        (p.a, p.b)
+    };
+    assert_eq!(pseudo(&database), (0.3, 0.3));
+    let mut extractor = Extractor::new();
+    for (i, label) in [Label::Spam, Label::Ham].into_iter().enumerate() {
+        let (features, identity) = extractor.read(&unseen(i, "zqprior")).unwrap();
+        let message = Labelled {
+            features,
+            identity,
+            label,
+        };
+        database
+            .learn(
+                &[message],
+                Duration::from_secs(5),
+                // Through the journal, then with none: the model compiled again.
+                [DEFAULT_JOURNAL_LIMIT, 0][i],
+                Params::default(),
+            )
+            .unwrap();
+        assert_eq!(pseudo(&database), (0.3, 0.3), "after learn {i}");
+    }
+}
+
 #[test]
 fn a_training_run_interrupted_while_reading_stores_nothing() {
     let db = Db::new();
