@@ -19,7 +19,7 @@ use crate::model::{
     Combine, Label, Model, ModelSet, Params, TokenCounts, Totals, ValidParams, bernoulli,
 };
 use crate::vocab::METADATA_LEN;
-use crate::vocab::{Feature, VIEWS, View};
+use crate::vocab::{Feature, VIEWS, View, word_view};
 
 /// One labelled message, its features interned.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,15 +55,22 @@ impl Dataset {
                 let mut tokens: Vec<u32> = Vec::with_capacity(f.tokens.len() + f.grams.len());
                 f.for_each_feature(|feature| {
                     let next = views.len() as u32;
-                    let id = match feature {
+                    let (id, view) = match feature {
                         Feature::Word(word) => match words.get(word) {
-                            Some(&id) => id,
-                            None => *words.entry(word.to_owned()).or_insert(next),
+                            Some(&id) => (id, word_view(word)),
+                            None => (
+                                *words.entry(word.to_owned()).or_insert(next),
+                                word_view(word),
+                            ),
                         },
-                        Feature::Gram(bucket) => *grams.entry(bucket).or_insert(next),
+                        Feature::Gram(bucket) => {
+                            (*grams.entry(bucket).or_insert(next), View::Bytes)
+                        }
+                        // Not a feature of naive Bayes: never given here.
+                        Feature::Weight(_) => return,
                     };
                     if id == next {
-                        views.push(feature.view());
+                        views.push(view);
                     }
                     tokens.push(id);
                 });

@@ -107,25 +107,31 @@ pub enum Feature<'a> {
     /// A bucket of the byte view's hashed 4-grams
     /// ([`crate::features::grams`]), below 2^[`BUCKET_BITS`].
     Gram(u32),
+    /// The weight of a bucket of the online discriminative view
+    /// ([`crate::model::logistic`]), below 2^[`BUCKET_BITS`]: no view of
+    /// naive Bayes, its counts are the weight's two counters.
+    Weight(u32),
 }
 
 impl Feature<'_> {
-    /// The view the feature belongs to: a bucket, the byte view's; a word,
-    /// the header view if it has a header field's namespace (a non-empty
-    /// run of upper-case ASCII letters before a `:`, other than `URL:`),
-    /// else the body view.
+    /// The naive Bayes view the feature belongs to: a bucket, the byte
+    /// view's; a word, the header view if it has a header field's
+    /// namespace (a non-empty run of upper-case ASCII letters before a
+    /// `:`, other than `URL:`), else the body view; a weight, none.
     ///
     /// ```
     /// use bayesmail::vocab::{Feature, View};
-    /// assert_eq!(Feature::Word("SUBJ:cheap").view(), View::Header);
-    /// assert_eq!(Feature::Word("URL:example.com").view(), View::Body);
-    /// assert_eq!(Feature::Word("cheap").view(), View::Body);
-    /// assert_eq!(Feature::Gram(0xbadf).view(), View::Bytes);
+    /// assert_eq!(Feature::Word("SUBJ:cheap").view(), Some(View::Header));
+    /// assert_eq!(Feature::Word("URL:example.com").view(), Some(View::Body));
+    /// assert_eq!(Feature::Word("cheap").view(), Some(View::Body));
+    /// assert_eq!(Feature::Gram(0xbadf).view(), Some(View::Bytes));
+    /// assert_eq!(Feature::Weight(0xbadf).view(), None);
     /// ```
-    pub fn view(self) -> View {
+    pub fn view(self) -> Option<View> {
         match self {
-            Feature::Word(word) => word_view(word),
-            Feature::Gram(_) => View::Bytes,
+            Feature::Word(word) => Some(word_view(word)),
+            Feature::Gram(_) => Some(View::Bytes),
+            Feature::Weight(_) => None,
         }
     }
 
@@ -134,12 +140,13 @@ impl Feature<'_> {
         match self {
             Feature::Word(word) => FeatureBuf::Word(word.to_owned()),
             Feature::Gram(bucket) => FeatureBuf::Gram(bucket),
+            Feature::Weight(bucket) => FeatureBuf::Weight(bucket),
         }
     }
 }
 
 /// The view of a word token: see [`Feature::view`].
-fn word_view(word: &str) -> View {
+pub fn word_view(word: &str) -> View {
     // A namespace is upper-case letters up to the first ':': stop at the
     // first byte that is not one, not at the first ':' (a body word can be
     // long and have none).
@@ -154,18 +161,21 @@ fn word_view(word: &str) -> View {
 }
 
 /// A feature as people read it: a word as it is, a bucket as `bytes:`
-/// and its number in five hex digits.
+/// and its number in five hex digits, a weight as `weight:` and its
+/// bucket's.
 ///
 /// ```
 /// use bayesmail::vocab::Feature;
 /// assert_eq!(Feature::Word("SUBJ:cheap").to_string(), "SUBJ:cheap");
 /// assert_eq!(Feature::Gram(0x3_a0f1).to_string(), "bytes:3a0f1");
+/// assert_eq!(Feature::Weight(0x3_a0f1).to_string(), "weight:3a0f1");
 /// ```
 impl fmt::Display for Feature<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Feature::Word(word) => f.write_str(word),
             Feature::Gram(bucket) => write!(f, "bytes:{bucket:05x}"),
+            Feature::Weight(bucket) => write!(f, "weight:{bucket:05x}"),
         }
     }
 }
@@ -177,6 +187,8 @@ pub enum FeatureBuf {
     Word(String),
     /// A bucket of the byte view.
     Gram(u32),
+    /// A weight of the online discriminative view.
+    Weight(u32),
 }
 
 impl FeatureBuf {
@@ -185,11 +197,12 @@ impl FeatureBuf {
         match self {
             FeatureBuf::Word(word) => Feature::Word(word),
             FeatureBuf::Gram(bucket) => Feature::Gram(*bucket),
+            FeatureBuf::Weight(bucket) => Feature::Weight(*bucket),
         }
     }
 
     /// Its view ([`Feature::view`]).
-    pub fn view(&self) -> View {
+    pub fn view(&self) -> Option<View> {
         self.as_feature().view()
     }
 }
@@ -296,10 +309,10 @@ mod tests {
             "FROM1:x",
         ];
         for w in words {
-            assert_eq!(Feature::Word(w).view(), by_definition(w), "{w:?}");
+            assert_eq!(Feature::Word(w).view(), Some(by_definition(w)), "{w:?}");
         }
         for b in [0, 0xabcd, (1 << BUCKET_BITS) - 1] {
-            assert_eq!(Feature::Gram(b).view(), View::Bytes);
+            assert_eq!(Feature::Gram(b).view(), Some(View::Bytes));
         }
     }
 

@@ -191,6 +191,8 @@ pub struct Classifier {
     overlay: HashMap<String, TokenCounts>,
     /// Counts of the byte view's buckets the journal changed (zero: gone).
     gram_overlay: GramOverlay,
+    /// Counters of the weights the journal changed (zero: gone).
+    weight_overlay: GramOverlay,
     vocabulary: usize,
     header: ModelHeader,
     model: Model,
@@ -253,11 +255,19 @@ impl Classifier {
                 Feature::Gram(b) => {
                     grams.insert(b);
                 }
+                Feature::Weight(_) => {}
             });
         }
+        // Learning steps a message's weights from their present values:
+        // every weight of every message is wanted.
+        let prefixes: std::collections::HashSet<u32> = features
+            .iter()
+            .flat_map(|f| f.prefix.iter().copied())
+            .collect();
         let wanted = move |feature: Feature<'_>| match feature {
             Feature::Word(w) => words.contains(w),
             Feature::Gram(b) => grams.contains(&b),
+            Feature::Weight(b) => prefixes.contains(&b),
         };
         Classifier::open_with(paths, Some(&wanted), journal)
     }
@@ -300,6 +310,7 @@ impl Classifier {
         })?;
         let mut overlay = HashMap::new();
         let mut gram_overlay = GramOverlay::default();
+        let mut weight_overlay = GramOverlay::default();
         let mut vocabulary = snapshot.len();
         let journal = journal.filter(|j| header.store.as_ref() == Some(&j.base));
         if let Some(journal) = journal.filter(|j| !j.entries.is_empty()) {
@@ -318,7 +329,8 @@ impl Classifier {
             }
             .map_err(bad)?;
             header.totals = totals;
-            for (old, new) in replayed.words.values().chain(replayed.grams.values()) {
+            let numbered = replayed.grams.values().chain(replayed.weights.values());
+            for (old, new) in replayed.words.values().chain(numbered) {
                 match (old.is_some(), new.is_zero()) {
                     (false, false) => vocabulary += 1,
                     (true, true) => vocabulary -= 1,
@@ -331,6 +343,9 @@ impl Classifier {
             for (bucket, (_, new)) in replayed.grams {
                 gram_overlay.insert(bucket, new);
             }
+            for (bucket, (_, new)) in replayed.weights {
+                weight_overlay.insert(bucket, new);
+            }
             header.store = Some(journal.end());
             if let Some((stacker, n)) = journal.stacker() {
                 header.calibrator = stacker;
@@ -342,6 +357,7 @@ impl Classifier {
             snapshot,
             overlay,
             gram_overlay,
+            weight_overlay,
             vocabulary,
             header,
             model,
@@ -370,6 +386,17 @@ impl Classifier {
         match feature {
             Feature::Word(word) => self.word(word),
             Feature::Gram(bucket) => self.gram(bucket),
+            Feature::Weight(bucket) => self.weight(bucket),
+        }
+    }
+
+    /// The counters of the weight of `bucket` of the online discriminative
+    /// view, if it has any.
+    pub fn weight(&self, bucket: u32) -> Option<TokenCounts> {
+        match self.weight_overlay.get(bucket) {
+            Some(c) if c.is_zero() => None,
+            Some(c) => Some(c),
+            None => self.snapshot.weight(bucket),
         }
     }
 
@@ -412,7 +439,7 @@ impl Classifier {
                     None => stored,
                 };
                 if let Some(c) = counts {
-                    words.push((Feature::Word(t).view(), c));
+                    words.push((crate::vocab::word_view(t), c));
                 }
             });
         let grams = features.grams.iter().enumerate().filter_map(|(i, &b)| {
@@ -482,15 +509,14 @@ impl Classifier {
         });
         let mut unknown_tokens = 0;
         let mut tokens = Vec::new();
-        let mut weigh = |feature: Feature<'_>| match self.lookup(feature) {
+        let mut weigh = |feature: Feature<'_>, view: View| match self.lookup(feature) {
             Some(c) => {
                 let llr = self.model.token_llr(c);
-                let view = feature.view();
                 tokens.push(TokenWeight {
                     token: feature.to_string(),
                     bucket: match feature {
                         Feature::Gram(b) => Some(b),
-                        Feature::Word(_) => None,
+                        Feature::Word(_) | Feature::Weight(_) => None,
                     },
                     view,
                     llr,
@@ -502,10 +528,10 @@ impl Classifier {
             None => unknown_tokens += 1,
         };
         for t in features.tokens.iter() {
-            weigh(Feature::Word(t));
+            weigh(Feature::Word(t), crate::vocab::word_view(t));
         }
         for &b in &features.grams {
-            weigh(Feature::Gram(b));
+            weigh(Feature::Gram(b), View::Bytes);
         }
         tokens.sort_by(|a, b| b.llr.abs().total_cmp(&a.llr.abs()));
         let shares = self.model.metadata_shares(&features.metadata.0);

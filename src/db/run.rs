@@ -10,7 +10,7 @@ use crate::decision::{Calibrator, prequential};
 use crate::features::Features;
 use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings};
 use crate::model::{Delta, Label, Params};
-use crate::vocab::{Digest, Feature, View, is_bucket};
+use crate::vocab::{Digest, View, is_bucket};
 
 /// No id yet.
 const NO_ID: u32 = u32::MAX;
@@ -178,7 +178,7 @@ impl Run {
         if let Some(&id) = self.ids.get(word) {
             return id;
         }
-        let id = self.next_id(Feature::Word(word).view());
+        let id = self.next_id(crate::vocab::word_view(word));
         self.ids.insert(word.into(), id);
         id
     }

@@ -335,7 +335,7 @@ impl SharedModel {
         let known = words
             .iter()
             .zip(&lookup.words)
-            .filter_map(|(w, c)| c.map(|c| (crate::vocab::Feature::Word(w).view(), c)))
+            .filter_map(|(w, c)| c.map(|c| (crate::vocab::word_view(w), c)))
             .chain(
                 lookup
                     .grams
@@ -827,8 +827,8 @@ mod tests {
         let mut known = Vec::new();
         m.for_each_feature(|f| {
             let c = store.token(f).unwrap();
-            if !c.is_zero() {
-                known.push((f.view(), c));
+            if let (false, Some(view)) = (c.is_zero(), f.view()) {
+                known.push((view, c));
             }
         });
         judge(

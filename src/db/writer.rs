@@ -588,8 +588,11 @@ impl Trainer {
         let mut absent_constant = [0.0; VIEWS];
         if params.combine == Combine::Textbook {
             let mut vocab: [Vec<TokenCounts>; VIEWS] = Default::default();
-            self.store
-                .for_each_token(&mut |f, c: TokenCounts| vocab[f.view().index()].push(c))?;
+            self.store.for_each_token(&mut |f, c: TokenCounts| {
+                if let Some(view) = f.view() {
+                    vocab[view.index()].push(c);
+                }
+            })?;
             for (constant, vocab) in absent_constant.iter_mut().zip(vocab) {
                 *constant = bernoulli::absent_constant(valid.prior(), totals.messages, vocab);
             }

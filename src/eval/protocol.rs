@@ -196,6 +196,7 @@ mod tests {
                 Features {
                     tokens: tokens.into_iter().collect(),
                     grams: Vec::new(),
+                    prefix: Vec::new(),
                     metadata: Metadata([m; METADATA_LEN]),
                 },
                 if spam { Label::Spam } else { Label::Ham },
@@ -354,6 +355,7 @@ mod tests {
                     Features {
                         tokens: tokens.into_iter().collect(),
                         grams,
+                        prefix: Vec::new(),
                         metadata: Metadata([0.0; METADATA_LEN]),
                     },
                     if spam { Label::Spam } else { Label::Ham },

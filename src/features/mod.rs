@@ -74,6 +74,12 @@ pub struct Features {
     /// by every stage.
     #[serde(skip)]
     pub grams: Vec<u32>,
+    /// Sorted, distinct byte 4-gram buckets of the start of the whole
+    /// message ([`grams::prefix_buckets`]): the features of the online
+    /// discriminative view ([`crate::model::logistic`]); empty when only
+    /// the parsed message was seen.
+    #[serde(skip)]
+    pub prefix: Vec<u32>,
     /// The numeric metadata vector.
     pub metadata: Metadata,
 }
@@ -128,6 +134,7 @@ impl Extractor {
     fn of_canonical(&mut self, canonical: &[u8]) -> Result<Features, message::Error> {
         let mut features = self.from_message(&message::parse(canonical)?);
         features.grams = grams::buckets(canonical);
+        features.prefix = grams::prefix_buckets(canonical);
         Ok(features)
     }
 
@@ -278,6 +285,7 @@ impl Extractor {
         Features {
             tokens,
             grams: Vec::new(),
+            prefix: Vec::new(),
             metadata,
         }
     }

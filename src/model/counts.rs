@@ -167,6 +167,9 @@ pub struct Delta {
     pub words: HashMap<String, [i64; 2]>,
     /// Signed change of the byte view's counts per class, by bucket.
     pub grams: HashMap<u32, [i64; 2]>,
+    /// Signed change of the online discriminative view's weight counters
+    /// (`[negative, positive]`), by bucket ([`crate::model::logistic`]).
+    pub weights: HashMap<u32, [i64; 2]>,
     /// Signed change of metadata statistics per class and feature.
     pub gauss: [[GaussStats; METADATA_LEN]; 2],
     /// Registry changes: digest → new label, or `None` to forget it.
@@ -196,6 +199,7 @@ impl Delta {
                 self.words.get_mut(word).expect("inserted above")
             }
             Feature::Gram(bucket) => self.grams.entry(bucket).or_default(),
+            Feature::Weight(bucket) => self.weights.entry(bucket).or_default(),
         }
     }
 
@@ -203,7 +207,9 @@ impl Delta {
     /// possibly zero), in no particular order.
     pub fn changes(&self) -> impl Iterator<Item = (Feature<'_>, [i64; 2])> + '_ {
         let words = self.words.iter().map(|(w, &d)| (Feature::Word(w), d));
-        words.chain(self.grams.iter().map(|(&b, &d)| (Feature::Gram(b), d)))
+        let grams = self.grams.iter().map(|(&b, &d)| (Feature::Gram(b), d));
+        let weights = self.weights.iter().map(|(&b, &d)| (Feature::Weight(b), d));
+        words.chain(grams).chain(weights)
     }
 
     /// Adds another delta into this one.
@@ -216,6 +222,7 @@ impl Delta {
         }
         merge_map(&mut self.words, other.words);
         merge_map(&mut self.grams, other.grams);
+        merge_map(&mut self.weights, other.weights);
         self.registry.extend(other.registry);
     }
 
@@ -275,6 +282,7 @@ mod tests {
         let f = Features {
             tokens: ["a", "b"].into_iter().collect(),
             grams: vec![7],
+            prefix: Vec::new(),
             metadata: Metadata([0.5; METADATA_LEN]),
         };
         let mut d = Delta::default();

@@ -9,6 +9,7 @@
 pub mod bernoulli;
 pub mod counts;
 pub mod gaussian;
+pub mod logistic;
 
 use serde::{Deserialize, Serialize};
 
@@ -501,7 +502,6 @@ impl ModelSet {
 mod tests {
     use super::*;
     use crate::features::{Features, Metadata};
-    use crate::vocab::Feature;
 
     #[test]
     fn sigmoid_is_stable() {
@@ -708,6 +708,7 @@ mod tests {
         let msg = |tokens: &[&str]| Features {
             tokens: tokens.iter().map(|t| t.to_string()).collect(),
             grams: Vec::new(),
+            prefix: Vec::new(),
             metadata: Metadata([0.0; METADATA_LEN]),
         };
         for _ in 0..10 {
@@ -725,7 +726,7 @@ mod tests {
                 ham: d[0] as u32,
                 spam: d[1] as u32,
             };
-            (Feature::Word(t).view(), c)
+            (crate::vocab::word_view(t), c)
         };
         let zero = [0.0; METADATA_LEN];
         let spam = model.evidence(["viagra", "free"].map(counts), &zero);

@@ -122,6 +122,9 @@ pub struct Entry {
     pub words: Vec<(String, [i32; 2])>,
     /// Change of the byte view's counts, `[ham, spam]`, in bucket order.
     pub grams: Vec<(u32, [i32; 2])>,
+    /// Change of the online discriminative view's weight counters,
+    /// `[negative, positive]`, in bucket order.
+    pub weights: Vec<(u32, [i32; 2])>,
     /// Registry changes, in order: digest → new label, or `None` to forget.
     pub registry: Vec<(Digest, Option<Label>)>,
     /// The stacker refitted by this change, and the samples it was fitted
@@ -153,6 +156,14 @@ impl Entry {
             grams.push((bucket, change(d)?));
         }
         grams.sort_unstable_by_key(|&(bucket, _)| bucket);
+        let mut weights = Vec::with_capacity(delta.weights.len());
+        for (&bucket, d) in delta.weights.iter().filter(|(_, d)| **d != [0, 0]) {
+            if !keys::has_name(Feature::Weight(bucket)) {
+                return None;
+            }
+            weights.push((bucket, change(d)?));
+        }
+        weights.sort_unstable_by_key(|&(bucket, _)| bucket);
         Some(Entry {
             from,
             to,
@@ -160,6 +171,7 @@ impl Entry {
             gauss: delta.gauss,
             words,
             grams,
+            weights,
             registry: delta.registry.clone(),
             stacker: None,
         })
@@ -176,15 +188,19 @@ impl Entry {
                 .map(|(w, d)| (w.clone(), widen(d)))
                 .collect(),
             grams: self.grams.iter().map(|(b, d)| (*b, widen(d))).collect(),
+            weights: self.weights.iter().map(|(b, d)| (*b, widen(d))).collect(),
             gauss: self.gauss,
             registry: self.registry.clone(),
         }
     }
 
-    /// Every change of the entry, buckets first, as the file lists them.
+    /// Every change of the entry, buckets first, then words, then
+    /// weights, as the file lists them.
     pub fn changes(&self) -> impl Iterator<Item = (Feature<'_>, [i32; 2])> + '_ {
         let grams = self.grams.iter().map(|&(b, d)| (Feature::Gram(b), d));
-        grams.chain(self.words.iter().map(|(w, d)| (Feature::Word(w), *d)))
+        let words = self.words.iter().map(|(w, d)| (Feature::Word(w), *d));
+        let weights = self.weights.iter().map(|&(b, d)| (Feature::Weight(b), d));
+        grams.chain(words).chain(weights)
     }
 
     /// The entry framed for the file: length, payload, checksum.
@@ -194,7 +210,7 @@ impl Entry {
             .iter()
             .map(|(w, _)| 2 + w.len() + 8)
             .sum::<usize>()
-            + self.grams.len() * (2 + 6 + 8)
+            + (self.grams.len() + self.weights.len()) * (2 + 6 + 8)
             + 4
             + 33 * self.registry.len();
         let head = frame_head(JOURNAL_VERSION);
@@ -212,13 +228,18 @@ impl Entry {
                 p.extend_from_slice(&g.sum_sq.to_le_bytes());
             }
         }
-        p.extend_from_slice(&((self.words.len() + self.grams.len()) as u32).to_le_bytes());
+        let features = self.words.len() + self.grams.len() + self.weights.len();
+        p.extend_from_slice(&(features as u32).to_le_bytes());
         for (feature, d) in self.changes() {
             let gram;
             let name = match feature {
                 Feature::Word(word) => word,
                 Feature::Gram(bucket) => {
                     gram = GramName::of(bucket);
+                    gram.as_str()
+                }
+                Feature::Weight(bucket) => {
+                    gram = GramName::weight(bucket);
                     gram.as_str()
                 }
             };
@@ -278,12 +299,14 @@ impl Entry {
         // reserve more than the payload could hold.
         let mut words = Vec::with_capacity(n.min(p.len() / 10));
         let mut grams = Vec::new();
+        let mut weights = Vec::new();
         for _ in 0..n {
             let len = usize::from(u16::from_le_bytes(r.take()?));
             let name = std::str::from_utf8(r.bytes(len)?).ok()?;
             let d = [i32::from_le_bytes(r.take()?), i32::from_le_bytes(r.take()?)];
             match keys::feature_of(name) {
                 Feature::Gram(bucket) => grams.push((bucket, d)),
+                Feature::Weight(bucket) => weights.push((bucket, d)),
                 Feature::Word(word) => words.push((word.to_owned(), d)),
             }
         }
@@ -327,6 +350,7 @@ impl Entry {
             gauss,
             words,
             grams,
+            weights,
             registry,
             stacker,
         })
@@ -575,6 +599,10 @@ impl Journal {
                         .grams
                         .entry(bucket)
                         .or_insert_with(|| before(feature)),
+                    Feature::Weight(bucket) => replayed
+                        .weights
+                        .entry(bucket)
+                        .or_insert_with(|| before(feature)),
                 };
                 let d = [i64::from(d[0]), i64::from(d[1])];
                 *now = super::apply_token(feature, *now, d, inexact)?;
@@ -592,6 +620,8 @@ pub(crate) struct Replayed {
     pub words: HashMap<String, (Option<TokenCounts>, TokenCounts)>,
     /// By bucket.
     pub grams: HashMap<u32, (Option<TokenCounts>, TokenCounts)>,
+    /// Weights, by bucket.
+    pub weights: HashMap<u32, (Option<TokenCounts>, TokenCounts)>,
 }
 
 impl Replayed {
@@ -600,6 +630,7 @@ impl Replayed {
         match feature {
             Feature::Word(word) => self.words.get(word).copied(),
             Feature::Gram(bucket) => self.grams.get(&bucket).copied(),
+            Feature::Weight(bucket) => self.weights.get(&bucket).copied(),
         }
     }
 }
@@ -682,6 +713,7 @@ mod tests {
         delta.words.insert(token.into(), [0, d]);
         delta.words.insert("zero".into(), [0, 0]);
         delta.grams.insert(9, [0, 0]);
+        delta.weights.insert(9, [d, 0]);
         delta.gauss[1][0] = GaussStats {
             n: d,
             sum: 3 * i128::from(d),
@@ -785,6 +817,13 @@ mod tests {
             tokens.get(Feature::Word("b")),
             Some((None, TokenCounts { ham: 0, spam: 2 }))
         );
+        // A weight's counters, by their own name, apart from the bucket's.
+        assert_eq!(j.entries[1].weights, [(9, [2, 0])]);
+        assert_eq!(
+            tokens.get(Feature::Weight(9)),
+            Some((None, TokenCounts { ham: 3, spam: 0 }))
+        );
+        assert_eq!(tokens.get(Feature::Gram(9)), None);
         assert_eq!(inexact, 0);
     }
 

@@ -50,7 +50,7 @@ use std::time::Duration;
 use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
 use crate::vocab::Digest;
 use crate::vocab::METADATA_LEN;
-use crate::vocab::{Feature, is_bucket};
+use crate::vocab::{BUCKET_BITS, Feature, is_bucket};
 
 pub use self::sled::{SledStore, StoreIdentity};
 pub use journal::{DEFAULT_JOURNAL_LIMIT, Journal};
@@ -180,7 +180,7 @@ pub trait Store {
     /// Number of messages in the registry.
     fn registry_len(&self) -> Result<u64>;
     /// Every feature with non-zero counts, in [`Feature`]'s order: the
-    /// words in byte order, then the buckets.
+    /// words in byte order, then the buckets, then the weights.
     fn for_each_token(&self, f: &mut dyn FnMut(Feature<'_>, TokenCounts)) -> Result<()>;
     /// Applies a delta atomically: all of it or, on error (a count would
     /// overflow, a bucket is no bucket, or I/O), none of it. A count the
@@ -200,6 +200,7 @@ pub struct MemoryStore {
     totals: Totals,
     words: BTreeMap<String, TokenCounts>,
     grams: BTreeMap<u32, TokenCounts>,
+    weights: BTreeMap<u32, TokenCounts>,
     registry: HashMap<Digest, Label>,
 }
 
@@ -224,6 +225,9 @@ impl MemoryStore {
             Feature::Gram(bucket) => {
                 copy.grams.insert(bucket, counts);
             }
+            Feature::Weight(bucket) => {
+                copy.weights.insert(bucket, counts);
+            }
         })?;
         Ok(copy)
     }
@@ -238,6 +242,7 @@ impl Store for MemoryStore {
         let counts = match feature {
             Feature::Word(word) => self.words.get(word),
             Feature::Gram(bucket) => self.grams.get(&bucket),
+            Feature::Weight(bucket) => self.weights.get(&bucket),
         };
         Ok(counts.copied().unwrap_or_default())
     }
@@ -247,7 +252,7 @@ impl Store for MemoryStore {
     }
 
     fn token_count(&self) -> Result<u64> {
-        Ok((self.words.len() + self.grams.len()) as u64)
+        Ok((self.words.len() + self.grams.len() + self.weights.len()) as u64)
     }
 
     fn registry_len(&self) -> Result<u64> {
@@ -260,6 +265,9 @@ impl Store for MemoryStore {
         }
         for (&bucket, &counts) in &self.grams {
             f(Feature::Gram(bucket), counts);
+        }
+        for (&bucket, &counts) in &self.weights {
+            f(Feature::Weight(bucket), counts);
         }
         Ok(())
     }
@@ -278,14 +286,8 @@ impl Store for MemoryStore {
                 apply_token(Feature::Word(word), old, d, &mut inexact)?,
             ));
         }
-        let mut grams = Vec::with_capacity(delta.grams.len());
-        for (&bucket, &d) in delta.grams.iter().filter(|(_, d)| **d != [0, 0]) {
-            let old = self.grams.get(&bucket).copied().unwrap_or_default();
-            grams.push((
-                bucket,
-                apply_token(Feature::Gram(bucket), old, d, &mut inexact)?,
-            ));
-        }
+        let grams = apply_numbered(&self.grams, &delta.grams, Feature::Gram, &mut inexact)?;
+        let weights = apply_numbered(&self.weights, &delta.weights, Feature::Weight, &mut inexact)?;
 
         self.totals = totals;
         for (word, counts) in words {
@@ -295,11 +297,13 @@ impl Store for MemoryStore {
                 self.words.insert(word.clone(), counts);
             }
         }
-        for (bucket, counts) in grams {
-            if counts.is_zero() {
-                self.grams.remove(&bucket);
-            } else {
-                self.grams.insert(bucket, counts);
+        for (map, changed) in [(&mut self.grams, grams), (&mut self.weights, weights)] {
+            for (bucket, counts) in changed {
+                if counts.is_zero() {
+                    map.remove(&bucket);
+                } else {
+                    map.insert(bucket, counts);
+                }
             }
         }
         for (digest, label) in &delta.registry {
@@ -314,6 +318,45 @@ impl Store for MemoryStore {
     fn flush(&mut self) -> Result<()> {
         Ok(())
     }
+}
+
+/// Where a store that keeps the byte view's buckets by number (sled's
+/// gram blocks, Redis's bucket hash) keeps a numbered feature: a bucket of
+/// the byte view at its number, a weight of the online discriminative view
+/// 2^[`crate::vocab::BUCKET_BITS`] further on; `None` for a word or a number that is no
+/// bucket.
+pub fn slot_of(feature: Feature<'_>) -> Option<u32> {
+    match feature {
+        Feature::Gram(b) if is_bucket(b) => Some(b),
+        Feature::Weight(b) if is_bucket(b) => Some(b | 1 << BUCKET_BITS),
+        _ => None,
+    }
+}
+
+/// The feature kept at `slot`: the inverse of
+/// [`slot_of`].
+pub fn feature_in(slot: u32) -> Feature<'static> {
+    if is_bucket(slot) {
+        Feature::Gram(slot)
+    } else {
+        Feature::Weight(slot & ((1 << BUCKET_BITS) - 1))
+    }
+}
+
+/// The counts after `changes` of the buckets (or weights, as `feature`
+/// says) whose counts are `now`.
+fn apply_numbered(
+    now: &BTreeMap<u32, TokenCounts>,
+    changes: &HashMap<u32, [i64; 2]>,
+    feature: fn(u32) -> Feature<'static>,
+    inexact: &mut u64,
+) -> Result<Vec<(u32, TokenCounts)>> {
+    let mut after = Vec::with_capacity(changes.len());
+    for (&bucket, &d) in changes.iter().filter(|(_, d)| **d != [0, 0]) {
+        let old = now.get(&bucket).copied().unwrap_or_default();
+        after.push((bucket, apply_token(feature(bucket), old, d, inexact)?));
+    }
+    Ok(after)
 }
 
 /// The counts of `feature` after adding `d` (`[ham, spam]`), or an error if
@@ -333,13 +376,12 @@ pub(crate) fn apply_token(
     })
 }
 
-/// An error unless every bucket `delta` changes is one ([`is_bucket`]):
-/// a store has room for those only.
+/// An error unless every bucket `delta` changes, of the byte view or of a
+/// weight, is one ([`is_bucket`]): a store has room for those only.
 pub(crate) fn check_buckets(delta: &Delta) -> Result<()> {
-    match delta.grams.keys().find(|&&b| !is_bucket(b)) {
-        Some(b) => Err(Error::Invalid(format!(
-            "{b:#x} is not a bucket of the byte view"
-        ))),
+    let mut numbers = delta.grams.keys().chain(delta.weights.keys());
+    match numbers.find(|&&b| !is_bucket(b)) {
+        Some(b) => Err(Error::Invalid(format!("{b:#x} is not a bucket"))),
         None => Ok(()),
     }
 }

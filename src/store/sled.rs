@@ -6,7 +6,7 @@
 //! | tree | key | value |
 //! |---|---|---|
 //! | `shards` | shard number (`u16` BE) | the shard's word tokens and counts, packed (see [`super::packed`]); an empty shard is not stored |
-//! | `shards` | `G`, block number (`u16` BE) | the byte view's counts of [`packed::GRAM_BLOCK`] buckets from `block · GRAM_BLOCK` on, by bucket (no names); a block of zeros is not stored |
+//! | `shards` | `G`, block number (`u16` BE) | the byte view's counts of [`packed::GRAM_BLOCK`] buckets from `block · GRAM_BLOCK` on, by bucket (no names); from 2^18 on, the weight counters of the online discriminative view, bucket 2^18 + b holding the weight of `b`; a block of zeros is not stored |
 //! | `messages` | registry shard number (`u16` BE) | the learned messages of the shard: records of the first 16 bytes of the digest and one byte (0 ham, 1 spam), sorted (see [`super::packed`]); an empty shard is not stored |
 //! | `meta` | `format_version`, `tokenizer_version` | `u32` LE (the tokenizer version of the last write: see [`SledStore::open`]) |
 //! | `meta` | `totals` | see below |
@@ -50,11 +50,12 @@ use ::sled::{Db, Transactional, Tree};
 
 use super::packed::{self, RegistryKey, registry_key, registry_shard_of, shard_key, shard_of};
 use super::{Error, FORMAT_VERSION, Result, Store, apply_token, apply_totals, check_buckets};
+use super::{feature_in, slot_of};
 use crate::fsutil;
 use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
 use crate::vocab::Digest;
 use crate::vocab::METADATA_LEN;
-use crate::vocab::{BUCKET_BITS, Feature, is_bucket};
+use crate::vocab::{BUCKET_BITS, Feature};
 use crate::vocab::{TOKENIZER_VERSION, readable_tokenizer};
 
 const FORMAT_KEY: &[u8] = b"format_version";
@@ -412,11 +413,13 @@ impl Store for SledStore {
     fn token(&self, feature: Feature<'_>) -> Result<TokenCounts> {
         let token = match feature {
             Feature::Word(word) => word,
-            Feature::Gram(bucket) if !is_bucket(bucket) => return Ok(TokenCounts::default()),
-            Feature::Gram(bucket) => {
-                let block = self.gram_block(bucket / packed::GRAM_BLOCK as u32)?;
+            Feature::Gram(_) | Feature::Weight(_) => {
+                let Some(slot) = slot_of(feature) else {
+                    return Ok(TokenCounts::default());
+                };
+                let block = self.gram_block(slot / packed::GRAM_BLOCK as u32)?;
                 return Ok(block
-                    .map(|b| b[bucket as usize % packed::GRAM_BLOCK])
+                    .map(|b| b[slot as usize % packed::GRAM_BLOCK])
                     .unwrap_or_default());
             }
         };
@@ -469,12 +472,12 @@ impl Store for SledStore {
             f(Feature::Word(word), *counts);
         }
         drop(words);
-        let blocks = (1usize << BUCKET_BITS).div_ceil(packed::GRAM_BLOCK);
+        let blocks = (2usize << BUCKET_BITS).div_ceil(packed::GRAM_BLOCK);
         for block in 0..blocks as u32 {
             if let Some(counts) = self.gram_block(block)? {
                 let first = block * packed::GRAM_BLOCK as u32;
-                for (bucket, c) in (first..).zip(counts).filter(|(_, c)| !c.is_zero()) {
-                    f(Feature::Gram(bucket), c);
+                for (slot, c) in (first..).zip(counts).filter(|(_, c)| !c.is_zero()) {
+                    f(feature_in(slot), c);
                 }
             }
         }
@@ -566,11 +569,15 @@ impl SledStore {
         // Gram block → (bucket, change).
         let mut by_block: std::collections::BTreeMap<u32, Vec<(u32, [i64; 2])>> =
             std::collections::BTreeMap::new();
-        for (&bucket, &d) in delta.grams.iter().filter(|(_, d)| **d != [0, 0]) {
+        let grams = delta.grams.iter().map(|(&b, d)| (Feature::Gram(b), d));
+        let weights = delta.weights.iter().map(|(&b, d)| (Feature::Weight(b), d));
+        for (feature, &d) in grams.chain(weights).filter(|(_, d)| **d != [0, 0]) {
+            // Checked above: every one is a bucket.
+            let slot = slot_of(feature).ok_or_else(|| Error::Invalid(feature.to_string()))?;
             by_block
-                .entry(bucket / packed::GRAM_BLOCK as u32)
+                .entry(slot / packed::GRAM_BLOCK as u32)
                 .or_default()
-                .push((bucket, d));
+                .push((slot, d));
         }
         let mut registry_by_shard: std::collections::BTreeMap<u16, Vec<(&Digest, &Option<Label>)>> =
             std::collections::BTreeMap::new();
@@ -639,9 +646,9 @@ impl SledStore {
                         .ok_or_else(|| corrupt(format!("bad gram block {block}")))?,
                     None => vec![TokenCounts::default(); packed::GRAM_BLOCK],
                 };
-                for &(bucket, d) in changes {
-                    let slot = &mut counts[bucket as usize % packed::GRAM_BLOCK];
-                    let new = apply_token(Feature::Gram(bucket), *slot, d, &mut inexact_here)
+                for &(number, d) in changes {
+                    let slot = &mut counts[number as usize % packed::GRAM_BLOCK];
+                    let new = apply_token(feature_in(number), *slot, d, &mut inexact_here)
                         .map_err(abort)?;
                     n_tokens = match (slot.is_zero(), new.is_zero()) {
                         (true, false) => n_tokens + 1,
@@ -1286,6 +1293,7 @@ mod tests {
                     let name = match t {
                         Feature::Word(w) => w.to_owned(),
                         Feature::Gram(b) => GramName::of(b).as_str().to_owned(),
+                        Feature::Weight(b) => GramName::weight(b).as_str().to_owned(),
                     };
                     tokens.insert(name, &encode_counts(c)[..]).unwrap();
                 })

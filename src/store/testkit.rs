@@ -73,13 +73,17 @@ pub(crate) fn message_of(
 }
 
 // With buckets of the byte view (kept by number, in gram blocks), the
-// last one among them, and a word spelled as a format keyed by name
-// spells a bucket (a word like any other).
-pub(crate) const TOKENS: [Feature<'static>; 12] = [
+// last one among them, weights (kept after the buckets), and words
+// spelled as a format keyed by name spells a bucket and a weight (words
+// like any other).
+pub(crate) const TOKENS: [Feature<'static>; 15] = [
     Feature::Gram(0),
     Feature::Gram(0xfff),
     Feature::Gram((1 << BUCKET_BITS) - 1),
+    Feature::Weight(0),
+    Feature::Weight((1 << BUCKET_BITS) - 1),
     Feature::Word("\u{1}00fff"),
+    Feature::Word("\u{2}00fff"),
     Feature::Word("a"),
     Feature::Word("ab"),
     Feature::Word("b"),

@@ -25,6 +25,7 @@ fn store_counts(db: &Db) -> (Vec<Option<TokenCounts>>, u64) {
         .for_each_token(&mut |t, c| match t {
             Feature::Gram(b) => buckets[b as usize] = Some(c),
             Feature::Word(_) => words += 1,
+            Feature::Weight(_) => {}
         })
         .unwrap();
     (buckets, words)

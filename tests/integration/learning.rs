@@ -8,7 +8,7 @@ use bayesmail::features::{Features, Metadata};
 use bayesmail::model::{Delta, Label, Model, Params, TokenCounts, Totals, sigmoid};
 use bayesmail::store::{MemoryStore, Store};
 use bayesmail::vocab::METADATA_LEN;
-use bayesmail::vocab::{Feature, FeatureBuf, VIEWS};
+use bayesmail::vocab::{Feature, FeatureBuf, VIEWS, word_view};
 use proptest::prelude::*;
 use rayon::prelude::*;
 
@@ -25,6 +25,7 @@ fn features() -> impl Strategy<Value = (Features, Label)> {
                 Features {
                     tokens: tokens.into_iter().collect(),
                     grams: Vec::new(),
+                    prefix: Vec::new(),
                     metadata: Metadata(meta),
                 },
                 if spam { Label::Spam } else { Label::Ham },
@@ -112,7 +113,7 @@ proptest! {
             .0
             .tokens
             .iter()
-            .map(|t| (Feature::Word(t).view(), store.token(Feature::Word(t)).unwrap()))
+            .map(|t| (word_view(t), store.token(Feature::Word(t)).unwrap()))
             .filter(|(_, c)| !c.is_zero());
         let ev = model.evidence(known, &probe.0.metadata.0);
         prop_assert!(ev.log_odds().is_finite(), "{ev:?}");
@@ -137,6 +138,7 @@ fn relearning_the_same_messages_is_a_no_op() {
                     .into_iter()
                     .collect(),
                 grams: vec![u32::from(i % 5)],
+                prefix: Vec::new(),
                 metadata: Metadata([f64::from(i); METADATA_LEN]),
             },
             identity: [i; 32].into(),

@@ -15,7 +15,9 @@
 //!   last changed, 12 bytes (ham, spam, days since 1970; unsigned 32-bit
 //!   little-endian). The day is what expiry goes by ([`Expiry`]).
 //! - `{NAME}:g`, a hash: each byte-view bucket (4 bytes, big-endian) → its
-//!   counts, 8 bytes (ham, spam). The buckets are bounded in number and
+//!   counts, 8 bytes (ham, spam); and from 2^18 on, 2^18 + b → the two
+//!   counters of the weight of bucket b of the online discriminative view
+//!   ([`crate::model::logistic`]). The buckets are bounded in number and
 //!   never expire.
 //! - `{NAME}:r`, a hash: each learned message's digest (32 bytes) → its
 //!   label (`h` or `s`): the registry that keeps `train` and `learn`
@@ -62,9 +64,9 @@ use expiry::EXPIRE;
 pub use expiry::{Capped, Expiry};
 use scripts::{APPLY, READ};
 
-use super::{Error, Result, Store, apply_totals, check_buckets};
+use super::{Error, Result, Store, apply_totals, check_buckets, feature_in, slot_of};
 use crate::model::{Delta, Label, TokenCounts, Totals};
-use crate::vocab::{Digest, Feature, is_bucket};
+use crate::vocab::{BUCKET_BITS, Digest, Feature};
 
 /// Version of the key layout above; a model written with another is
 /// refused.
@@ -389,12 +391,13 @@ impl RedisStore {
                 .map(|(w, d)| (w.as_bytes().to_vec(), *d))
                 .collect(),
         );
+        let grams = delta.grams.iter().map(|(&b, d)| (Feature::Gram(b), d));
+        let weights = delta.weights.iter().map(|(&b, d)| (Feature::Weight(b), d));
         section(
-            delta
-                .grams
-                .iter()
+            grams
+                .chain(weights)
                 .filter(|(_, d)| changed(d))
-                .map(|(b, d)| (b.to_be_bytes().to_vec(), *d))
+                .filter_map(|(f, d)| Some((slot_of(f)?.to_be_bytes().to_vec(), *d)))
                 .collect(),
         );
         // Later entries for the same digest win, as the script applies
@@ -478,11 +481,12 @@ impl RedisStore {
     }
 
     /// What judging a message needs, in one round trip: the counts of
-    /// `words` and `grams` (None: never seen), the totals, the
+    /// `words` and of `slots`, the byte view's buckets and the weights by
+    /// where they are kept ([`crate::store::slot_of`]) (None: never seen), the totals, the
     /// generation they are at, and the header [`RedisStore::transact`]
     /// stored (None: none yet). A model of another key layout is an
     /// error.
-    pub fn lookup(&self, words: &[&str], grams: &[u32]) -> Result<Lookup> {
+    pub fn lookup(&self, words: &[&str], slots: &[u32]) -> Result<Lookup> {
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET")
             .arg(&self.keys.meta)
@@ -500,10 +504,10 @@ impl RedisStore {
             pipe.arg(*w);
         }
         pipe.cmd("HMGET").arg(&self.keys.grams);
-        if grams.is_empty() {
+        if slots.is_empty() {
             pipe.arg("");
         }
-        for b in grams {
+        for b in slots {
             pipe.arg(&b.to_be_bytes()[..]);
         }
         type Meta = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>, Option<u32>);
@@ -512,15 +516,15 @@ impl RedisStore {
             .redis
             .with_answers(&self.shown, 3, |con| pipe.query(con))?;
         word_values.truncate(words.len());
-        gram_values.truncate(grams.len());
-        if word_values.len() != words.len() || gram_values.len() != grams.len() {
+        gram_values.truncate(slots.len());
+        if word_values.len() != words.len() || gram_values.len() != slots.len() {
             return Err(self.corrupt("the lookup script answered for other features".into()));
         }
         self.check_layout(Some(meta.3))?;
         let totals = self.totals_of(meta.0)?;
         let mut out = Lookup {
             words: Vec::with_capacity(words.len()),
-            grams: Vec::with_capacity(grams.len()),
+            grams: Vec::with_capacity(slots.len()),
             totals,
             generation: meta.1.unwrap_or(0),
             header: meta.2,
@@ -531,7 +535,7 @@ impl RedisStore {
                     .transpose()?,
             );
         }
-        for (b, v) in grams.iter().zip(gram_values) {
+        for (b, v) in slots.iter().zip(gram_values) {
             out.grams.push(
                 v.map(|v| self.decode(b, &v, false).map(|d| d.0))
                     .transpose()?,
@@ -644,7 +648,7 @@ pub struct Write {
 pub struct Lookup {
     /// The counts of each word asked, in order.
     pub words: Vec<Option<TokenCounts>>,
-    /// The counts of each bucket asked, in order.
+    /// The counts of each bucket or weight asked, in order.
     pub grams: Vec<Option<TokenCounts>>,
     /// The totals.
     pub totals: Totals,
@@ -675,11 +679,14 @@ impl Store for RedisStore {
             Feature::Word(word) => {
                 self.query(redis::cmd("HGET").arg(&self.keys.words).arg(word))?
             }
-            Feature::Gram(bucket) => self.query(
-                redis::cmd("HGET")
-                    .arg(&self.keys.grams)
-                    .arg(&bucket.to_be_bytes()[..]),
-            )?,
+            Feature::Gram(_) | Feature::Weight(_) => match slot_of(feature) {
+                Some(slot) => self.query(
+                    redis::cmd("HGET")
+                        .arg(&self.keys.grams)
+                        .arg(&slot.to_be_bytes()[..]),
+                )?,
+                None => None,
+            },
         };
         match value {
             Some(v) => Ok(self
@@ -720,16 +727,16 @@ impl Store for RedisStore {
         }
         let mut grams = Vec::new();
         for (field, value) in self.scan_hash(&self.keys.grams)? {
-            let bucket = <[u8; 4]>::try_from(&field[..])
+            let slot = <[u8; 4]>::try_from(&field[..])
                 .ok()
                 .map(u32::from_be_bytes)
-                .filter(|&b| is_bucket(b))
+                .filter(|&b| b < 2 << BUCKET_BITS)
                 .ok_or_else(|| self.corrupt("a byte-view bucket is no bucket".into()))?;
-            grams.push((bucket, self.decode(&bucket, &value, false)?.0));
+            grams.push((slot, self.decode(&slot, &value, false)?.0));
         }
         grams.sort_unstable_by_key(|g| g.0);
-        for (bucket, counts) in grams {
-            f(Feature::Gram(bucket), counts);
+        for (slot, counts) in grams {
+            f(feature_in(slot), counts);
         }
         Ok(())
     }

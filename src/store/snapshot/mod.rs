@@ -44,12 +44,13 @@
 //! | `off[n]` | key blob: the tokens (UTF-8), sorted by bytes, no duplicates, concatenated |
 //! | 8 | `u64` slot count `m` = max(⌈4n / 3⌉, 1) |
 //! | 4 m | `u32` hash slots: 0 empty, else token index + 1 in the low `k` bits, `k` the bits of `n` (`⌈log2(n + 1)⌉`), and the low `32 - k` bits of `hash(t)` above them (a tag: most slots of other tokens are passed over without reading their key); token `t` is at the first slot from `⌊hash(t) · m / 2^64⌋` on (linear probing, slot `m - 1` followed by slot 0), see [`token_hash`] |
-//! | 8 | `u64` `g`: buckets of the byte view with non-zero counts |
-//! | 8 | `u64` `b`: buckets in the table below: the highest such bucket + 1 (0 if none), at most 2^[`BUCKET_BITS`] |
-//! | 8 b | counts of bucket `i` (the feature [`Feature::Gram`]`(i)`): `u32` ham, `u32` spam; both zero for a bucket never seen |
+//! | 8 | `u64` `g`: entries of the table below with non-zero counts |
+//! | 8 | `u64` `b`: entries in the table below: the highest such entry + 1 (0 if none), at most 2^([`BUCKET_BITS`] + 1) |
+//! | 8 b | counts of bucket `i` (the feature [`Feature::Gram`]`(i)`): `u32` ham, `u32` spam; both zero for a bucket never seen; from 2^[`BUCKET_BITS`] on, entry 2^[`BUCKET_BITS`] + `i` holds the counters of [`Feature::Weight`]`(i)` |
 //! | 8 | `u64` checksum of all the bytes before it: XXH3-64, seed 0 |
 //!
-//! Version 4 has the same layout, with a checksum of bayesmail's own (four
+//! Version 5 has the same layout with a table of at most 2^[`BUCKET_BITS`]
+//! entries (no weights). Version 4 has that layout, with a checksum of bayesmail's own (four
 //! lanes of 8-byte words, folded; see `checksum` in the source). Versions
 //! 2 and 3 have no bucket table (the buckets are keyed tokens like the
 //! others, under their names: U+0001 and the bucket in five lower-case hex
@@ -89,9 +90,16 @@ pub use write::{write_snapshot, write_store_snapshot};
 /// bucket and fills the hash table fuller: every open reads and checks the
 /// whole file, so its size is the latency of `filter`. Version 5 has
 /// version 4's layout with an XXH3-64 checksum, quicker to check over every
-/// byte, which every open does. Versions 2 to 4 are still read, so a model
-/// keeps working after an upgrade until the next training run rewrites it.
-pub const SNAPSHOT_VERSION: u32 = 5;
+/// byte, which every open does. Version 6 has version 5's layout with a
+/// bucket table of up to twice as many entries: from 2^18 on, entry
+/// 2^18 + b holds the weight counters of bucket b of the online
+/// discriminative view ([`crate::model::logistic`]). Versions 2 to 5 are
+/// still read (with no weights), so a model keeps working after an upgrade
+/// until the next training run rewrites it.
+pub const SNAPSHOT_VERSION: u32 = 6;
+
+/// The first version whose bucket table holds weights.
+const WEIGHTS: u32 = 6;
 
 /// The first version with the bucket table and the fuller hash table.
 const DENSE_GRAMS: u32 = 4;
@@ -306,10 +314,15 @@ impl Snapshot {
         let (buckets, b, g) = if format >= DENSE_GRAMS {
             let g = read_u64(&bytes, slots_end).ok_or_else(truncated)?;
             let b = read_u64(&bytes, slots_end + 8).ok_or_else(truncated)?;
-            if b > BUCKETS as u64 || g > b {
+            let most = if format >= WEIGHTS {
+                2 * BUCKETS
+            } else {
+                BUCKETS
+            };
+            if b > most as u64 || g > b {
                 return Err(truncated());
             }
-            // Both at most 2^BUCKET_BITS: they fit.
+            // Both at most 2^(BUCKET_BITS + 1): they fit.
             (slots_end + 16, b as usize, g as usize)
         } else {
             (slots_end, 0, 0)
@@ -378,7 +391,19 @@ impl Snapshot {
         match feature {
             Feature::Word(word) => self.word_token(word),
             Feature::Gram(bucket) => self.gram(bucket),
+            Feature::Weight(bucket) => self.weight(bucket),
         }
+    }
+
+    /// The counters of the weight of `bucket` of the online discriminative
+    /// view, if it has any: one read of the bucket table (none before
+    /// version 6).
+    pub fn weight(&self, bucket: u32) -> Option<TokenCounts> {
+        let slot = crate::store::slot_of(Feature::Weight(bucket))? as usize;
+        if self.version < WEIGHTS || slot >= self.b {
+            return None;
+        }
+        self.pair(self.buckets + 8 * slot).filter(|c| !c.is_zero())
     }
 
     /// The counts of a word token. Before version 4 a key that spells a
@@ -560,16 +585,24 @@ impl Snapshot {
         let named = keyed(if old { self.n } else { 0 })
             .map(|(k, c)| (keys::feature_of(k), c))
             .filter(|(f, _)| matches!(f, Feature::Gram(_)));
-        let table = self.grams().map(|(b, c)| (Feature::Gram(b), c));
+        let table = self
+            .table()
+            .map(|(slot, c)| (crate::store::feature_in(slot), c));
         words.chain(named).chain(table)
     }
 
     /// The byte view's buckets with counts in the bucket table, in bucket
     /// order (none before version 4, whose buckets are keyed tokens).
     pub fn grams(&self) -> impl Iterator<Item = (u32, TokenCounts)> + '_ {
+        self.table().take_while(|&(i, _)| (i as usize) < BUCKETS)
+    }
+
+    /// Every entry of the bucket table with counts, in order: the byte
+    /// view's buckets, then the weights.
+    fn table(&self) -> impl Iterator<Item = (u32, TokenCounts)> + '_ {
         (0..self.b).filter_map(|i| {
             let c = self.pair(self.buckets + 8 * i)?;
-            // i < b ≤ 2^BUCKET_BITS.
+            // i < b ≤ 2^(BUCKET_BITS + 1).
             (!c.is_zero()).then_some((i as u32, c))
         })
     }
@@ -602,14 +635,18 @@ impl Snapshot {
             }
             previous = Some(key);
         }
-        let seen = self.grams().count();
+        let seen = self.table().count();
         if seen != self.g {
             return Err(self.corrupt(format!(
                 "{seen} buckets have counts where {} are announced",
                 self.g
             )));
         }
-        if self.b > 0 && self.gram(self.b as u32 - 1).is_none() {
+        let last = self
+            .b
+            .checked_sub(1)
+            .map(|i| self.pair(self.buckets + 8 * i));
+        if last.is_some_and(|c| c.is_none_or(|c| c.is_zero())) {
             return Err(self.corrupt("the bucket table ends in an empty bucket".into()));
         }
         Ok(())
@@ -764,6 +801,7 @@ mod tests {
             match f {
                 FeatureBuf::Word(w) => words.push((w.clone(), *c)),
                 FeatureBuf::Gram(b) => grams.push((*b, *c)),
+                FeatureBuf::Weight(b) => grams.push((*b | 1 << BUCKET_BITS, *c)),
             }
         }
         words.sort_by(|a, b| a.0.cmp(&b.0));
@@ -778,6 +816,7 @@ mod tests {
             .map(|(f, c)| match f {
                 FeatureBuf::Word(w) => (w.clone(), *c),
                 FeatureBuf::Gram(b) => (GramName::of(*b).as_str().to_owned(), *c),
+                FeatureBuf::Weight(b) => (GramName::weight(*b).as_str().to_owned(), *c),
             })
             .collect();
         named.sort_by(|a, b| a.0.cmp(&b.0));
@@ -941,6 +980,40 @@ mod tests {
         assert_eq!(snap.lookup(Feature::Gram(3)), None);
         assert_eq!(snap.iter().count(), 0);
         snap.header::<()>().unwrap();
+    }
+
+    /// Weights sit in the bucket table past the buckets (so a snapshot
+    /// with any weight is larger than the tests of every byte can use).
+    #[test]
+    fn weights_round_trip_apart_from_the_buckets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        let c = |ham, spam| TokenCounts { ham, spam };
+        let last = (1 << BUCKET_BITS) - 1;
+        let features = [
+            (FeatureBuf::Gram(5), c(1, 2)),
+            (FeatureBuf::Weight(5), c(30, 4)),
+            (FeatureBuf::Weight(last), c(0, 9)),
+            (word("w"), c(1, 0)),
+        ];
+        write_snapshot(&path, &(), features.clone()).unwrap();
+        let snap = Snapshot::open(&path).unwrap();
+        snap.verify().unwrap();
+        assert_eq!(snap.lookup(Feature::Gram(5)), Some(c(1, 2)));
+        assert_eq!(snap.lookup(Feature::Weight(5)), Some(c(30, 4)));
+        assert_eq!(snap.weight(last), Some(c(0, 9)));
+        assert_eq!(snap.weight(6), None);
+        assert_eq!(snap.gram(last), None);
+        assert_eq!(snap.grams().collect::<Vec<_>>(), [(5, c(1, 2))]);
+        let mut all: Vec<_> = snap.iter().map(|(f, c)| (f.into_owned(), c)).collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut want = features.to_vec();
+        want.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(all, want);
+        // A weight of a number that is no bucket has no place.
+        let err =
+            write_snapshot(&path, &(), [(Feature::Weight(1 << BUCKET_BITS), c(1, 0))]).unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)), "{err:?}");
     }
 
     #[test]
@@ -1278,7 +1351,7 @@ mod tests {
             .into_iter()
             .filter_map(|(t, _)| match t {
                 FeatureBuf::Word(w) => Some(w),
-                FeatureBuf::Gram(_) => None,
+                FeatureBuf::Gram(_) | FeatureBuf::Weight(_) => None,
             })
             .find(|t| {
                 let h = home(t);

@@ -44,7 +44,7 @@ where
     for (feature, counts) in features {
         match feature.into() {
             FeatureBuf::Word(word) => words.push((word, counts)),
-            FeatureBuf::Gram(bucket) => grams.push((bucket, counts)),
+            other => grams.push((table_slot(other.as_feature()), counts)),
         }
     }
     write_parts(path, header, words, grams)
@@ -59,12 +59,19 @@ where
     let mut grams = Vec::new();
     store.for_each_token(&mut |feature, counts| match feature {
         Feature::Word(word) => words.push((word.to_owned(), counts)),
-        Feature::Gram(bucket) => grams.push((bucket, counts)),
+        other => grams.push((table_slot(other), counts)),
     })?;
     write_parts(path, header, words, grams)
 }
 
-/// [`write_snapshot`] of the words and the buckets apart.
+/// The entry of the bucket table that holds a bucket or a weight; past
+/// the table for a number that is no bucket, which writing refuses.
+fn table_slot(feature: Feature<'_>) -> u32 {
+    crate::store::slot_of(feature).unwrap_or(u32::MAX)
+}
+
+/// [`write_snapshot`] of the words and the table entries (buckets, then
+/// weights: [`crate::store::slot_of`]) apart.
 fn write_parts<H, K>(
     path: &Path,
     header: &H,
@@ -89,16 +96,14 @@ where
     if !grams.is_sorted_by(|a, b| a.0 < b.0) {
         grams.sort_unstable_by_key(|&(bucket, _)| bucket);
         if let Some(w) = grams.windows(2).find(|w| w[0].0 == w[1].0) {
-            let feature = Feature::Gram(w[0].0);
+            let feature = crate::store::feature_in(w[0].0);
             return Err(Error::Invalid(format!(
                 "{feature} given twice for a snapshot"
             )));
         }
     }
-    if let Some(&(bucket, _)) = grams.last().filter(|(b, _)| !crate::vocab::is_bucket(*b)) {
-        return Err(Error::Invalid(format!(
-            "{bucket:#x} is not a bucket of the byte view"
-        )));
+    if let Some(&(slot, _)) = grams.last().filter(|(b, _)| *b >= 2 << BUCKET_BITS) {
+        return Err(Error::Invalid(format!("{slot:#x} is not a bucket")));
     }
     let header = serde_json::to_vec(header)
         .map_err(|e| Error::Invalid(format!("snapshot header does not serialize: {e}")))?;
