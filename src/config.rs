@@ -17,6 +17,7 @@
 //! var_floor = 0.01
 //! meta_weight = 1.0
 //! meta_clip = 3.0
+//! logistic = false                # weigh the online discriminative view (see README)
 //!
 //! [decision]
 //! costs = "20:1:0.5"              # FP:FN[:UNSURE]
@@ -91,6 +92,8 @@ pub struct ModelConfig {
     /// Tempered combination: fixed strength of the byte view (otherwise
     /// chosen when training).
     pub bytes_min_strength: Option<f64>,
+    /// Whether the stacker weighs the online discriminative view.
+    pub logistic: Option<bool>,
 }
 
 /// The `[decision]` table.
@@ -342,6 +345,9 @@ impl Config {
         let bytes_min_strength = pick(overrides.bytes_min_strength, m.bytes_min_strength);
         if let Some(v) = bytes_min_strength {
             p.bytes_min_strength = v;
+        }
+        if let Some(v) = overrides.logistic.or(m.logistic) {
+            p.logistic = v;
         }
         p.check()?;
         let pinned = min_strength.is_some() || bytes_min_strength.is_some();

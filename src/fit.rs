@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use rayon::prelude::*;
 
 use crate::decision::Calibrator;
-use crate::decision::calibrate::INPUTS;
+use crate::decision::calibrate::{INPUTS, LOGISTIC};
 use crate::features::Features;
 use crate::model::{
-    Combine, Label, Model, ModelSet, Params, TokenCounts, Totals, ValidParams, bernoulli,
+    Combine, Evidence, Label, Model, ModelSet, Params, TokenCounts, Totals, ValidParams, bernoulli,
 };
 use crate::vocab::METADATA_LEN;
 use crate::vocab::{Feature, VIEWS, View, word_view};
@@ -30,6 +30,10 @@ pub struct Example {
     pub metadata: [f64; METADATA_LEN],
     /// The true label.
     pub label: Label,
+    /// The prefix buckets of the online discriminative view
+    /// ([`Features::prefix`]), sorted; empty where no one steps through
+    /// them (a training run steps as it reads).
+    pub prefix: Vec<u32>,
 }
 
 /// A labelled corpus with interned features.
@@ -79,6 +83,7 @@ impl Dataset {
                     tokens,
                     metadata: f.metadata.0,
                     label,
+                    prefix: f.prefix,
                 }
             })
             .collect();
@@ -161,6 +166,7 @@ impl Inputs {
         for v in View::ALL {
             names[v.index()] = v.name();
         }
+        names[LOGISTIC] = "logistic";
         names
     }
 
@@ -169,7 +175,7 @@ impl Inputs {
     /// ```
     /// use bayesmail::fit::Inputs;
     /// let i = Inputs::parse("header,metadata").unwrap();
-    /// assert_eq!(i.0, [true, false, false, true]);
+    /// assert_eq!(i.0, [true, false, false, true, false]);
     /// assert!(Inputs::parse("header,nope").is_err());
     /// ```
     pub fn parse(list: &str) -> Result<Inputs, String> {
@@ -310,6 +316,7 @@ fn inner_scores(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
+    logistic: &[f64],
     candidates: &[ValidParams],
     k: usize,
     inputs: Inputs,
@@ -334,10 +341,26 @@ fn inner_scores(
                 .into_iter()
                 .map(|i| {
                     let ex = &data.examples[i];
+                    let z = match candidates.first() {
+                        Some(p) if p.get().logistic => logistic.get(i).copied().unwrap_or(0.0),
+                        _ => 0.0,
+                    };
+                    let words = ex
+                        .tokens
+                        .iter()
+                        .filter(|&&t| data.views[t as usize] != View::Bytes)
+                        .count();
                     let each = models
                         .evidence(counts.known(ex, data), &ex.metadata)
-                        .iter()
-                        .map(|ev| inputs.apply(ev.stacker_inputs()))
+                        .into_iter()
+                        .map(|ev| {
+                            let ev = Evidence {
+                                logistic: z,
+                                words,
+                                ..ev
+                            };
+                            inputs.apply(ev.stacker_inputs())
+                        })
                         .collect();
                     (i, each, ex.label == Label::Spam)
                 })
@@ -508,13 +531,19 @@ fn bounded(data: &Dataset, members: &[usize]) -> Vec<usize> {
 /// [`STRENGTH_GRID`] for the words, then each of [`BYTES_STRENGTH_GRID`]
 /// for the byte view, every earlier choice kept; each time the one whose
 /// fitted inner cross-validated scores have the lowest log-loss wins.
+/// `logistic[i]` is the online discriminative view's score of example
+/// `i`, as it stood before that view stepped through the example (its
+/// prequential score: a score of a model that had not seen it); 0 for an
+/// example past its end.
 pub fn select_and_calibrate(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
+    logistic: &[f64],
     settings: &Settings,
 ) -> (ValidParams, Calibrator) {
-    let (params, calibrator, _) = select_and_calibrate_with_samples(data, base, members, settings);
+    let (params, calibrator, _) =
+        select_and_calibrate_with_samples(data, base, members, logistic, settings);
     (params, calibrator)
 }
 
@@ -524,6 +553,7 @@ pub fn select_and_calibrate_with_samples(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
+    logistic: &[f64],
     settings: &Settings,
 ) -> (ValidParams, Calibrator, Vec<(usize, Scored)>) {
     let members = &bounded(data, members)[..];
@@ -533,6 +563,7 @@ pub fn select_and_calibrate_with_samples(
             data,
             base,
             members,
+            logistic,
             candidates,
             settings.inner_folds,
             settings.inputs,
@@ -734,7 +765,7 @@ mod tests {
             };
             pool.install(|| {
                 crate::model::bernoulli::LLRS.with(|k| k.set(0));
-                select_and_calibrate(&data, &counts, &members, &settings);
+                select_and_calibrate(&data, &counts, &members, &[], &settings);
                 crate::model::bernoulli::LLRS.with(|k| k.get())
             })
         };

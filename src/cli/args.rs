@@ -248,6 +248,14 @@ pub(super) struct ModelArgs {
     /// the training data (pinning either strength pins both).
     #[arg(long)]
     pub(super) bytes_min_strength: Option<f64>,
+    /// Let the stacker weigh the online discriminative view (a logistic
+    /// regression over the byte 4-grams of each message's start, learned
+    /// in the order messages are learned). Its weights are learned either
+    /// way; off unless given here or as `logistic = true` in `[model]`:
+    /// it judges mail like what it learned better, and mail of another
+    /// time or script worse.
+    #[arg(long)]
+    pub(super) logistic: bool,
 }
 
 impl ModelArgs {
@@ -262,6 +270,7 @@ impl ModelArgs {
             meta_weight: self.meta_weight,
             meta_clip: self.meta_clip,
             bytes_min_strength: self.bytes_min_strength,
+            logistic: self.logistic.then_some(true),
         }
     }
 }

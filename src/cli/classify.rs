@@ -193,17 +193,17 @@ pub(super) fn explain(ctx: &Context, args: &ExplainArgs) -> Result<Outcome> {
         "\nview         evidence  × weight  = contribution   features used/known"
     )?;
     for part in &why.views {
-        let name = part.view.map_or("metadata", |v| v.name());
         writeln!(
             out,
-            "  {name:<10} {:>+9.3} {:>9.3} {:>+14.3}   {}",
+            "  {:<10} {:>+9.3} {:>9.3} {:>+14.3}   {}",
+            part.input,
             part.evidence,
             part.weight,
             part.contribution,
-            if part.view.is_some() {
-                format!("{}/{}", part.used, part.known)
-            } else {
-                String::new()
+            match (part.view, part.input) {
+                (Some(_), _) => format!("{}/{}", part.used, part.known),
+                (None, "logistic") => format!("{} weighted", part.known),
+                (None, _) => String::new(),
             }
         )?;
     }

@@ -113,6 +113,7 @@ impl Database {
             Some(summary) => (summary, ModelAfter::UpToDate),
             None => {
                 let mut writer = self.writer(wait)?;
+                writer.first_params(params);
                 restack.judge_again(&self.paths, messages, None);
                 let summary = writer.learn(messages, &mut |_| {})?;
                 writer.refitted(restack.refit(&summary.changes));

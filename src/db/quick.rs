@@ -222,7 +222,8 @@ pub(crate) fn learn(
         if !seen.insert(m.identity.digest) {
             continue;
         }
-        super::writer::learn_into(&mut delta, &mut summary, m, state.registered(&m.identity));
+        let now = state.registered(&m.identity);
+        super::writer::learn_into(&mut delta, &mut summary, m, now, restack.weights());
     }
     let before = state.messages();
     summary.totals = [0, 1].map(|c| (before[c] as i64 + delta.messages[c]).max(0) as u64);
@@ -259,6 +260,8 @@ pub(crate) fn unlearn(
     let Some(state) = State::read(paths, wait)? else {
         return Ok(None);
     };
+    let features: Vec<&Features> = messages.iter().map(|(f, _)| *f).collect();
+    restack.weigh(paths, &features, Some(&state.journal));
     let mut delta = Delta::default();
     let mut results = Vec::with_capacity(messages.len());
     let mut done: std::collections::HashMap<Digest, Label> = Default::default();
@@ -272,6 +275,9 @@ pub(crate) fn unlearn(
             None => results.push(Err(Error::NotLearned)),
             Some((label, known_as)) => {
                 delta.add_message(features, label, -1);
+                if let Some(weights) = restack.weights() {
+                    weights.learn(Some(&mut delta), &features.prefix, label, -1);
+                }
                 delta.registry.push((known_as, None));
                 done.insert(identity.digest, label);
                 results.push(Ok(label));

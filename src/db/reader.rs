@@ -20,9 +20,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::db::{DbPaths, Error, Result};
+use crate::decision::calibrate::LOGISTIC;
 use crate::decision::{Calibrator, Decider, Doubt, Verdict};
 use crate::features::Features;
-use crate::model::{Combine, Evidence, Model, Params, TokenCounts, Totals};
+use crate::model::{Combine, Evidence, Model, Params, TokenCounts, Totals, logistic};
 use crate::store::{self, Journal, Snapshot, StoreIdentity};
 use crate::vocab::{Feature, METADATA_LEN, METADATA_NAMES};
 use crate::vocab::{VIEWS, View};
@@ -74,18 +75,25 @@ pub struct Judgment {
 }
 
 /// Scores a message: `model`'s evidence from the counts of its features
-/// that are in the vocabulary (each with its view) and its metadata,
-/// weighed by `stacker`. `words` is the message's word tokens, known or
-/// not.
+/// that are in the vocabulary (each with its view) and its metadata, and
+/// the online discriminative view's score `logistic` (left out unless the
+/// model's parameters weigh it), weighed by `stacker`. `words` is the
+/// message's word tokens, known or not.
 pub fn score(
     model: &Model,
     stacker: &Calibrator,
     known: impl IntoIterator<Item = (View, TokenCounts)>,
     words: usize,
+    logistic: f64,
     metadata: &[f64; METADATA_LEN],
 ) -> Score {
     let evidence = Evidence {
         words,
+        logistic: if model.params().get().logistic {
+            logistic
+        } else {
+            0.0
+        },
         ..model.evidence(known, metadata)
     };
     let log_odds = stacker.logit(evidence.stacker_inputs());
@@ -103,11 +111,12 @@ pub fn judge(
     decider: &Decider,
     known: impl IntoIterator<Item = (View, TokenCounts)>,
     words: usize,
+    logistic: f64,
     metadata: &[f64; METADATA_LEN],
 ) -> Judgment {
     judged(
         model,
-        score(model, stacker, known, words, metadata),
+        score(model, stacker, known, words, logistic, metadata),
         decider,
     )
 }
@@ -145,15 +154,21 @@ pub struct TokenWeight {
 /// One view's part in a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ViewPart {
-    /// The view (`metadata` is reported as `None`).
+    /// The stacker's input: a view's name, `metadata` or `logistic` (the
+    /// online discriminative view).
+    pub input: &'static str,
+    /// The view of naive Bayes (`None` for the metadata and the online
+    /// discriminative view).
     pub view: Option<View>,
-    /// Its evidence before the stacker: the tempered log-likelihood ratio.
+    /// Its evidence before the stacker: the tempered log-likelihood ratio
+    /// of a view, the metadata's, the online discriminative view's score.
     pub evidence: f64,
     /// The stacker's weight for it.
     pub weight: f64,
     /// weight × evidence: its share of the calibrated log-odds.
     pub contribution: f64,
-    /// Its features seen in training (0 for metadata).
+    /// Its features seen in training (0 for metadata; for the online
+    /// discriminative view, its features with a weight).
     pub known: usize,
     /// Its features strong enough to enter the combination.
     pub used: usize,
@@ -329,8 +344,7 @@ impl Classifier {
             }
             .map_err(bad)?;
             header.totals = totals;
-            let numbered = replayed.grams.values().chain(replayed.weights.values());
-            for (old, new) in replayed.words.values().chain(numbered) {
+            for (old, new) in replayed.words.values().chain(replayed.grams.values()) {
                 match (old.is_some(), new.is_zero()) {
                     (false, false) => vocabulary += 1,
                     (true, true) => vocabulary -= 1,
@@ -451,6 +465,32 @@ impl Classifier {
         words.into_iter().chain(grams)
     }
 
+    /// The online discriminative view's weights of the prefix buckets of
+    /// `features`, in a table (every other weight zero); `None` if the
+    /// model does not weigh that view (its weights are not learned then).
+    pub fn weights_of(&self, features: &[&Features]) -> Option<logistic::Table> {
+        if !self.header.params.logistic {
+            return None;
+        }
+        let mut table = logistic::Table::default();
+        for &b in features.iter().flat_map(|f| &f.prefix) {
+            if let Some(counts) = self.weight(b) {
+                table.set(b, counts);
+            }
+        }
+        Some(table)
+    }
+
+    /// The online discriminative view's score of a message's features (0
+    /// if the model does not weigh it).
+    pub fn logistic(&self, features: &Features) -> f64 {
+        if !self.header.params.logistic {
+            return 0.0;
+        }
+        let weights = features.prefix.iter().filter_map(|&b| self.weight(b));
+        logistic::score(weights, features.prefix.len())
+    }
+
     /// Scores a message's features.
     pub fn score(&self, features: &Features) -> Score {
         score(
@@ -458,6 +498,7 @@ impl Classifier {
             &self.header.calibrator,
             self.known(features),
             features.tokens.len(),
+            self.logistic(features),
             &features.metadata.0,
         )
     }
@@ -470,6 +511,7 @@ impl Classifier {
             decider,
             self.known(features),
             features.tokens.len(),
+            self.logistic(features),
             &features.metadata.0,
         )
     }
@@ -489,6 +531,7 @@ impl Classifier {
                 let ev = score.evidence.view(v);
                 let weight = calibrator.weights[v.index()];
                 ViewPart {
+                    input: v.name(),
                     view: Some(v),
                     evidence: ev.score,
                     weight,
@@ -500,12 +543,28 @@ impl Classifier {
             .collect();
         let meta_weight = calibrator.weights[VIEWS];
         views.push(ViewPart {
+            input: "metadata",
             view: None,
             evidence: inputs[VIEWS],
             weight: meta_weight,
             contribution: meta_weight * inputs[VIEWS],
             known: 0,
             used: 0,
+        });
+        let weighted = features
+            .prefix
+            .iter()
+            .filter(|&&b| self.weight(b).is_some())
+            .count();
+        let lr_weight = calibrator.weights[LOGISTIC];
+        views.push(ViewPart {
+            input: "logistic",
+            view: None,
+            evidence: inputs[LOGISTIC],
+            weight: lr_weight,
+            contribution: lr_weight * inputs[LOGISTIC],
+            known: weighted,
+            used: weighted,
         });
         let mut unknown_tokens = 0;
         let mut tokens = Vec::new();

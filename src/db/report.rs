@@ -11,7 +11,6 @@ use crate::decision::Decider;
 use crate::features::{Extractor, grams};
 use crate::message;
 use crate::model::Params;
-use crate::vocab::{VIEWS, View};
 
 /// One message judged and explained.
 #[derive(Debug)]
@@ -162,10 +161,9 @@ impl Reader {
             tokenizer_version: classifier.tokenizer_version(),
             params: h.params,
             calibrated_on: h.calibrated_on,
-            weights: View::ALL
-                .iter()
-                .map(|v| (v.name(), h.calibrator.weights[v.index()]))
-                .chain([("metadata", h.calibrator.weights[VIEWS])])
+            weights: crate::fit::Inputs::names()
+                .into_iter()
+                .zip(h.calibrator.weights)
                 .collect(),
             readable_by_others,
         })

@@ -20,7 +20,7 @@ use super::{Classifier, DbPaths, Labelled};
 use crate::decision::Calibrator;
 use crate::decision::calibrate::INPUTS;
 use crate::decision::prequential::{Prequential, Sample, key_of};
-use crate::model::Label;
+use crate::model::{Label, logistic};
 use crate::store::{Journal, samples};
 use crate::vocab::Digest;
 
@@ -36,6 +36,11 @@ pub(crate) struct Restack {
     fitted_on: u32,
     /// The record after the change, until it is written.
     pending: Option<Prequential>,
+    /// The online discriminative view's weights of the messages' prefix
+    /// buckets, as the model had them when it judged them (the rest
+    /// zero): what a learn through the journal steps through; `None` if
+    /// the model does not weigh that view (or there is none).
+    weights: Option<logistic::Table>,
 }
 
 impl Restack {
@@ -67,6 +72,7 @@ impl Restack {
         let features: Vec<&crate::features::Features> =
             messages.iter().map(|m| &m.features).collect();
         if let Ok(model) = Classifier::open_for(paths, &features, journal) {
+            self.weights = model.weights_of(&features);
             self.fitted_on = u32::try_from(model.header().calibrated_on).unwrap_or(u32::MAX);
             self.inputs = messages
                 .iter()
@@ -87,7 +93,29 @@ impl Restack {
             inputs: HashMap::new(),
             fitted_on: 0,
             pending: None,
+            weights: None,
         }
+    }
+
+    /// Reads the weights of the prefix buckets of `features` from the
+    /// model, for an unlearn (which judges nothing): see
+    /// [`Restack::weights`].
+    pub(crate) fn weigh(
+        &mut self,
+        paths: &DbPaths,
+        features: &[&crate::features::Features],
+        journal: Option<&Option<Journal>>,
+    ) {
+        if let Ok(model) = Classifier::open_for(paths, features, journal) {
+            self.weights = model.weights_of(features);
+        }
+    }
+
+    /// The online discriminative view's weights of the messages judged
+    /// ([`Restack::judge`]) or weighed ([`Restack::weigh`]), as the model
+    /// had them; `None` if it does not weigh that view.
+    pub(crate) fn weights(&mut self) -> Option<&mut logistic::Table> {
+        self.weights.as_mut()
     }
 
     /// Takes `changes` into the record (computed afresh from the record

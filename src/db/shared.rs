@@ -32,12 +32,12 @@ use crate::decision::prequential::{Prequential, Sample, key_of};
 use crate::decision::{Calibrator, Decider};
 use crate::features::Features;
 use crate::message::Identity;
-use crate::model::{Delta, Label, Model, Params, TokenCounts, Totals, ValidParams};
+use crate::model::{Delta, Label, Model, Params, TokenCounts, Totals, ValidParams, logistic};
 use crate::store::redis::{
     Capped, Expiry, Lookup, Memory, Read, RedisStore, RedisUrl, Write, record_version,
 };
-use crate::store::{Error, Result, Store, samples};
-use crate::vocab::{Digest, VIEWS, View};
+use crate::store::{Error, Result, Store, samples, slot_of, weight_slots};
+use crate::vocab::{Digest, Feature, VIEWS, View};
 
 /// What a shared model needs beyond its counts.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -198,6 +198,9 @@ impl SharedModel {
         for g in &features.grams {
             recent.grams.remove(g);
         }
+        for slot in weight_slots(&features.prefix) {
+            recent.grams.remove(&slot);
+        }
         // The totals are read again with the next lookup; the generation
         // the window began at stays, so that the window's end sees the
         // change and forgets the rest too.
@@ -330,23 +333,31 @@ impl SharedModel {
     /// messages of each class it had learned.
     fn score(&self, features: &Features) -> Result<(Score, Arc<Built>, [u64; 2])> {
         let words: Vec<&str> = features.tokens.iter().collect();
-        let lookup = self.lookup(&words, &features.grams)?;
+        // The byte view's buckets, then the weights (unless the model last
+        // built does not weigh them), where Redis keeps them.
+        let grams = features
+            .grams
+            .iter()
+            .filter_map(|&b| slot_of(Feature::Gram(b)));
+        let kept = self.built.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let weigh = kept.is_none_or(|b| b.header.params.logistic);
+        let prefix = if weigh { &features.prefix[..] } else { &[] };
+        let slots: Vec<u32> = grams.chain(weight_slots(prefix)).collect();
+        let lookup = self.lookup(&words, &slots)?;
         let built = self.built(lookup.generation, &lookup)?;
+        let (grams, weights) = lookup.grams.split_at(slots.len() - prefix.len());
         let known = words
             .iter()
             .zip(&lookup.words)
             .filter_map(|(w, c)| c.map(|c| (crate::vocab::word_view(w), c)))
-            .chain(
-                lookup
-                    .grams
-                    .iter()
-                    .filter_map(|c| c.map(|c| (View::Bytes, c))),
-            );
+            .chain(grams.iter().filter_map(|c| c.map(|c| (View::Bytes, c))));
+        let logistic = logistic::score(weights.iter().flatten().copied(), weights.len());
         let score = super::reader::score(
             &built.model,
             &built.header.calibrator,
             known,
             words.len(),
+            logistic,
             &features.metadata.0,
         );
         Ok((score, built, lookup.totals.messages))
@@ -381,14 +392,14 @@ impl SharedModel {
     /// stacker is fitted again when the rule says so.
     pub fn learn(&self, features: &Features, identity: &Identity, label: Label) -> Result<Change> {
         // A model of both classes scores it; one without gives no sample.
-        let inputs = match self.score(features)? {
-            (score, _, [ham, spam]) if ham > 0 && spam > 0 => Some(score.evidence.stacker_inputs()),
-            _ => None,
-        };
-        self.change_label(features, identity, label, Some(inputs))
+        let (score, built, [ham, spam]) = self.score(features)?;
+        let inputs = (ham > 0 && spam > 0).then(|| score.evidence.stacker_inputs());
+        let logistic = built.header.params.logistic;
+        self.change_label(features, identity, label, Some(inputs), logistic)
     }
 
-    /// [`SharedModel::learn`]'s counts: `inputs` is None to leave the
+    /// [`SharedModel::learn`]'s counts: `logistic` says whether the online
+    /// discriminative view is learned; `inputs` is None to leave the
     /// record as it is (a training run writes its own after), Some(None)
     /// when the model scored no sample.
     fn change_label(
@@ -397,9 +408,11 @@ impl SharedModel {
         identity: &Identity,
         label: Label,
         inputs: Option<Option<[f64; INPUTS]>>,
+        logistic: bool,
     ) -> Result<Change> {
         let held = self.held_record();
         let written = Mutex::new(None);
+        let weights = self.weights_of(features, logistic)?;
         let (before, _) = self.store.transact(
             |read| {
                 // What an earlier try computed did not land.
@@ -412,8 +425,10 @@ impl SharedModel {
                 let mut delta = Delta::default();
                 if let Some(old) = read.label {
                     delta.add_message(features, old, -1);
+                    weights.step(&mut delta, &features.prefix, old, -1);
                 }
                 delta.add_message(features, label, 1);
+                weights.step(&mut delta, &features.prefix, label, 1);
                 delta.registry.push((identity.digest, Some(label)));
                 let (record, header) = match inputs {
                     Some(inputs) => {
@@ -439,11 +454,28 @@ impl SharedModel {
         })
     }
 
+    /// The online discriminative view's weights of a message's prefix
+    /// buckets as Redis holds them now, if the view is learned (`on`). A
+    /// change steps from them; another host stepping them meanwhile is not
+    /// seen (the steps add up, as in lock-free stochastic gradient descent).
+    fn weights_of(&self, f: &Features, on: bool) -> Result<logistic::Sparse> {
+        if !on {
+            return Ok(logistic::Sparse::default());
+        }
+        let slots: Vec<u32> = weight_slots(&f.prefix).collect();
+        Ok(logistic::Sparse::of(
+            &f.prefix,
+            self.store.lookup(&[], &slots)?.grams,
+        ))
+    }
+
     /// Takes a learned message back, and its sample out of the record; the
     /// label it had, or None if it was not learned (nothing changes).
     pub fn unlearn(&self, features: &Features, identity: &Identity) -> Result<Option<Label>> {
         let held = self.held_record();
         let written = Mutex::new(None);
+        let logistic = self.score(features)?.1.header.params.logistic;
+        let weights = self.weights_of(features, logistic)?;
         let (had, _) = self.store.transact(
             |read| {
                 // What an earlier try computed did not land.
@@ -453,6 +485,7 @@ impl SharedModel {
                 };
                 let mut delta = Delta::default();
                 delta.add_message(features, old, -1);
+                weights.step(&mut delta, &features.prefix, old, -1);
                 delta.registry.push((identity.digest, None));
                 let change = Change::Unlearned(old);
                 let (record, header) =
@@ -629,9 +662,15 @@ impl SharedModel {
         use super::{Interrupted, Progress, Trained};
         super::train::check_paths(job)?;
         let mut run = super::Run::new();
+        if job.params.get().logistic {
+            // For the fit's scores; the store's weights step below.
+            run.learn_weights([]);
+        }
         let reading = super::train::read_folders(job, progress, &mut |m, id| {
-            if let Some((ex, key)) = run.take_in(&m, id) {
-                run.offer(key, m.label, ex);
+            // The store's online discriminative view is stepped message by
+            // message as they are learned, below.
+            if let Some((ex, key, logistic)) = run.take_in(&m, id) {
+                run.offer(key, m.label, ex, logistic);
             }
             Ok(())
         })?;
@@ -669,7 +708,8 @@ impl SharedModel {
         };
         let quiet = |_: Progress<'_>| {};
         super::train::read_folders(&storing, &quiet, &mut |m, _| {
-            match self.change_label(&m.features, &m.identity, m.label, None)? {
+            let logistic = job.params.get().logistic;
+            match self.change_label(&m.features, &m.identity, m.label, None, logistic)? {
                 Change::Learned(_) => summary.learned += 1,
                 Change::Relabelled(_) => summary.relearned += 1,
                 _ => summary.unchanged += 1,
@@ -726,10 +766,8 @@ impl SharedModel {
             changes: lookup.generation,
             params: header.params,
             calibrated_on: header.calibrated_on,
-            weights: View::ALL
-                .iter()
-                .map(|v| v.name())
-                .chain(["metadata"])
+            weights: crate::fit::Inputs::names()
+                .into_iter()
                 .zip(header.calibrator.weights)
                 .collect(),
         })
@@ -771,7 +809,7 @@ mod tests {
     use crate::decision::{Costs, Verdict};
     use crate::features::Extractor;
     use crate::store::MemoryStore;
-    use crate::store::testkit::{RedisServer, dump};
+    use crate::store::testkit::{RedisServer, counts_dump, dump};
 
     const WAIT: Duration = Duration::from_secs(10);
 
@@ -831,12 +869,17 @@ mod tests {
                 known.push((view, c));
             }
         });
+        let weights = m
+            .prefix
+            .iter()
+            .map(|&b| store.token(Feature::Weight(b)).unwrap());
         judge(
             &model,
             &header.calibrator,
             &decider(),
             known,
             m.tokens.len(),
+            logistic::score(weights, m.prefix.len()),
             &m.metadata.0,
         )
     }
@@ -862,9 +905,15 @@ mod tests {
             plans[(i + 1) % hosts].push((i, m.label));
             plans[(i + 2) % hosts].push((i, m.label));
         }
+        // A model that weighs the online discriminative view: the hosts
+        // step its weights as they learn.
         let header = SharedHeader {
+            params: Params {
+                logistic: true,
+                ..Params::default()
+            },
             calibrator: Calibrator {
-                weights: [0.8, 0.9, 0.7, 0.5],
+                weights: [0.8, 0.9, 0.7, 0.5, 0.3],
                 bias: -0.2,
             },
             ..SharedHeader::default()
@@ -900,7 +949,17 @@ mod tests {
             d.registry.push((m.identity.digest, Some(m.label)));
             local.apply(&d).unwrap();
         }
-        assert_eq!(dump(last.store()), dump(&local), "counts differ");
+        assert_eq!(counts_dump(last.store()), dump(&local), "counts differ");
+        // The online discriminative view's weights are the hosts' steps in
+        // their order: the local model judges with them as they stand.
+        let weights = Delta {
+            weights: (last.store().weights().unwrap().into_iter())
+                .map(|(b, c)| (b, [i64::from(c.ham), i64::from(c.spam)]))
+                .collect(),
+            ..Delta::default()
+        };
+        assert!(!weights.weights.is_empty());
+        local.apply(&weights).unwrap();
         // The stacker the hosts refitted as they learned (their order was
         // theirs): the one a local model judges with.
         let (stored, _) = last.store().read_for_change(None, Some(0)).unwrap();
@@ -960,7 +1019,9 @@ mod tests {
         assert_eq!(host.messages().unwrap(), [1, 0]);
         assert_eq!(host.unlearn(f, id).unwrap(), Some(Label::Ham));
         assert_eq!(host.unlearn(f, id).unwrap(), None);
-        assert_eq!(dump(host.store()), dump(&MemoryStore::new()));
+        // Every count is back where it was; the online discriminative
+        // view's weights only nearly (its unlearning is approximate).
+        assert_eq!(counts_dump(host.store()), dump(&MemoryStore::new()));
         // Another user, and the global model, never saw any of it.
         host.learn(f, id, Label::Spam).unwrap();
         for other in [None, Some("bob@example.org")] {
@@ -988,7 +1049,7 @@ mod tests {
             .set_header(
                 &SharedHeader {
                     calibrator: Calibrator {
-                        weights: [0.5; 4],
+                        weights: [0.5; 5],
                         bias: 1.0,
                     },
                     ..SharedHeader::default()

@@ -21,7 +21,7 @@ use crate::db::{DbPaths, Error, Result};
 use crate::decision::Calibrator;
 use crate::features::Features;
 use crate::message::Identity;
-use crate::model::{Combine, Delta, Label, Params, TokenCounts, bernoulli};
+use crate::model::{Combine, Delta, Label, Params, TokenCounts, bernoulli, logistic};
 use crate::store::{self, Journal, SledStore, Snapshot, Store, StoreIdentity};
 use crate::vocab::{Digest, VIEWS};
 
@@ -138,6 +138,9 @@ pub struct Trainer {
     /// A stacker a learn refitted ([`Trainer::refitted`]), for the next
     /// snapshot.
     refitted: Option<(Calibrator, u64)>,
+    /// The parameters of a first model, for a database without one
+    /// ([`Trainer::first_params`]).
+    first: Params,
 }
 
 impl Trainer {
@@ -257,6 +260,7 @@ impl Trainer {
             header,
             journal,
             refitted: None,
+            first: Params::default(),
         };
         trainer.check_history()?;
         Ok((trainer, set_aside))
@@ -377,6 +381,7 @@ impl Trainer {
         }
         let mut seen = std::collections::HashSet::new();
         let mut delta = Delta::default();
+        let mut weights = self.weights()?;
         let mut in_chunk = 0;
         for (i, m) in messages.iter().enumerate() {
             let digest = m.identity.digest;
@@ -384,7 +389,7 @@ impl Trainer {
                 continue;
             }
             let now = self.registered(&m.identity)?;
-            if !learn_into(&mut delta, &mut summary, m, now) {
+            if !learn_into(&mut delta, &mut summary, m, now, weights.as_mut()) {
                 continue;
             }
             in_chunk += 1;
@@ -447,13 +452,39 @@ impl Trainer {
         Ok(None)
     }
 
+    /// Sets the parameters a first model will have: whether a database
+    /// without a model learns the online discriminative view's weights.
+    pub(crate) fn first_params(&mut self, params: Params) {
+        self.first = params;
+    }
+
+    /// The online discriminative view's weights as the store holds them,
+    /// if the model weighs that view (else its weights are not learned,
+    /// and cost nothing).
+    fn weights(&self) -> Result<Option<logistic::Table>> {
+        let params = self.header.as_ref().map_or(&self.first, |h| &h.params);
+        if !params.logistic {
+            return Ok(None);
+        }
+        let mut table = logistic::Table::default();
+        for (bucket, counts) in self.store.weights()? {
+            table.set(bucket, counts);
+        }
+        Ok(Some(table))
+    }
+
     /// Unlearns one message: the label it had and how many counts could not
     /// be taken back exactly (see [`TrainSummary::inexact`]);
-    /// [`Error::NotLearned`] if the registry does not know it.
+    /// [`Error::NotLearned`] if the registry does not know it. The online
+    /// discriminative view takes the reverse of its step
+    /// ([`logistic::reverse_step`]).
     pub fn unlearn(&mut self, features: &Features, identity: &Identity) -> Result<(Label, u64)> {
         let (label, known_as) = self.registered(identity)?.ok_or(Error::NotLearned)?;
         let mut delta = Delta::default();
         delta.add_message(features, label, -1);
+        if let Some(mut weights) = self.weights()? {
+            weights.learn(Some(&mut delta), &features.prefix, label, -1);
+        }
         delta.registry.push((known_as, None));
         let inexact = self.change_store(&delta)?;
         self.store.flush()?;
@@ -472,7 +503,7 @@ impl Trainer {
         source: impl std::fmt::Display,
     ) -> Result<()> {
         let digest = m.identity.digest;
-        let Some((ex, key)) = run.take_in(m, source) else {
+        let Some((ex, key, logistic)) = run.take_in(m, source) else {
             return Ok(());
         };
         // The store takes each message's counts under its label (the run's
@@ -485,6 +516,9 @@ impl Trainer {
             // Known by its legacy digest: from now on by its own.
             run.registry.push((known_as, None));
         }
+        // The store's online discriminative view steps through what the
+        // store learns, in the order read.
+        let prefix = &m.features.prefix;
         match now {
             Some((old, known_as)) if old == m.label => {
                 run.set_apart(&ex, m.label);
@@ -499,11 +533,14 @@ impl Trainer {
                 run.change(&ex, m.label, 1);
                 run.registry.push((digest, Some(m.label)));
                 run.summary.relearned += 1;
+                run.step(prefix, old, -1);
+                run.step(prefix, m.label, 1);
             }
             None => {
                 run.change(&ex, m.label, 1);
                 run.registry.push((digest, Some(m.label)));
                 run.summary.learned += 1;
+                run.step(prefix, m.label, 1);
             }
         }
         // A message an earlier version counted twice, under two of its
@@ -518,7 +555,7 @@ impl Trainer {
                 run.summary.merged += 1;
             }
         }
-        run.offer(key, m.label, ex);
+        run.offer(key, m.label, ex, logistic);
         Ok(())
     }
 
@@ -653,12 +690,15 @@ impl Trainer {
 /// and the digest the registry knows it by (`None`: not learned), and
 /// counts it in `summary`: nothing if it has that label already (but a
 /// registry entry under its legacy digest moves to its own), a move if it
-/// has the other. Returns whether anything changed.
+/// has the other. The online discriminative view steps through it in
+/// `weights`, if given (and the same change goes to `delta`). Returns
+/// whether anything changed.
 pub(crate) fn learn_into(
     delta: &mut Delta,
     summary: &mut TrainSummary,
     m: &Labelled,
     now: Option<(Label, Digest)>,
+    mut weights: Option<&mut logistic::Table>,
 ) -> bool {
     let digest = m.identity.digest;
     if let Some((_, known_as)) = now
@@ -683,11 +723,17 @@ pub(crate) fn learn_into(
         }
         Some((old, _)) => {
             delta.add_message(&m.features, old, -1);
+            if let Some(w) = weights.as_deref_mut() {
+                w.learn(Some(delta), &m.features.prefix, old, -1);
+            }
             summary.relearned += 1;
         }
         None => summary.learned += 1,
     }
     delta.add_message(&m.features, m.label, 1);
+    if let Some(w) = weights {
+        w.learn(Some(delta), &m.features.prefix, m.label, 1);
+    }
     delta.registry.push((digest, Some(m.label)));
     true
 }
@@ -853,7 +899,9 @@ mod tests {
                 .chain(["\u{1}00005".to_owned(), "\u{1}40000".to_owned()]),
         );
         odd.features.grams = vec![5, 7, 1 << BUCKET_BITS];
+        // Runs that learn the online discriminative view too.
         let mut first = Run::new();
+        first.learn_weights([]);
         for m in [&a, &b] {
             trainer.add_to_run(&mut first, m, "x").unwrap();
         }
@@ -863,6 +911,7 @@ mod tests {
             ..b.clone()
         };
         let mut second = Run::new();
+        second.learn_weights(trainer.store.weights().unwrap());
         for m in [&a, &moved, &c, &odd] {
             trainer.add_to_run(&mut second, m, "x").unwrap();
         }
@@ -887,14 +936,18 @@ mod tests {
             }
         }
         let mut stored: HashMap<FeatureBuf, TokenCounts> = HashMap::new();
+        let mut weights = 0;
         trainer
             .store
-            .for_each_token(&mut |t, c| {
-                if c.ham + c.spam > 0 {
+            .for_each_token(&mut |t, c| match t {
+                // The online discriminative view's steps, not counts.
+                Feature::Weight(_) => weights += 1,
+                _ => {
                     stored.insert(t.into_owned(), c);
                 }
             })
             .unwrap();
+        assert!(weights > 0);
         assert_eq!(stored, expected);
         assert_eq!(stored[&FeatureBuf::Gram(5)].ham, 1);
         assert_eq!(stored[&FeatureBuf::Word("\u{1}00005".into())].ham, 1);

@@ -17,7 +17,8 @@
 //! flattens the map and leaves clear spam in the unsure band below the
 //! spam cutoff. What keeps the map finite on separable data, and sane on
 //! a handful of messages, is instead a weak Gaussian prior centred on the
-//! unfitted map (each view's evidence added, no intercept): with few
+//! unfitted map (each naive Bayes view's evidence added, the online
+//! discriminative view's left out, no intercept): with few
 //! samples the fit stays near what an untrained model says, and with many
 //! the samples decide.
 
@@ -26,9 +27,15 @@ use serde::{Deserialize, Serialize};
 use crate::model::sigmoid;
 use crate::vocab::VIEWS;
 
-/// Number of inputs to the calibration map: one per view, then the
-/// metadata.
-pub const INPUTS: usize = VIEWS + 1;
+/// Number of inputs to the calibration map: one per view of naive Bayes,
+/// then the metadata, then the online discriminative view
+/// ([`LOGISTIC`]).
+pub const INPUTS: usize = VIEWS + 2;
+
+/// The input of the online discriminative view
+/// ([`crate::model::logistic`]): the last. A map fitted before it was
+/// there has one input fewer, and is read with weight 0 for it.
+pub const LOGISTIC: usize = VIEWS + 1;
 
 /// Precision of the Gaussian prior on each weight and the intercept, in
 /// units of the log-loss summed over samples: one sample's worth, so it
@@ -46,19 +53,42 @@ pub const MIN_PER_CLASS: usize = 20;
 /// p = σ(w · x + bias).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Calibrator {
-    /// Weights of each view's evidence, then of the metadata evidence.
+    /// Weights of each view's evidence, then of the metadata evidence,
+    /// then of the online discriminative view's score.
+    #[serde(deserialize_with = "weights")]
     pub weights: [f64; INPUTS],
     /// Intercept.
     pub bias: f64,
 }
 
-impl Default for Calibrator {
-    /// The sum of the evidence: what an uncalibrated model says.
-    fn default() -> Self {
-        Calibrator {
-            weights: [1.0; INPUTS],
-            bias: 0.0,
+/// A map's weights as written: [`INPUTS`] of them, or one fewer from
+/// before the online discriminative view (its weight then 0, so the map
+/// judges as it did).
+fn weights<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[f64; INPUTS], D::Error> {
+    let given = Vec::<f64>::deserialize(d)?;
+    let mut weights = [0.0; INPUTS];
+    match given.len() {
+        INPUTS | LOGISTIC => {
+            weights[..given.len()].copy_from_slice(&given);
+            Ok(weights)
         }
+        n => Err(serde::de::Error::invalid_length(
+            n,
+            &"one weight per stacker input",
+        )),
+    }
+}
+
+impl Default for Calibrator {
+    /// The sum of the naive Bayes evidence: what an uncalibrated model
+    /// says.
+    fn default() -> Self {
+        let mut weights = [1.0; INPUTS];
+        // The online discriminative view starts from zero weights, and its
+        // scores grow in scale as it learns: it counts for as much as the
+        // user's own mail shows it is worth, and for nothing before.
+        weights[LOGISTIC] = 0.0;
+        Calibrator { weights, bias: 0.0 }
     }
 }
 

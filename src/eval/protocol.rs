@@ -23,7 +23,7 @@ use crate::decision::calibrate::INPUTS;
 use crate::decision::prequential::{Sample, key_of};
 use crate::decision::{Calibrator, Decider, Prequential};
 use crate::fit::{self as training, Counts, Dataset, select_and_calibrate};
-use crate::model::{Combine, Label};
+use crate::model::{Combine, Label, logistic};
 use crate::vocab::{Digest, View};
 
 /// What an evaluation needs besides the data.
@@ -35,13 +35,15 @@ pub struct Settings {
     pub decider: Decider,
 }
 
-/// Judges example `index` with the model of `counts` and the stacker, as
-/// a command would; also gives the stacker inputs it was judged with.
+/// Judges example `index` with the model of `counts`, the online
+/// discriminative view's `weights` and the stacker, as a command would;
+/// also gives the stacker inputs it was judged with.
 fn scored(
     index: usize,
     data: &Dataset,
     counts: &Counts,
     model: &crate::model::Model,
+    weights: &logistic::Table,
     stacker: &Calibrator,
     settings: &Settings,
 ) -> (Scored, [f64; INPUTS]) {
@@ -57,6 +59,7 @@ fn scored(
         &settings.decider,
         counts.known(ex, data),
         words,
+        weights.score(&ex.prefix),
         &ex.metadata,
     );
     (
@@ -91,10 +94,23 @@ pub(crate) fn cross_validate(data: &Dataset, folds: &[usize], settings: &Setting
             for &i in &test {
                 train.add(&data.examples[i], -1);
             }
-            let (params, stacker) = select_and_calibrate(data, &train, &rest, &settings.training);
+            // The online discriminative view steps through the training
+            // folds once, in corpus order, as `train` steps through a run:
+            // each message's score before its step is its prequential one.
+            let mut weights = logistic::Table::default();
+            let mut prequential = vec![0.0; data.examples.len()];
+            for &i in rest
+                .iter()
+                .filter(|_| settings.training.params.get().logistic)
+            {
+                let ex = &data.examples[i];
+                prequential[i] = weights.learn(None, &ex.prefix, ex.label, 1);
+            }
+            let (params, stacker) =
+                select_and_calibrate(data, &train, &rest, &prequential, &settings.training);
             let model = train.model(params, data);
             test.into_iter()
-                .map(|i| self::scored(i, data, &train, &model, &stacker, settings).0)
+                .map(|i| self::scored(i, data, &train, &model, &weights, &stacker, settings).0)
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -128,6 +144,9 @@ pub fn online(
         return Err("the online protocol does not support the textbook combination".into());
     }
     let mut counts = Counts::new(data.vocabulary);
+    let mut weights = logistic::Table::default();
+    // Learned only if the model weighs it, as `learn` does.
+    let weigh = params.get().logistic;
     let mut stacker = Calibrator::default();
     let mut record = Prequential::default();
     let mut out = Vec::with_capacity(data.examples.len());
@@ -135,14 +154,19 @@ pub fn online(
     let mut learned: HashMap<Digest, usize> = HashMap::new();
     for (i, ex) in data.examples.iter().enumerate() {
         let model = counts.model(params, data);
-        let (s, inputs) = scored(i, data, &counts, &model, &stacker, settings);
+        let (s, inputs) = scored(i, data, &counts, &model, &weights, &stacker, settings);
         out.push(s);
         let key = key_of(&digests[i]);
         match learned.get(&digests[i]).copied() {
             Some(j) if data.examples[j].label == ex.label => continue,
             Some(j) => {
-                counts.add(&data.examples[j], -1);
+                let old = &data.examples[j];
+                counts.add(old, -1);
                 counts.add(ex, 1);
+                if weigh {
+                    weights.learn(None, &old.prefix, old.label, -1);
+                    weights.learn(None, &ex.prefix, ex.label, 1);
+                }
                 record.relabel(key, ex.label == Label::Spam);
             }
             None => {
@@ -157,6 +181,9 @@ pub fn online(
                     }
                 }
                 counts.add(ex, 1);
+                if weigh {
+                    weights.learn(None, &ex.prefix, ex.label, 1);
+                }
             }
         }
         learned.insert(digests[i], i);
@@ -298,10 +325,12 @@ mod tests {
         let mut counts = Counts::new(data.vocabulary);
         let mut record = Prequential::default();
         let mut stacker = Calibrator::default();
+        let mut weights = logistic::Table::default();
         let mut refits = 0;
         for (i, given) in given_scores.iter().enumerate() {
             let model = counts.model(settings.training.params, &data);
-            let (expected, inputs) = scored(i, &data, &counts, &model, &stacker, &settings);
+            let (expected, inputs) =
+                scored(i, &data, &counts, &model, &weights, &stacker, &settings);
             assert_eq!(given.probability, expected.probability, "message {i}");
             let ex = &data.examples[i];
             if counts.messages().iter().all(|&n| n > 0) {
@@ -319,6 +348,7 @@ mod tests {
                 assert_eq!(stacker, Calibrator::default());
             }
             counts.add(ex, 1);
+            weights.learn(None, &ex.prefix, ex.label, 1);
         }
         // Once twenty of each class are kept, each time a tenth is new.
         assert!((10..40).contains(&refits), "{refits} refits");
@@ -385,7 +415,8 @@ mod tests {
         let (plain, noisy) = (noisy(false), noisy(true));
         // The stacker fitted on all of the noisy data.
         let (counts, members) = learned_all(&noisy);
-        let (_, stacker) = select_and_calibrate(&noisy, &counts, &members, &settings().training);
+        let (_, stacker) =
+            select_and_calibrate(&noisy, &counts, &members, &[], &settings().training);
         let words = stacker.weights[View::Body.index()];
         let bytes = stacker.weights[View::Bytes.index()];
         assert!(words > 0.3, "{stacker:?}");
@@ -404,7 +435,7 @@ mod tests {
         let (counts, members) = learned_all(&data);
         let mut training = settings().training;
         training.inputs = Inputs::parse("body,metadata").unwrap();
-        let (_, stacker) = select_and_calibrate(&data, &counts, &members, &training);
+        let (_, stacker) = select_and_calibrate(&data, &counts, &members, &[], &training);
         assert_eq!(stacker.weights[View::Bytes.index()], 0.0, "{stacker:?}");
         assert_eq!(stacker.weights[View::Header.index()], 0.0, "{stacker:?}");
         assert!(stacker.weights[View::Body.index()] > 0.3, "{stacker:?}");
@@ -416,7 +447,7 @@ mod tests {
         let data = noisy(true);
         let (counts, members) = learned_all(&data);
         let mut training = settings().training;
-        let (chosen, _) = select_and_calibrate(&data, &counts, &members, &training);
+        let (chosen, _) = select_and_calibrate(&data, &counts, &members, &[], &training);
         assert!(BYTES_STRENGTH_GRID.contains(&chosen.get().bytes_min_strength));
         training.select = crate::fit::Select::NONE;
         training.params = crate::model::Params {
@@ -425,7 +456,7 @@ mod tests {
         }
         .check()
         .unwrap();
-        let (kept, _) = select_and_calibrate(&data, &counts, &members, &training);
+        let (kept, _) = select_and_calibrate(&data, &counts, &members, &[], &training);
         assert_eq!(kept.get().bytes_min_strength, 0.25);
     }
 
@@ -449,7 +480,7 @@ mod tests {
             prior: true,
             strength: false,
         };
-        let (chosen, _) = select_and_calibrate(&data, &counts, &members, &training);
+        let (chosen, _) = select_and_calibrate(&data, &counts, &members, &[], &training);
         let p = chosen.get();
         assert_eq!(p.a, p.b);
         assert!(PRIOR_GRID.contains(&p.a), "{p:?}");
@@ -460,12 +491,12 @@ mod tests {
         );
         // Both chosen: the strengths are chosen with the chosen prior.
         training.select = Select::ALL;
-        let (both, _) = select_and_calibrate(&data, &counts, &members, &training);
+        let (both, _) = select_and_calibrate(&data, &counts, &members, &[], &training);
         let p = both.get();
         assert!(PRIOR_GRID.contains(&p.a) && p.a == p.b, "{p:?}");
         assert!(crate::fit::BYTES_STRENGTH_GRID.contains(&p.bytes_min_strength));
         training.select = Select::NONE;
-        let (kept, _) = select_and_calibrate(&data, &counts, &members, &training);
+        let (kept, _) = select_and_calibrate(&data, &counts, &members, &[], &training);
         assert_eq!((kept.get().a, kept.get().b), (5.0, 5.0));
     }
 }

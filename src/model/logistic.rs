@@ -30,6 +30,8 @@
 //! message moves any other message's score by at most
 //! [`learn_unlearn_bound`].
 
+use std::collections::HashMap;
+
 use super::counts::{Delta, Label, TokenCounts};
 use super::sigmoid;
 use crate::vocab::{BUCKET_BITS, Feature, is_bucket};
@@ -106,25 +108,21 @@ pub fn change(now: TokenCounts, quanta: i64) -> [i64; 2] {
 }
 
 /// Adds a step of `quanta` to every weight of `buckets` in `delta`, whose
-/// counters are `now(bucket)` before it; `after` is told each weight's
-/// counters after the step.
+/// counters are `now(bucket)` before it.
 pub fn add_step(
     delta: &mut Delta,
     buckets: &[u32],
     quanta: i64,
     mut now: impl FnMut(u32) -> TokenCounts,
-    mut after: impl FnMut(u32, TokenCounts),
 ) {
     if quanta == 0 {
         return;
     }
     for &b in buckets.iter().filter(|&&b| is_bucket(b)) {
-        let before = now(b);
-        let c = change(before, quanta);
+        let c = change(now(b), quanta);
         let slot = delta.change(Feature::Weight(b));
         slot[0] += c[0];
         slot[1] += c[1];
-        after(b, apply(before, c));
     }
 }
 
@@ -139,6 +137,41 @@ pub fn learn_unlearn_bound(n: usize, m: usize, shared: usize) -> f64 {
     }
     let per_weight = RATE / (n as f64).sqrt() + QUANTUM / 2.0;
     2.0 * per_weight * shared as f64 / (m as f64).sqrt()
+}
+
+/// The weights of one message's prefix buckets, as read before a change
+/// (any other bucket's as zero), or none where the view is not learned:
+/// what a change of one message steps from where the weights are not all
+/// in memory.
+#[derive(Debug, Clone, Default)]
+pub struct Sparse(Option<HashMap<u32, TokenCounts>>);
+
+impl Sparse {
+    /// The weights of `prefix`, whose counters are `counts` (in the same
+    /// order; `None`: zero).
+    pub fn of(prefix: &[u32], counts: impl IntoIterator<Item = Option<TokenCounts>>) -> Sparse {
+        let counts = prefix.iter().zip(counts);
+        Sparse(Some(
+            counts.map(|(&b, c)| (b, c.unwrap_or_default())).collect(),
+        ))
+    }
+
+    /// Adds to `delta` the step learning (`sign` 1) or unlearning (−1) a
+    /// message of prefix buckets `prefix` under `label` makes, from these
+    /// weights; nothing where the view is not learned.
+    pub fn step(&self, delta: &mut Delta, prefix: &[u32], label: Label, sign: i64) {
+        let Some(weights) = &self.0 else {
+            return;
+        };
+        let now = |b: u32| weights.get(&b).copied().unwrap_or_default();
+        let z = score(prefix.iter().map(|&b| now(b)), prefix.len());
+        let quanta = if sign >= 0 {
+            step(z, prefix.len(), label)
+        } else {
+            reverse_step(z, prefix.len(), label)
+        };
+        add_step(delta, prefix, quanta, now);
+    }
 }
 
 /// Every weight in memory, by bucket: what a training run or an
@@ -179,25 +212,29 @@ impl Table {
     }
 
     /// Learns (`sign` +1) or unlearns (`sign` −1) a message under `label`:
-    /// steps its weights here and records the same change in `delta`.
-    /// Returns its score before the step.
-    pub fn learn(&mut self, delta: &mut Delta, buckets: &[u32], label: Label, sign: i64) -> f64 {
+    /// steps its weights here and records the same change in `delta`, if
+    /// given. Returns its score before the step.
+    pub fn learn(
+        &mut self,
+        delta: Option<&mut Delta>,
+        buckets: &[u32],
+        label: Label,
+        sign: i64,
+    ) -> f64 {
         let z = self.score(buckets);
         let quanta = if sign >= 0 {
             step(z, buckets.len(), label)
         } else {
             reverse_step(z, buckets.len(), label)
         };
-        let mut stepped = Vec::new();
-        add_step(
-            delta,
-            buckets,
-            quanta,
-            |b| self.get(b),
-            |b, c| stepped.push((b, c)),
-        );
-        for (b, c) in stepped {
-            self.set(b, c);
+        if let Some(delta) = delta {
+            add_step(delta, buckets, quanta, |b| self.get(b));
+        }
+        if quanta != 0 {
+            for &b in buckets.iter().filter(|&&b| is_bucket(b)) {
+                let before = self.get(b);
+                self.set(b, apply(before, change(before, quanta)));
+            }
         }
         z
     }
@@ -265,7 +302,7 @@ mod tests {
         let mut table = Table::default();
         let mut delta = Delta::default();
         let spam: Vec<u32> = (0..50).collect();
-        assert_eq!(table.learn(&mut delta, &spam, Label::Spam, 1), 0.0);
+        assert_eq!(table.learn(Some(&mut delta), &spam, Label::Spam, 1), 0.0);
         let z = table.score(&spam);
         assert!(z > 0.0, "{z}");
         // The delta holds what the table did.
@@ -276,12 +313,12 @@ mod tests {
         assert_eq!(replay.score(&spam), z);
         // Learned again and again it stops at the margin.
         for _ in 0..20 {
-            table.learn(&mut delta, &spam, Label::Spam, 1);
+            table.learn(Some(&mut delta), &spam, Label::Spam, 1);
         }
         let settled = table.score(&spam);
         assert!((MARGIN..MARGIN + RATE).contains(&settled), "{settled}");
         let before = delta.clone();
-        table.learn(&mut delta, &spam, Label::Spam, 1);
+        table.learn(Some(&mut delta), &spam, Label::Spam, 1);
         assert_eq!(delta, before);
     }
 
@@ -296,12 +333,12 @@ mod tests {
             })
             .collect();
         for (b, l) in &others {
-            table.learn(&mut delta, b, *l, 1);
+            table.learn(Some(&mut delta), b, *l, 1);
         }
         let before: Vec<f64> = others.iter().map(|(b, _)| table.score(b)).collect();
         let message: Vec<u32> = (100..180).collect();
-        table.learn(&mut delta, &message, Label::Spam, 1);
-        table.learn(&mut delta, &message, Label::Spam, -1);
+        table.learn(Some(&mut delta), &message, Label::Spam, 1);
+        table.learn(Some(&mut delta), &message, Label::Spam, -1);
         for ((b, _), z) in others.iter().zip(before) {
             let shared = b.iter().filter(|x| message.contains(x)).count();
             let bound = learn_unlearn_bound(message.len(), b.len(), shared);

@@ -48,6 +48,12 @@ pub struct Params {
     /// than words. Chosen by cross-validation at training time unless a
     /// strength is pinned.
     pub bytes_min_strength: f64,
+    /// Whether the stacker weighs the online discriminative view
+    /// ([`logistic`]). Its weights are learned either way. Off by
+    /// default: it judges the mail it was trained on better, and mail of
+    /// another time or in another script far worse (docs/experiments.md,
+    /// "The online discriminative view, built").
+    pub logistic: bool,
 }
 
 impl Default for Params {
@@ -60,6 +66,7 @@ impl Default for Params {
             meta_weight: 1.0,
             meta_clip: 3.0,
             bytes_min_strength: 3.0,
+            logistic: false,
         }
     }
 }
@@ -173,6 +180,9 @@ pub struct Evidence {
     /// the caller counts them (the model sees only the known ones), 0 if
     /// it did not.
     pub words: usize,
+    /// The online discriminative view's score ([`logistic::score`]); the
+    /// caller, who reads the weights, gives it (0 if it did not).
+    pub logistic: f64,
 }
 
 impl Evidence {
@@ -194,13 +204,15 @@ impl Evidence {
         self.view(View::Header).known + self.view(View::Body).known
     }
 
-    /// The inputs of the stacker: each view's evidence, then the metadata.
-    pub fn stacker_inputs(&self) -> [f64; VIEWS + 1] {
-        let mut x = [0.0; VIEWS + 1];
+    /// The inputs of the stacker: each view's evidence, then the
+    /// metadata's, then the online discriminative view's score.
+    pub fn stacker_inputs(&self) -> [f64; VIEWS + 2] {
+        let mut x = [0.0; VIEWS + 2];
         for (slot, v) in x.iter_mut().zip(&self.views) {
             *slot = v.score;
         }
         x[VIEWS] = self.meta;
+        x[VIEWS + 1] = self.logistic;
         x
     }
 }
@@ -347,6 +359,7 @@ impl Model {
             meta,
             meta_fit,
             words: 0,
+            logistic: 0.0,
         }
     }
 
@@ -492,6 +505,7 @@ impl ModelSet {
                 meta,
                 meta_fit,
                 words: 0,
+                logistic: 0.0,
             });
         }
         out

@@ -55,15 +55,21 @@
 //! then per token `u16` length, the token (UTF-8; a byte-view bucket under
 //! its name, U+0001 and the bucket in five lower-case hex digits; the
 //! buckets come first, in bucket order, then the words in byte order),
-//! `i32` ham and `i32` spam change; then `u32` number of registry changes, each the message digest
+//! `i32` ham and `i32` spam change; then the online discriminative view's
+//! weights ([`crate::model::logistic`]), grouped by their change (a
+//! message steps all of its weights alike): `u32` number of groups, each
+//! `i32` change of the negative and `i32` of the positive counter, `u32`
+//! number of buckets and each bucket (`u32`); then `u32` number of registry changes, each the message digest
 //! (32 bytes) and one byte: 0 learned as ham, 1 as spam, 2 forgotten;
 //! then one byte, 1 if the change refitted the stacker, followed by its
 //! weights and intercept (`f64` each) and the `u64` number of samples it
 //! was fitted on, or 0.
 //! Version 1 had no registry changes (its counts were in the count store
 //! already), versions 1 and 2 no check of an entry's length, versions 1 to
-//! 3 no stacker: readers still apply them; writers do not append to them,
-//! and the next writer rewrites the snapshot.
+//! 3 no stacker, version 4 a stacker of one input fewer (no online
+//! discriminative view, whose weight is then 0) and no weights: readers
+//! still apply them; writers do not append to them, and the next writer
+//! rewrites the snapshot.
 //!
 //! # Damage
 //! An entry whose length, checksum or chain is wrong, or bytes after the
@@ -83,7 +89,7 @@ use super::checksum::checksum;
 use super::keys::{self, GramName};
 use super::{Error, Result, StoreIdentity};
 use crate::decision::Calibrator;
-use crate::decision::calibrate::INPUTS;
+use crate::decision::calibrate::{INPUTS, LOGISTIC};
 use crate::fsutil;
 use crate::fsutil::write_atomically;
 use crate::model::{Delta, GaussStats, Label, TokenCounts, Totals};
@@ -92,7 +98,7 @@ use crate::vocab::Feature;
 use crate::vocab::METADATA_LEN;
 
 /// Version of the journal layout.
-pub const JOURNAL_VERSION: u32 = 4;
+pub const JOURNAL_VERSION: u32 = 5;
 
 /// First bytes of every journal file.
 pub(crate) const JOURNAL_MAGIC: &[u8; 8] = b"BAYESJNL";
@@ -158,7 +164,7 @@ impl Entry {
         grams.sort_unstable_by_key(|&(bucket, _)| bucket);
         let mut weights = Vec::with_capacity(delta.weights.len());
         for (&bucket, d) in delta.weights.iter().filter(|(_, d)| **d != [0, 0]) {
-            if !keys::has_name(Feature::Weight(bucket)) {
+            if !crate::vocab::is_bucket(bucket) {
                 return None;
             }
             weights.push((bucket, change(d)?));
@@ -210,7 +216,9 @@ impl Entry {
             .iter()
             .map(|(w, _)| 2 + w.len() + 8)
             .sum::<usize>()
-            + (self.grams.len() + self.weights.len()) * (2 + 6 + 8)
+            + self.grams.len() * (2 + 6 + 8)
+            + 4
+            + self.weights.len() * (4 + 12)
             + 4
             + 33 * self.registry.len();
         let head = frame_head(JOURNAL_VERSION);
@@ -228,9 +236,11 @@ impl Entry {
                 p.extend_from_slice(&g.sum_sq.to_le_bytes());
             }
         }
-        let features = self.words.len() + self.grams.len() + self.weights.len();
+        let features = self.words.len() + self.grams.len();
         p.extend_from_slice(&(features as u32).to_le_bytes());
-        for (feature, d) in self.changes() {
+        let grams = self.grams.iter().map(|&(b, d)| (Feature::Gram(b), d));
+        let words = self.words.iter().map(|(w, d)| (Feature::Word(w), *d));
+        for (feature, d) in grams.chain(words) {
             let gram;
             let name = match feature {
                 Feature::Word(word) => word,
@@ -238,16 +248,29 @@ impl Entry {
                     gram = GramName::of(bucket);
                     gram.as_str()
                 }
-                Feature::Weight(bucket) => {
-                    gram = GramName::weight(bucket);
-                    gram.as_str()
-                }
+                // Not in this list: see below.
+                Feature::Weight(_) => continue,
             };
             // Lengths were checked by `from_delta`.
             p.extend_from_slice(&(name.len() as u16).to_le_bytes());
             p.extend_from_slice(name.as_bytes());
             p.extend_from_slice(&d[0].to_le_bytes());
             p.extend_from_slice(&d[1].to_le_bytes());
+        }
+        // The weights, grouped by their change: a message steps all of its
+        // weights alike.
+        let mut groups: std::collections::BTreeMap<[i32; 2], Vec<u32>> = Default::default();
+        for &(bucket, d) in &self.weights {
+            groups.entry(d).or_default().push(bucket);
+        }
+        p.extend_from_slice(&(groups.len() as u32).to_le_bytes());
+        for (d, buckets) in groups {
+            p.extend_from_slice(&d[0].to_le_bytes());
+            p.extend_from_slice(&d[1].to_le_bytes());
+            p.extend_from_slice(&(buckets.len() as u32).to_le_bytes());
+            for b in buckets {
+                p.extend_from_slice(&b.to_le_bytes());
+            }
         }
         p.extend_from_slice(&(self.registry.len() as u32).to_le_bytes());
         for (digest, label) in &self.registry {
@@ -306,9 +329,28 @@ impl Entry {
             let d = [i32::from_le_bytes(r.take()?), i32::from_le_bytes(r.take()?)];
             match keys::feature_of(name) {
                 Feature::Gram(bucket) => grams.push((bucket, d)),
-                Feature::Weight(bucket) => weights.push((bucket, d)),
+                // Weights have their own section.
+                Feature::Weight(_) => return None,
                 Feature::Word(word) => words.push((word.to_owned(), d)),
             }
+        }
+        if version >= 5 {
+            let groups = u32::from_le_bytes(r.take()?) as usize;
+            for _ in 0..groups {
+                let d = [i32::from_le_bytes(r.take()?), i32::from_le_bytes(r.take()?)];
+                let k = u32::from_le_bytes(r.take()?) as usize;
+                // Each bucket takes 4 bytes: a bad count cannot make us
+                // reserve more than the payload could hold.
+                weights.reserve(k.min(r.0.len() / 4));
+                for _ in 0..k {
+                    let bucket = u32::from_le_bytes(r.take()?);
+                    if !crate::vocab::is_bucket(bucket) {
+                        return None;
+                    }
+                    weights.push((bucket, d));
+                }
+            }
+            weights.sort_unstable_by_key(|&(b, _)| b);
         }
         let n = if version >= 2 {
             u32::from_le_bytes(r.take()?) as usize
@@ -328,7 +370,8 @@ impl Entry {
         }
         let stacker = if version >= 4 && r.take::<1>()?[0] == 1 {
             let mut weights = [0.0; INPUTS];
-            for w in &mut weights {
+            let given = if version >= 5 { INPUTS } else { LOGISTIC };
+            for w in &mut weights[..given] {
                 *w = f64::from_le_bytes(r.take()?);
             }
             let bias = f64::from_le_bytes(r.take()?);
@@ -725,10 +768,11 @@ mod tests {
     #[test]
     fn a_version_1_journal_is_still_read_and_registry_changes_round_trip() {
         // Version 1: the same entries without the registry section.
-        let e = entry(7, 8, "cash", 1);
+        let mut e = entry(7, 8, "cash", 1);
+        e.weights.clear();
         let framed = e.encode();
-        // Less the registry count and the stacker byte.
-        let payload = &framed[8..framed.len() - 8 - 4 - 1];
+        // Less the weights' and the registry's counts and the stacker byte.
+        let payload = &framed[8..framed.len() - 8 - 4 - 4 - 1];
         let mut v1 = Vec::new();
         v1.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         v1.extend_from_slice(payload);
@@ -930,6 +974,9 @@ mod tests {
         delta.words.insert("SUBJ:a".into(), [2, -1]);
         delta.grams.insert(0x3_a0f1, [1, 0]);
         delta.grams.insert(7, [-3, 0]);
+        delta.weights.insert(9, [0, 40]);
+        delta.weights.insert(2, [0, 40]);
+        delta.weights.insert(5, [7, 0]);
         delta.registry.push(([5; 32], Some(Label::Ham)));
         let e = Entry::from_delta(4, 5, &delta).unwrap();
 
@@ -950,6 +997,16 @@ mod tests {
             p.extend_from_slice(name.as_bytes());
             p.extend_from_slice(&d[0].to_le_bytes());
             p.extend_from_slice(&d[1].to_le_bytes());
+        }
+        // The weights, grouped by change, in the order of the changes.
+        p.extend_from_slice(&2u32.to_le_bytes());
+        for (d, buckets) in [([0i32, 40], &[2u32, 9][..]), ([7, 0], &[5][..])] {
+            p.extend_from_slice(&d[0].to_le_bytes());
+            p.extend_from_slice(&d[1].to_le_bytes());
+            p.extend_from_slice(&(buckets.len() as u32).to_le_bytes());
+            for b in buckets {
+                p.extend_from_slice(&b.to_le_bytes());
+            }
         }
         p.extend_from_slice(&1u32.to_le_bytes());
         p.extend_from_slice(&[5; 32]);

@@ -1,8 +1,7 @@
 //! How a file format that keys every feature by a name spells it: a word
 //! as its UTF-8 bytes, a bucket of the byte view as U+0001 (a control
 //! character no word token contains) and the bucket in five lower-case hex
-//! digits, a weight of the online discriminative view as U+0002 and its
-//! bucket so. The journal's entries are written so; count stores of format 1
+//! digits. The journal's entries are written so; count stores of format 1
 //! and model files of versions 2 and 3 were, and are still read.
 //!
 //! Nowhere else is a bucket a name: features are typed ([`Feature`]) from
@@ -14,9 +13,6 @@ use crate::vocab::{Feature, is_bucket};
 /// The first byte of every bucket's name.
 const GRAM_PREFIX: u8 = 0x01;
 
-/// The first byte of every weight's name.
-const WEIGHT_PREFIX: u8 = 0x02;
-
 /// A bucket's name, spelled without allocating.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct GramName([u8; 6]);
@@ -25,17 +21,8 @@ impl GramName {
     /// The name of `bucket` (a bucket: [`is_bucket`]; the digits of a
     /// larger number past the fifth are lost).
     pub fn of(bucket: u32) -> GramName {
-        GramName::with_prefix(GRAM_PREFIX, bucket)
-    }
-
-    /// The name of the weight of `bucket` (as [`GramName::of`]).
-    pub fn weight(bucket: u32) -> GramName {
-        GramName::with_prefix(WEIGHT_PREFIX, bucket)
-    }
-
-    fn with_prefix(prefix: u8, bucket: u32) -> GramName {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut name = [prefix; 6];
+        let mut name = [GRAM_PREFIX; 6];
         for (i, slot) in name[1..].iter_mut().enumerate() {
             *slot = HEX[(bucket >> (4 * (4 - i)) & 0xf) as usize];
         }
@@ -52,17 +39,7 @@ impl GramName {
 /// The bucket `name` stands for, if it is exactly what [`GramName`] spells
 /// for a bucket: the inverse of [`GramName::of`].
 pub(crate) fn bucket_of(name: &[u8]) -> Option<u32> {
-    numbered(GRAM_PREFIX, name)
-}
-
-/// The bucket whose weight `name` stands for: the inverse of
-/// [`GramName::weight`].
-fn weight_of(name: &[u8]) -> Option<u32> {
-    numbered(WEIGHT_PREFIX, name)
-}
-
-fn numbered(prefix: u8, name: &[u8]) -> Option<u32> {
-    let hex = name.strip_prefix(&[prefix])?;
+    let hex = name.strip_prefix(&[GRAM_PREFIX])?;
     if hex.len() != 5 || !hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
@@ -72,24 +49,23 @@ fn numbered(prefix: u8, name: &[u8]) -> Option<u32> {
     is_bucket(bucket).then_some(bucket)
 }
 
-/// The feature a name stands for: the bucket or the weight it spells,
-/// else the word.
+/// The feature a name stands for: the bucket it spells, else the word.
 pub(crate) fn feature_of(name: &str) -> Feature<'_> {
-    if let Some(bucket) = bucket_of(name.as_bytes()) {
-        Feature::Gram(bucket)
-    } else if let Some(bucket) = weight_of(name.as_bytes()) {
-        Feature::Weight(bucket)
-    } else {
-        Feature::Word(name)
+    match bucket_of(name.as_bytes()) {
+        Some(bucket) => Feature::Gram(bucket),
+        None => Feature::Word(name),
     }
 }
 
-/// Whether a format keyed by name can hold `feature`: a bucket or a
-/// weight, or a word that does not spell one (it would read back as such).
+/// Whether a format keyed by name can hold `feature`: a bucket, or a word
+/// that does not spell one (it would read back as the bucket). A weight
+/// of the online discriminative view has no name: the formats that hold
+/// weights keep them by bucket.
 pub(crate) fn has_name(feature: Feature<'_>) -> bool {
     match feature {
-        Feature::Word(word) => matches!(feature_of(word), Feature::Word(_)),
-        Feature::Gram(bucket) | Feature::Weight(bucket) => is_bucket(bucket),
+        Feature::Word(word) => bucket_of(word.as_bytes()).is_none(),
+        Feature::Gram(bucket) => is_bucket(bucket),
+        Feature::Weight(_) => false,
     }
 }
 
@@ -127,11 +103,6 @@ mod tests {
             assert!(has_name(Feature::Word(name)));
         }
         assert!(!has_name(Feature::Word("\u{1}0001f")));
-        assert!(!has_name(Feature::Word("\u{2}0001f")));
-        assert_eq!(GramName::weight(0x1f).as_str(), "\u{2}0001f");
-        assert_eq!(feature_of("\u{2}0001f"), Feature::Weight(0x1f));
-        assert!(has_name(Feature::Weight(0x1f)));
-        assert!(!has_name(Feature::Weight(1 << BUCKET_BITS)));
         assert!(!has_name(Feature::Gram(1 << BUCKET_BITS)));
     }
 }

@@ -182,6 +182,18 @@ pub trait Store {
     /// Every feature with non-zero counts, in [`Feature`]'s order: the
     /// words in byte order, then the buckets, then the weights.
     fn for_each_token(&self, f: &mut dyn FnMut(Feature<'_>, TokenCounts)) -> Result<()>;
+    /// The online discriminative view's weights with non-zero counters,
+    /// by bucket, in bucket order: what [`Store::for_each_token`] gives
+    /// last, which a store may find without reading the rest.
+    fn weights(&self) -> Result<Vec<(u32, TokenCounts)>> {
+        let mut weights = Vec::new();
+        self.for_each_token(&mut |feature, counts| {
+            if let Feature::Weight(bucket) = feature {
+                weights.push((bucket, counts));
+            }
+        })?;
+        Ok(weights)
+    }
     /// Applies a delta atomically: all of it or, on error (a count would
     /// overflow, a bucket is no bucket, or I/O), none of it. A count the
     /// delta would take below zero becomes zero; returns how many counts
@@ -331,6 +343,13 @@ pub fn slot_of(feature: Feature<'_>) -> Option<u32> {
         Feature::Weight(b) if is_bucket(b) => Some(b | 1 << BUCKET_BITS),
         _ => None,
     }
+}
+
+/// Where a store that keeps features by number keeps the weights of
+/// `prefix` (see [`slot_of`]; a number that is no bucket, none does).
+pub fn weight_slots(prefix: &[u32]) -> impl Iterator<Item = u32> + '_ {
+    let slots = prefix.iter().map(|&b| slot_of(Feature::Weight(b)));
+    slots.map(|slot| slot.unwrap_or(u32::MAX))
 }
 
 /// The feature kept at `slot`: the inverse of

@@ -18,25 +18,33 @@
 //! | 4 | `u32` number of samples `n` |
 //! | n × (9 + 8 [`INPUTS`]) | samples, oldest first: the key (`u64`), 0 ham or 1 spam, the inputs (`f64` each) |
 //! | 8 | `u64` checksum of all the bytes before it |
+//!
+//! Version 1 has one input fewer (no online discriminative view): it is
+//! read with that input 0 in every sample.
 
 use std::io::{self, Read};
 use std::path::Path;
 
 use super::checksum::checksum;
 use super::{Error, Result};
-use crate::decision::calibrate::INPUTS;
+use crate::decision::calibrate::{INPUTS, LOGISTIC};
 use crate::decision::prequential::{KEPT, Prequential, Sample};
 use crate::fsutil;
 use crate::fsutil::write_atomically_unsynced;
 
 /// Version of the record file layout.
-pub const SAMPLES_VERSION: u32 = 1;
+pub const SAMPLES_VERSION: u32 = 2;
 
 /// Magic bytes of a record file.
 const MAGIC: &[u8; 8] = b"BAYESPRQ";
 
+/// Bytes of one sample of a record of `version`.
+const fn sample_bytes(version: u32) -> usize {
+    9 + 8 * if version >= 2 { INPUTS } else { LOGISTIC }
+}
+
 /// Bytes of one sample.
-const SAMPLE: usize = 9 + 8 * INPUTS;
+const SAMPLE: usize = sample_bytes(SAMPLES_VERSION);
 
 /// Encodes `record` as the file holds it.
 pub fn encode(record: &Prequential) -> Vec<u8> {
@@ -67,15 +75,17 @@ pub fn parse(bytes: &[u8]) -> Option<Prequential> {
         return None;
     }
     let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
-    if u32_at(8)? != SAMPLES_VERSION {
+    let version = u32_at(8)?;
+    if !(1..=SAMPLES_VERSION).contains(&version) {
         return None;
     }
+    let size = sample_bytes(version);
     let (since_fit, fitted_on, n) = (u32_at(12)?, u32_at(16)?, u32_at(20)? as usize);
-    if n > KEPT || 24 + n * SAMPLE != body {
+    if n > KEPT || 24 + n * size != body {
         return None;
     }
     let samples = bytes[24..body]
-        .chunks_exact(SAMPLE)
+        .chunks_exact(size)
         .map(|r| {
             let mut inputs = [0.0; INPUTS];
             for (x, b) in inputs.iter_mut().zip(r[9..].chunks_exact(8)) {
@@ -146,5 +156,32 @@ mod tests {
             bytes[i] ^= 1;
         }
         assert_eq!(parse(&bytes[..bytes.len() - 1]), None);
+    }
+
+    #[test]
+    fn a_version_1_record_is_read_with_no_logistic_input() {
+        let samples: Vec<Sample> = (0..3u64)
+            .map(|i| {
+                let mut inputs = [i as f64 + 0.5; INPUTS];
+                inputs[LOGISTIC] = 0.0;
+                Sample {
+                    key: i,
+                    inputs,
+                    spam: i == 1,
+                }
+            })
+            .collect();
+        let record = Prequential::from_parts(samples, 1, 2);
+        let now = encode(&record);
+        // The same record as version 1 wrote it: each sample without its
+        // last input.
+        let mut old = now[..24].to_vec();
+        old[8..12].copy_from_slice(&1u32.to_le_bytes());
+        for chunk in now[24..now.len() - 8].chunks_exact(SAMPLE) {
+            old.extend_from_slice(&chunk[..SAMPLE - 8]);
+        }
+        let sum = checksum(&old);
+        old.extend_from_slice(&sum.to_le_bytes());
+        assert_eq!(parse(&old), Some(record));
     }
 }

@@ -29,6 +29,14 @@ pub(crate) fn dump(store: &dyn Store) -> Dump {
     for (t, c) in &tokens {
         assert_eq!(store.token(t.as_feature()).unwrap(), *c);
     }
+    let weights: Vec<(u32, TokenCounts)> = tokens
+        .iter()
+        .filter_map(|(t, c)| match t {
+            FeatureBuf::Weight(b) => Some((*b, *c)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(store.weights().unwrap(), weights);
     Dump {
         totals: store.totals().unwrap(),
         tokens,
@@ -38,6 +46,18 @@ pub(crate) fn dump(store: &dyn Store) -> Dump {
             .map(|d| store.label_of(&[d; 32]).unwrap())
             .collect(),
     }
+}
+
+/// [`dump`] of everything but the online discriminative view's weights
+/// (which depend on the order messages were learned in, and which
+/// unlearning takes back only approximately).
+pub(crate) fn counts_dump(store: &dyn Store) -> Dump {
+    let mut d = dump(store);
+    let before = d.tokens.len();
+    d.tokens
+        .retain(|(t, _)| !matches!(t, FeatureBuf::Weight(_)));
+    d.token_count -= (before - d.tokens.len()) as u64;
+    d
 }
 
 /// A delta learning (sign 1) or unlearning (sign −1) one message.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bayesmail::db::{
     Calibration, Database, Event, Interrupted, Labelled, Progress, Reason, Status, Training,
 };
+use bayesmail::decision::calibrate::LOGISTIC;
 use bayesmail::decision::{Decider, Verdict};
 use bayesmail::eval::{Corpus, evaluate};
 use bayesmail::features::Extractor;
@@ -266,13 +267,40 @@ fn fold_stream(corpus: &std::path::Path, n: usize) -> Vec<(Label, std::path::Pat
 
 #[test]
 fn a_database_that_only_learns_judges_as_eval_online_measures() {
+    learns_as_eval_online_measures(Params::default());
+}
+
+/// With the online discriminative view weighed, whose weights `learn`
+/// steps through the journal and through the count store as `eval
+/// --online` steps them.
+#[test]
+fn a_database_that_learns_the_online_discriminative_view_judges_as_eval_online_measures() {
+    let logistic = Params {
+        logistic: true,
+        ..Params::default()
+    };
+    let Some((_dir, db)) = learns_as_eval_online_measures(logistic) else {
+        return;
+    };
+    let reader = db.reader().unwrap();
+    let classifier = reader.classifier();
+    assert!(classifier.header().calibrator.weights[LOGISTIC] > 0.0);
+    let ex = Extractor::new()
+        .extract(&std::fs::read(sample_ham().join("02-work-q3-planning.eml")).unwrap())
+        .unwrap();
+    assert_ne!(classifier.logistic(&ex), 0.0, "its weights were learned");
+}
+
+/// Teaches a database the public corpus's stream one message at a time,
+/// with `params` for its first model, each message judged before as `eval
+/// --online` judges it with the same parameters; returns the database
+/// (and its directory), or None without the corpus.
+fn learns_as_eval_online_measures(params: Params) -> Option<(tempfile::TempDir, Database)> {
     // eval --online judges each message with everything before it and
     // refits the stacker by the rule learn follows: a database taught one
     // message at a time gives each message, before learning it, the same
     // probability.
-    let Some(corpus) = public_corpus() else {
-        return;
-    };
+    let corpus = public_corpus()?;
     let mut stream = fold_stream(&corpus, 100);
     // Messages seen before: again under the same label (judged, learned
     // no more) and under the other one (moved), as a user who sorts a
@@ -296,7 +324,8 @@ fn a_database_that_only_learns_judges_as_eval_online_measures() {
         .map(|(label, path)| format!("{} {}", label.name(), path.display()))
         .collect();
     std::fs::write(&index, lines.join("\n") + "\n").unwrap();
-    let settings = eval_settings();
+    let mut settings = eval_settings();
+    settings.training.params = params.check().unwrap();
     let evaluation = evaluate(Corpus::Online(&index), &settings, &mut |_| {}).unwrap();
     let db = Database::new(dir.path().join("db"));
     let mut extractor = Extractor::new();
@@ -321,7 +350,7 @@ fn a_database_that_only_learns_judges_as_eval_online_measures() {
             &[message],
             Duration::from_secs(5),
             DEFAULT_JOURNAL_LIMIT,
-            Params::default(),
+            params,
         )
         .unwrap();
     }
@@ -329,4 +358,5 @@ fn a_database_that_only_learns_judges_as_eval_online_measures() {
     // The stacker was refitted along the way, and the model says on what.
     let calibrated_on = db.reader().unwrap().classifier().header().calibrated_on;
     assert!(calibrated_on > 60, "{calibrated_on}");
+    Some((dir, db))
 }

@@ -13,6 +13,7 @@ use bayesmail::db::{Classifier, DbPaths, Trainer};
 use bayesmail::message::digest;
 use bayesmail::model::Label;
 use bayesmail::store::Store;
+use bayesmail::vocab::Feature;
 
 use crate::common::*;
 
@@ -76,7 +77,8 @@ fn assert_model_matches_store(db: &Db) {
     let mut tokens = 0;
     store
         .for_each_token(&mut |t, c| {
-            tokens += 1;
+            // Weights are looked up as counts are, but are no vocabulary.
+            tokens += usize::from(!matches!(t, Feature::Weight(_)));
             assert_eq!(classifier.lookup(t), Some(c), "token {t:?}");
         })
         .unwrap();
@@ -223,7 +225,13 @@ fn a_burst_of_learns_all_succeed_and_count_as_one_train() {
     let trainer = Trainer::open(&DbPaths::new(once.dir()), Duration::ZERO).unwrap();
     trainer
         .store()
-        .for_each_token(&mut |t, c| assert_eq!(a.lookup(t), Some(c), "token {t:?}"))
+        .for_each_token(&mut |t, c| {
+            // The online discriminative view's weights are steps in the
+            // order learned: a burst and a run step differently.
+            if !matches!(t, Feature::Weight(_)) {
+                assert_eq!(a.lookup(t), Some(c), "token {t:?}");
+            }
+        })
         .unwrap();
     drop(trainer);
     assert_model_matches_store(&burst);

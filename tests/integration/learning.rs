@@ -101,7 +101,7 @@ proptest! {
     fn posteriors_are_finite_probabilities(
         messages in prop::collection::vec(features(), 0..30),
         probe in features(),
-        w in prop::array::uniform4(-100.0f64..100.0),
+        w in prop::array::uniform5(-100.0f64..100.0),
         bias in -100.0f64..100.0,
         a in 0.001f64..10.0,
     ) {

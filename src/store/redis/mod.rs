@@ -741,6 +741,22 @@ impl Store for RedisStore {
         Ok(())
     }
 
+    fn weights(&self) -> Result<Vec<(u32, TokenCounts)>> {
+        let mut weights = Vec::new();
+        for (field, value) in self.scan_hash(&self.keys.grams)? {
+            let slot = <[u8; 4]>::try_from(&field[..])
+                .ok()
+                .map(u32::from_be_bytes)
+                .filter(|&b| b < 2 << BUCKET_BITS)
+                .ok_or_else(|| self.corrupt("a byte-view bucket is no bucket".into()))?;
+            if let Feature::Weight(bucket) = feature_in(slot) {
+                weights.push((bucket, self.decode(&slot, &value, false)?.0));
+            }
+        }
+        weights.sort_unstable_by_key(|w| w.0);
+        Ok(weights)
+    }
+
     fn apply(&mut self, delta: &Delta) -> Result<u64> {
         check_buckets(delta)?;
         let write = Write {

@@ -44,7 +44,7 @@
 //! | `off[n]` | key blob: the tokens (UTF-8), sorted by bytes, no duplicates, concatenated |
 //! | 8 | `u64` slot count `m` = max(⌈4n / 3⌉, 1) |
 //! | 4 m | `u32` hash slots: 0 empty, else token index + 1 in the low `k` bits, `k` the bits of `n` (`⌈log2(n + 1)⌉`), and the low `32 - k` bits of `hash(t)` above them (a tag: most slots of other tokens are passed over without reading their key); token `t` is at the first slot from `⌊hash(t) · m / 2^64⌋` on (linear probing, slot `m - 1` followed by slot 0), see [`token_hash`] |
-//! | 8 | `u64` `g`: entries of the table below with non-zero counts |
+//! | 8 | `u64` `g`: buckets of the byte view with non-zero counts (weights not counted) |
 //! | 8 | `u64` `b`: entries in the table below: the highest such entry + 1 (0 if none), at most 2^([`BUCKET_BITS`] + 1) |
 //! | 8 b | counts of bucket `i` (the feature [`Feature::Gram`]`(i)`): `u32` ham, `u32` spam; both zero for a bucket never seen; from 2^[`BUCKET_BITS`] on, entry 2^[`BUCKET_BITS`] + `i` holds the counters of [`Feature::Weight`]`(i)` |
 //! | 8 | `u64` checksum of all the bytes before it: XXH3-64, seed 0 |
@@ -556,7 +556,8 @@ impl Snapshot {
         read_u32(&self.bytes, 12).unwrap_or(0)
     }
 
-    /// Number of tokens: keyed tokens and byte-view buckets with counts.
+    /// Number of tokens: keyed tokens and byte-view buckets with counts
+    /// (the online discriminative view's weights are not tokens).
     pub fn len(&self) -> usize {
         self.n + self.g
     }
@@ -635,7 +636,7 @@ impl Snapshot {
             }
             previous = Some(key);
         }
-        let seen = self.table().count();
+        let seen = self.grams().count();
         if seen != self.g {
             return Err(self.corrupt(format!(
                 "{seen} buckets have counts where {} are announced",
@@ -816,7 +817,8 @@ mod tests {
             .map(|(f, c)| match f {
                 FeatureBuf::Word(w) => (w.clone(), *c),
                 FeatureBuf::Gram(b) => (GramName::of(*b).as_str().to_owned(), *c),
-                FeatureBuf::Weight(b) => (GramName::weight(*b).as_str().to_owned(), *c),
+                // Formats keyed by name held no weights.
+                FeatureBuf::Weight(_) => unreachable!("no weight in a keyed snapshot"),
             })
             .collect();
         named.sort_by(|a, b| a.0.cmp(&b.0));

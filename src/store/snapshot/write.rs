@@ -184,7 +184,12 @@ pub(super) fn encode<K: AsRef<str>>(
     for v in slots {
         out.extend_from_slice(&v.to_le_bytes());
     }
-    out.extend_from_slice(&(grams.len() as u64).to_le_bytes());
+    // The byte view's buckets only: the weights are no vocabulary.
+    let g = grams
+        .iter()
+        .filter(|&&(i, _)| (i as usize) < BUCKETS)
+        .count();
+    out.extend_from_slice(&(g as u64).to_le_bytes());
     out.extend_from_slice(&(b as u64).to_le_bytes());
     let mut table = vec![0u8; 8 * b];
     for &(i, c) in grams {
