@@ -177,7 +177,8 @@ pub struct ViewPart {
 /// Why a message scored as it did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Explanation {
-    /// Each view's part, then the metadata's: the contributions and
+    /// Each view's part, then the metadata's, then the online
+    /// discriminative view's if the model weighs it: the contributions and
     /// `bias` add up to `logit`, the calibrated log-odds.
     pub views: Vec<ViewPart>,
     /// The stacker's intercept.
@@ -551,21 +552,24 @@ impl Classifier {
             known: 0,
             used: 0,
         });
-        let weighted = features
-            .prefix
-            .iter()
-            .filter(|&&b| self.weight(b).is_some())
-            .count();
-        let lr_weight = calibrator.weights[LOGISTIC];
-        views.push(ViewPart {
-            input: "logistic",
-            view: None,
-            evidence: inputs[LOGISTIC],
-            weight: lr_weight,
-            contribution: lr_weight * inputs[LOGISTIC],
-            known: weighted,
-            used: weighted,
-        });
+        // The online discriminative view's part, where the model weighs it.
+        if self.header.params.logistic {
+            let weighted = features
+                .prefix
+                .iter()
+                .filter(|&&b| self.weight(b).is_some())
+                .count();
+            let lr_weight = calibrator.weights[LOGISTIC];
+            views.push(ViewPart {
+                input: "logistic",
+                view: None,
+                evidence: inputs[LOGISTIC],
+                weight: lr_weight,
+                contribution: lr_weight * inputs[LOGISTIC],
+                known: weighted,
+                used: weighted,
+            });
+        }
         let mut unknown_tokens = 0;
         let mut tokens = Vec::new();
         let mut weigh = |feature: Feature<'_>, view: View| match self.lookup(feature) {

@@ -164,6 +164,7 @@ impl Reader {
             weights: crate::fit::Inputs::names()
                 .into_iter()
                 .zip(h.calibrator.weights)
+                .filter(|(name, _)| h.params.logistic || *name != "logistic")
                 .collect(),
             readable_by_others,
         })

@@ -333,8 +333,7 @@ impl SharedModel {
     /// messages of each class it had learned.
     fn score(&self, features: &Features) -> Result<(Score, Arc<Built>, [u64; 2])> {
         let words: Vec<&str> = features.tokens.iter().collect();
-        // The byte view's buckets, then the weights (unless the model last
-        // built does not weigh them), where Redis keeps them.
+        // The buckets, then the weights if the model last built weighs them.
         let grams = features
             .grams
             .iter()
@@ -463,10 +462,8 @@ impl SharedModel {
             return Ok(logistic::Sparse::default());
         }
         let slots: Vec<u32> = weight_slots(&f.prefix).collect();
-        Ok(logistic::Sparse::of(
-            &f.prefix,
-            self.store.lookup(&[], &slots)?.grams,
-        ))
+        let counts = self.store.lookup(&[], &slots)?.grams;
+        Ok(logistic::Sparse::of(&f.prefix, counts))
     }
 
     /// Takes a learned message back, and its sample out of the record; the
@@ -667,8 +664,6 @@ impl SharedModel {
             run.learn_weights([]);
         }
         let reading = super::train::read_folders(job, progress, &mut |m, id| {
-            // The store's online discriminative view is stepped message by
-            // message as they are learned, below.
             if let Some((ex, key, logistic)) = run.take_in(&m, id) {
                 run.offer(key, m.label, ex, logistic);
             }
@@ -769,6 +764,7 @@ impl SharedModel {
             weights: crate::fit::Inputs::names()
                 .into_iter()
                 .zip(header.calibrator.weights)
+                .filter(|(name, _)| header.params.logistic || *name != "logistic")
                 .collect(),
         })
     }

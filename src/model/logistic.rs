@@ -26,9 +26,12 @@
 //! Unlearning a message applies the reverse of the step its label would
 //! make now, at the message's present score, not the step it made when it
 //! was learned (nothing records that, and the messages learned after it
-//! stepped from weights it had changed). Learning and then unlearning one
-//! message moves any other message's score by at most
-//! [`learn_unlearn_bound`].
+//! stepped from weights it had changed). So it takes back nothing of a
+//! message the view now judges right by the margin, which after its own
+//! step it mostly does: a message never takes back more than it could
+//! have stepped, and a message moved to the other label is corrected by
+//! the step of its new label. Learning and then unlearning one message
+//! moves any other message's score by at most [`learn_unlearn_bound`].
 
 use std::collections::HashMap;
 

@@ -192,3 +192,78 @@ fn a_model_changed_in_place_under_a_reader_is_refused_at_refresh() {
     open().write_all_at(&good, 0).unwrap();
     assert!(database.reader().is_ok());
 }
+
+/// A model that weighs the online discriminative view: learning a message
+/// and unlearning it gives back every count exactly, and moves every other
+/// message's score by the view at most by the bound its module states
+/// (its unlearning is approximate); `explain` shows the view's part.
+#[test]
+fn learn_then_unlearn_moves_others_within_the_stated_bound() {
+    let db = Db::new();
+    let (spam, ham) = (sample_spam(), sample_ham());
+    let train = [
+        "train",
+        "--logistic",
+        "--spam",
+        utf8(&spam),
+        "--ham",
+        utf8(&ham),
+    ];
+    db.ok(&train, None);
+    let database = Database::new(db.dir());
+    let others: Vec<Vec<u8>> = sample_files()
+        .iter()
+        .map(|p| fs::read(p).unwrap())
+        .collect();
+    let score = |raw: &[u8]| {
+        let reader = database.reader().unwrap();
+        reader.classifier().score(&features(raw))
+    };
+    let before: Vec<_> = others.iter().map(|r| score(r)).collect();
+    let reader = database.reader().unwrap();
+    let weight = reader.classifier().header().calibrator.weights[LOGISTIC];
+    assert!(weight > 0.0, "the stacker weighs the view");
+
+    let extra = db.path("extra.eml");
+    let raw = unseen(3, "zqbound");
+    fs::write(&extra, &raw).unwrap();
+    db.ok(&["learn", "--spam", utf8(&extra)], None);
+    let moved = others
+        .iter()
+        .zip(&before)
+        .filter(|(r, b)| score(r).evidence.logistic != b.evidence.logistic)
+        .count();
+    assert!(moved > 0, "learning stepped weights other messages have");
+    db.ok(&["unlearn", utf8(&extra)], None);
+
+    let learned = features(&raw).prefix;
+    for ((r, b), path) in others.iter().zip(&before).zip(sample_files()) {
+        let after = score(r);
+        assert_eq!(after.evidence.views, b.evidence.views, "{path:?}");
+        assert_eq!(after.evidence.meta, b.evidence.meta, "{path:?}");
+        let prefix = features(r).prefix;
+        let shared = prefix
+            .iter()
+            .filter(|x| learned.binary_search(x).is_ok())
+            .count();
+        let bound = logistic::learn_unlearn_bound(learned.len(), prefix.len(), shared);
+        let by_view = (after.evidence.logistic - b.evidence.logistic).abs();
+        assert!(by_view <= bound, "{path:?}: {by_view} > {bound}");
+        let by_stacker = (after.log_odds - b.log_odds).abs();
+        assert!(
+            by_stacker <= weight * bound + 1e-9,
+            "{path:?}: {by_stacker}"
+        );
+    }
+
+    let why: serde_json::Value =
+        serde_json::from_str(&db.ok(&["explain", "--json", utf8(&sample_files()[0])], None))
+            .unwrap();
+    let views = why["views"].as_array().unwrap();
+    let part = views
+        .iter()
+        .find(|v| v["input"] == "logistic")
+        .expect("its part");
+    assert_ne!(part["evidence"].as_f64(), Some(0.0), "{part}");
+    assert!(part["known"].as_u64().unwrap() > 0, "{part}");
+}
