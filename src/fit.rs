@@ -32,7 +32,7 @@ pub struct Example {
     pub label: Label,
     /// The prefix buckets of the online discriminative view
     /// ([`Features::prefix`]), sorted; empty where no one steps through
-    /// them (a training run steps as it reads).
+    /// them (a training run leaves the view as it is).
     pub prefix: Vec<u32>,
 }
 
@@ -160,7 +160,8 @@ impl Default for Inputs {
 }
 
 impl Inputs {
-    /// The names of the inputs: the views', then `metadata`.
+    /// The names of the inputs: the views', then `metadata`, then
+    /// `logistic` (the online discriminative view).
     pub fn names() -> [&'static str; INPUTS] {
         let mut names = ["metadata"; INPUTS];
         for v in View::ALL {
@@ -316,7 +317,6 @@ fn inner_scores(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
-    logistic: &[f64],
     candidates: &[ValidParams],
     k: usize,
     inputs: Inputs,
@@ -341,10 +341,6 @@ fn inner_scores(
                 .into_iter()
                 .map(|i| {
                     let ex = &data.examples[i];
-                    let z = match candidates.first() {
-                        Some(p) if p.get().logistic => logistic.get(i).copied().unwrap_or(0.0),
-                        _ => 0.0,
-                    };
                     let words = ex
                         .tokens
                         .iter()
@@ -354,11 +350,7 @@ fn inner_scores(
                         .evidence(counts.known(ex, data), &ex.metadata)
                         .into_iter()
                         .map(|ev| {
-                            let ev = Evidence {
-                                logistic: z,
-                                words,
-                                ..ev
-                            };
+                            let ev = Evidence { words, ..ev };
                             inputs.apply(ev.stacker_inputs())
                         })
                         .collect();
@@ -531,19 +523,15 @@ fn bounded(data: &Dataset, members: &[usize]) -> Vec<usize> {
 /// [`STRENGTH_GRID`] for the words, then each of [`BYTES_STRENGTH_GRID`]
 /// for the byte view, every earlier choice kept; each time the one whose
 /// fitted inner cross-validated scores have the lowest log-loss wins.
-/// `logistic[i]` is the online discriminative view's score of example
-/// `i`, as it stood before that view stepped through the example (its
-/// prequential score: a score of a model that had not seen it); 0 for an
-/// example past its end.
+/// A training run leaves the online discriminative view as it is, so its
+/// input is 0 in every sample and the stacker's weight for it 0.
 pub fn select_and_calibrate(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
-    logistic: &[f64],
     settings: &Settings,
 ) -> (ValidParams, Calibrator) {
-    let (params, calibrator, _) =
-        select_and_calibrate_with_samples(data, base, members, logistic, settings);
+    let (params, calibrator, _) = select_and_calibrate_with_samples(data, base, members, settings);
     (params, calibrator)
 }
 
@@ -553,7 +541,6 @@ pub fn select_and_calibrate_with_samples(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
-    logistic: &[f64],
     settings: &Settings,
 ) -> (ValidParams, Calibrator, Vec<(usize, Scored)>) {
     let members = &bounded(data, members)[..];
@@ -563,7 +550,6 @@ pub fn select_and_calibrate_with_samples(
             data,
             base,
             members,
-            logistic,
             candidates,
             settings.inner_folds,
             settings.inputs,
@@ -765,7 +751,7 @@ mod tests {
             };
             pool.install(|| {
                 crate::model::bernoulli::LLRS.with(|k| k.set(0));
-                select_and_calibrate(&data, &counts, &members, &[], &settings);
+                select_and_calibrate(&data, &counts, &members, &settings);
                 crate::model::bernoulli::LLRS.with(|k| k.get())
             })
         };

@@ -248,12 +248,12 @@ pub(super) struct ModelArgs {
     /// the training data (pinning either strength pins both).
     #[arg(long)]
     pub(super) bytes_min_strength: Option<f64>,
-    /// Let the stacker weigh the online discriminative view (a logistic
-    /// regression over the byte 4-grams of each message's start, learned
-    /// in the order messages are learned). Its weights are learned either
-    /// way; off unless given here or as `logistic = true` in `[model]`:
-    /// it judges mail like what it learned better, and mail of another
-    /// time or script worse.
+    /// Let the stacker weigh the online discriminative view: a logistic
+    /// regression over the byte 4-grams of each message's start, stepped
+    /// by each message `learn` teaches, in order, while it is on (`train`
+    /// leaves it). Off unless given here or as `logistic = true` in
+    /// `[model]`: how it judges mail unlike what it learned is not
+    /// measured yet.
     #[arg(long)]
     pub(super) logistic: bool,
 }

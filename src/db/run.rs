@@ -9,7 +9,7 @@ use super::{Error, Labelled, Result, TrainSummary, release_freed_memory};
 use crate::decision::{Calibrator, prequential};
 use crate::features::Features;
 use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings};
-use crate::model::{Delta, Label, Params, TokenCounts, logistic};
+use crate::model::{Delta, Label, Params};
 use crate::vocab::{Digest, View, is_bucket};
 
 /// No id yet.
@@ -37,28 +37,15 @@ pub struct Run {
     /// change to the store's counts is `counts` minus this. Empty until a
     /// message needs it: a first training run never does.
     pub(super) apart: Vec<[u32; 2]>,
-    /// Change to everything else (messages, metadata, the online
-    /// discriminative view's weights); no tokens.
+    /// Change to everything else (messages, metadata); no tokens. A run
+    /// leaves the online discriminative view's weights as they are: it
+    /// reads its ham, then its spam, and an online learner stepped through
+    /// one class and then the other is ruined (docs/experiments.md, "The
+    /// online discriminative view, built").
     pub(super) rest: Delta,
-    /// The online discriminative view's weights, from the store's, stepped
-    /// through what the store learns of the run, in the order read
-    /// ([`Run::step`]).
-    pub(super) weights: logistic::Table,
-    /// The same view from zero weights, stepped through every message of
-    /// the run in the order read: each message's score before its step is
-    /// its prequential score, what the stacker is fitted on, as the naive
-    /// Bayes views are fitted on the run's own counts. So a run of the same
-    /// folders again fits the same stacker, though the store's weights have
-    /// seen its messages.
-    pub(super) fit_weights: logistic::Table,
-    /// Whether the run learns the online discriminative view at all (the
-    /// model it trains weighs it: [`Run::learn_weights`]).
-    pub(super) logistic: bool,
     pub(super) registry: Vec<(Digest, Option<Label>)>,
     pub(super) labels: HashMap<Digest, Label>,
-    /// Sampled for the fit: each message's key, its example and its
-    /// prequential score by the online discriminative view.
-    pub(super) sample: Sample<(u64, Example, f64)>,
+    pub(super) sample: Sample<(u64, Example)>,
     pub(super) conflicts: Vec<String>,
     pub(super) summary: TrainSummary,
 }
@@ -106,9 +93,6 @@ impl Run {
             counts: Counts::new(0),
             apart: Vec::new(),
             rest: Delta::default(),
-            weights: logistic::Table::default(),
-            fit_weights: logistic::Table::default(),
-            logistic: false,
             registry: Vec::new(),
             labels: HashMap::new(),
             sample: Sample::new(per_class),
@@ -118,15 +102,14 @@ impl Run {
     }
 
     /// Takes `m` into the run's own counts, those the stacker is fitted
-    /// with: its example, sampling key and prequential score by the online
-    /// discriminative view, or None for a duplicate (the same label again)
-    /// or a conflict (the other label: noted, with `source`, for the run to
-    /// be refused).
+    /// with: its example and sampling key, or None for a duplicate (the
+    /// same label again) or a conflict (the other label: noted, with
+    /// `source`, for the run to be refused).
     pub(crate) fn take_in(
         &mut self,
         m: &Labelled,
         source: impl std::fmt::Display,
-    ) -> Option<(Example, u64, f64)> {
+    ) -> Option<(Example, u64)> {
         let digest = m.identity.digest;
         match self.labels.get(&digest) {
             Some(&l) if l == m.label => {
@@ -143,38 +126,13 @@ impl Run {
         self.labels.insert(digest, m.label);
         let ex = self.intern(&m.features, m.label);
         self.counts.add(&ex, 1);
-        let logistic = match self.logistic {
-            true => self.fit_weights.learn(None, &m.features.prefix, m.label, 1),
-            false => 0.0,
-        };
         let key = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
-        Some((ex, key, logistic))
+        Some((ex, key))
     }
 
-    /// Offers an example taken in to the calibration sample, with its
-    /// prequential score by the online discriminative view.
-    pub(crate) fn offer(&mut self, key: u64, label: Label, ex: Example, logistic: f64) {
-        self.sample.offer(key, label, (key, ex, logistic));
-    }
-
-    /// Makes the run learn the online discriminative view, from the
-    /// weights the store holds (`(bucket, counters)`); before any message
-    /// is read. Without it the view is not learned.
-    pub(crate) fn learn_weights(&mut self, weights: impl IntoIterator<Item = (u32, TokenCounts)>) {
-        self.logistic = true;
-        for (bucket, counts) in weights {
-            self.weights.set(bucket, counts);
-        }
-    }
-
-    /// Steps the store's online discriminative view through a message
-    /// whose prefix buckets are `prefix`, learned (`sign` 1) or unlearned
-    /// (−1) under `label`; the change goes to the store's delta.
-    pub(crate) fn step(&mut self, prefix: &[u32], label: Label, sign: i64) {
-        if self.logistic {
-            self.weights
-                .learn(Some(&mut self.rest), prefix, label, sign);
-        }
+    /// Offers an example taken in to the calibration sample.
+    pub(crate) fn offer(&mut self, key: u64, label: Label, ex: Example) {
+        self.sample.offer(key, label, (key, ex));
     }
 
     /// Distinct messages the run holds (duplicates and conflicts aside).
@@ -284,17 +242,11 @@ impl Run {
             return (*settings.params.get(), None);
         }
         let sample = std::mem::replace(&mut self.sample, Sample::new(0));
-        let mut keys = Vec::new();
-        let mut logistic = Vec::new();
-        let mut examples: Vec<Example> = sample
+        let (keys, mut examples): (Vec<u64>, Vec<Example>) = sample
             .into_items()
             .into_iter()
-            .map(|(_, (key, ex, z))| {
-                keys.push(key);
-                logistic.push(z);
-                ex
-            })
-            .collect();
+            .map(|(_, item)| item)
+            .unzip();
         // The fit sums each message's evidence in the order of its ids
         // (see [`Run::intern`]); sorted here, for the sampled messages only.
         examples
@@ -306,13 +258,8 @@ impl Run {
             views: std::mem::take(&mut self.views),
         };
         let members: Vec<usize> = (0..data.examples.len()).collect();
-        let (params, calibrator, mut scored) = protocol::select_and_calibrate_with_samples(
-            &data,
-            &self.counts,
-            &members,
-            &logistic,
-            settings,
-        );
+        let (params, calibrator, mut scored) =
+            protocol::select_and_calibrate_with_samples(&data, &self.counts, &members, settings);
         self.views = data.views;
         // The record keeps them in the order the messages were sampled.
         scored.sort_by_key(|(i, _)| *i);
@@ -352,12 +299,9 @@ impl Run {
             labels,
             sample,
             conflicts,
-            weights,
-            fit_weights,
-            logistic: _,
         } = self;
         // What the store does not need goes before the delta is built.
-        drop((views, labels, sample, conflicts, weights, fit_weights));
+        drop((views, labels, sample, conflicts));
         release_freed_memory();
         let vocabulary = counts.vocabulary();
         let change = |id: u32| {

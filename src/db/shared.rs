@@ -422,6 +422,7 @@ impl SharedModel {
                     None => Change::Learned(label),
                 };
                 let mut delta = Delta::default();
+                let mut weights = weights.clone();
                 if let Some(old) = read.label {
                     delta.add_message(features, old, -1);
                     weights.step(&mut delta, &features.prefix, old, -1);
@@ -482,7 +483,7 @@ impl SharedModel {
                 };
                 let mut delta = Delta::default();
                 delta.add_message(features, old, -1);
-                weights.step(&mut delta, &features.prefix, old, -1);
+                weights.clone().step(&mut delta, &features.prefix, old, -1);
                 delta.registry.push((identity.digest, None));
                 let change = Change::Unlearned(old);
                 let (record, header) =
@@ -659,13 +660,9 @@ impl SharedModel {
         use super::{Interrupted, Progress, Trained};
         super::train::check_paths(job)?;
         let mut run = super::Run::new();
-        if job.params.get().logistic {
-            // For the fit's scores; the store's weights step below.
-            run.learn_weights([]);
-        }
         let reading = super::train::read_folders(job, progress, &mut |m, id| {
-            if let Some((ex, key, logistic)) = run.take_in(&m, id) {
-                run.offer(key, m.label, ex, logistic);
+            if let Some((ex, key)) = run.take_in(&m, id) {
+                run.offer(key, m.label, ex);
             }
             Ok(())
         })?;
@@ -703,8 +700,9 @@ impl SharedModel {
         };
         let quiet = |_: Progress<'_>| {};
         super::train::read_folders(&storing, &quiet, &mut |m, _| {
-            let logistic = job.params.get().logistic;
-            match self.change_label(&m.features, &m.identity, m.label, None, logistic)? {
+            // A run leaves the online discriminative view as it is (see
+            // `Run`).
+            match self.change_label(&m.features, &m.identity, m.label, None, false)? {
                 Change::Learned(_) => summary.learned += 1,
                 Change::Relabelled(_) => summary.relearned += 1,
                 _ => summary.unchanged += 1,

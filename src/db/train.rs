@@ -330,9 +330,6 @@ impl Database {
         }
         let interrupted = || job.interrupt.load(Ordering::SeqCst);
         let mut run = Run::new();
-        if job.params.get().logistic {
-            run.learn_weights(crate::store::Store::weights(trainer.store())?);
-        }
         let reading = read_folders(job, progress, &mut |message, id| {
             trainer.add_to_run(&mut run, &message, id)
         })?;

@@ -503,7 +503,7 @@ impl Trainer {
         source: impl std::fmt::Display,
     ) -> Result<()> {
         let digest = m.identity.digest;
-        let Some((ex, key, logistic)) = run.take_in(m, source) else {
+        let Some((ex, key)) = run.take_in(m, source) else {
             return Ok(());
         };
         // The store takes each message's counts under its label (the run's
@@ -516,9 +516,6 @@ impl Trainer {
             // Known by its legacy digest: from now on by its own.
             run.registry.push((known_as, None));
         }
-        // The store's online discriminative view steps through what the
-        // store learns, in the order read.
-        let prefix = &m.features.prefix;
         match now {
             Some((old, known_as)) if old == m.label => {
                 run.set_apart(&ex, m.label);
@@ -533,14 +530,11 @@ impl Trainer {
                 run.change(&ex, m.label, 1);
                 run.registry.push((digest, Some(m.label)));
                 run.summary.relearned += 1;
-                run.step(prefix, old, -1);
-                run.step(prefix, m.label, 1);
             }
             None => {
                 run.change(&ex, m.label, 1);
                 run.registry.push((digest, Some(m.label)));
                 run.summary.learned += 1;
-                run.step(prefix, m.label, 1);
             }
         }
         // A message an earlier version counted twice, under two of its
@@ -555,7 +549,7 @@ impl Trainer {
                 run.summary.merged += 1;
             }
         }
-        run.offer(key, m.label, ex, logistic);
+        run.offer(key, m.label, ex);
         Ok(())
     }
 
@@ -899,9 +893,7 @@ mod tests {
                 .chain(["\u{1}00005".to_owned(), "\u{1}40000".to_owned()]),
         );
         odd.features.grams = vec![5, 7, 1 << BUCKET_BITS];
-        // Runs that learn the online discriminative view too.
         let mut first = Run::new();
-        first.learn_weights([]);
         for m in [&a, &b] {
             trainer.add_to_run(&mut first, m, "x").unwrap();
         }
@@ -911,7 +903,6 @@ mod tests {
             ..b.clone()
         };
         let mut second = Run::new();
-        second.learn_weights(trainer.store.weights().unwrap());
         for m in [&a, &moved, &c, &odd] {
             trainer.add_to_run(&mut second, m, "x").unwrap();
         }
@@ -936,18 +927,14 @@ mod tests {
             }
         }
         let mut stored: HashMap<FeatureBuf, TokenCounts> = HashMap::new();
-        let mut weights = 0;
         trainer
             .store
-            .for_each_token(&mut |t, c| match t {
-                // The online discriminative view's steps, not counts.
-                Feature::Weight(_) => weights += 1,
-                _ => {
+            .for_each_token(&mut |t, c| {
+                if c.ham + c.spam > 0 {
                     stored.insert(t.into_owned(), c);
                 }
             })
             .unwrap();
-        assert!(weights > 0);
         assert_eq!(stored, expected);
         assert_eq!(stored[&FeatureBuf::Gram(5)].ham, 1);
         assert_eq!(stored[&FeatureBuf::Word("\u{1}00005".into())].ham, 1);

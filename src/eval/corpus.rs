@@ -209,6 +209,7 @@ pub fn evaluate(
         return Err(Error::Empty);
     }
     let online = matches!(corpus, Corpus::Online(_));
+    let weighs = online && settings.training.params.get().logistic;
     let features = items
         .par_iter()
         .map_init(Extractor::new, |ex, item| {
@@ -223,10 +224,16 @@ pub fn evaluate(
                     &read
                 }
             };
-            ex.read(raw).map_err(|source| Error::Parse {
+            let (mut f, identity) = ex.read(raw).map_err(|source| Error::Parse {
                 path: item.path.clone(),
                 source,
-            })
+            })?;
+            // The online discriminative view's features are kept only
+            // where it is learned: online, when the model weighs it.
+            if !weighs {
+                f.prefix = Vec::new();
+            }
+            Ok((f, identity))
         })
         .collect::<Result<Vec<_>, Error>>()?;
     let (features, digests): (Vec<_>, Vec<_>) = features

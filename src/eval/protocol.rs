@@ -94,21 +94,11 @@ pub(crate) fn cross_validate(data: &Dataset, folds: &[usize], settings: &Setting
             for &i in &test {
                 train.add(&data.examples[i], -1);
             }
-            // The online discriminative view steps through the training
-            // folds once, in corpus order, as `train` steps through a run:
-            // each message's score before its step is its prequential one.
-            let mut weights = logistic::Table::default();
-            let mut prequential = vec![0.0; data.examples.len()];
-            for &i in rest
-                .iter()
-                .filter(|_| settings.training.params.get().logistic)
-            {
-                let ex = &data.examples[i];
-                prequential[i] = weights.learn(None, &ex.prefix, ex.label, 1);
-            }
-            let (params, stacker) =
-                select_and_calibrate(data, &train, &rest, &prequential, &settings.training);
+            let (params, stacker) = select_and_calibrate(data, &train, &rest, &settings.training);
             let model = train.model(params, data);
+            // `train` leaves the online discriminative view as it is: its
+            // weights stay zero.
+            let weights = logistic::Table::default();
             test.into_iter()
                 .map(|i| self::scored(i, data, &train, &model, &weights, &stacker, settings).0)
                 .collect::<Vec<_>>()
@@ -415,8 +405,7 @@ mod tests {
         let (plain, noisy) = (noisy(false), noisy(true));
         // The stacker fitted on all of the noisy data.
         let (counts, members) = learned_all(&noisy);
-        let (_, stacker) =
-            select_and_calibrate(&noisy, &counts, &members, &[], &settings().training);
+        let (_, stacker) = select_and_calibrate(&noisy, &counts, &members, &settings().training);
         let words = stacker.weights[View::Body.index()];
         let bytes = stacker.weights[View::Bytes.index()];
         assert!(words > 0.3, "{stacker:?}");
@@ -435,7 +424,7 @@ mod tests {
         let (counts, members) = learned_all(&data);
         let mut training = settings().training;
         training.inputs = Inputs::parse("body,metadata").unwrap();
-        let (_, stacker) = select_and_calibrate(&data, &counts, &members, &[], &training);
+        let (_, stacker) = select_and_calibrate(&data, &counts, &members, &training);
         assert_eq!(stacker.weights[View::Bytes.index()], 0.0, "{stacker:?}");
         assert_eq!(stacker.weights[View::Header.index()], 0.0, "{stacker:?}");
         assert!(stacker.weights[View::Body.index()] > 0.3, "{stacker:?}");
@@ -447,7 +436,7 @@ mod tests {
         let data = noisy(true);
         let (counts, members) = learned_all(&data);
         let mut training = settings().training;
-        let (chosen, _) = select_and_calibrate(&data, &counts, &members, &[], &training);
+        let (chosen, _) = select_and_calibrate(&data, &counts, &members, &training);
         assert!(BYTES_STRENGTH_GRID.contains(&chosen.get().bytes_min_strength));
         training.select = crate::fit::Select::NONE;
         training.params = crate::model::Params {
@@ -456,7 +445,7 @@ mod tests {
         }
         .check()
         .unwrap();
-        let (kept, _) = select_and_calibrate(&data, &counts, &members, &[], &training);
+        let (kept, _) = select_and_calibrate(&data, &counts, &members, &training);
         assert_eq!(kept.get().bytes_min_strength, 0.25);
     }
 
@@ -480,7 +469,7 @@ mod tests {
             prior: true,
             strength: false,
         };
-        let (chosen, _) = select_and_calibrate(&data, &counts, &members, &[], &training);
+        let (chosen, _) = select_and_calibrate(&data, &counts, &members, &training);
         let p = chosen.get();
         assert_eq!(p.a, p.b);
         assert!(PRIOR_GRID.contains(&p.a), "{p:?}");
@@ -491,12 +480,12 @@ mod tests {
         );
         // Both chosen: the strengths are chosen with the chosen prior.
         training.select = Select::ALL;
-        let (both, _) = select_and_calibrate(&data, &counts, &members, &[], &training);
+        let (both, _) = select_and_calibrate(&data, &counts, &members, &training);
         let p = both.get();
         assert!(PRIOR_GRID.contains(&p.a) && p.a == p.b, "{p:?}");
         assert!(crate::fit::BYTES_STRENGTH_GRID.contains(&p.bytes_min_strength));
         training.select = Select::NONE;
-        let (kept, _) = select_and_calibrate(&data, &counts, &members, &[], &training);
+        let (kept, _) = select_and_calibrate(&data, &counts, &members, &training);
         assert_eq!((kept.get().a, kept.get().b), (5.0, 5.0));
     }
 }

@@ -50,10 +50,15 @@ pub const MARGIN: f64 = 2.0;
 /// A weight counter's unit: 2^-12.
 pub const QUANTUM: f64 = 1.0 / 4096.0;
 
-/// When both counters of a weight reach this many quanta, a step takes it
-/// off both (the weight, their difference, stays), so no counter grows
-/// without bound.
-pub const REBALANCE: u32 = 1 << 30;
+/// When both counters of a weight reach this many quanta, a step takes
+/// [`REBALANCE_BY`] off both (the weight, their difference, stays), so no
+/// counter grows without bound.
+pub const REBALANCE: u32 = 1 << 31;
+
+/// What a rebalancing takes off both counters: a quarter of
+/// [`REBALANCE`], so that hosts of a fleet rebalancing one weight at once
+/// from the same reading (up to four) never take a counter below zero.
+pub const REBALANCE_BY: i64 = 1 << 29;
 
 /// A weight, from its two counters.
 pub fn weight(counts: TokenCounts) -> f64 {
@@ -95,7 +100,8 @@ pub fn reverse_step(score: f64, n: usize, label: Label) -> i64 {
 
 /// The change (`[ham, spam]`, as a [`Delta`] holds it) of a weight whose
 /// counters are `now` by a step of `quanta`: added to the positive or the
-/// negative counter, and [`REBALANCE`] taken off both when both hold it.
+/// negative counter, and [`REBALANCE_BY`] taken off both when both hold
+/// [`REBALANCE`].
 pub fn change(now: TokenCounts, quanta: i64) -> [i64; 2] {
     let mut change = if quanta >= 0 {
         [0, quanta]
@@ -104,7 +110,7 @@ pub fn change(now: TokenCounts, quanta: i64) -> [i64; 2] {
     };
     if now.ham.min(now.spam) >= REBALANCE {
         for c in &mut change {
-            *c -= i64::from(REBALANCE);
+            *c -= REBALANCE_BY;
         }
     }
     change
@@ -161,9 +167,10 @@ impl Sparse {
 
     /// Adds to `delta` the step learning (`sign` 1) or unlearning (−1) a
     /// message of prefix buckets `prefix` under `label` makes, from these
-    /// weights; nothing where the view is not learned.
-    pub fn step(&self, delta: &mut Delta, prefix: &[u32], label: Label, sign: i64) {
-        let Some(weights) = &self.0 else {
+    /// weights, and takes the step here too (a move's second step starts
+    /// where its first ended); nothing where the view is not learned.
+    pub fn step(&mut self, delta: &mut Delta, prefix: &[u32], label: Label, sign: i64) {
+        let Some(weights) = &mut self.0 else {
             return;
         };
         let now = |b: u32| weights.get(&b).copied().unwrap_or_default();
@@ -174,11 +181,17 @@ impl Sparse {
             reverse_step(z, prefix.len(), label)
         };
         add_step(delta, prefix, quanta, now);
+        if quanta != 0 {
+            for &b in prefix.iter().filter(|&&b| is_bucket(b)) {
+                let before = weights.get(&b).copied().unwrap_or_default();
+                weights.insert(b, apply(before, change(before, quanta)));
+            }
+        }
     }
 }
 
-/// Every weight in memory, by bucket: what a training run or an
-/// evaluation steps through message by message.
+/// Every weight in memory, by bucket: what a learn or an evaluation steps
+/// through message by message.
 #[derive(Debug, Clone)]
 pub struct Table {
     counts: Vec<TokenCounts>,
@@ -292,12 +305,21 @@ mod tests {
     fn a_step_adds_to_one_counter_and_rebalances_both() {
         assert_eq!(change(counts(0, 0), 7), [0, 7]);
         assert_eq!(change(counts(0, 0), -7), [7, 0]);
-        let r = i64::from(REBALANCE);
+        let r = REBALANCE_BY;
         assert_eq!(change(counts(REBALANCE, REBALANCE + 3), 7), [-r, 7 - r]);
+        assert_eq!(change(counts(REBALANCE - 1, u32::MAX), 7), [0, 7]);
         let now = counts(REBALANCE + 1, REBALANCE + 3);
         let after = apply(now, change(now, -2));
         assert_eq!(weight(after), weight(now) - 2.0 * QUANTUM);
         assert!(after.ham < REBALANCE && after.spam < REBALANCE);
+        // Four rebalancings from one reading (hosts at once) leave the
+        // weight as it was and both counters above zero.
+        let mut c = now;
+        for _ in 0..4 {
+            c = apply(c, change(now, 0));
+        }
+        assert_eq!(weight(c), weight(now));
+        assert!(c.ham > 0 && c.spam > 0);
     }
 
     #[test]

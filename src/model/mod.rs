@@ -49,10 +49,11 @@ pub struct Params {
     /// strength is pinned.
     pub bytes_min_strength: f64,
     /// Whether the stacker weighs the online discriminative view
-    /// ([`logistic`]). Its weights are learned either way. Off by
-    /// default: it judges the mail it was trained on better, and mail of
-    /// another time or in another script far worse (docs/experiments.md,
-    /// "The online discriminative view, built").
+    /// ([`logistic`]); its weights are learned (by `learn`, one message at
+    /// a time) only while it does. Off by default: it ranks a stream like
+    /// what it learned better, and how it judges mail unlike that is not
+    /// measured (docs/experiments.md, "The online discriminative view,
+    /// built").
     pub logistic: bool,
 }
 

@@ -174,8 +174,8 @@ pub trait Store {
     fn token(&self, feature: Feature<'_>) -> Result<TokenCounts>;
     /// The label a message was learned under, if it was learned.
     fn label_of(&self, digest: &Digest) -> Result<Option<Label>>;
-    /// Number of distinct features with non-zero counts (the vocabulary
-    /// size).
+    /// Number of distinct features with non-zero counts: the vocabulary,
+    /// and the online discriminative view's weights.
     fn token_count(&self) -> Result<u64>;
     /// Number of messages in the registry.
     fn registry_len(&self) -> Result<u64>;
