@@ -17,7 +17,7 @@
 //! var_floor = 0.01
 //! meta_weight = 1.0
 //! meta_clip = 3.0
-//! logistic = false                # weigh the online discriminative view (see README)
+//! logistic = true                 # weigh the online discriminative view (false: leave it out)
 //!
 //! [decision]
 //! costs = "20:1:0.5"              # FP:FN[:UNSURE]

@@ -248,14 +248,13 @@ pub(super) struct ModelArgs {
     /// the training data (pinning either strength pins both).
     #[arg(long)]
     pub(super) bytes_min_strength: Option<f64>,
-    /// Let the stacker weigh the online discriminative view: a logistic
-    /// regression over the byte 4-grams of each message's start, stepped
-    /// by each message `learn` teaches, in order, while it is on (`train`
-    /// leaves it). Off unless given here or as `logistic = true` in
-    /// `[model]`: how it judges mail unlike what it learned is not
-    /// measured yet.
+    /// Leave out the online discriminative view (a logistic regression
+    /// over the byte 4-grams of each message's start, stepped by each
+    /// message `learn` teaches, in order; `train` leaves it): the stacker
+    /// does not weigh it and its weights are not learned. As `logistic =
+    /// false` in `[model]`.
     #[arg(long)]
-    pub(super) logistic: bool,
+    pub(super) no_logistic: bool,
 }
 
 impl ModelArgs {
@@ -270,7 +269,7 @@ impl ModelArgs {
             meta_weight: self.meta_weight,
             meta_clip: self.meta_clip,
             bytes_min_strength: self.bytes_min_strength,
-            logistic: self.logistic.then_some(true),
+            logistic: self.no_logistic.then_some(false),
         }
     }
 }

@@ -50,10 +50,8 @@ pub struct Params {
     pub bytes_min_strength: f64,
     /// Whether the stacker weighs the online discriminative view
     /// ([`logistic`]); its weights are learned (by `learn`, one message at
-    /// a time) only while it does. Off by default: it ranks a stream like
-    /// what it learned better, and how it judges mail unlike that is not
-    /// measured (docs/experiments.md, "The online discriminative view,
-    /// built").
+    /// a time) only while it does (docs/experiments.md, "The online
+    /// discriminative view, built").
     pub logistic: bool,
 }
 
@@ -67,7 +65,7 @@ impl Default for Params {
             meta_weight: 1.0,
             meta_clip: 3.0,
             bytes_min_strength: 3.0,
-            logistic: false,
+            logistic: true,
         }
     }
 }

@@ -265,21 +265,12 @@ fn fold_stream(corpus: &std::path::Path, n: usize) -> Vec<(Label, std::path::Pat
         .collect()
 }
 
+/// With the online discriminative view (the default), whose weights
+/// `learn` steps through the journal and through the count store as `eval
+/// --online` steps them, and which the refitted stacker weighs.
 #[test]
 fn a_database_that_only_learns_judges_as_eval_online_measures() {
-    learns_as_eval_online_measures(Params::default());
-}
-
-/// With the online discriminative view weighed, whose weights `learn`
-/// steps through the journal and through the count store as `eval
-/// --online` steps them.
-#[test]
-fn a_database_that_learns_the_online_discriminative_view_judges_as_eval_online_measures() {
-    let logistic = Params {
-        logistic: true,
-        ..Params::default()
-    };
-    let Some((_dir, db)) = learns_as_eval_online_measures(logistic) else {
+    let Some((_dir, db)) = learns_as_eval_online_measures(Params::default()) else {
         return;
     };
     let reader = db.reader().unwrap();
@@ -289,6 +280,28 @@ fn a_database_that_learns_the_online_discriminative_view_judges_as_eval_online_m
         .extract(&std::fs::read(sample_ham().join("02-work-q3-planning.eml")).unwrap())
         .unwrap();
     assert_ne!(classifier.logistic(&ex), 0.0, "its weights were learned");
+}
+
+/// Without it: its weights are never learned, and the stacker does not
+/// weigh it.
+#[test]
+fn a_database_that_leaves_out_the_online_discriminative_view_judges_as_eval_online_measures() {
+    let without = Params {
+        logistic: false,
+        ..Params::default()
+    };
+    let Some((_dir, db)) = learns_as_eval_online_measures(without) else {
+        return;
+    };
+    let store = db.writer(Duration::from_secs(5)).unwrap();
+    let weights = bayesmail::store::Store::weights(store.store()).unwrap();
+    assert!(weights.is_empty(), "{} weights learned", weights.len());
+    drop(store);
+    let reader = db.reader().unwrap();
+    assert_eq!(
+        reader.classifier().header().calibrator.weights[LOGISTIC],
+        0.0
+    );
 }
 
 /// Teaches a database the public corpus's stream one message at a time,

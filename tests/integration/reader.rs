@@ -189,14 +189,7 @@ fn a_model_changed_in_place_under_a_reader_is_refused_at_refresh() {
 fn learn_then_unlearn_moves_others_within_the_stated_bound() {
     let db = Db::new();
     let (spam, ham) = (sample_spam(), sample_ham());
-    let train = [
-        "train",
-        "--logistic",
-        "--spam",
-        utf8(&spam),
-        "--ham",
-        utf8(&ham),
-    ];
+    let train = ["train", "--spam", utf8(&spam), "--ham", utf8(&ham)];
     db.ok(&train, None);
     // `train` leaves the view's weights as they are; `learn` steps them.
     for i in 0..8 {
