@@ -128,7 +128,7 @@ fn learn_unlearn_and_stats_print_json() {
     let weights = stats["weights"].as_object().expect("weights");
     let mut views: Vec<&str> = weights.keys().map(String::as_str).collect();
     views.sort_unstable();
-    assert_eq!(views, ["body", "bytes", "header", "metadata"]);
+    assert_eq!(views, ["body", "bytes", "header", "logistic", "metadata"]);
     assert!(
         weights
             .values()
@@ -362,7 +362,8 @@ fn explain_adds_up_and_log_odds_match_the_probability() {
             "{why}"
         );
         let views = why["views"].as_array().expect("views");
-        assert_eq!(views.len(), 4, "{why}");
+        // Three views, the metadata, the online discriminative view.
+        assert_eq!(views.len(), 5, "{why}");
         let sum: f64 =
             views.iter().map(|v| num(&v["contribution"])).sum::<f64>() + num(&why["bias"]);
         assert!(
@@ -379,7 +380,7 @@ fn explain_adds_up_and_log_odds_match_the_probability() {
         }
         let meta = views
             .iter()
-            .find(|v| v["view"].is_null())
+            .find(|v| v["input"] == "metadata")
             .expect("metadata part");
         let shares: f64 = why["metadata"]
             .as_array()
