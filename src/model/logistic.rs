@@ -1,8 +1,10 @@
 //! The online discriminative view: logistic regression over the hashed
 //! binary byte 4-grams of the start of each message
 //! ([`crate::features::grams::prefix_buckets`]), its weights updated by
-//! every message learned, in the order learned. Its score is one more input
-//! of the stacker, beside the naive Bayes views and the metadata.
+//! every message learned one at a time, in the order learned (a training
+//! run, which reads one class and then the other, leaves them). Its score
+//! is one more input of the stacker, beside the naive Bayes views and the
+//! metadata.
 //!
 //! What a naive Bayes view cannot do, this one does: a feature's weight
 //! depends on the others a message has (correlated 4-grams share the
@@ -28,9 +30,8 @@
 //! was learned (nothing records that, and the messages learned after it
 //! stepped from weights it had changed). So it takes back nothing of a
 //! message the view now judges right by the margin, which after its own
-//! step it mostly does: a message never takes back more than it could
-//! have stepped, and a message moved to the other label is corrected by
-//! the step of its new label. Learning and then unlearning one message
+//! step it mostly does; a message moved to the other label is corrected
+//! by the step of its new label. Learning and then unlearning one message
 //! moves any other message's score by at most [`learn_unlearn_bound`].
 
 use std::collections::HashMap;
