@@ -16,7 +16,7 @@ use crate::decision::Calibrator;
 use crate::decision::calibrate::{INPUTS, LOGISTIC};
 use crate::features::Features;
 use crate::model::{
-    Combine, Evidence, Label, Model, ModelSet, Params, TokenCounts, Totals, ValidParams, bernoulli,
+    Combine, Label, Model, ModelSet, Params, TokenCounts, Totals, ValidParams, bernoulli,
 };
 use crate::vocab::METADATA_LEN;
 use crate::vocab::{Feature, VIEWS, View, word_view};
@@ -341,18 +341,10 @@ fn inner_scores(
                 .into_iter()
                 .map(|i| {
                     let ex = &data.examples[i];
-                    let words = ex
-                        .tokens
-                        .iter()
-                        .filter(|&&t| data.views[t as usize] != View::Bytes)
-                        .count();
                     let each = models
                         .evidence(counts.known(ex, data), &ex.metadata)
-                        .into_iter()
-                        .map(|ev| {
-                            let ev = Evidence { words, ..ev };
-                            inputs.apply(ev.stacker_inputs())
-                        })
+                        .iter()
+                        .map(|ev| inputs.apply(ev.stacker_inputs()))
                         .collect();
                     (i, each, ex.label == Label::Spam)
                 })

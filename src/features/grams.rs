@@ -32,8 +32,12 @@ pub const LINE_BYTES: usize = 256;
 /// assert_eq!(a.len(), "Subject: hi".len() - 3);
 /// ```
 pub fn buckets(raw: &[u8]) -> Vec<u32> {
-    let sample = sample(raw);
-    let mut out: Vec<u32> = sample
+    distinct_buckets(&sample(raw))
+}
+
+/// The sorted, distinct buckets of the byte 4-grams of `bytes`.
+fn distinct_buckets(bytes: &[u8]) -> Vec<u32> {
+    let mut out: Vec<u32> = bytes
         .windows(4)
         .map(|w| bucket(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
         .collect();
@@ -60,14 +64,7 @@ pub const PREFIX_BYTES: usize = 6000;
 /// assert_ne!(a, prefix_buckets(b"Subject: hi\n\nother"));
 /// ```
 pub fn prefix_buckets(canonical: &[u8]) -> Vec<u32> {
-    let prefix = &canonical[..canonical.len().min(PREFIX_BYTES)];
-    let mut out: Vec<u32> = prefix
-        .windows(4)
-        .map(|w| bucket(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
-        .collect();
-    sort(&mut out);
-    out.dedup();
-    out
+    distinct_buckets(&canonical[..canonical.len().min(PREFIX_BYTES)])
 }
 
 /// The distinct byte 4-grams behind [`buckets`], each with its bucket,

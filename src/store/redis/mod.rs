@@ -669,6 +669,24 @@ fn label_code(label: Label) -> &'static str {
     }
 }
 
+impl RedisStore {
+    /// Every entry of the bucket hash (the byte view's buckets and the
+    /// weights, by slot: [`slot_of`]) with its counts, in slot order.
+    fn slots(&self) -> Result<Vec<(u32, TokenCounts)>> {
+        let mut slots = Vec::new();
+        for (field, value) in self.scan_hash(&self.keys.grams)? {
+            let slot = <[u8; 4]>::try_from(&field[..])
+                .ok()
+                .map(u32::from_be_bytes)
+                .filter(|&b| b < 2 << BUCKET_BITS)
+                .ok_or_else(|| self.corrupt("a byte-view bucket is no bucket".into()))?;
+            slots.push((slot, self.decode(&slot, &value, false)?.0));
+        }
+        slots.sort_unstable_by_key(|s| s.0);
+        Ok(slots)
+    }
+}
+
 impl Store for RedisStore {
     fn totals(&self) -> Result<Totals> {
         Ok(self.totals_at()?.0)
@@ -725,36 +743,19 @@ impl Store for RedisStore {
             let (counts, _) = self.decode(&word, value, true)?;
             f(Feature::Word(word), counts);
         }
-        let mut grams = Vec::new();
-        for (field, value) in self.scan_hash(&self.keys.grams)? {
-            let slot = <[u8; 4]>::try_from(&field[..])
-                .ok()
-                .map(u32::from_be_bytes)
-                .filter(|&b| b < 2 << BUCKET_BITS)
-                .ok_or_else(|| self.corrupt("a byte-view bucket is no bucket".into()))?;
-            grams.push((slot, self.decode(&slot, &value, false)?.0));
-        }
-        grams.sort_unstable_by_key(|g| g.0);
-        for (slot, counts) in grams {
+        for (slot, counts) in self.slots()? {
             f(feature_in(slot), counts);
         }
         Ok(())
     }
 
     fn weights(&self) -> Result<Vec<(u32, TokenCounts)>> {
-        let mut weights = Vec::new();
-        for (field, value) in self.scan_hash(&self.keys.grams)? {
-            let slot = <[u8; 4]>::try_from(&field[..])
-                .ok()
-                .map(u32::from_be_bytes)
-                .filter(|&b| b < 2 << BUCKET_BITS)
-                .ok_or_else(|| self.corrupt("a byte-view bucket is no bucket".into()))?;
-            if let Feature::Weight(bucket) = feature_in(slot) {
-                weights.push((bucket, self.decode(&slot, &value, false)?.0));
-            }
-        }
-        weights.sort_unstable_by_key(|w| w.0);
-        Ok(weights)
+        let weights = self.slots()?.into_iter();
+        let weights = weights.filter_map(|(slot, counts)| match feature_in(slot) {
+            Feature::Weight(bucket) => Some((bucket, counts)),
+            _ => None,
+        });
+        Ok(weights.collect())
     }
 
     fn apply(&mut self, delta: &Delta) -> Result<u64> {
