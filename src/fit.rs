@@ -30,10 +30,10 @@ pub struct Example {
     pub metadata: [f64; METADATA_LEN],
     /// The true label.
     pub label: Label,
-    /// The prefix buckets of the online discriminative view
-    /// ([`Features::prefix`]), sorted; empty where no one steps through
+    /// The buckets of the online discriminative view
+    /// ([`Features::lr_buckets`]), sorted; empty where no one steps through
     /// them (a training run leaves the view as it is).
-    pub prefix: Vec<u32>,
+    pub lr_buckets: Vec<u32>,
 }
 
 /// A labelled corpus with interned features.
@@ -83,7 +83,7 @@ impl Dataset {
                     tokens,
                     metadata: f.metadata.0,
                     label,
-                    prefix: f.prefix,
+                    lr_buckets: f.lr_buckets,
                 }
             })
             .collect();

@@ -85,6 +85,34 @@ impl View {
 /// Bits of a bucket number: 2^18 buckets.
 pub const BUCKET_BITS: u32 = 18;
 
+/// The hash of a token: FNV-1a over its bytes with a final mix. Part of
+/// the file formats: the model file's token table is laid out by it
+/// (`store::snapshot`), and the online discriminative view's weights are
+/// kept by [`word_bucket`]. It must never change without a new version of
+/// both.
+pub fn token_hash(token: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in token {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 32;
+    h = h.wrapping_mul(0xd6e8_feb8_6659_fd93);
+    h ^ (h >> 32)
+}
+
+/// The bucket (below 2^[`BUCKET_BITS`]) of a word token's weight in the
+/// online discriminative view ([`crate::model::logistic`]): the top bits
+/// of its [`token_hash`].
+///
+/// ```
+/// use bayesmail::vocab::{is_bucket, word_bucket};
+/// assert!(is_bucket(word_bucket("SUBJ:lunch")));
+/// assert_ne!(word_bucket("SUBJ:lunch"), word_bucket("lunch"));
+/// ```
+pub fn word_bucket(token: &str) -> u32 {
+    (token_hash(token.as_bytes()) >> (64 - BUCKET_BITS)) as u32
+}
+
 /// Whether `n` is a bucket of the byte view: below 2^[`BUCKET_BITS`]. A
 /// larger number in [`Feature::Gram`] stands for nothing: extraction never
 /// makes one, scoring and training leave it out, and stores refuse it.

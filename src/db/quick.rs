@@ -276,7 +276,7 @@ pub(crate) fn unlearn(
             Some((label, known_as)) => {
                 delta.add_message(features, label, -1);
                 if let Some(weights) = restack.weights() {
-                    weights.learn(Some(&mut delta), &features.prefix, label, -1);
+                    weights.learn(Some(&mut delta), &features.lr_buckets, label, -1);
                 }
                 delta.registry.push((known_as, None));
                 done.insert(identity.digest, label);

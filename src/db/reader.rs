@@ -276,14 +276,14 @@ impl Classifier {
         }
         // Learning steps a message's weights from their present values:
         // every weight of every message is wanted.
-        let prefixes: std::collections::HashSet<u32> = features
+        let weighed: std::collections::HashSet<u32> = features
             .iter()
-            .flat_map(|f| f.prefix.iter().copied())
+            .flat_map(|f| f.lr_buckets.iter().copied())
             .collect();
         let wanted = move |feature: Feature<'_>| match feature {
             Feature::Word(w) => words.contains(w),
             Feature::Gram(b) => grams.contains(&b),
-            Feature::Weight(b) => prefixes.contains(&b),
+            Feature::Weight(b) => weighed.contains(&b),
         };
         Classifier::open_with(paths, Some(&wanted), journal)
     }
@@ -466,7 +466,7 @@ impl Classifier {
         words.into_iter().chain(grams)
     }
 
-    /// The online discriminative view's weights of the prefix buckets of
+    /// The online discriminative view's weights of the buckets of
     /// `features`, in a table (every other weight zero); `None` if the
     /// model does not weigh that view (its weights are not learned then).
     pub fn weights_of(&self, features: &[&Features]) -> Option<logistic::Table> {
@@ -474,7 +474,7 @@ impl Classifier {
             return None;
         }
         let mut table = logistic::Table::default();
-        for &b in features.iter().flat_map(|f| &f.prefix) {
+        for &b in features.iter().flat_map(|f| &f.lr_buckets) {
             if let Some(counts) = self.weight(b) {
                 table.set(b, counts);
             }
@@ -488,8 +488,8 @@ impl Classifier {
         if !self.header.params.logistic {
             return 0.0;
         }
-        let weights = features.prefix.iter().filter_map(|&b| self.weight(b));
-        logistic::score(weights, features.prefix.len())
+        let weights = features.lr_buckets.iter().filter_map(|&b| self.weight(b));
+        logistic::score(weights, features.lr_buckets.len())
     }
 
     /// Scores a message's features.
@@ -555,7 +555,7 @@ impl Classifier {
         // The online discriminative view's part, where the model weighs it.
         if self.header.params.logistic {
             let weighted = features
-                .prefix
+                .lr_buckets
                 .iter()
                 .filter(|&&b| self.weight(b).is_some())
                 .count();

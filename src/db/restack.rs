@@ -36,7 +36,7 @@ pub(crate) struct Restack {
     fitted_on: u32,
     /// The record after the change, until it is written.
     pending: Option<Prequential>,
-    /// The online discriminative view's weights of the messages' prefix
+    /// The online discriminative view's weights of the messages'
     /// buckets, as the model had them when it judged them (the rest
     /// zero): what a learn through the journal steps through; `None` if
     /// the model does not weigh that view (or there is none).
@@ -97,7 +97,7 @@ impl Restack {
         }
     }
 
-    /// Reads the weights of the prefix buckets of `features` from the
+    /// Reads the weights of the buckets of `features` from the
     /// model, for an unlearn (which judges nothing): see
     /// [`Restack::weights`].
     pub(crate) fn weigh(

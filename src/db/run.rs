@@ -204,7 +204,7 @@ impl Run {
             tokens,
             metadata: features.metadata.0,
             label,
-            prefix: Vec::new(),
+            lr_buckets: Vec::new(),
         }
     }
 

@@ -198,7 +198,7 @@ impl SharedModel {
         for g in &features.grams {
             recent.grams.remove(g);
         }
-        for slot in weight_slots(&features.prefix) {
+        for slot in weight_slots(&features.lr_buckets) {
             recent.grams.remove(&slot);
         }
         // The totals are read again with the next lookup; the generation
@@ -340,11 +340,11 @@ impl SharedModel {
             .filter_map(|&b| slot_of(Feature::Gram(b)));
         let kept = self.built.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let weigh = kept.is_none_or(|b| b.header.params.logistic);
-        let prefix = if weigh { &features.prefix[..] } else { &[] };
-        let slots: Vec<u32> = grams.chain(weight_slots(prefix)).collect();
+        let weighed = if weigh { &features.lr_buckets[..] } else { &[] };
+        let slots: Vec<u32> = grams.chain(weight_slots(weighed)).collect();
         let lookup = self.lookup(&words, &slots)?;
         let built = self.built(lookup.generation, &lookup)?;
-        let (grams, weights) = lookup.grams.split_at(slots.len() - prefix.len());
+        let (grams, weights) = lookup.grams.split_at(slots.len() - weighed.len());
         let known = words
             .iter()
             .zip(&lookup.words)
@@ -425,10 +425,10 @@ impl SharedModel {
                 let mut weights = weights.clone();
                 if let Some(old) = read.label {
                     delta.add_message(features, old, -1);
-                    weights.step(&mut delta, &features.prefix, old, -1);
+                    weights.step(&mut delta, &features.lr_buckets, old, -1);
                 }
                 delta.add_message(features, label, 1);
-                weights.step(&mut delta, &features.prefix, label, 1);
+                weights.step(&mut delta, &features.lr_buckets, label, 1);
                 delta.registry.push((identity.digest, Some(label)));
                 let (record, header) = match inputs {
                     Some(inputs) => {
@@ -454,7 +454,7 @@ impl SharedModel {
         })
     }
 
-    /// The online discriminative view's weights of a message's prefix
+    /// The online discriminative view's weights of a message's
     /// buckets as Redis holds them now, if the view is learned (`on`). A
     /// change steps from them; another host stepping them meanwhile is not
     /// seen (the steps add up, as in lock-free stochastic gradient descent).
@@ -462,9 +462,9 @@ impl SharedModel {
         if !on {
             return Ok(logistic::Sparse::default());
         }
-        let slots: Vec<u32> = weight_slots(&f.prefix).collect();
+        let slots: Vec<u32> = weight_slots(&f.lr_buckets).collect();
         let counts = self.store.lookup(&[], &slots)?.grams;
-        Ok(logistic::Sparse::of(&f.prefix, counts))
+        Ok(logistic::Sparse::of(&f.lr_buckets, counts))
     }
 
     /// Takes a learned message back, and its sample out of the record; the
@@ -483,7 +483,7 @@ impl SharedModel {
                 };
                 let mut delta = Delta::default();
                 delta.add_message(features, old, -1);
-                weights.clone().step(&mut delta, &features.prefix, old, -1);
+                weights.clone().step(&mut delta, &features.lr_buckets, old, -1);
                 delta.registry.push((identity.digest, None));
                 let change = Change::Unlearned(old);
                 let (record, header) =
@@ -864,7 +864,7 @@ mod tests {
             }
         });
         let weights = m
-            .prefix
+            .lr_buckets
             .iter()
             .map(|&b| store.token(Feature::Weight(b)).unwrap());
         judge(
@@ -873,7 +873,7 @@ mod tests {
             &decider(),
             known,
             m.tokens.len(),
-            logistic::score(weights, m.prefix.len()),
+            logistic::score(weights, m.lr_buckets.len()),
             &m.metadata.0,
         )
     }

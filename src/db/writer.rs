@@ -483,7 +483,7 @@ impl Trainer {
         let mut delta = Delta::default();
         delta.add_message(features, label, -1);
         if let Some(mut weights) = self.weights()? {
-            weights.learn(Some(&mut delta), &features.prefix, label, -1);
+            weights.learn(Some(&mut delta), &features.lr_buckets, label, -1);
         }
         delta.registry.push((known_as, None));
         let inexact = self.change_store(&delta)?;
@@ -718,7 +718,7 @@ pub(crate) fn learn_into(
         Some((old, _)) => {
             delta.add_message(&m.features, old, -1);
             if let Some(w) = weights.as_deref_mut() {
-                w.learn(Some(delta), &m.features.prefix, old, -1);
+                w.learn(Some(delta), &m.features.lr_buckets, old, -1);
             }
             summary.relearned += 1;
         }
@@ -726,7 +726,7 @@ pub(crate) fn learn_into(
     }
     delta.add_message(&m.features, m.label, 1);
     if let Some(w) = weights {
-        w.learn(Some(delta), &m.features.prefix, m.label, 1);
+        w.learn(Some(delta), &m.features.lr_buckets, m.label, 1);
     }
     delta.registry.push((digest, Some(m.label)));
     true

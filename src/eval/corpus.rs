@@ -231,7 +231,7 @@ pub fn evaluate(
             // The online discriminative view's features are kept only
             // where it is learned: online, when the model weighs it.
             if !weighs {
-                f.prefix = Vec::new();
+                f.lr_buckets = Vec::new();
             }
             Ok((f, identity))
         })

@@ -59,7 +59,7 @@ fn scored(
         &settings.decider,
         counts.known(ex, data),
         words,
-        weights.score(&ex.prefix),
+        weights.score(&ex.lr_buckets),
         &ex.metadata,
     );
     (
@@ -154,8 +154,8 @@ pub fn online(
                 counts.add(old, -1);
                 counts.add(ex, 1);
                 if weigh {
-                    weights.learn(None, &old.prefix, old.label, -1);
-                    weights.learn(None, &ex.prefix, ex.label, 1);
+                    weights.learn(None, &old.lr_buckets, old.label, -1);
+                    weights.learn(None, &ex.lr_buckets, ex.label, 1);
                 }
                 record.relabel(key, ex.label == Label::Spam);
             }
@@ -172,7 +172,7 @@ pub fn online(
                 }
                 counts.add(ex, 1);
                 if weigh {
-                    weights.learn(None, &ex.prefix, ex.label, 1);
+                    weights.learn(None, &ex.lr_buckets, ex.label, 1);
                 }
             }
         }
@@ -213,7 +213,7 @@ mod tests {
                 Features {
                     tokens: tokens.into_iter().collect(),
                     grams: Vec::new(),
-                    prefix: Vec::new(),
+                    lr_buckets: Vec::new(),
                     metadata: Metadata([m; METADATA_LEN]),
                 },
                 if spam { Label::Spam } else { Label::Ham },
@@ -338,7 +338,7 @@ mod tests {
                 assert_eq!(stacker, Calibrator::default());
             }
             counts.add(ex, 1);
-            weights.learn(None, &ex.prefix, ex.label, 1);
+            weights.learn(None, &ex.lr_buckets, ex.label, 1);
         }
         // Once twenty of each class are kept, each time a tenth is new.
         assert!((10..40).contains(&refits), "{refits} refits");
@@ -375,7 +375,7 @@ mod tests {
                     Features {
                         tokens: tokens.into_iter().collect(),
                         grams,
-                        prefix: Vec::new(),
+                        lr_buckets: Vec::new(),
                         metadata: Metadata([0.0; METADATA_LEN]),
                     },
                     if spam { Label::Spam } else { Label::Ham },

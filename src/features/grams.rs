@@ -32,39 +32,13 @@ pub const LINE_BYTES: usize = 256;
 /// assert_eq!(a.len(), "Subject: hi".len() - 3);
 /// ```
 pub fn buckets(raw: &[u8]) -> Vec<u32> {
-    distinct_buckets(&sample(raw))
-}
-
-/// The sorted, distinct buckets of the byte 4-grams of `bytes`.
-fn distinct_buckets(bytes: &[u8]) -> Vec<u32> {
-    let mut out: Vec<u32> = bytes
+    let mut out: Vec<u32> = sample(raw)
         .windows(4)
         .map(|w| bucket(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
         .collect();
     sort(&mut out);
     out.dedup();
     out
-}
-
-/// Bytes of the whole message read for the online discriminative view
-/// ([`crate::model::logistic`]), from its start: the header block and, in
-/// most mail, the start of the body.
-pub const PREFIX_BYTES: usize = 6000;
-
-/// The sorted, distinct buckets (below 2^[`BUCKET_BITS`]) of the byte
-/// 4-grams of the first [`PREFIX_BYTES`] bytes of `canonical`, a message's
-/// canonical bytes ([`crate::message::canonical`]: line ends LF, no mbox
-/// envelope, none of our own fields): the features of the online
-/// discriminative view.
-///
-/// ```
-/// use bayesmail::features::grams::prefix_buckets;
-/// let a = prefix_buckets(b"Subject: hi\n\nbody");
-/// assert_eq!(a.len(), "Subject: hi\n\nbody".len() - 3);
-/// assert_ne!(a, prefix_buckets(b"Subject: hi\n\nother"));
-/// ```
-pub fn prefix_buckets(canonical: &[u8]) -> Vec<u32> {
-    distinct_buckets(&canonical[..canonical.len().min(PREFIX_BYTES)])
 }
 
 /// The distinct byte 4-grams behind [`buckets`], each with its bucket,

@@ -74,12 +74,11 @@ pub struct Features {
     /// by every stage.
     #[serde(skip)]
     pub grams: Vec<u32>,
-    /// Sorted, distinct byte 4-gram buckets of the start of the whole
-    /// message ([`grams::prefix_buckets`]): the features of the online
-    /// discriminative view ([`crate::model::logistic`]); empty when only
-    /// the parsed message was seen.
+    /// Sorted, distinct buckets of the word tokens
+    /// ([`crate::vocab::word_bucket`]): the features of the online
+    /// discriminative view ([`crate::model::logistic`]).
     #[serde(skip)]
-    pub prefix: Vec<u32>,
+    pub lr_buckets: Vec<u32>,
     /// The numeric metadata vector.
     pub metadata: Metadata,
 }
@@ -134,7 +133,6 @@ impl Extractor {
     fn of_canonical(&mut self, canonical: &[u8]) -> Result<Features, message::Error> {
         let mut features = self.from_message(&message::parse(canonical)?);
         features.grams = grams::buckets(canonical);
-        features.prefix = grams::prefix_buckets(canonical);
         Ok(features)
     }
 
@@ -283,12 +281,21 @@ impl Extractor {
             hour_cos,
         ]);
         Features {
+            lr_buckets: lr_buckets(&tokens),
             tokens,
             grams: Vec::new(),
-            prefix: Vec::new(),
             metadata,
         }
     }
+}
+
+/// The sorted, distinct buckets of `tokens`' weights in the online
+/// discriminative view ([`crate::vocab::word_bucket`]).
+pub fn lr_buckets(tokens: &TokenList) -> Vec<u32> {
+    let mut out: Vec<u32> = tokens.iter().map(crate::vocab::word_bucket).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The single headers features are made of: the first of each.

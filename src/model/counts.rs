@@ -282,7 +282,7 @@ mod tests {
         let f = Features {
             tokens: ["a", "b"].into_iter().collect(),
             grams: vec![7],
-            prefix: Vec::new(),
+            lr_buckets: Vec::new(),
             metadata: Metadata([0.5; METADATA_LEN]),
         };
         let mut d = Delta::default();

@@ -721,7 +721,7 @@ mod tests {
         let msg = |tokens: &[&str]| Features {
             tokens: tokens.iter().map(|t| t.to_string()).collect(),
             grams: Vec::new(),
-            prefix: Vec::new(),
+            lr_buckets: Vec::new(),
             metadata: Metadata([0.0; METADATA_LEN]),
         };
         for _ in 0..10 {

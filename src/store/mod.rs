@@ -346,9 +346,9 @@ pub fn slot_of(feature: Feature<'_>) -> Option<u32> {
 }
 
 /// Where a store that keeps features by number keeps the weights of
-/// `prefix` (see [`slot_of`]; a number that is no bucket, none does).
-pub fn weight_slots(prefix: &[u32]) -> impl Iterator<Item = u32> + '_ {
-    let slots = prefix.iter().map(|&b| slot_of(Feature::Weight(b)));
+/// `buckets` (see [`slot_of`]; a number that is no bucket, none does).
+pub fn weight_slots(buckets: &[u32]) -> impl Iterator<Item = u32> + '_ {
+    let slots = buckets.iter().map(|&b| slot_of(Feature::Weight(b)));
     slots.map(|slot| slot.unwrap_or(u32::MAX))
 }
 

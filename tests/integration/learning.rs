@@ -25,7 +25,7 @@ fn features() -> impl Strategy<Value = (Features, Label)> {
                 Features {
                     tokens: tokens.into_iter().collect(),
                     grams: Vec::new(),
-                    prefix: Vec::new(),
+                    lr_buckets: Vec::new(),
                     metadata: Metadata(meta),
                 },
                 if spam { Label::Spam } else { Label::Ham },
@@ -138,7 +138,7 @@ fn relearning_the_same_messages_is_a_no_op() {
                     .into_iter()
                     .collect(),
                 grams: vec![u32::from(i % 5)],
-                prefix: Vec::new(),
+                lr_buckets: Vec::new(),
                 metadata: Metadata([f64::from(i); METADATA_LEN]),
             },
             identity: [i; 32].into(),

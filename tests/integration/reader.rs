@@ -222,12 +222,12 @@ fn learn_then_unlearn_moves_others_within_the_stated_bound() {
     assert!(moved > 0, "learning stepped weights other messages have");
     db.ok(&["unlearn", utf8(&extra)], None);
 
-    let learned = features(&raw).prefix;
+    let learned = features(&raw).lr_buckets;
     for ((r, b), path) in others.iter().zip(&before).zip(sample_files()) {
         let after = score(r);
         assert_eq!(after.evidence.views, b.evidence.views, "{path:?}");
         assert_eq!(after.evidence.meta, b.evidence.meta, "{path:?}");
-        let prefix = features(r).prefix;
+        let prefix = features(r).lr_buckets;
         let shared = prefix
             .iter()
             .filter(|x| learned.binary_search(x).is_ok())

@@ -131,18 +131,9 @@ const MIN_LEN: usize = PREAMBLE + 8 + 4 + 8 + 4 + 8;
 /// Buckets of the byte view: the most the bucket table holds.
 const BUCKETS: usize = 1 << BUCKET_BITS;
 
-/// The hash of a token for the snapshot's table: FNV-1a over its bytes with
-/// a final mix. Part of the file format: it must never change without a new
-/// [`SNAPSHOT_VERSION`].
-pub fn token_hash(token: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in token {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 32;
-    h = h.wrapping_mul(0xd6e8_feb8_6659_fd93);
-    h ^ (h >> 32)
-}
+/// The hash of a token for the snapshot's table. Part of the file format:
+/// it must never change without a new [`SNAPSHOT_VERSION`].
+pub use crate::vocab::token_hash;
 
 /// Slots for `n` tokens in a file of format `version`: from version 4 on,
 /// three quarters full, where a probe that misses still reads two or three
