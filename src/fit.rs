@@ -16,7 +16,8 @@ use crate::decision::Calibrator;
 use crate::decision::calibrate::{INPUTS, LOGISTIC};
 use crate::features::Features;
 use crate::model::{
-    Combine, Label, Model, ModelSet, Params, TokenCounts, Totals, ValidParams, bernoulli,
+    Combine, Delta, Label, Model, ModelSet, Params, TokenCounts, Totals, ValidParams, bernoulli,
+    logistic,
 };
 use crate::vocab::METADATA_LEN;
 use crate::vocab::{Feature, VIEWS, View, word_view};
@@ -31,8 +32,8 @@ pub struct Example {
     /// The true label.
     pub label: Label,
     /// The buckets of the online discriminative view
-    /// ([`Features::lr_buckets`]), sorted; empty where no one steps through
-    /// them (a training run leaves the view as it is).
+    /// ([`Features::lr_buckets`]), sorted; empty where the model does not
+    /// weigh that view.
     pub lr_buckets: Vec<u32>,
 }
 
@@ -320,6 +321,7 @@ fn inner_scores(
     candidates: &[ValidParams],
     k: usize,
     inputs: Inputs,
+    stepped: &HashMap<usize, f64>,
 ) -> (Vec<usize>, Vec<Vec<Scored>>) {
     let k = k.max(2);
     let rows: Vec<(usize, Vec<[f64; INPUTS]>, bool)> = (0..k)
@@ -344,7 +346,11 @@ fn inner_scores(
                     let each = models
                         .evidence(counts.known(ex, data), &ex.metadata)
                         .iter()
-                        .map(|ev| inputs.apply(ev.stacker_inputs()))
+                        .map(|ev| {
+                            let mut x = ev.stacker_inputs();
+                            x[LOGISTIC] = stepped.get(&i).copied().unwrap_or(0.0);
+                            inputs.apply(x)
+                        })
                         .collect();
                     (i, each, ex.label == Label::Spam)
                 })
@@ -515,27 +521,78 @@ fn bounded(data: &Dataset, members: &[usize]) -> Vec<usize> {
 /// [`STRENGTH_GRID`] for the words, then each of [`BYTES_STRENGTH_GRID`]
 /// for the byte view, every earlier choice kept; each time the one whose
 /// fitted inner cross-validated scores have the lowest log-loss wins.
-/// A training run leaves the online discriminative view as it is, so its
-/// input is 0 in every sample and the stacker's weight for it 0.
+/// Without [`Stepping`], the online discriminative view's input is 0 in
+/// every sample and the stacker's weight for it 0.
 pub fn select_and_calibrate(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
     settings: &Settings,
 ) -> (ValidParams, Calibrator) {
-    let (params, calibrator, _) = select_and_calibrate_with_samples(data, base, members, settings);
+    let (params, calibrator, _) =
+        select_and_calibrate_with_samples(data, base, members, settings, None);
     (params, calibrator)
 }
 
+/// The online discriminative view as a training run steps it
+/// ([`select_and_calibrate_with_samples`]): its weights, stepped from what
+/// they are, each example's key (the order of the steps) and where the
+/// change to the weights is recorded.
+pub struct Stepping<'a> {
+    /// The weights, stepped in place.
+    pub weights: &'a mut logistic::Table,
+    /// Each example's key, by index: the steps go in the order of the keys
+    /// (a hash of each message, so the classes come mixed).
+    pub keys: &'a [u64],
+    /// Whether each example, by index, steps the weights: a message the
+    /// weights have learned already (a training run of messages the store
+    /// holds) is only scored, so that training again changes nothing.
+    pub learned: &'a [bool],
+    /// The change the steps made, for the store.
+    pub delta: &'a mut Delta,
+}
+
+/// Steps the online discriminative view once through `members`, in the
+/// order of their keys: a training run reads one class and then the
+/// other, and an online learner stepped in that order is ruined
+/// (`docs/experiments.md`, "The online discriminative view, built"),
+/// where one stepped in a mixed order learns as from a stream. Returns
+/// each member's score before its own step, by index: a prequential score,
+/// which the stacker is fitted on as `learn` refits it on its record.
+fn step_through(data: &Dataset, members: &[usize], s: Stepping<'_>) -> HashMap<usize, f64> {
+    let mut order = members.to_vec();
+    order.sort_by_key(|&i| (s.keys[i], i));
+    order
+        .into_iter()
+        .map(|i| {
+            let ex = &data.examples[i];
+            let z = if s.learned[i] {
+                s.weights
+                    .learn(Some(&mut *s.delta), &ex.lr_buckets, ex.label, 1)
+            } else {
+                s.weights.score(&ex.lr_buckets)
+            };
+            (i, z)
+        })
+        .collect()
+}
+
 /// [`select_and_calibrate`], and the samples the stacker was fitted on:
-/// each with the index of its example.
+/// each with the index of its example. With `stepping`, the online
+/// discriminative view is first stepped through the members the fit uses
+/// ([`step_through`]) and their scores before their steps are its input.
 pub fn select_and_calibrate_with_samples(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
     settings: &Settings,
+    stepping: Option<Stepping<'_>>,
 ) -> (ValidParams, Calibrator, Vec<(usize, Scored)>) {
     let members = &bounded(data, members)[..];
+    let stepped = match stepping {
+        Some(s) => step_through(data, members, s),
+        None => HashMap::new(),
+    };
     let mut order = Vec::new();
     let mut score = |candidates: &[ValidParams]| {
         let (o, scores) = inner_scores(
@@ -545,6 +602,7 @@ pub fn select_and_calibrate_with_samples(
             candidates,
             settings.inner_folds,
             settings.inputs,
+            &stepped,
         );
         order = o;
         scores

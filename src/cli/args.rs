@@ -249,10 +249,10 @@ pub(super) struct ModelArgs {
     #[arg(long)]
     pub(super) bytes_min_strength: Option<f64>,
     /// Leave out the online discriminative view (a logistic regression
-    /// over the byte 4-grams of each message's start, stepped by each
-    /// message `learn` teaches, in order; `train` leaves it): the stacker
-    /// does not weigh it and its weights are not learned. As `logistic =
-    /// false` in `[model]`.
+    /// over each message's words, stepped by each message `learn` teaches,
+    /// in order, and by `train` once through its calibration sample in a
+    /// mixed order): the stacker does not weigh it and its weights are not
+    /// learned. As `logistic = false` in `[model]`.
     #[arg(long)]
     pub(super) no_logistic: bool,
 }

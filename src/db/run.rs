@@ -8,8 +8,8 @@ use rayon::prelude::*;
 use super::{Error, Labelled, Result, TrainSummary, release_freed_memory};
 use crate::decision::{Calibrator, prequential};
 use crate::features::Features;
-use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings};
-use crate::model::{Delta, Label, Params};
+use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings, Stepping};
+use crate::model::{Delta, Label, Params, logistic};
 use crate::vocab::{Digest, View, is_bucket};
 
 /// No id yet.
@@ -37,15 +37,15 @@ pub struct Run {
     /// change to the store's counts is `counts` minus this. Empty until a
     /// message needs it: a first training run never does.
     pub(super) apart: Vec<[u32; 2]>,
-    /// Change to everything else (messages, metadata); no tokens. A run
-    /// leaves the online discriminative view's weights as they are: it
-    /// reads its ham, then its spam, and an online learner stepped through
-    /// one class and then the other is ruined (docs/experiments.md, "The
-    /// online discriminative view, built").
+    /// Change to everything else (messages, metadata, and the online
+    /// discriminative view's weights once [`Run::calibrate`] has stepped
+    /// them); no tokens.
     pub(super) rest: Delta,
     pub(super) registry: Vec<(Digest, Option<Label>)>,
     pub(super) labels: HashMap<Digest, Label>,
-    pub(super) sample: Sample<(u64, Example)>,
+    /// The calibration sample: each message's key, example, and whether
+    /// the store learns it in this run (new, or under another label).
+    pub(super) sample: Sample<(u64, Example, bool)>,
     pub(super) conflicts: Vec<String>,
     pub(super) summary: TrainSummary,
 }
@@ -130,9 +130,12 @@ impl Run {
         Some((ex, key))
     }
 
-    /// Offers an example taken in to the calibration sample.
-    pub(crate) fn offer(&mut self, key: u64, label: Label, ex: Example) {
-        self.sample.offer(key, label, (key, ex));
+    /// Offers an example taken in to the calibration sample; `learned`:
+    /// whether the store learns the message in this run (not when it holds
+    /// it already under this label), which decides whether the run steps
+    /// the online discriminative view with it.
+    pub(crate) fn offer(&mut self, key: u64, label: Label, ex: Example, learned: bool) {
+        self.sample.offer(key, label, (key, ex, learned));
     }
 
     /// Distinct messages the run holds (duplicates and conflicts aside).
@@ -204,7 +207,9 @@ impl Run {
             tokens,
             metadata: features.metadata.0,
             label,
-            lr_buckets: Vec::new(),
+            // Kept while the message is in the calibration sample, which
+            // steps the online discriminative view (see `Run::calibrate`).
+            lr_buckets: features.lr_buckets.clone(),
         }
     }
 
@@ -232,21 +237,34 @@ impl Run {
 
     /// Chooses the pseudo-counts and strengths and fits the stacker by inner
     /// cross-validation over the run's sample, with the counts of all its
-    /// messages, as `eval` does inside its training folds. Returns the
-    /// chosen parameters and the stacker with what it was fitted on, or
-    /// the given parameters and `None` when the run has fewer than `min`
-    /// messages of either class.
-    pub fn calibrate(&mut self, settings: &Settings, min: usize) -> (Params, Option<Fitted>) {
+    /// messages, as `eval` does inside its training folds. With `weights`
+    /// (the store's weights of the online discriminative view, when the
+    /// model weighs it), the view is first stepped once through the
+    /// sample in the order of the messages' keys (a hash of each: the
+    /// classes mixed, where the run read one and then the other), and the
+    /// change is part of the run's delta. Returns the chosen parameters and
+    /// the stacker with what it was fitted on, or the given parameters and
+    /// `None` when the run has fewer than `min` messages of either class
+    /// (the view is then not stepped).
+    pub fn calibrate(
+        &mut self,
+        settings: &Settings,
+        min: usize,
+        weights: Option<logistic::Table>,
+    ) -> (Params, Option<Fitted>) {
         let [ham, spam] = self.sample.offered();
         if ham < min || spam < min {
             return (*settings.params.get(), None);
         }
         let sample = std::mem::replace(&mut self.sample, Sample::new(0));
-        let (keys, mut examples): (Vec<u64>, Vec<Example>) = sample
-            .into_items()
-            .into_iter()
-            .map(|(_, item)| item)
-            .unzip();
+        let mut keys = Vec::new();
+        let mut learned = Vec::new();
+        let mut examples = Vec::new();
+        for (_, (key, ex, learns)) in sample.into_items() {
+            keys.push(key);
+            learned.push(learns);
+            examples.push(ex);
+        }
         // The fit sums each message's evidence in the order of its ids
         // (see [`Run::intern`]); sorted here, for the sampled messages only.
         examples
@@ -258,8 +276,20 @@ impl Run {
             views: std::mem::take(&mut self.views),
         };
         let members: Vec<usize> = (0..data.examples.len()).collect();
-        let (params, calibrator, mut scored) =
-            protocol::select_and_calibrate_with_samples(&data, &self.counts, &members, settings);
+        let mut weights = weights;
+        let stepping = weights.as_mut().map(|weights| Stepping {
+            weights,
+            keys: &keys,
+            learned: &learned,
+            delta: &mut self.rest,
+        });
+        let (params, calibrator, mut scored) = protocol::select_and_calibrate_with_samples(
+            &data,
+            &self.counts,
+            &members,
+            settings,
+            stepping,
+        );
         self.views = data.views;
         // The record keeps them in the order the messages were sampled.
         scored.sort_by_key(|(i, _)| *i);

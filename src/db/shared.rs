@@ -483,7 +483,9 @@ impl SharedModel {
                 };
                 let mut delta = Delta::default();
                 delta.add_message(features, old, -1);
-                weights.clone().step(&mut delta, &features.lr_buckets, old, -1);
+                weights
+                    .clone()
+                    .step(&mut delta, &features.lr_buckets, old, -1);
                 delta.registry.push((identity.digest, None));
                 let change = Change::Unlearned(old);
                 let (record, header) =
@@ -660,9 +662,13 @@ impl SharedModel {
         use super::{Interrupted, Progress, Trained};
         super::train::check_paths(job)?;
         let mut run = super::Run::new();
+        let weighs = job.params.get().logistic;
         let reading = super::train::read_folders(job, progress, &mut |m, id| {
             if let Some((ex, key)) = run.take_in(&m, id) {
-                run.offer(key, m.label, ex);
+                // Whether the store learns it (see `Run::offer`); asked
+                // only when the answer matters.
+                let learned = !weighs || self.store.label_of(&m.identity.digest)? != Some(m.label);
+                run.offer(key, m.label, ex, learned);
             }
             Ok(())
         })?;
@@ -680,8 +686,15 @@ impl SharedModel {
                 None => None,
             },
         };
+        let weights = super::train::weights_to_step(&self.store, job)?;
         let (chosen, fitted, calibration) =
-            super::train::calibrate(&mut run, job, before, progress);
+            super::train::calibrate(&mut run, job, before, weights, progress);
+        // The run's steps of the online discriminative view (see
+        // `Run::calibrate`), added to the weights after its messages.
+        let stepped = Delta {
+            weights: std::mem::take(&mut run.rest.weights),
+            ..Delta::default()
+        };
         let mut summary = TrainSummary {
             duplicates: run.summary().duplicates,
             ..TrainSummary::default()
@@ -700,8 +713,8 @@ impl SharedModel {
         };
         let quiet = |_: Progress<'_>| {};
         super::train::read_folders(&storing, &quiet, &mut |m, _| {
-            // A run leaves the online discriminative view as it is (see
-            // `Run`).
+            // The run steps the online discriminative view once, in its
+            // own order (below), not message by message.
             match self.change_label(&m.features, &m.identity, m.label, None, false)? {
                 Change::Learned(_) => summary.learned += 1,
                 Change::Relabelled(_) => summary.relearned += 1,
@@ -709,6 +722,19 @@ impl SharedModel {
             }
             Ok(())
         })?;
+        if !stepped.weights.is_empty() {
+            self.store.transact(
+                |_| {
+                    Ok(Some(Write {
+                        delta: stepped.clone(),
+                        record: None,
+                        header: None,
+                    }))
+                },
+                None,
+                None,
+            )?;
+        }
         summary.totals = self.messages()?;
         // The model changed (there is no file to write: every host reads
         // the counts as they are); a run that changed nothing leaves the

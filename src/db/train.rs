@@ -11,8 +11,9 @@ use crate::features::{Extractor, Features};
 use crate::fit::{DEFAULT_INNER_FOLDS, Select, Settings};
 use crate::mailbox::{self, MessageId, RawMessage};
 use crate::message::{self, Identity};
-use crate::model::{Label, Params, ValidParams};
+use crate::model::{Label, Params, ValidParams, logistic};
 use crate::sources::{self, Skip, Skipped};
+use crate::store::Store;
 
 /// Fewer messages of a class than this in a run: too few to fit the
 /// calibration by cross-validation; the previous calibration (or none) is
@@ -247,17 +248,35 @@ pub(crate) struct Before {
     pub params: Option<Params>,
 }
 
+/// The weights of the online discriminative view in `store`, which a run
+/// steps from, if the run's model weighs that view.
+pub(crate) fn weights_to_step(
+    store: &(impl Store + ?Sized),
+    job: &Training<'_>,
+) -> Result<Option<logistic::Table>> {
+    if !job.params.get().logistic {
+        return Ok(None);
+    }
+    let mut table = logistic::Table::default();
+    for (bucket, counts) in store.weights()? {
+        table.set(bucket, counts);
+    }
+    Ok(Some(table))
+}
+
 /// Fits the run's stacker (and chooses the pseudo-counts and strengths,
 /// unless pinned) on its sample, as every training run does: the
 /// parameters chosen, the stacker with what it was fitted on (None with
 /// too few of a class), and what became of the calibration. The
 /// pseudo-counts suit the size of the database: a run with fewer messages
 /// than the database held `before` it does not choose them, and keeps
-/// the database's own.
+/// the database's own. `weights` (see [`weights_to_step`]) are stepped
+/// through the sample ([`Run::calibrate`]).
 pub(crate) fn calibrate(
     run: &mut Run,
     job: &Training<'_>,
     before: Before,
+    weights: Option<logistic::Table>,
     progress: &dyn Fn(Progress<'_>),
 ) -> (Params, Option<super::run::Fitted>, Calibration) {
     if run.is_empty() {
@@ -284,7 +303,7 @@ pub(crate) fn calibrate(
         inner_folds: DEFAULT_INNER_FOLDS,
         inputs: Default::default(),
     };
-    let (chosen, fitted) = run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS);
+    let (chosen, fitted) = run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS, weights);
     let calibration = match &fitted {
         Some(f) => Calibration::Fitted {
             messages: f.messages,
@@ -356,7 +375,8 @@ impl Database {
                 .sum(),
             params: trainer.current_header().map(|h| h.params),
         };
-        let (chosen, fitted, calibration) = calibrate(&mut run, job, before, progress);
+        let weights = weights_to_step(trainer.store(), job)?;
+        let (chosen, fitted, calibration) = calibrate(&mut run, job, before, weights, progress);
         let stored = run.len();
         let mut summary = trainer.store_run(run)?;
         let no_model = missing_class(summary.totals);

@@ -540,6 +540,7 @@ impl Trainer {
         // A message an earlier version counted twice, under two of its
         // digests (read once with and once without an mbox's last blank
         // line), is counted once from now on.
+        let learned = !matches!(now, Some((old, _)) if old == m.label);
         let known_as = now.map(|(_, d)| d);
         for other in m.identity.digests().filter(|d| Some(*d) != known_as) {
             if let Some(label) = self.store.label_of(&other)? {
@@ -549,7 +550,7 @@ impl Trainer {
                 run.summary.merged += 1;
             }
         }
-        run.offer(key, m.label, ex);
+        run.offer(key, m.label, ex, learned);
         Ok(())
     }
 
@@ -790,7 +791,7 @@ mod tests {
                 messages: held,
                 params: Some(database),
             };
-            let (params, fitted, _) = calibrate(&mut run, &job, before, &|_| {});
+            let (params, fitted, _) = calibrate(&mut run, &job, before, None, &|_| {});
             assert!(fitted.is_some());
             (params.a, params.b)
         };
@@ -798,6 +799,86 @@ mod tests {
         let (a, b) = chosen(80);
         assert_eq!(a, b);
         assert!(crate::fit::PRIOR_GRID.contains(&a), "{a}");
+    }
+
+    #[test]
+    fn a_run_steps_the_discriminative_view_once_and_a_second_run_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DbPaths::new(dir.path());
+        let mut trainer = Trainer::open(&paths, WAIT).unwrap();
+        let settings = Settings {
+            select: crate::fit::Select::NONE,
+            params: crate::model::ValidParams::default(),
+            inner_folds: 5,
+            inputs: Default::default(),
+        };
+        let messages: Vec<Labelled> = (0..80)
+            .map(|i| {
+                if i % 4 == 0 {
+                    labelled(&format!("cheap pills offer{i}"), Label::Spam)
+                } else {
+                    labelled(&format!("meeting notes agenda{i}"), Label::Ham)
+                }
+            })
+            .collect();
+        let table = |trainer: &Trainer| {
+            let mut t = logistic::Table::default();
+            for (bucket, counts) in trainer.store.weights().unwrap() {
+                t.set(bucket, counts);
+            }
+            t
+        };
+        let mut run = Run::new();
+        for m in &messages {
+            trainer.add_to_run(&mut run, m, "x").unwrap();
+        }
+        let (_, fitted) = run.calibrate(&settings, 10, Some(table(&trainer)));
+        // Each sample's input is the view's score before its own step:
+        // zero for the first, not for those after.
+        let fitted = fitted.expect("fitted");
+        let lr = |s: &crate::decision::prequential::Sample| {
+            s.inputs[crate::decision::calibrate::LOGISTIC]
+        };
+        assert!(fitted.samples.iter().filter(|s| lr(s) != 0.0).count() > 70);
+        let mean = |spam: bool| {
+            let of: Vec<f64> = fitted
+                .samples
+                .iter()
+                .filter(|s| s.spam == spam)
+                .map(lr)
+                .collect();
+            of.iter().sum::<f64>() / of.len() as f64
+        };
+        assert!(
+            mean(true) > 0.0 && mean(false) < 0.0,
+            "{} {}",
+            mean(true),
+            mean(false)
+        );
+        trainer.store_run(run).unwrap();
+        let stepped = trainer.store.weights().unwrap();
+        assert!(!stepped.is_empty());
+        let buckets = |text: &str| {
+            let raw = format!("Subject: x\n\n{text}\n");
+            Extractor::new().extract(raw.as_bytes()).unwrap().lr_buckets
+        };
+        let t = table(&trainer);
+        assert!(t.score(&buckets("cheap pills")) > 0.0);
+        assert!(t.score(&buckets("meeting notes agenda")) < 0.0);
+
+        // The same messages again: nothing is learned, so nothing steps
+        // the view, and the store stays as it was.
+        let before = trainer.store.identity().unwrap();
+        let mut again = Run::new();
+        for m in &messages {
+            trainer.add_to_run(&mut again, m, "x").unwrap();
+        }
+        let (_, fitted) = again.calibrate(&settings, 10, Some(table(&trainer)));
+        assert!(fitted.is_some());
+        assert!(again.rest.weights.is_empty());
+        assert_eq!(trainer.store_run(again).unwrap().unchanged, 80);
+        assert_eq!(trainer.store.identity().unwrap(), before);
+        assert_eq!(trainer.store.weights().unwrap(), stepped);
     }
 
     #[test]
@@ -824,7 +905,7 @@ mod tests {
             inner_folds: 5,
             inputs: Default::default(),
         };
-        let (_, fitted) = run.calibrate(&settings, 10);
+        let (_, fitted) = run.calibrate(&settings, 10, None);
         let fitted = fitted.expect("fitted");
         assert_eq!(fitted.messages, 60, "30 of each class");
         // Its samples, one per message fitted on, start the record learns

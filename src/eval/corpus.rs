@@ -209,7 +209,7 @@ pub fn evaluate(
         return Err(Error::Empty);
     }
     let online = matches!(corpus, Corpus::Online(_));
-    let weighs = online && settings.training.params.get().logistic;
+    let weighs = settings.training.params.get().logistic;
     let features = items
         .par_iter()
         .map_init(Extractor::new, |ex, item| {
@@ -229,7 +229,7 @@ pub fn evaluate(
                 source,
             })?;
             // The online discriminative view's features are kept only
-            // where it is learned: online, when the model weighs it.
+            // when the model weighs it.
             if !weighs {
                 f.lr_buckets = Vec::new();
             }
@@ -245,7 +245,7 @@ pub fn evaluate(
         protocol::online(&data, &digests, settings).map_err(Error::Protocol)?
     } else {
         let folds: Vec<usize> = items.iter().map(|i| i.fold).collect();
-        protocol::cross_validate(&data, &folds, settings)
+        protocol::cross_validate(&data, &digests, &folds, settings)
     };
     Ok(Evaluation {
         items: items

@@ -22,8 +22,8 @@ use crate::db::judge;
 use crate::decision::calibrate::INPUTS;
 use crate::decision::prequential::{Sample, key_of};
 use crate::decision::{Calibrator, Decider, Prequential};
-use crate::fit::{self as training, Counts, Dataset, select_and_calibrate};
-use crate::model::{Combine, Label, logistic};
+use crate::fit::{self as training, Counts, Dataset, Stepping, select_and_calibrate_with_samples};
+use crate::model::{Combine, Delta, Label, logistic};
 use crate::vocab::{Digest, View};
 
 /// What an evaluation needs besides the data.
@@ -75,9 +75,22 @@ fn scored(
 }
 
 /// k-fold cross-validation: `folds[i]` is the fold of example `i`. Returns
-/// one [`Scored`] per example, in corpus order.
-pub(crate) fn cross_validate(data: &Dataset, folds: &[usize], settings: &Settings) -> Vec<Scored> {
+/// one [`Scored`] per example, in corpus order. Each training set is
+/// fitted as `train` fits a run: when the model weighs the online
+/// discriminative view, it is stepped from zero through the training
+/// set's calibration sample in the order of the messages' keys (`digests`,
+/// their identities) before the stacker's fit, and judges the test fold
+/// with what it learned.
+pub(crate) fn cross_validate(
+    data: &Dataset,
+    digests: &[Digest],
+    folds: &[usize],
+    settings: &Settings,
+) -> Vec<Scored> {
     assert_eq!(folds.len(), data.examples.len(), "one fold per example");
+    assert_eq!(digests.len(), data.examples.len(), "one digest per example");
+    let keys: Vec<u64> = digests.iter().map(key_of).collect();
+    let learned = vec![true; data.examples.len()];
     let mut all = Counts::new(data.vocabulary);
     for ex in &data.examples {
         all.add(ex, 1);
@@ -94,11 +107,22 @@ pub(crate) fn cross_validate(data: &Dataset, folds: &[usize], settings: &Setting
             for &i in &test {
                 train.add(&data.examples[i], -1);
             }
-            let (params, stacker) = select_and_calibrate(data, &train, &rest, &settings.training);
+            let mut weights = logistic::Table::default();
+            let mut delta = Delta::default();
+            let stepping = settings.training.params.get().logistic.then(|| Stepping {
+                weights: &mut weights,
+                keys: &keys,
+                learned: &learned,
+                delta: &mut delta,
+            });
+            let (params, stacker, _) = select_and_calibrate_with_samples(
+                data,
+                &train,
+                &rest,
+                &settings.training,
+                stepping,
+            );
             let model = train.model(params, data);
-            // `train` leaves the online discriminative view as it is: its
-            // weights stay zero.
-            let weights = logistic::Table::default();
             test.into_iter()
                 .map(|i| self::scored(i, data, &train, &model, &weights, &stacker, settings).0)
                 .collect::<Vec<_>>()
@@ -186,6 +210,7 @@ mod tests {
     use super::*;
     use crate::decision::Costs;
     use crate::features::{Features, Metadata};
+    use crate::fit::select_and_calibrate;
     use crate::model::ValidParams;
     use crate::vocab::METADATA_LEN;
 
@@ -283,7 +308,7 @@ mod tests {
     fn cross_validation_separates_an_easy_corpus() {
         let data = toy();
         let folds: Vec<usize> = (0..data.examples.len()).map(|i| i % 5).collect();
-        let scored = cross_validate(&data, &folds, &settings());
+        let scored = cross_validate(&data, &distinct(&data), &folds, &settings());
         assert_eq!(scored.len(), 200);
         assert!(scored.iter().enumerate().all(|(i, s)| s.index == i));
         let report = super::super::Report::new(&scored, &settings().decider.costs, 1.0);
@@ -399,7 +424,7 @@ mod tests {
         use crate::vocab::View;
         let folds: Vec<usize> = (0..1500).map(|i| i % 5).collect();
         let report = |data: &Dataset| {
-            let scored = cross_validate(data, &folds, &settings());
+            let scored = cross_validate(data, &distinct(data), &folds, &settings());
             super::super::Report::new(&scored, &settings().decider.costs, 1.0)
         };
         let (plain, noisy) = (noisy(false), noisy(true));
