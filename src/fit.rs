@@ -498,7 +498,7 @@ pub fn mix(mut x: u64) -> u64 {
 
 /// `members` if no class has more than [`SAMPLE_PER_CLASS`] of them, else a
 /// [`Sample`] of them keyed by position in the corpus; in corpus order.
-fn bounded(data: &Dataset, members: &[usize]) -> Vec<usize> {
+pub(crate) fn bounded(data: &Dataset, members: &[usize]) -> Vec<usize> {
     let mut sample = Sample::new(SAMPLE_PER_CLASS);
     for &i in members {
         sample.offer(mix(i as u64), data.examples[i].label, i);
@@ -521,8 +521,8 @@ fn bounded(data: &Dataset, members: &[usize]) -> Vec<usize> {
 /// [`STRENGTH_GRID`] for the words, then each of [`BYTES_STRENGTH_GRID`]
 /// for the byte view, every earlier choice kept; each time the one whose
 /// fitted inner cross-validated scores have the lowest log-loss wins.
-/// Without [`Stepping`], the online discriminative view's input is 0 in
-/// every sample and the stacker's weight for it 0.
+/// The online discriminative view's input is 0 in every sample, and the
+/// stacker's weight for it 0 (see [`select_and_calibrate_with_samples`]).
 pub fn select_and_calibrate(
     data: &Dataset,
     base: &Counts,
@@ -530,69 +530,72 @@ pub fn select_and_calibrate(
     settings: &Settings,
 ) -> (ValidParams, Calibrator) {
     let (params, calibrator, _) =
-        select_and_calibrate_with_samples(data, base, members, settings, None);
+        select_and_calibrate_with_samples(data, base, members, settings, &HashMap::new());
     (params, calibrator)
 }
 
-/// The online discriminative view as a training run steps it
-/// ([`select_and_calibrate_with_samples`]): its weights, stepped from what
-/// they are, each example's key (the order of the steps) and where the
-/// change to the weights is recorded.
-pub struct Stepping<'a> {
-    /// The weights, stepped in place.
-    pub weights: &'a mut logistic::Table,
-    /// Each example's key, by index: the steps go in the order of the keys
-    /// (a hash of each message, so the classes come mixed).
-    pub keys: &'a [u64],
-    /// Whether each example, by index, steps the weights: a message the
-    /// weights have learned already (a training run of messages the store
-    /// holds) is only scored, so that training again changes nothing.
-    pub learned: &'a [bool],
-    /// The change the steps made, for the store.
-    pub delta: &'a mut Delta,
+/// What a training run's pass of the online discriminative view gives
+/// ([`step_through`]), by example index.
+#[derive(Debug, Clone, Default)]
+pub struct Stepped {
+    /// Each member's score before its own step, from weights that start at
+    /// zero and learn the run's members only: the view's input for the
+    /// stacker's fit, scored, as the other inputs are, by a model of the
+    /// run's own messages that had not learned the message scored.
+    pub inputs: HashMap<usize, f64>,
+    /// The step (in quanta, [`logistic::step`]) each member the store
+    /// learns makes to the store's weights.
+    pub steps: HashMap<usize, i64>,
 }
 
 /// Steps the online discriminative view once through `members`, in the
-/// order of their keys: a training run reads one class and then the
-/// other, and an online learner stepped in that order is ruined
-/// (`docs/experiments.md`, "The online discriminative view, built"),
-/// where one stepped in a mixed order learns as from a stream. Returns
-/// each member's score before its own step, by index: a prequential score,
-/// which the stacker is fitted on as `learn` refits it on its record.
-fn step_through(data: &Dataset, members: &[usize], s: Stepping<'_>) -> HashMap<usize, f64> {
+/// order of a hash of their keys (`keys`, by index: each message's own,
+/// so the classes come mixed whatever order they were read in, and
+/// however each class was sampled). A training run reads one class and
+/// then the other, and an online learner stepped in that order is ruined
+/// (`docs/experiments.md`, "The online discriminative view, built").
+/// `weights` (the store's) are stepped by the members whose `learned` is
+/// true (a message the store holds already under its label is not learned
+/// again, so training again changes nothing), the change recorded in
+/// `delta` if given; the inputs come from weights of the members alone
+/// (see [`Stepped`]).
+pub fn step_through(
+    data: &Dataset,
+    members: &[usize],
+    keys: &[u64],
+    learned: &[bool],
+    weights: &mut logistic::Table,
+    mut delta: Option<&mut Delta>,
+) -> Stepped {
     let mut order = members.to_vec();
-    order.sort_by_key(|&i| (s.keys[i], i));
-    order
-        .into_iter()
-        .map(|i| {
-            let ex = &data.examples[i];
-            let z = if s.learned[i] {
-                s.weights
-                    .learn(Some(&mut *s.delta), &ex.lr_buckets, ex.label, 1)
-            } else {
-                s.weights.score(&ex.lr_buckets)
-            };
-            (i, z)
-        })
-        .collect()
+    order.sort_by_key(|&i| (mix(keys[i]), i));
+    let mut own = logistic::Table::default();
+    let mut out = Stepped::default();
+    for i in order {
+        let ex = &data.examples[i];
+        let z = own.learn(None, &ex.lr_buckets, ex.label, 1);
+        out.inputs.insert(i, z);
+        if learned[i] {
+            let now = weights.learn(delta.as_deref_mut(), &ex.lr_buckets, ex.label, 1);
+            let quanta = logistic::step(now, ex.lr_buckets.len(), ex.label);
+            out.steps.insert(i, quanta);
+        }
+    }
+    out
 }
 
 /// [`select_and_calibrate`], and the samples the stacker was fitted on:
-/// each with the index of its example. With `stepping`, the online
-/// discriminative view is first stepped through the members the fit uses
-/// ([`step_through`]) and their scores before their steps are its input.
+/// each with the index of its example. `stepped` holds the online
+/// discriminative view's input of each member that has one
+/// ([`Stepped::inputs`]); any other is 0.
 pub fn select_and_calibrate_with_samples(
     data: &Dataset,
     base: &Counts,
     members: &[usize],
     settings: &Settings,
-    stepping: Option<Stepping<'_>>,
+    stepped: &HashMap<usize, f64>,
 ) -> (ValidParams, Calibrator, Vec<(usize, Scored)>) {
     let members = &bounded(data, members)[..];
-    let stepped = match stepping {
-        Some(s) => step_through(data, members, s),
-        None => HashMap::new(),
-    };
     let mut order = Vec::new();
     let mut score = |candidates: &[ValidParams]| {
         let (o, scores) = inner_scores(
@@ -602,7 +605,7 @@ pub fn select_and_calibrate_with_samples(
             candidates,
             settings.inner_folds,
             settings.inputs,
-            &stepped,
+            stepped,
         );
         order = o;
         scores

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use super::{Error, Labelled, Result, TrainSummary, release_freed_memory};
 use crate::decision::{Calibrator, prequential};
 use crate::features::Features;
-use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings, Stepping};
+use crate::fit::{self as protocol, Counts, Dataset, Example, Sample, Settings};
 use crate::model::{Delta, Label, Params, logistic};
 use crate::vocab::{Digest, View, is_bucket};
 
@@ -41,6 +41,11 @@ pub struct Run {
     /// discriminative view's weights once [`Run::calibrate`] has stepped
     /// them); no tokens.
     pub(super) rest: Delta,
+    /// The step each message the run learns makes to the online
+    /// discriminative view's weights, by key (see [`Run::calibrate`]):
+    /// what a fleet's run adds with each message, which a directory's run
+    /// has in `rest` already.
+    pub(super) steps: HashMap<u64, i64>,
     pub(super) registry: Vec<(Digest, Option<Label>)>,
     pub(super) labels: HashMap<Digest, Label>,
     /// The calibration sample: each message's key, example, and whether
@@ -93,6 +98,7 @@ impl Run {
             counts: Counts::new(0),
             apart: Vec::new(),
             rest: Delta::default(),
+            steps: HashMap::new(),
             registry: Vec::new(),
             labels: HashMap::new(),
             sample: Sample::new(per_class),
@@ -240,12 +246,13 @@ impl Run {
     /// messages, as `eval` does inside its training folds. With `weights`
     /// (the store's weights of the online discriminative view, when the
     /// model weighs it), the view is first stepped once through the
-    /// sample in the order of the messages' keys (a hash of each: the
-    /// classes mixed, where the run read one and then the other), and the
-    /// change is part of the run's delta. Returns the chosen parameters and
-    /// the stacker with what it was fitted on, or the given parameters and
-    /// `None` when the run has fewer than `min` messages of either class
-    /// (the view is then not stepped).
+    /// sample ([`protocol::step_through`]: in the order of a hash of each
+    /// message, the classes mixed where the run read one and then the
+    /// other), even when the run is too small to fit a stacker; the change
+    /// is part of the run's delta, and each message's step is in
+    /// [`Run::steps`]. Returns the chosen parameters and the stacker with
+    /// what it was fitted on, or the given parameters and `None` when the
+    /// run has fewer than `min` messages of either class.
     pub fn calibrate(
         &mut self,
         settings: &Settings,
@@ -253,7 +260,8 @@ impl Run {
         weights: Option<logistic::Table>,
     ) -> (Params, Option<Fitted>) {
         let [ham, spam] = self.sample.offered();
-        if ham < min || spam < min {
+        let enough = ham >= min && spam >= min;
+        if !enough && weights.is_none() {
             return (*settings.params.get(), None);
         }
         let sample = std::mem::replace(&mut self.sample, Sample::new(0));
@@ -276,19 +284,31 @@ impl Run {
             views: std::mem::take(&mut self.views),
         };
         let members: Vec<usize> = (0..data.examples.len()).collect();
-        let mut weights = weights;
-        let stepping = weights.as_mut().map(|weights| Stepping {
-            weights,
-            keys: &keys,
-            learned: &learned,
-            delta: &mut self.rest,
-        });
+        let stepped = match weights {
+            Some(mut weights) => {
+                let stepped = protocol::step_through(
+                    &data,
+                    &members,
+                    &keys,
+                    &learned,
+                    &mut weights,
+                    Some(&mut self.rest),
+                );
+                self.steps = stepped.steps.iter().map(|(&i, &q)| (keys[i], q)).collect();
+                stepped.inputs
+            }
+            None => HashMap::new(),
+        };
+        if !enough {
+            self.views = data.views;
+            return (*settings.params.get(), None);
+        }
         let (params, calibrator, mut scored) = protocol::select_and_calibrate_with_samples(
             &data,
             &self.counts,
             &members,
             settings,
-            stepping,
+            &stepped,
         );
         self.views = data.views;
         // The record keeps them in the order the messages were sampled.
@@ -322,6 +342,7 @@ impl Run {
             gram_ids,
             apart,
             mut rest,
+            steps,
             registry,
             summary,
             counts,
@@ -331,7 +352,7 @@ impl Run {
             conflicts,
         } = self;
         // What the store does not need goes before the delta is built.
-        drop((views, labels, sample, conflicts));
+        drop((views, labels, sample, conflicts, steps));
         release_freed_memory();
         let vocabulary = counts.vocabulary();
         let change = |id: u32| {

@@ -22,8 +22,8 @@ use crate::db::judge;
 use crate::decision::calibrate::INPUTS;
 use crate::decision::prequential::{Sample, key_of};
 use crate::decision::{Calibrator, Decider, Prequential};
-use crate::fit::{self as training, Counts, Dataset, Stepping, select_and_calibrate_with_samples};
-use crate::model::{Combine, Delta, Label, logistic};
+use crate::fit::{self as training, Counts, Dataset, select_and_calibrate_with_samples};
+use crate::model::{Combine, Label, logistic};
 use crate::vocab::{Digest, View};
 
 /// What an evaluation needs besides the data.
@@ -76,11 +76,14 @@ fn scored(
 
 /// k-fold cross-validation: `folds[i]` is the fold of example `i`. Returns
 /// one [`Scored`] per example, in corpus order. Each training set is
-/// fitted as `train` fits a run: when the model weighs the online
-/// discriminative view, it is stepped from zero through the training
-/// set's calibration sample in the order of the messages' keys (`digests`,
-/// their identities) before the stacker's fit, and judges the test fold
-/// with what it learned.
+/// fitted as `train` fits a run into an empty database: when the model
+/// weighs the online discriminative view, it is stepped from zero through
+/// the training set's calibration sample in the order `train` steps it
+/// (a hash of each message's key, from `digests`, their identities)
+/// before the stacker's fit, and judges the test fold with what it
+/// learned. (The sample itself is chosen by position in the corpus, where
+/// `train` chooses it by key: they differ only when a class of the
+/// training set has more than [`training::SAMPLE_PER_CLASS`] messages.)
 pub(crate) fn cross_validate(
     data: &Dataset,
     digests: &[Digest],
@@ -108,19 +111,18 @@ pub(crate) fn cross_validate(
                 train.add(&data.examples[i], -1);
             }
             let mut weights = logistic::Table::default();
-            let mut delta = Delta::default();
-            let stepping = settings.training.params.get().logistic.then(|| Stepping {
-                weights: &mut weights,
-                keys: &keys,
-                learned: &learned,
-                delta: &mut delta,
-            });
+            let stepped = if settings.training.params.get().logistic {
+                let sample = training::bounded(data, &rest);
+                training::step_through(data, &sample, &keys, &learned, &mut weights, None).inputs
+            } else {
+                HashMap::new()
+            };
             let (params, stacker, _) = select_and_calibrate_with_samples(
                 data,
                 &train,
                 &rest,
                 &settings.training,
-                stepping,
+                &stepped,
             );
             let model = train.model(params, data);
             test.into_iter()

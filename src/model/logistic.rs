@@ -188,7 +188,20 @@ impl Sparse {
         } else {
             reverse_step(z, buckets.len(), label)
         };
-        add_step(delta, buckets, quanta, now);
+        self.add(delta, buckets, quanta);
+    }
+
+    /// Adds to `delta` a step of `quanta` to each weight of `buckets`
+    /// (one a training run computed, [`crate::fit::step_through`]), from
+    /// these weights, and takes it here too; nothing where the view is not
+    /// learned.
+    pub fn add(&mut self, delta: &mut Delta, buckets: &[u32], quanta: i64) {
+        let Some(weights) = &mut self.0 else {
+            return;
+        };
+        add_step(delta, buckets, quanta, |b| {
+            weights.get(&b).copied().unwrap_or_default()
+        });
         if quanta != 0 {
             for &b in buckets.iter().filter(|&&b| is_bucket(b)) {
                 let before = weights.get(&b).copied().unwrap_or_default();

@@ -50,8 +50,9 @@ pub struct Params {
     pub bytes_min_strength: f64,
     /// Whether the stacker weighs the online discriminative view
     /// ([`logistic`]); its weights are learned (by `learn`, one message at
-    /// a time) only while it does (docs/experiments.md, "The online
-    /// discriminative view, built").
+    /// a time, and by `train`, once through its calibration sample) only
+    /// while it does (docs/experiments.md, "The online discriminative view
+    /// over words", "A training run steps the view").
     pub logistic: bool,
 }
 

@@ -17,18 +17,34 @@ fn counts(reader: &Reader) -> [u64; 2] {
     reader.classifier().header().totals.messages
 }
 
-/// P(spam) the reader gives `raw`.
-fn probability(reader: &Reader, raw: &[u8]) -> f64 {
-    let decider = Decider {
+fn decider() -> Decider {
+    Decider {
         costs: Default::default(),
         min_known: bayesmail::config::DEFAULT_MIN_KNOWN,
         min_per_class: bayesmail::config::DEFAULT_MIN_PER_CLASS,
-    };
+    }
+}
+
+/// P(spam) the reader gives `raw`.
+fn probability(reader: &Reader, raw: &[u8]) -> f64 {
     reader
         .classifier()
-        .judge(&features(raw), &decider)
+        .judge(&features(raw), &decider())
         .score
         .probability
+}
+
+/// The evidence of the naive Bayes views and the metadata the reader
+/// gives `raw`: what the counts say, apart from the online
+/// discriminative view.
+fn counted_evidence(reader: &Reader, raw: &[u8]) -> Vec<f64> {
+    let inputs = reader
+        .classifier()
+        .judge(&features(raw), &decider())
+        .score
+        .evidence
+        .stacker_inputs();
+    inputs[..LOGISTIC].to_vec()
 }
 
 #[test]
@@ -54,6 +70,7 @@ fn a_reader_follows_train_learn_and_unlearn_after_refresh() {
     let raw = unseen(0, "zqreader");
     fs::write(&extra, &raw).unwrap();
     let before = probability(&reader, &raw);
+    let counted = counted_evidence(&reader, &raw);
     db.ok(&["learn", "--spam", utf8(&extra)], None);
     assert_eq!(counts(&reader), [24, 24], "not before a refresh");
     assert!(reader.refresh().unwrap());
@@ -68,7 +85,14 @@ fn a_reader_follows_train_learn_and_unlearn_after_refresh() {
     db.ok(&["unlearn", utf8(&extra)], None);
     assert!(reader.refresh().unwrap());
     assert_eq!(counts(&reader), [24, 24]);
-    assert_eq!(probability(&reader, &raw), before, "taken back exactly");
+    // The counts are taken back exactly; the online discriminative
+    // view's step only within its bound (`unlearn` is approximate there,
+    // see `learn_then_unlearn_moves_others_within_the_stated_bound`).
+    assert_eq!(
+        counted_evidence(&reader, &raw),
+        counted,
+        "taken back exactly"
+    );
 
     // train: a new model.
     let more = db.path("more");
@@ -191,7 +215,8 @@ fn learn_then_unlearn_moves_others_within_the_stated_bound() {
     let (spam, ham) = (sample_spam(), sample_ham());
     let train = ["train", "--spam", utf8(&spam), "--ham", utf8(&ham)];
     db.ok(&train, None);
-    // `train` leaves the view's weights as they are; `learn` steps them.
+    // `train` steps the view's weights through its sample; `learn` steps
+    // them one message at a time.
     for i in 0..8 {
         let taught = db.path(&format!("taught{i}.eml"));
         fs::write(&taught, unseen(i, "zqtaught")).unwrap();

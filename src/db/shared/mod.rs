@@ -39,6 +39,8 @@ use crate::store::redis::{
 use crate::store::{Error, Result, Store, samples, slot_of, weight_slots};
 use crate::vocab::{Digest, Feature, VIEWS, View};
 
+mod train;
+
 /// What a shared model needs beyond its counts.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SharedHeader {
@@ -48,6 +50,19 @@ pub struct SharedHeader {
     pub calibrator: Calibrator,
     /// Messages the stacker was fitted on (0: not fitted).
     pub calibrated_on: usize,
+}
+
+/// How a change steps the online discriminative view's weights.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Step {
+    /// Not at all (the model does not weigh the view).
+    None,
+    /// As `learn` steps them: the reverse step of the old label of a
+    /// message that moves, then its label's step, each from its score now.
+    AsLearned,
+    /// By this many quanta each, the step a training run computed
+    /// ([`crate::fit::step_through`]).
+    By(i64),
 }
 
 /// What [`SharedModel::stats`] says.
@@ -394,11 +409,16 @@ impl SharedModel {
         let (score, built, [ham, spam]) = self.score(features)?;
         let inputs = (ham > 0 && spam > 0).then(|| score.evidence.stacker_inputs());
         let logistic = built.header.params.logistic;
-        self.change_label(features, identity, label, Some(inputs), logistic)
+        let step = if logistic {
+            Step::AsLearned
+        } else {
+            Step::None
+        };
+        self.change_label(features, identity, label, Some(inputs), step)
     }
 
-    /// [`SharedModel::learn`]'s counts: `logistic` says whether the online
-    /// discriminative view is learned; `inputs` is None to leave the
+    /// [`SharedModel::learn`]'s counts: `step` says how the online
+    /// discriminative view is stepped; `inputs` is None to leave the
     /// record as it is (a training run writes its own after), Some(None)
     /// when the model scored no sample.
     fn change_label(
@@ -407,11 +427,11 @@ impl SharedModel {
         identity: &Identity,
         label: Label,
         inputs: Option<Option<[f64; INPUTS]>>,
-        logistic: bool,
+        step: Step,
     ) -> Result<Change> {
         let held = self.held_record();
         let written = Mutex::new(None);
-        let weights = self.weights_of(features, logistic)?;
+        let weights = self.weights_of(features, step != Step::None)?;
         let (before, _) = self.store.transact(
             |read| {
                 // What an earlier try computed did not land.
@@ -425,10 +445,16 @@ impl SharedModel {
                 let mut weights = weights.clone();
                 if let Some(old) = read.label {
                     delta.add_message(features, old, -1);
-                    weights.step(&mut delta, &features.lr_buckets, old, -1);
+                    if step == Step::AsLearned {
+                        weights.step(&mut delta, &features.lr_buckets, old, -1);
+                    }
                 }
                 delta.add_message(features, label, 1);
-                weights.step(&mut delta, &features.lr_buckets, label, 1);
+                match step {
+                    Step::AsLearned => weights.step(&mut delta, &features.lr_buckets, label, 1),
+                    Step::By(quanta) => weights.add(&mut delta, &features.lr_buckets, quanta),
+                    Step::None => {}
+                }
                 delta.registry.push((identity.digest, Some(label)));
                 let (record, header) = match inputs {
                     Some(inputs) => {
@@ -642,127 +668,6 @@ impl SharedModel {
             model: super::ModelAfter::UpToDate,
             log_failure: None,
         }
-    }
-
-    /// Trains the model on labelled folders, as [`super::Database::train`]
-    /// trains a directory: a run that gives a message both labels is
-    /// refused before anything is stored, the stacker is fitted on the
-    /// run's sample by inner cross-validation, and every message is learned
-    /// once. The folders are read twice: first to check and fit, then to
-    /// learn each message as its own transaction, so that other hosts
-    /// keep judging and learning while a large run is stored (one change
-    /// of all of it would hold Redis for seconds). A run interrupted while
-    /// storing leaves what it learned learned, each message whole, and the
-    /// stacker as it was.
-    pub fn train(
-        &self,
-        job: &super::Training<'_>,
-        progress: &dyn Fn(super::Progress<'_>),
-    ) -> super::Result<super::Trained> {
-        use super::{Interrupted, Progress, Trained};
-        super::train::check_paths(job)?;
-        let mut run = super::Run::new();
-        let weighs = job.params.get().logistic;
-        let reading = super::train::read_folders(job, progress, &mut |m, id| {
-            if let Some((ex, key)) = run.take_in(&m, id) {
-                // Whether the store learns it (see `Run::offer`); asked
-                // only when the answer matters.
-                let learned = !weighs || self.store.label_of(&m.identity.digest)? != Some(m.label);
-                run.offer(key, m.label, ex, learned);
-            }
-            Ok(())
-        })?;
-        if reading.stopped {
-            return Ok(Trained::stopped(reading));
-        }
-        if !run.conflicts().is_empty() {
-            return Err(super::Error::Conflicting(run.conflicts().to_vec()));
-        }
-        let lookup = self.store.lookup(&[], &[])?;
-        let before = super::train::Before {
-            messages: lookup.totals.messages.iter().sum(),
-            params: match lookup.header.as_deref() {
-                Some(json) => Some(self.header_of(Some(json))?.params),
-                None => None,
-            },
-        };
-        let weights = super::train::weights_to_step(&self.store, job)?;
-        let (chosen, fitted, calibration) =
-            super::train::calibrate(&mut run, job, before, weights, progress);
-        // The run's steps of the online discriminative view (see
-        // `Run::calibrate`), added to the weights after its messages.
-        let stepped = Delta {
-            weights: std::mem::take(&mut run.rest.weights),
-            ..Delta::default()
-        };
-        let mut summary = TrainSummary {
-            duplicates: run.summary().duplicates,
-            ..TrainSummary::default()
-        };
-        // Storing finishes even when interrupted, as a directory's run
-        // does once it has read everything.
-        let never = std::sync::atomic::AtomicBool::new(false);
-        let storing = super::Training {
-            ham: job.ham,
-            spam: job.spam,
-            options: job.options,
-            params: job.params,
-            select: job.select,
-            wait: job.wait,
-            interrupt: &never,
-        };
-        let quiet = |_: Progress<'_>| {};
-        super::train::read_folders(&storing, &quiet, &mut |m, _| {
-            // The run steps the online discriminative view once, in its
-            // own order (below), not message by message.
-            match self.change_label(&m.features, &m.identity, m.label, None, false)? {
-                Change::Learned(_) => summary.learned += 1,
-                Change::Relabelled(_) => summary.relearned += 1,
-                _ => summary.unchanged += 1,
-            }
-            Ok(())
-        })?;
-        if !stepped.weights.is_empty() {
-            self.store.transact(
-                |_| {
-                    Ok(Some(Write {
-                        delta: stepped.clone(),
-                        record: None,
-                        header: None,
-                    }))
-                },
-                None,
-                None,
-            )?;
-        }
-        summary.totals = self.messages()?;
-        // The model changed (there is no file to write: every host reads
-        // the counts as they are); a run that changed nothing leaves the
-        // stacker too.
-        summary.snapshot_written = summary.learned + summary.relearned > 0;
-        // The learns after this run refit on the scores its stacker was
-        // fitted on, and then on theirs.
-        if let (Some(f), true) = (fitted, summary.snapshot_written) {
-            let header = SharedHeader {
-                params: chosen,
-                calibrator: f.calibrator,
-                calibrated_on: f.messages,
-            };
-            self.set_header(&header, Some(&Prequential::after_training(f.samples)))?;
-        }
-        Ok(Trained {
-            read: reading.read,
-            skipped: reading.skipped,
-            unparsed: reading.unparsed,
-            no_model: super::missing_class(summary.totals),
-            summary,
-            calibration,
-            stored: run.len(),
-            interrupted: job
-                .interrupt
-                .load(std::sync::atomic::Ordering::SeqCst)
-                .then_some(Interrupted::AfterReading),
-        })
     }
 
     /// What the model holds, and the Redis memory it takes.

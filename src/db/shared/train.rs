@@ -1,0 +1,114 @@
+//! A fleet's training run: [`SharedModel::train`].
+
+use super::*;
+
+impl SharedModel {
+    /// Trains the model on labelled folders, as [`super::super::Database::train`]
+    /// trains a directory: a run that gives a message both labels is
+    /// refused before anything is stored, the stacker is fitted on the
+    /// run's sample by inner cross-validation, and every message is learned
+    /// once. The folders are read twice: first to check and fit, then to
+    /// learn each message as its own transaction, so that other hosts
+    /// keep judging and learning while a large run is stored (one change
+    /// of all of it would hold Redis for seconds). A run interrupted while
+    /// storing leaves what it learned learned, each message whole (its step
+    /// of the online discriminative view included), and the stacker as it
+    /// was.
+    pub fn train(
+        &self,
+        job: &super::super::Training<'_>,
+        progress: &dyn Fn(super::super::Progress<'_>),
+    ) -> super::super::Result<super::super::Trained> {
+        use super::super::{Interrupted, Progress, Trained};
+        super::super::train::check_paths(job)?;
+        let mut run = super::super::Run::new();
+        let weighs = job.params.get().logistic;
+        let reading = super::super::train::read_folders(job, progress, &mut |m, id| {
+            if let Some((ex, key)) = run.take_in(&m, id) {
+                // Whether the store learns it (see `Run::offer`); asked
+                // only when the answer matters.
+                let learned = !weighs || self.store.label_of(&m.identity.digest)? != Some(m.label);
+                run.offer(key, m.label, ex, learned);
+            }
+            Ok(())
+        })?;
+        if reading.stopped {
+            return Ok(Trained::stopped(reading));
+        }
+        if !run.conflicts().is_empty() {
+            return Err(super::super::Error::Conflicting(run.conflicts().to_vec()));
+        }
+        let lookup = self.store.lookup(&[], &[])?;
+        let before = super::super::train::Before {
+            messages: lookup.totals.messages.iter().sum(),
+            params: match lookup.header.as_deref() {
+                Some(json) => Some(self.header_of(Some(json))?.params),
+                None => None,
+            },
+        };
+        let weights = super::super::train::weights_to_step(&self.store, job)?;
+        let (chosen, fitted, calibration) =
+            super::super::train::calibrate(&mut run, job, before, weights, progress);
+        // The step each message makes to the online discriminative view's
+        // weights (see `Run::calibrate`), added with the message, so that a
+        // run interrupted while storing leaves each message it stored whole.
+        let steps = std::mem::take(&mut run.steps);
+        let mut summary = TrainSummary {
+            duplicates: run.summary().duplicates,
+            ..TrainSummary::default()
+        };
+        // Storing finishes even when interrupted, as a directory's run
+        // does once it has read everything.
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let storing = super::super::Training {
+            ham: job.ham,
+            spam: job.spam,
+            options: job.options,
+            params: job.params,
+            select: job.select,
+            wait: job.wait,
+            interrupt: &never,
+        };
+        let quiet = |_: Progress<'_>| {};
+        super::super::train::read_folders(&storing, &quiet, &mut |m, _| {
+            let step = match steps.get(&key_of(&m.identity.digest)) {
+                Some(&quanta) => Step::By(quanta),
+                None => Step::None,
+            };
+            match self.change_label(&m.features, &m.identity, m.label, None, step)? {
+                Change::Learned(_) => summary.learned += 1,
+                Change::Relabelled(_) => summary.relearned += 1,
+                _ => summary.unchanged += 1,
+            }
+            Ok(())
+        })?;
+        summary.totals = self.messages()?;
+        // The model changed (there is no file to write: every host reads
+        // the counts as they are); a run that changed nothing leaves the
+        // stacker too.
+        summary.snapshot_written = summary.learned + summary.relearned > 0;
+        // The learns after this run refit on the scores its stacker was
+        // fitted on, and then on theirs.
+        if let (Some(f), true) = (fitted, summary.snapshot_written) {
+            let header = SharedHeader {
+                params: chosen,
+                calibrator: f.calibrator,
+                calibrated_on: f.messages,
+            };
+            self.set_header(&header, Some(&Prequential::after_training(f.samples)))?;
+        }
+        Ok(Trained {
+            read: reading.read,
+            skipped: reading.skipped,
+            unparsed: reading.unparsed,
+            no_model: super::super::missing_class(summary.totals),
+            summary,
+            calibration,
+            stored: run.len(),
+            interrupted: job
+                .interrupt
+                .load(std::sync::atomic::Ordering::SeqCst)
+                .then_some(Interrupted::AfterReading),
+        })
+    }
+}
