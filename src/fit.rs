@@ -567,11 +567,9 @@ pub fn step_through(
     weights: &mut logistic::Table,
     mut delta: Option<&mut Delta>,
 ) -> Stepped {
-    let mut order = members.to_vec();
-    order.sort_by_key(|&i| (mix(keys[i]), i));
     let mut own = logistic::Table::default();
     let mut out = Stepped::default();
-    for i in order {
+    for i in step_order(members, keys) {
         let ex = &data.examples[i];
         let z = own.learn(None, &ex.lr_buckets, ex.label, 1);
         out.inputs.insert(i, z);
@@ -582,6 +580,14 @@ pub fn step_through(
         }
     }
     out
+}
+
+/// The order [`step_through`] steps `members` in: by a hash of each one's
+/// key.
+fn step_order(members: &[usize], keys: &[u64]) -> Vec<usize> {
+    let mut order = members.to_vec();
+    order.sort_by_key(|&i| (mix(keys[i]), i));
+    order
 }
 
 /// [`select_and_calibrate`], and the samples the stacker was fitted on:
@@ -731,6 +737,28 @@ fn choose(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_view_is_stepped_with_the_classes_mixed_however_they_were_sampled() {
+        // A sample keeps each class's smallest keys: here every ham's key
+        // is below every spam's, as when a large class is sampled thinly.
+        let keys: Vec<u64> = (0..400u64)
+            .map(|i| if i < 200 { i } else { 1_000_000 + i })
+            .collect();
+        let members: Vec<usize> = (0..400).collect();
+        let order = step_order(&members, &keys);
+        assert_eq!(order.len(), 400);
+        let ham = |i: usize| i < 200;
+        let longest = order
+            .chunk_by(|&a, &b| ham(a) == ham(b))
+            .map(<[usize]>::len)
+            .max()
+            .unwrap();
+        assert!(longest <= 16, "{longest} of one class in a row");
+        // In each half of the order, each class has about its share.
+        let first_ham = order[..200].iter().filter(|&&i| ham(i)).count();
+        assert!((70..=130).contains(&first_ham), "{first_ham}");
+    }
 
     #[test]
     fn a_sample_keeps_the_smallest_keys_of_each_class_whatever_the_order() {
