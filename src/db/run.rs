@@ -250,7 +250,7 @@ impl Run {
     /// message, the classes mixed where the run read one and then the
     /// other), even when the run is too small to fit a stacker; the change
     /// is part of the run's delta, and each message's step is in
-    /// [`Run::steps`]. Returns the chosen parameters and the stacker with
+    /// `Run::steps`. Returns the chosen parameters and the stacker with
     /// what it was fitted on, or the given parameters and `None` when the
     /// run has fewer than `min` messages of either class.
     pub fn calibrate(
