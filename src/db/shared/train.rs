@@ -1,9 +1,11 @@
 //! A fleet's training run: [`SharedModel::train`].
 
 use super::*;
+use crate::db::train::{Before, calibrate, check_paths, read_folders, weights_to_step};
+use crate::db::{Interrupted, Progress, Run, Trained, Training, missing_class};
 
 impl SharedModel {
-    /// Trains the model on labelled folders, as [`super::super::Database::train`]
+    /// Trains the model on labelled folders, as [`crate::db::Database::train`]
     /// trains a directory: a run that gives a message both labels is
     /// refused before anything is stored, the stacker is fitted on the
     /// run's sample by inner cross-validation, and every message is learned
@@ -16,14 +18,13 @@ impl SharedModel {
     /// was.
     pub fn train(
         &self,
-        job: &super::super::Training<'_>,
-        progress: &dyn Fn(super::super::Progress<'_>),
-    ) -> super::super::Result<super::super::Trained> {
-        use super::super::{Interrupted, Progress, Trained};
-        super::super::train::check_paths(job)?;
-        let mut run = super::super::Run::new();
+        job: &Training<'_>,
+        progress: &dyn Fn(Progress<'_>),
+    ) -> crate::db::Result<Trained> {
+        check_paths(job)?;
+        let mut run = Run::new();
         let weighs = job.params.get().logistic;
-        let reading = super::super::train::read_folders(job, progress, &mut |m, id| {
+        let reading = read_folders(job, progress, &mut |m, id| {
             if let Some((ex, key)) = run.take_in(&m, id) {
                 // Whether the store learns it (see `Run::offer`); asked
                 // only when the answer matters.
@@ -36,19 +37,18 @@ impl SharedModel {
             return Ok(Trained::stopped(reading));
         }
         if !run.conflicts().is_empty() {
-            return Err(super::super::Error::Conflicting(run.conflicts().to_vec()));
+            return Err(crate::db::Error::Conflicting(run.conflicts().to_vec()));
         }
         let lookup = self.store.lookup(&[], &[])?;
-        let before = super::super::train::Before {
+        let before = Before {
             messages: lookup.totals.messages.iter().sum(),
             params: match lookup.header.as_deref() {
                 Some(json) => Some(self.header_of(Some(json))?.params),
                 None => None,
             },
         };
-        let weights = super::super::train::weights_to_step(&self.store, job)?;
-        let (chosen, fitted, calibration) =
-            super::super::train::calibrate(&mut run, job, before, weights, progress);
+        let weights = weights_to_step(&self.store, job)?;
+        let (chosen, fitted, calibration) = calibrate(&mut run, job, before, weights, progress);
         // The step each message makes to the online discriminative view's
         // weights (see `Run::calibrate`), added with the message, so that a
         // run interrupted while storing leaves each message it stored whole.
@@ -60,7 +60,7 @@ impl SharedModel {
         // Storing finishes even when interrupted, as a directory's run
         // does once it has read everything.
         let never = std::sync::atomic::AtomicBool::new(false);
-        let storing = super::super::Training {
+        let storing = Training {
             ham: job.ham,
             spam: job.spam,
             options: job.options,
@@ -70,7 +70,7 @@ impl SharedModel {
             interrupt: &never,
         };
         let quiet = |_: Progress<'_>| {};
-        super::super::train::read_folders(&storing, &quiet, &mut |m, _| {
+        read_folders(&storing, &quiet, &mut |m, _| {
             let step = match steps.get(&key_of(&m.identity.digest)) {
                 Some(&quanta) => Step::By(quanta),
                 None => Step::None,
@@ -101,7 +101,7 @@ impl SharedModel {
             read: reading.read,
             skipped: reading.skipped,
             unparsed: reading.unparsed,
-            no_model: super::super::missing_class(summary.totals),
+            no_model: missing_class(summary.totals),
             summary,
             calibration,
             stored: run.len(),
