@@ -3,9 +3,10 @@
 //! hashed to one of 2^[`BUCKET_BITS`] weights
 //! ([`crate::features::Features::lr_buckets`]), its weights updated by
 //! every message learned one at a time, in the order learned, and by a
-//! training run once through its calibration sample, in the order of the
-//! messages' keys (`crate::fit::Stepping`: a run reads one class and then
-//! the other, an order that ruins an online learner). Its score
+//! training run once through its calibration sample, in the order of a
+//! hash of each message's key ([`crate::fit::step_through`]: a run reads
+//! one class and then the other, an order that ruins an online learner).
+//! Its score
 //! is one more input of the stacker, beside the naive Bayes views and the
 //! metadata.
 //!
