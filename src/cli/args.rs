@@ -91,7 +91,8 @@ pub(super) enum Command {
     ///
     /// Exit status: 0 done, 1 done but some messages could not be read, 2
     /// failed (nothing half-written: the database keeps its old state or
-    /// gains the whole run), 130 interrupted.
+    /// gains the whole run), 130 interrupted, 75 a write to the count store
+    /// hung for ten minutes (it recovers on the next open, as after a kill).
     Train(TrainArgs),
     /// Learn a message (a file, or '-' for stdin) as spam or ham; each
     /// message of an mbox file (or of an mbox on stdin).

@@ -39,6 +39,7 @@ pub mod registry;
 pub mod samples;
 pub mod sled;
 pub mod snapshot;
+pub mod stall;
 #[cfg(test)]
 pub(crate) mod testkit;
 

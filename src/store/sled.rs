@@ -507,12 +507,18 @@ impl Store for SledStore {
     }
 
     fn flush(&mut self) -> Result<()> {
+        let _watch = super::stall::watch(self.write_named());
         self.db.flush().map_err(|e| self.sled_error(e))?;
         Ok(())
     }
 }
 
 impl SledStore {
+    /// A write to this store, as the line of a stalled one names it.
+    fn write_named(&self) -> String {
+        format!("a write to the count store {}", self.path.display())
+    }
+
     /// Every learned message (its registry key) with its label, in byte
     /// order of the key.
     pub(crate) fn for_each_message(&self, f: &mut dyn FnMut(RegistryKey, Label)) -> Result<()> {
@@ -610,6 +616,7 @@ impl SledStore {
         }
         // Counted again by each try of the transaction.
         let inexact = std::cell::Cell::new(0);
+        let _watch = super::stall::watch(self.write_named());
         let result = (&self.shards, &self.registry, &self.meta).transaction(|(t, r, m)| {
             let mut inexact_here = 0;
             let totals = m
