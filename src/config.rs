@@ -349,8 +349,10 @@ impl Config {
         if let Some(v) = overrides.logistic.or(m.logistic) {
             p.logistic = v;
         }
-        p.check()?;
         let pinned = min_strength.is_some() || bytes_min_strength.is_some();
+        // Values given are kept as given, at any size.
+        p.grows = !pinned && a.is_none() && b.is_none() && combine == "tempered";
+        p.check()?;
         Ok((
             p,
             Select {
@@ -666,6 +668,22 @@ mod tests {
         let (p, select) = c.params(&ModelConfig::default()).unwrap();
         assert_eq!(p.a, 0.5);
         assert_eq!(select, Select::NONE, "a and min_strength pinned");
+        assert!(!p.grows, "pinned values stay as given at any size");
+        let (young, _) = Config::parse("")
+            .unwrap()
+            .params(&ModelConfig::default())
+            .unwrap();
+        assert!(young.grows, "nothing pinned: a learning database grows");
+        for pin in [
+            "a = 0.1",
+            "b = 0.1",
+            "min_strength = 1.0",
+            "bytes_min_strength = 3.0",
+            "combine = \"sum\"",
+        ] {
+            let c = Config::parse(&format!("[model]\n{pin}\n")).unwrap();
+            assert!(!c.params(&ModelConfig::default()).unwrap().0.grows, "{pin}");
+        }
         assert_eq!(
             p.combine,
             Combine::Tempered {

@@ -650,12 +650,19 @@ fn choose(
     score: &mut dyn FnMut(&[ValidParams]) -> Vec<Vec<Scored>>,
     best: Best<'_>,
 ) -> Choice {
-    let mut chosen = settings.params;
+    // What is chosen is the database's from here on, whatever its size.
+    let settled = Params {
+        grows: false,
+        ..*settings.params.get()
+    }
+    .check()
+    .unwrap_or(settings.params);
+    let mut chosen = settled;
     let mut scored = None;
     if settings.select.prior {
         // The configured values first: a tie keeps them.
-        let given = *settings.params.get();
-        let mut priors = vec![settings.params];
+        let given = *settled.get();
+        let mut priors = vec![settled];
         priors.extend(
             PRIOR_GRID
                 .iter()

@@ -519,7 +519,7 @@ impl Classifier {
 
     /// The views, features and metadata behind a score, strongest first.
     pub fn explain(&self, features: &Features) -> Explanation {
-        let min_strength = |view: View| match self.header.params.combine_of(view) {
+        let min_strength = |view: View| match self.model.params().get().combine_of(view) {
             Combine::Tempered { min_strength, .. } => min_strength,
             _ => 0.0,
         };

@@ -64,7 +64,8 @@ pub struct Stats {
     /// bayesmail's ([`crate::vocab::TOKENIZER_VERSION`]), or an older one it reads until
     /// the model is compiled again.
     pub tokenizer_version: u32,
-    /// The model's parameters.
+    /// The model's parameters, as in force at its size
+    /// ([`Params::at_size`]).
     pub params: Params,
     /// Messages the stacker was fitted on.
     pub calibrated_on: usize,
@@ -159,7 +160,7 @@ impl Reader {
             model_written_by: h.version.clone(),
             store_format_version: crate::store::FORMAT_VERSION,
             tokenizer_version: classifier.tokenizer_version(),
-            params: h.params,
+            params: h.params.at_size(h.totals.messages),
             calibrated_on: h.calibrated_on,
             weights: crate::fit::Inputs::names()
                 .into_iter()

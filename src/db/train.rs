@@ -270,7 +270,8 @@ pub(crate) fn weights_to_step(
 /// too few of a class), and what became of the calibration. The
 /// pseudo-counts suit the size of the database: a run with fewer messages
 /// than the database held `before` it does not choose them, and keeps
-/// the database's own. `weights` (see [`weights_to_step`]) are stepped
+/// the database's own (all of them, still following its size, in a
+/// database that only learned: [`Params::grows`]). `weights` (see [`weights_to_step`]) are stepped
 /// through the sample ([`Run::calibrate`]).
 pub(crate) fn calibrate(
     run: &mut Run,
@@ -284,7 +285,24 @@ pub(crate) fn calibrate(
     }
     progress(Progress::Calibrating);
     let (mut select, mut params) = (job.select, job.params);
-    if select.prior && (run.len() as u64) < before.messages {
+    // A database that only learned, given a run smaller than itself,
+    // keeps following its size (`Params::grows`).
+    let kept_growing = before
+        .params
+        .filter(|kept| kept.grows && params.get().grows && (run.len() as u64) < before.messages);
+    let growing = kept_growing.is_some();
+    if let Some(kept) = kept_growing {
+        select.prior = false;
+        select.strength = false;
+        if let Ok(p) = (Params {
+            logistic: params.get().logistic,
+            ..kept
+        })
+        .check()
+        {
+            params = p;
+        }
+    } else if select.prior && (run.len() as u64) < before.messages {
         select.prior = false;
         if let Some(kept) = before.params
             && let Ok(p) = (Params {
@@ -304,6 +322,10 @@ pub(crate) fn calibrate(
         inputs: Default::default(),
     };
     let (chosen, fitted) = run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS, weights);
+    let chosen = Params {
+        grows: chosen.grows || growing,
+        ..chosen
+    };
     let calibration = match &fitted {
         Some(f) => Calibration::Fitted {
             messages: f.messages,

@@ -770,12 +770,13 @@ mod tests {
             wait: WAIT,
             interrupt: &stop,
         };
-        let database = crate::model::Params {
+        let settled = crate::model::Params {
             a: 0.3,
             b: 0.3,
+            grows: false,
             ..crate::model::Params::default()
         };
-        let chosen = |held: u64| {
+        let chosen = |held: u64, database: crate::model::Params| {
             let mut run = Run::new();
             for i in 0..80 {
                 let (text, label) = if i % 2 == 0 {
@@ -793,12 +794,22 @@ mod tests {
             };
             let (params, fitted, _) = calibrate(&mut run, &job, before, None, &|_| {});
             assert!(fitted.is_some());
-            (params.a, params.b)
+            params
         };
-        assert_eq!(chosen(81), (0.3, 0.3), "80 messages added to 81");
-        let (a, b) = chosen(80);
-        assert_eq!(a, b);
-        assert!(crate::fit::PRIOR_GRID.contains(&a), "{a}");
+        let kept = chosen(81, settled);
+        assert_eq!((kept.a, kept.b), (0.3, 0.3), "80 messages added to 81");
+        assert!(!kept.grows);
+        let fresh = chosen(80, settled);
+        assert_eq!(fresh.a, fresh.b);
+        assert!(crate::fit::PRIOR_GRID.contains(&fresh.a), "{}", fresh.a);
+        assert!(!fresh.grows, "chosen");
+        // A database that only learned keeps all of its own, still growing.
+        let learning = crate::model::Params {
+            grows: true,
+            ..settled
+        };
+        assert_eq!(chosen(81, learning), learning);
+        assert!(!chosen(80, learning).grows, "a run as large as it chooses");
     }
 
     #[test]

@@ -465,6 +465,8 @@ mod tests {
         let mut training = settings().training;
         let (chosen, _) = select_and_calibrate(&data, &counts, &members, &training);
         assert!(BYTES_STRENGTH_GRID.contains(&chosen.get().bytes_min_strength));
+        // Chosen: the database's from now on, whatever its size.
+        assert!(training.params.get().grows && !chosen.get().grows);
         training.select = crate::fit::Select::NONE;
         training.params = crate::model::Params {
             bytes_min_strength: 0.25,

@@ -54,6 +54,13 @@ pub struct Params {
     /// while it does (docs/experiments.md, "The online discriminative view
     /// over words", "A training run steps the view").
     pub logistic: bool,
+    /// Whether these are a database's that only learns, whose
+    /// pseudo-counts and word strength follow its size
+    /// ([`ValidParams::at_size`]). Training that chooses them, and a
+    /// configuration that pins any of them, clears it; a model written
+    /// without it keeps what it has.
+    #[serde(default)]
+    pub grows: bool,
 }
 
 impl Default for Params {
@@ -67,7 +74,33 @@ impl Default for Params {
             meta_clip: 3.0,
             bytes_min_strength: 3.0,
             logistic: true,
+            grows: true,
         }
+    }
+}
+
+/// Messages of the rarer class from which a database that only learns
+/// ([`Params::grows`]) scores with [`GROWN_PRIOR`] and
+/// [`GROWN_STRENGTH`]. The defaults suit a young database: its evidence
+/// rests on words seen a few times, and a smaller pseudo-count or a higher
+/// strength leaves it far less sure on mail unlike what it learned first
+/// (docs/experiments.md, "Pseudo-counts chosen by the user's mail"). A
+/// grown one has learned enough to weigh more words and only the stronger
+/// ones, as training chooses for a database of its size ("A learning
+/// database grows up").
+pub const GROWN_AT: u64 = 300;
+/// The Beta pseudo-counts (a = b) of a grown learning database.
+pub const GROWN_PRIOR: f64 = 0.05;
+/// The word views' tempered strength of a grown learning database (the
+/// byte view keeps its own).
+pub const GROWN_STRENGTH: f64 = 2.0;
+
+impl Params {
+    /// The hyperparameters in force at the size `messages` (`[ham,
+    /// spam]`): see [`ValidParams::at_size`]. Invalid ones are returned as
+    /// they are.
+    pub fn at_size(self, messages: [u64; 2]) -> Params {
+        self.check().map_or(self, |p| *p.at_size(messages).get())
     }
 }
 
@@ -144,6 +177,32 @@ impl ValidParams {
     /// The Beta prior.
     pub(crate) fn prior(&self) -> BetaPrior {
         self.prior
+    }
+
+    /// The hyperparameters a database that has learned `messages`
+    /// (`[ham, spam]`) scores with: these, or for one that only learns
+    /// ([`Params::grows`]) and has learned [`GROWN_AT`] of each class,
+    /// [`GROWN_PRIOR`] and [`GROWN_STRENGTH`] in their place.
+    pub fn at_size(self, messages: [u64; 2]) -> ValidParams {
+        let p = self.params;
+        match p.combine {
+            Combine::Tempered { power, .. }
+                if p.grows && messages[0].min(messages[1]) >= GROWN_AT =>
+            {
+                Params {
+                    a: GROWN_PRIOR,
+                    b: GROWN_PRIOR,
+                    combine: Combine::Tempered {
+                        min_strength: GROWN_STRENGTH,
+                        power,
+                    },
+                    ..p
+                }
+                .check()
+                .unwrap_or(self)
+            }
+            _ => self,
+        }
     }
 }
 
@@ -246,8 +305,11 @@ pub struct Model {
 impl Model {
     /// Builds the scoring state from learned totals. `absent_constant` is
     /// [`bernoulli::absent_constant`] over each view's vocabulary, needed
-    /// only by [`Combine::Textbook`] (pass zeros otherwise).
+    /// only by [`Combine::Textbook`] (pass zeros otherwise). The model
+    /// scores with `params` [at the size](ValidParams::at_size) of the
+    /// totals, and [`Model::params`] says so.
     pub fn new(params: ValidParams, totals: &Totals, absent_constant: [f64; VIEWS]) -> Model {
+        let params = params.at_size(totals.messages);
         Model {
             params,
             n: totals.messages,
@@ -525,6 +587,58 @@ mod tests {
         assert!((0.0..1e-300).contains(&sigmoid(-745.0)));
         assert!(sigmoid(f64::MAX).is_finite() && sigmoid(f64::MIN) == 0.0);
         assert!((sigmoid(2.0) + sigmoid(-2.0) - 1.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn a_learning_database_scores_as_a_grown_one_from_its_size_on() {
+        let young = ValidParams::default();
+        assert!(young.get().grows);
+        let grown = young.at_size([GROWN_AT + 50, GROWN_AT]);
+        let p = grown.get();
+        assert_eq!((p.a, p.b), (GROWN_PRIOR, GROWN_PRIOR));
+        assert_eq!(
+            p.combine_of(View::Body),
+            Combine::Tempered {
+                min_strength: GROWN_STRENGTH,
+                power: 1.0
+            }
+        );
+        assert_eq!(p.bytes_min_strength, young.get().bytes_min_strength);
+        assert_eq!(
+            grown.prior(),
+            BetaPrior::new(GROWN_PRIOR, GROWN_PRIOR).unwrap()
+        );
+        // One class short of it: still young.
+        assert_eq!(young.at_size([10_000, GROWN_AT - 1]), young);
+        // Chosen or pinned values stay what they are at any size.
+        let settled = Params {
+            grows: false,
+            ..Params::default()
+        }
+        .check()
+        .unwrap();
+        assert_eq!(settled.at_size([10_000, 10_000]), settled);
+        // A model scores with the values in force at its totals' size.
+        let totals = Totals {
+            messages: [GROWN_AT, GROWN_AT],
+            ..Totals::default()
+        };
+        assert_eq!(Model::new(young, &totals, [0.0; VIEWS]).params(), &grown);
+    }
+
+    #[test]
+    fn parameters_written_before_a_database_could_grow_stay_as_they_were() {
+        let mut json = serde_json::to_value(Params::default()).unwrap();
+        json.as_object_mut().unwrap().remove("grows");
+        let read: Params = serde_json::from_value(json).unwrap();
+        assert!(!read.grows);
+        assert_eq!(
+            read,
+            Params {
+                grows: false,
+                ..Params::default()
+            }
+        );
     }
 
     #[test]

@@ -86,7 +86,8 @@ pub struct SharedStats {
     pub memory_per_message: Option<f64>,
     /// Changes applied so far.
     pub changes: u64,
-    /// Hyperparameters.
+    /// Hyperparameters, as in force at the counts' size
+    /// ([`Params::at_size`]).
     pub params: Params,
     /// Messages the stacker was fitted on (0: not fitted).
     pub calibrated_on: usize,
@@ -688,7 +689,7 @@ impl SharedModel {
             memory_parts,
             memory_per_message: (learned > 0).then(|| memory_bytes as f64 / learned as f64),
             changes: lookup.generation,
-            params: header.params,
+            params: header.params.at_size(lookup.totals.messages),
             calibrated_on: header.calibrated_on,
             weights: crate::fit::Inputs::names()
                 .into_iter()
