@@ -449,6 +449,17 @@ impl<T> Sample<T> {
         }
     }
 
+    /// Changes each kept item in place (its key and class stay).
+    pub(crate) fn for_each_kept(&mut self, mut f: impl FnMut(&mut T)) {
+        for heap in &mut self.kept {
+            let mut items = std::mem::take(heap).into_vec();
+            for Keyed(_, _, item) in &mut items {
+                f(item);
+            }
+            *heap = items.into();
+        }
+    }
+
     /// How many items of each class were offered, `[ham, spam]`.
     pub(crate) fn offered(&self) -> [usize; 2] {
         self.offered

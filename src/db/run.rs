@@ -132,8 +132,7 @@ impl Run {
         self.labels.insert(digest, m.label);
         let ex = self.intern(&m.features, m.label);
         self.counts.add(&ex, 1);
-        let key = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
-        Some((ex, key))
+        Some((ex, key_of(&digest)))
     }
 
     /// Offers an example taken in to the calibration sample; `learned`:
@@ -142,6 +141,41 @@ impl Run {
     /// the online discriminative view with it.
     pub(crate) fn offer(&mut self, key: u64, label: Label, ex: Example, learned: bool) {
         self.sample.offer(key, label, (key, ex, learned));
+    }
+
+    /// Marks as not learned each sampled message that `holds` (asked once
+    /// per sampled message, with its digest and label) says the store
+    /// already holds under that label: for a store where asking costs a
+    /// round trip, after reading, only for the messages the sample kept.
+    pub(crate) fn settle_learned<E>(
+        &mut self,
+        mut holds: impl FnMut(&Digest, Label) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<(), E> {
+        let mut sampled = std::collections::HashSet::new();
+        self.sample.for_each_kept(|(key, _, _)| {
+            sampled.insert(*key);
+        });
+        let mut held = std::collections::HashSet::new();
+        for (digest, &label) in &self.labels {
+            let key = key_of(digest);
+            if sampled.contains(&key) && holds(digest, label)? {
+                held.insert(key);
+            }
+        }
+        self.sample.for_each_kept(|(key, _, learned)| {
+            if held.contains(key) {
+                *learned = false;
+            }
+        });
+        Ok(())
+    }
+
+    /// The keys of the sampled messages.
+    #[cfg(test)]
+    fn sample_keys(&mut self) -> Vec<u64> {
+        let mut keys = Vec::new();
+        self.sample.for_each_kept(|(key, _, _)| keys.push(*key));
+        keys
     }
 
     /// Distinct messages the run holds (duplicates and conflicts aside).
@@ -381,5 +415,60 @@ impl Run {
         );
         rest.registry = registry;
         Ok((rest, summary))
+    }
+}
+
+/// A message's sampling key: the start of its digest.
+fn key_of(digest: &Digest) -> u64 {
+    u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::Extractor;
+    use crate::message::Identity;
+
+    fn labelled(text: &str, label: Label) -> Labelled {
+        let raw = format!("Subject: {text}\n\n{text} body\n");
+        Labelled {
+            features: Extractor::new().extract(raw.as_bytes()).unwrap(),
+            identity: Identity::of(raw.as_bytes()),
+            label,
+        }
+    }
+
+    #[test]
+    fn only_sampled_messages_are_asked_about_and_those_held_do_not_learn() {
+        let mut run = Run::with_sample(2);
+        let mut digests = Vec::new();
+        for i in 0..6 {
+            let label = if i % 2 == 0 { Label::Spam } else { Label::Ham };
+            let m = labelled(&format!("message {i}"), label);
+            let (ex, key) = run.take_in(&m, "x").unwrap();
+            run.offer(key, label, ex, true);
+            digests.push(m.identity.digest);
+        }
+        let sampled = run.sample_keys();
+        let held = *digests
+            .iter()
+            .find(|d| sampled.contains(&key_of(d)))
+            .unwrap();
+        let mut asked = Vec::new();
+        run.settle_learned(|digest, _| {
+            asked.push(*digest);
+            Ok::<_, ()>(*digest == held)
+        })
+        .unwrap();
+        // Two of each class kept, each asked about once, no other.
+        assert_eq!(asked.len(), 4, "{asked:?}");
+        assert!(asked.iter().all(|d| sampled.contains(&key_of(d))));
+        let mut kept = Vec::new();
+        run.sample
+            .for_each_kept(|(key, _, learned)| kept.push((*key, *learned)));
+        assert_eq!(kept.len(), 4);
+        for (key, learned) in kept {
+            assert_eq!(learned, key != key_of(&held), "{key}");
+        }
     }
 }

@@ -26,10 +26,9 @@ impl SharedModel {
         let weighs = job.params.get().logistic;
         let reading = read_folders(job, progress, &mut |m, id| {
             if let Some((ex, key)) = run.take_in(&m, id) {
-                // Whether the store learns it (see `Run::offer`); asked
-                // only when the answer matters.
-                let learned = !weighs || self.store.label_of(&m.identity.digest)? != Some(m.label);
-                run.offer(key, m.label, ex, learned);
+                // Whether the store learns it (see `Run::offer`) is
+                // asked below, for the sampled messages only.
+                run.offer(key, m.label, ex, true);
             }
             Ok(())
         })?;
@@ -38,6 +37,11 @@ impl SharedModel {
         }
         if !run.conflicts().is_empty() {
             return Err(crate::db::Error::Conflicting(run.conflicts().to_vec()));
+        }
+        if weighs {
+            run.settle_learned(|digest, label| {
+                Ok::<_, crate::db::Error>(self.store.label_of(digest)? == Some(label))
+            })?;
         }
         let lookup = self.store.lookup(&[], &[])?;
         let before = Before {
