@@ -91,7 +91,7 @@ pub(super) enum Command {
     ///
     /// Exit status: 0 done, 1 done but some messages could not be read, 2
     /// failed (nothing half-written: the database keeps its old state or
-    /// gains the whole run), 130 interrupted, 75 a write to the count store
+    /// gains the whole run), 130 interrupted, 75 a call to the count store
     /// hung for ten minutes (it recovers on the next open, as after a kill).
     Train(TrainArgs),
     /// Learn a message (a file, or '-' for stdin) as spam or ham; each
@@ -110,7 +110,8 @@ pub(super) enum Command {
     /// removed; every other count stays exactly as it was, and so do the
     /// message counts and the registry. The byte view's buckets are a fixed
     /// table and are never pruned. The model is rewritten. Exit status: 0
-    /// done, 2 failed (nothing changed).
+    /// done, 2 failed (nothing changed), 75 a call to the count store hung
+    /// for ten minutes (it recovers on the next open, as after a kill).
     Prune(PruneArgs),
     /// Classify messages: verdict, calibrated P(spam) and model log-odds.
     ///

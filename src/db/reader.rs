@@ -33,7 +33,8 @@ use crate::vocab::{VIEWS, View};
 pub struct ModelHeader {
     /// The bayesmail version that wrote it.
     pub version: String,
-    /// Hyperparameters in force (the strength chosen at training time).
+    /// Hyperparameters as stored (the strength chosen at training time); a
+    /// model scores with them at its size ([`Params::at_size`]).
     pub params: Params,
     /// Message counts and metadata statistics.
     pub totals: Totals,

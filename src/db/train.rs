@@ -242,8 +242,8 @@ pub(crate) fn read_folders(
 /// What a database holds before a training run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Before {
-    /// Messages learned, both classes.
-    pub messages: u64,
+    /// Messages learned, `[ham, spam]`.
+    pub totals: [u64; 2],
     /// Its model's parameters (None: no model yet).
     pub params: Option<Params>,
 }
@@ -285,29 +285,36 @@ pub(crate) fn calibrate(
     }
     progress(Progress::Calibrating);
     let (mut select, mut params) = (job.select, job.params);
+    let smaller = (run.len() as u64) < before.totals.iter().sum::<u64>();
+    // The database's values as it scores with them now, at its size.
+    let in_force = before.params.map(|kept| kept.at_size(before.totals));
     // A database that only learned, given a run smaller than itself,
-    // keeps following its size (`Params::grows`).
-    let kept_growing = before
+    // keeps following its size (`Params::grows`): the stacker is fitted
+    // for the values in force, and it keeps its own.
+    let growing = before
         .params
-        .filter(|kept| kept.grows && params.get().grows && (run.len() as u64) < before.messages);
-    let growing = kept_growing.is_some();
-    if let Some(kept) = kept_growing {
+        .filter(|kept| kept.grows && params.get().grows && smaller);
+    if let (Some(_), Some(now)) = (growing, in_force) {
         select.prior = false;
         select.strength = false;
         if let Ok(p) = (Params {
-            logistic: params.get().logistic,
-            ..kept
+            a: now.a,
+            b: now.b,
+            combine: now.combine,
+            bytes_min_strength: now.bytes_min_strength,
+            grows: false,
+            ..*params.get()
         })
         .check()
         {
             params = p;
         }
-    } else if select.prior && (run.len() as u64) < before.messages {
+    } else if select.prior && smaller {
         select.prior = false;
-        if let Some(kept) = before.params
+        if let Some(now) = in_force
             && let Ok(p) = (Params {
-                a: kept.a,
-                b: kept.b,
+                a: now.a,
+                b: now.b,
                 ..*params.get()
             })
             .check()
@@ -321,17 +328,24 @@ pub(crate) fn calibrate(
         inner_folds: DEFAULT_INNER_FOLDS,
         inputs: Default::default(),
     };
-    let (chosen, fitted) = run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS, weights);
-    let chosen = Params {
-        grows: chosen.grows || growing,
-        ..chosen
-    };
+    let (fitted_for, fitted) = run.calibrate(&settings, MIN_CALIBRATION_PER_CLASS, weights);
     let calibration = match &fitted {
         Some(f) => Calibration::Fitted {
             messages: f.messages,
-            params: chosen,
+            params: fitted_for,
         },
         None => Calibration::TooFew,
+    };
+    let chosen = match growing {
+        Some(kept) => Params {
+            a: kept.a,
+            b: kept.b,
+            combine: kept.combine,
+            bytes_min_strength: kept.bytes_min_strength,
+            grows: true,
+            ..fitted_for
+        },
+        None => fitted_for,
     };
     (chosen, fitted, calibration)
 }
@@ -391,10 +405,7 @@ impl Database {
         // Everything after reading is short and finishes even when
         // interrupted.
         let before = Before {
-            messages: crate::store::Store::totals(trainer.store())?
-                .messages
-                .iter()
-                .sum(),
+            totals: crate::store::Store::totals(trainer.store())?.messages,
             params: trainer.current_header().map(|h| h.params),
         };
         let weights = weights_to_step(trainer.store(), job)?;

@@ -123,9 +123,12 @@ fn aside(path: &std::path::Path) -> std::path::PathBuf {
 /// The write side: holds the sled store's lock for as long as it lives.
 pub struct Trainer {
     paths: DbPaths,
+    /// Closed before the lock is let go (fields drop in this order): a
+    /// closing that hangs keeps the lock until the process ends
+    /// ([`crate::store::stall`]), never sled's own lock without ours.
+    store: SledStore,
     /// Held for the writer's life: see [`WriterLock`].
     _lock: WriterLock,
-    store: SledStore,
     /// Whether the registry file is gone (it must be before the store
     /// changes).
     registry_removed: bool,
@@ -776,7 +779,7 @@ mod tests {
             grows: false,
             ..crate::model::Params::default()
         };
-        let chosen = |held: u64, database: crate::model::Params| {
+        let run_with = |job: &Training<'_>, held: [u64; 2], database: crate::model::Params| {
             let mut run = Run::new();
             for i in 0..80 {
                 let (text, label) = if i % 2 == 0 {
@@ -789,17 +792,24 @@ mod tests {
                     .unwrap();
             }
             let before = Before {
-                messages: held,
+                totals: held,
                 params: Some(database),
             };
-            let (params, fitted, _) = calibrate(&mut run, &job, before, None, &|_| {});
+            let (params, fitted, calibration) = calibrate(&mut run, job, before, None, &|_| {});
             assert!(fitted.is_some());
-            params
+            let crate::db::Calibration::Fitted {
+                params: fitted_for, ..
+            } = calibration
+            else {
+                panic!("{calibration:?}");
+            };
+            (params, fitted_for)
         };
-        let kept = chosen(81, settled);
+        let chosen = |held, database| run_with(&job, held, database).0;
+        let kept = chosen([41, 40], settled);
         assert_eq!((kept.a, kept.b), (0.3, 0.3), "80 messages added to 81");
         assert!(!kept.grows);
-        let fresh = chosen(80, settled);
+        let fresh = chosen([40, 40], settled);
         assert_eq!(fresh.a, fresh.b);
         assert!(crate::fit::PRIOR_GRID.contains(&fresh.a), "{}", fresh.a);
         assert!(!fresh.grows, "chosen");
@@ -808,8 +818,48 @@ mod tests {
             grows: true,
             ..settled
         };
-        assert_eq!(chosen(81, learning), learning);
-        assert!(!chosen(80, learning).grows, "a run as large as it chooses");
+        assert_eq!(chosen([41, 40], learning), learning);
+        assert!(
+            !chosen([40, 40], learning).grows,
+            "a run as large as it chooses"
+        );
+        // Grown, it keeps its own too, and the stacker is fitted for the
+        // values it scores with.
+        use crate::model::{GROWN_AT, GROWN_PRIOR, GROWN_STRENGTH};
+        let grown = [GROWN_AT, GROWN_AT];
+        let (stored, fitted_for) = run_with(&job, grown, learning);
+        assert_eq!(stored, learning);
+        assert_eq!((fitted_for.a, fitted_for.b), (GROWN_PRIOR, GROWN_PRIOR));
+        assert_eq!(
+            fitted_for.combine,
+            Combine::Tempered {
+                min_strength: GROWN_STRENGTH,
+                power: 1.0
+            }
+        );
+        // With a strength pinned, the pseudo-counts kept are those it
+        // scored with.
+        let pinned = crate::model::Params {
+            combine: Combine::Tempered {
+                min_strength: 1.5,
+                power: 1.0,
+            },
+            grows: false,
+            ..crate::model::Params::default()
+        };
+        let job = Training {
+            params: pinned.check().unwrap(),
+            select: crate::fit::Select {
+                prior: true,
+                strength: false,
+            },
+            ..job
+        };
+        let (stored, _) = run_with(&job, grown, learning);
+        assert_eq!(
+            (stored.a, stored.b, stored.grows),
+            (GROWN_PRIOR, GROWN_PRIOR, false)
+        );
     }
 
     #[test]

@@ -142,7 +142,9 @@ pub(crate) fn cross_validate(
 /// `learn` follows ([`Prequential::observe`]). A message seen before
 /// (`digests`, its identity) is judged again but learned as `learn` learns
 /// it: not again under the same label, moved under the other one. The
-/// hyperparameters stay those given, as `learn` keeps them. The textbook
+/// hyperparameters are those given, at the size of the counts each
+/// message is judged with ([`crate::model::ValidParams::at_size`]), as
+/// `learn`'s are. The textbook
 /// combination needs a pass over the vocabulary per message, so it is
 /// rejected here.
 ///

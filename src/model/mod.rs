@@ -58,9 +58,15 @@ pub struct Params {
     /// pseudo-counts and word strength follow its size
     /// ([`ValidParams::at_size`]). Training that chooses them, and a
     /// configuration that pins any of them, clears it; a model written
-    /// without it keeps what it has.
-    #[serde(default)]
+    /// without it keeps what it has (and one that does not grow is
+    /// written without it, as before).
+    #[serde(default, skip_serializing_if = "is_false")]
     pub grows: bool,
+}
+
+/// For serde: a field left out when false.
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 impl Default for Params {

@@ -41,6 +41,7 @@
 //! the `tokens` tree, so a conversion killed at any point is redone or
 //! finished by the next open.
 
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -84,14 +85,32 @@ pub struct StoreIdentity {
 }
 
 /// The counts in a sled database. See the [module docs](self) for the layout.
+///
+/// sled's handles are dropped by hand ([`Drop`]), so that closing the
+/// store (sled flushes and waits for its threads) is watched as every
+/// other call is ([`super::stall`]).
 pub struct SledStore {
     path: PathBuf,
-    db: Db,
+    db: ManuallyDrop<Db>,
     /// The day changes are stamped with, if not today (tests).
     today: Option<u32>,
-    shards: Tree,
-    registry: Tree,
-    meta: Tree,
+    shards: ManuallyDrop<Tree>,
+    registry: ManuallyDrop<Tree>,
+    meta: ManuallyDrop<Tree>,
+}
+
+impl Drop for SledStore {
+    fn drop(&mut self) {
+        let _watch = self.watched();
+        // SAFETY: each handle is dropped once, here, and never used again:
+        // the store is being dropped.
+        unsafe {
+            ManuallyDrop::drop(&mut self.shards);
+            ManuallyDrop::drop(&mut self.registry);
+            ManuallyDrop::drop(&mut self.meta);
+            ManuallyDrop::drop(&mut self.db);
+        }
+    }
 }
 
 impl std::fmt::Debug for SledStore {
@@ -114,11 +133,15 @@ impl SledStore {
     pub fn open(path: &Path, wait: Duration) -> Result<SledStore> {
         check_files(path)?;
         let start = Instant::now();
+        let watched = || super::stall::watch(call_named(path));
         let db = loop {
-            let opened = ::sled::Config::new()
-                .path(path)
-                .cache_capacity(CACHE_BYTES)
-                .open();
+            let opened = {
+                let _watch = watched();
+                ::sled::Config::new()
+                    .path(path)
+                    .cache_capacity(CACHE_BYTES)
+                    .open()
+            };
             match opened {
                 Ok(db) => break db,
                 Err(e) if is_lock_error(&e) => {
@@ -134,14 +157,15 @@ impl SledStore {
                 Err(e) => return Err(sled_error(path, e)),
             }
         };
+        let _watch = watched();
         let err = |e| sled_error(path, e);
         let store = SledStore {
             path: path.to_owned(),
-            shards: db.open_tree("shards").map_err(err)?,
+            shards: ManuallyDrop::new(db.open_tree("shards").map_err(err)?),
             today: None,
-            registry: db.open_tree("messages").map_err(err)?,
-            meta: db.open_tree("meta").map_err(err)?,
-            db,
+            registry: ManuallyDrop::new(db.open_tree("messages").map_err(err)?),
+            meta: ManuallyDrop::new(db.open_tree("meta").map_err(err)?),
+            db: ManuallyDrop::new(db),
         };
         store.check_or_init()?;
         Ok(store)
@@ -310,6 +334,7 @@ impl SledStore {
 
     /// The store's id and generation.
     pub fn identity(&self) -> Result<StoreIdentity> {
+        let _watch = self.watched();
         let get = |key| self.meta.get(key).map_err(|e| self.sled_error(e));
         let id = get(STORE_ID_KEY)?
             .filter(|id| id.len() == 16)
@@ -351,6 +376,7 @@ impl SledStore {
     /// version's once anything was written, an older readable one
     /// ([`crate::vocab::OLDEST_READABLE_TOKENIZER`]) until then.
     pub fn tokenizer_version(&self) -> Result<u32> {
+        let _watch = self.watched();
         let bytes = self
             .meta
             .get(TOKENIZER_KEY)
@@ -405,12 +431,14 @@ impl SledStore {
 
 impl Store for SledStore {
     fn totals(&self) -> Result<Totals> {
+        let _watch = self.watched();
         let bytes = self.meta.get(TOTALS_KEY).map_err(|e| self.sled_error(e))?;
         let bytes = bytes.ok_or_else(|| self.corrupt("no totals record"))?;
         decode_totals(&bytes).map_err(|e| e.into_error(&self.path))
     }
 
     fn token(&self, feature: Feature<'_>) -> Result<TokenCounts> {
+        let _watch = self.watched();
         let token = match feature {
             Feature::Word(word) => word,
             Feature::Gram(_) | Feature::Weight(_) => {
@@ -435,6 +463,7 @@ impl Store for SledStore {
     }
 
     fn label_of(&self, digest: &Digest) -> Result<Option<Label>> {
+        let _watch = self.watched();
         let shard = registry_shard_of(digest);
         let Some(v) = self
             .registry
@@ -454,14 +483,17 @@ impl Store for SledStore {
     }
 
     fn token_count(&self) -> Result<u64> {
+        let _watch = self.watched();
         Ok(self.sizes()?[0])
     }
 
     fn registry_len(&self) -> Result<u64> {
+        let _watch = self.watched();
         Ok(self.sizes()?[1])
     }
 
     fn for_each_token(&self, f: &mut dyn FnMut(Feature<'_>, TokenCounts)) -> Result<()> {
+        let _watch = self.watched();
         // Shards hold words by hash: the promised byte order needs them all.
         let mut words = Vec::new();
         for shard in 0..packed::SHARDS {
@@ -485,6 +517,7 @@ impl Store for SledStore {
     }
 
     fn weights(&self) -> Result<Vec<(u32, TokenCounts)>> {
+        let _watch = self.watched();
         // The gram blocks past the byte view's.
         let first = (1usize << BUCKET_BITS) / packed::GRAM_BLOCK;
         let blocks = (2usize << BUCKET_BITS).div_ceil(packed::GRAM_BLOCK);
@@ -507,21 +540,23 @@ impl Store for SledStore {
     }
 
     fn flush(&mut self) -> Result<()> {
-        let _watch = super::stall::watch(self.write_named());
+        let _watch = self.watched();
         self.db.flush().map_err(|e| self.sled_error(e))?;
         Ok(())
     }
 }
 
 impl SledStore {
-    /// A write to this store, as the line of a stalled one names it.
-    fn write_named(&self) -> String {
-        format!("a write to the count store {}", self.path.display())
+    /// Watches a call into this store until the guard is dropped
+    /// ([`super::stall`]).
+    fn watched(&self) -> super::stall::Watch {
+        super::stall::watch(call_named(&self.path))
     }
 
     /// Every learned message (its registry key) with its label, in byte
     /// order of the key.
     pub(crate) fn for_each_message(&self, f: &mut dyn FnMut(RegistryKey, Label)) -> Result<()> {
+        let _watch = self.watched();
         for entry in self.registry.iter() {
             let (key, value) = entry.map_err(|e| self.sled_error(e))?;
             let shard = key
@@ -552,6 +587,7 @@ impl SledStore {
     /// `before` (days since 1970): rare and old. The byte view's buckets
     /// are a fixed table and are never pruned.
     pub fn rare_and_old(&self, max_count: u64, before: u32) -> Result<Delta> {
+        let _watch = self.watched();
         let mut delta = Delta::default();
         for shard in 0..packed::SHARDS {
             for (token, c, day) in self.shard(shard as u16)? {
@@ -616,8 +652,9 @@ impl SledStore {
         }
         // Counted again by each try of the transaction.
         let inexact = std::cell::Cell::new(0);
-        let _watch = super::stall::watch(self.write_named());
-        let result = (&self.shards, &self.registry, &self.meta).transaction(|(t, r, m)| {
+        let _watch = self.watched();
+        let trees: (&Tree, &Tree, &Tree) = (&self.shards, &self.registry, &self.meta);
+        let result = trees.transaction(|(t, r, m)| {
             let mut inexact_here = 0;
             let totals = m
                 .get(TOTALS_KEY)?
@@ -784,6 +821,11 @@ fn check_files(path: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A call into the store at `path`, as the line of a stalled one names it.
+fn call_named(path: &Path) -> String {
+    format!("a call to the count store {}", path.display())
 }
 
 fn sled_error(path: &Path, e: ::sled::Error) -> Error {

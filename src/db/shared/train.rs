@@ -45,9 +45,12 @@ impl SharedModel {
         }
         let lookup = self.store.lookup(&[], &[])?;
         let before = Before {
-            messages: lookup.totals.messages.iter().sum(),
+            totals: lookup.totals.messages,
+            // Without a header yet, a fleet that learned scores with the
+            // default one's.
             params: match lookup.header.as_deref() {
                 Some(json) => Some(self.header_of(Some(json))?.params),
+                None if lookup.totals.messages != [0, 0] => Some(SharedHeader::default().params),
                 None => None,
             },
         };
