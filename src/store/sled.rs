@@ -655,6 +655,14 @@ impl SledStore {
         let _watch = self.watched();
         let trees: (&Tree, &Tree, &Tree) = (&self.shards, &self.registry, &self.meta);
         let result = trees.transaction(|(t, r, m)| {
+            // Debug builds can be told to hang here, as sled's deadlock
+            // does, so the tests can show what becomes of such a write.
+            #[cfg(debug_assertions)]
+            if std::env::var_os("BAYESMAIL_TEST_HANG").is_some_and(|v| v == "store-write") {
+                loop {
+                    thread::sleep(Duration::from_secs(3600));
+                }
+            }
             let mut inexact_here = 0;
             let totals = m
                 .get(TOTALS_KEY)?

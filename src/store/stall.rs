@@ -194,15 +194,30 @@ impl Drop for Watch {
     }
 }
 
+/// [`STALL_LIMIT`] and [`STALL_GRACE`]; debug builds can be given both
+/// (`BAYESMAIL_TEST_STALL_MS`), so that the tests can show a stalled call
+/// ending the process.
+fn limits() -> (Duration, Duration) {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("BAYESMAIL_TEST_STALL_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return (Duration::from_millis(ms), Duration::from_millis(ms));
+    }
+    (STALL_LIMIT, STALL_GRACE)
+}
+
 /// Watches one call into the count store, described by `what` (which
 /// names the store), until the guard is dropped: see the
 /// [module docs](self).
 pub(crate) fn watch(what: impl Into<String>) -> Watch {
     static DOG: OnceLock<Arc<Watchdog>> = OnceLock::new();
     DOG.get_or_init(|| {
+        let (limit, grace) = limits();
         Watchdog::start(
-            STALL_LIMIT,
-            STALL_GRACE,
+            limit,
+            grace,
             Box::new(|report| match report {
                 Report::Unwatched(line) => {
                     let _ = writeln!(std::io::stderr(), "bayesmail: {line}");

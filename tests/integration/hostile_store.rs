@@ -594,3 +594,64 @@ fn a_full_disk_is_reported_in_words_on_one_line() {
     assert_exit(&out, 2, &["classify", "> /dev/full"]);
     assert_eq!(stderr(&out), "bayesmail: no space left on device\n");
 }
+
+/// A write to the count store that never returns (as in sled's deadlock,
+/// made here by a debug build's hook inside the transaction) ends the
+/// process with exit 75 and one line naming the store, instead of holding
+/// the writers' lock for good; the store opens afterwards with the counts
+/// it had, and the same run then stores whole.
+#[test]
+fn a_write_to_the_store_that_hangs_ends_the_process_and_frees_the_database() {
+    let db = Db::new();
+    db.train_sample();
+    let before = db.counts();
+    let (ham, spam) = (db.path("ham"), db.path("spam"));
+    for (i, folder) in [&ham, &spam].into_iter().enumerate() {
+        fs::create_dir(folder).unwrap();
+        for n in 0..5 {
+            fs::write(folder.join(format!("{n}.eml")), unseen(10 * i + n, "hang")).unwrap();
+        }
+    }
+    // Not waiting for the lock: it must be free the moment the process
+    // has ended.
+    let run = [
+        "train",
+        "--wait",
+        "0",
+        "--spam",
+        utf8(&spam),
+        "--ham",
+        utf8(&ham),
+    ];
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args())
+        .args(run)
+        .env("BAYESMAIL_TEST_HANG", "store-write")
+        .env("BAYESMAIL_TEST_STALL_MS", "300");
+    let (mut child, writer) = spawn_with_stdin(cmd, b"");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("the hung write did not end the process");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let _ = writer.join().unwrap();
+    assert_exit(&out, 75, &["train with a hung store write"]);
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("count store")
+            && err.contains(utf8(&db.dir()))
+            && err.contains("has not returned"),
+        "{err}"
+    );
+    assert_eq!(db.counts(), before, "the run was not stored");
+    // The store opens at once, and the same run then stores whole.
+    let out = run_bounded(&db, &run, b"");
+    assert_exit(&out, 0, &["the same run again"]);
+    assert_eq!(db.counts(), [before[0] + 5, before[1] + 5]);
+}
