@@ -286,8 +286,11 @@ pub(crate) fn calibrate(
     progress(Progress::Calibrating);
     let (mut select, mut params) = (job.select, job.params);
     let smaller = (run.len() as u64) < before.totals.iter().sum::<u64>();
-    // The database's values as it scores with them now, at its size.
-    let in_force = before.params.map(|kept| kept.at_size(before.totals));
+    // The database's values as it will score with them, at its size after
+    // the run (at most its size and the run's).
+    let [ham, spam] = run.sample.offered().map(|n| n as u64);
+    let after = [before.totals[0] + ham, before.totals[1] + spam];
+    let in_force = before.params.map(|kept| kept.at_size(after));
     // A database that only learned, given a run smaller than itself,
     // keeps following its size (`Params::grows`): the stacker is fitted
     // for the values in force, and it keeps its own.

@@ -837,8 +837,11 @@ mod tests {
                 power: 1.0
             }
         );
+        // So is one the run makes grown.
+        let (_, fitted_for) = run_with(&job, [GROWN_AT - 10, GROWN_AT - 10], learning);
+        assert_eq!((fitted_for.a, fitted_for.b), (GROWN_PRIOR, GROWN_PRIOR));
         // With a strength pinned, the pseudo-counts kept are those it
-        // scored with.
+        // scores with.
         let pinned = crate::model::Params {
             combine: Combine::Tempered {
                 min_strength: 1.5,

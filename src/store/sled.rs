@@ -158,13 +158,22 @@ impl SledStore {
             }
         };
         let _watch = watched();
+        // Dropped, on an error below, while watched.
+        let db = db;
         let err = |e| sled_error(path, e);
+        // Plain handles until the store owns them: one opened before an
+        // error is closed, not leaked with sled's file lock.
+        let (shards, registry, meta) = (
+            db.open_tree("shards").map_err(err)?,
+            db.open_tree("messages").map_err(err)?,
+            db.open_tree("meta").map_err(err)?,
+        );
         let store = SledStore {
             path: path.to_owned(),
-            shards: ManuallyDrop::new(db.open_tree("shards").map_err(err)?),
+            shards: ManuallyDrop::new(shards),
             today: None,
-            registry: ManuallyDrop::new(db.open_tree("messages").map_err(err)?),
-            meta: ManuallyDrop::new(db.open_tree("meta").map_err(err)?),
+            registry: ManuallyDrop::new(registry),
+            meta: ManuallyDrop::new(meta),
             db: ManuallyDrop::new(db),
         };
         store.check_or_init()?;
@@ -659,6 +668,7 @@ impl SledStore {
             // does, so the tests can show what becomes of such a write.
             #[cfg(debug_assertions)]
             if std::env::var_os("BAYESMAIL_TEST_HANG").is_some_and(|v| v == "store-write") {
+                let _ = std::fs::write(path.with_extension("test-hang-reached"), b"");
                 loop {
                     thread::sleep(Duration::from_secs(3600));
                 }

@@ -58,6 +58,7 @@ struct Deadline {
     at: Instant,
     overdue: bool,
     what: String,
+    since: Instant,
 }
 
 /// Deadlines of the calls being watched, by a number of their own.
@@ -112,9 +113,16 @@ impl Watchdog {
         let mut armed = lock(&self.armed);
         let id = armed.next;
         armed.next += 1;
-        let at = Instant::now() + self.limit;
+        let since = Instant::now();
+        let at = since + self.limit;
         let overdue = false;
-        armed.deadlines.insert(id, Deadline { at, overdue, what });
+        let deadline = Deadline {
+            at,
+            overdue,
+            what,
+            since,
+        };
+        armed.deadlines.insert(id, deadline);
         let wake = armed.sleeps_until.is_none_or(|until| until > at);
         drop(armed);
         if wake {
@@ -139,7 +147,7 @@ impl Watchdog {
                     d.at = now + self.grace;
                     true
                 } else {
-                    stalled.push(std::mem::take(&mut d.what));
+                    stalled.push((std::mem::take(&mut d.what), now - d.since));
                     false
                 }
             });
@@ -147,12 +155,12 @@ impl Watchdog {
                 // Said without the lock: a writer finishing (or starting)
                 // a call must never wait on a stderr that blocks.
                 drop(armed);
-                for what in stalled {
+                for (what, taken) in stalled {
                     (self.on_stall)(Report::Stuck(&format!(
                         "{what} has not returned after {} s: the store is stuck (a known \
                          sled deadlock); ending the process so that the database is free \
                          again (it recovers as after a kill)",
-                        self.limit.as_secs()
+                        taken.as_secs()
                     )));
                 }
                 armed = lock(&self.armed);
@@ -201,9 +209,10 @@ fn limits() -> (Duration, Duration) {
     #[cfg(debug_assertions)]
     if let Some(ms) = std::env::var("BAYESMAIL_TEST_STALL_MS")
         .ok()
-        .and_then(|v| v.parse().ok())
+        .and_then(|v| v.parse::<u64>().ok())
     {
-        return (Duration::from_millis(ms), Duration::from_millis(ms));
+        let ms = Duration::from_millis(ms.min(3_600_000));
+        return (ms, ms);
     }
     (STALL_LIMIT, STALL_GRACE)
 }
@@ -223,14 +232,23 @@ pub(crate) fn watch(what: impl Into<String>) -> Watch {
                     let _ = writeln!(std::io::stderr(), "bayesmail: {line}");
                 }
                 Report::Stuck(line) => {
-                    // Never a panic here (stderr may be a closed pipe): the
-                    // process must end whatever becomes of the line.
-                    let _ = writeln!(std::io::stderr(), "bayesmail: {line}");
-                    // The stuck thread holds sled's locks: nothing may run
-                    // that could wait on them (destructors, exit handlers).
-                    // SAFETY: _exit ends the process; it touches no Rust
-                    // state.
-                    unsafe { libc::_exit(STALL_EXIT) }
+                    // The process must end whatever becomes of the line:
+                    // never a panic (stderr may be a closed pipe), never a
+                    // wait on Rust's stderr lock, and a stderr that blocks
+                    // (a full pipe) is cut short by the alarm, whose
+                    // default action ends the process.
+                    let text = format!("bayesmail: {line}\n");
+                    // SAFETY: signal, alarm and write take no Rust state;
+                    // the buffer outlives the write. _exit ends the process
+                    // at once: the stuck thread holds sled's locks, and
+                    // nothing may run that could wait on them (destructors,
+                    // exit handlers).
+                    unsafe {
+                        libc::signal(libc::SIGALRM, libc::SIG_DFL);
+                        libc::alarm(5);
+                        libc::write(libc::STDERR_FILENO, text.as_ptr().cast(), text.len());
+                        libc::_exit(STALL_EXIT)
+                    }
                 }
             }),
         )

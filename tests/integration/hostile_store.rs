@@ -649,9 +649,17 @@ fn a_write_to_the_store_that_hangs_ends_the_process_and_frees_the_database() {
             && err.contains("has not returned"),
         "{err}"
     );
-    assert_eq!(db.counts(), before, "the run was not stored");
-    // The store opens at once, and the same run then stores whole.
-    let out = run_bounded(&db, &run, b"");
+    assert!(
+        db.dir().join("counts.test-hang-reached").exists(),
+        "ended by the hung write, not another call"
+    );
+    // The store opens at once, without the run: the same run then learns
+    // every message of it.
+    let mut again = run.to_vec();
+    again.push("--json");
+    let out = run_bounded(&db, &again, b"");
     assert_exit(&out, 0, &["the same run again"]);
+    let summary = &json_lines(&String::from_utf8_lossy(&out.stdout))[0];
+    assert_eq!(summary["learned"], 10, "{summary}");
     assert_eq!(db.counts(), [before[0] + 5, before[1] + 5]);
 }
