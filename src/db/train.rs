@@ -271,8 +271,9 @@ pub(crate) fn weights_to_step(
 /// pseudo-counts suit the size of the database: a run with fewer messages
 /// than the database held `before` it does not choose them, and keeps
 /// the database's own (all of them, still following its size, in a
-/// database that only learned: [`Params::grows`]). `weights` (see [`weights_to_step`]) are stepped
-/// through the sample ([`Run::calibrate`]).
+/// database that only learned: [`Params::grows`]). `weights` (see
+/// [`weights_to_step`]) are stepped through the sample
+/// ([`Run::calibrate`]).
 pub(crate) fn calibrate(
     run: &mut Run,
     job: &Training<'_>,
