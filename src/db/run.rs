@@ -426,17 +426,7 @@ fn key_of(digest: &Digest) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::features::Extractor;
-    use crate::message::Identity;
-
-    fn labelled(text: &str, label: Label) -> Labelled {
-        let raw = format!("Subject: {text}\n\n{text} body\n");
-        Labelled {
-            features: Extractor::new().extract(raw.as_bytes()).unwrap(),
-            identity: Identity::of(raw.as_bytes()),
-            label,
-        }
-    }
+    use crate::db::writer::tests::labelled;
 
     #[test]
     fn only_sampled_messages_are_asked_about_and_those_held_do_not_learn() {

@@ -737,7 +737,7 @@ pub(crate) fn learn_into(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::features::Extractor;
     use crate::fit::Settings;
@@ -746,7 +746,8 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(5);
 
-    fn labelled(text: &str, label: Label) -> Labelled {
+    /// A message of its own made from `text`, with `label`.
+    pub(crate) fn labelled(text: &str, label: Label) -> Labelled {
         let raw = format!("Subject: {text}\n\n{text} body\n");
         Labelled {
             features: Extractor::new().extract(raw.as_bytes()).unwrap(),

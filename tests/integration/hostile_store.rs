@@ -15,8 +15,15 @@ Subject: Cheap meds, act now\n\nBuy cheap meds now, limited offer, click here.\n
 /// not exited within a bound far above any normal run: a hang fails the test
 /// instead of stalling the suite.
 fn run_bounded(db: &Db, args: &[&str], input: &[u8]) -> Output {
+    run_bounded_with(db, args, input, &[])
+}
+
+/// [`run_bounded`] with `env` set for the binary.
+fn run_bounded_with(db: &Db, args: &[&str], input: &[u8], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
-    cmd.args(db.global_args()).args(args);
+    cmd.args(db.global_args())
+        .args(args)
+        .envs(env.iter().copied());
     let (mut child, writer) = spawn_with_stdin(cmd, input);
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
@@ -623,23 +630,12 @@ fn a_write_to_the_store_that_hangs_ends_the_process_and_frees_the_database() {
         "--ham",
         utf8(&ham),
     ];
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
-    cmd.args(db.global_args())
-        .args(run)
-        .env("BAYESMAIL_TEST_HANG", "store-write")
-        .env("BAYESMAIL_TEST_STALL_MS", "300");
-    let (mut child, writer) = spawn_with_stdin(cmd, b"");
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("the hung write did not end the process");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let _ = writer.join().unwrap();
+    // Bounded: a hung write that does not end the process fails the test.
+    let hang = [
+        ("BAYESMAIL_TEST_HANG", "store-write"),
+        ("BAYESMAIL_TEST_STALL_MS", "300"),
+    ];
+    let out = run_bounded_with(&db, &run, b"", &hang);
     assert_exit(&out, 75, &["train with a hung store write"]);
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
