@@ -161,7 +161,7 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
             .saturating_mul(1 << 20),
         decider: ctx.decider(&args.decision)?,
         learn_wait: Duration::from_secs(5),
-        journal_limit: bayesmail::store::DEFAULT_JOURNAL_LIMIT,
+        journal_limit: super::train::journal_limit(),
         params: *params.get(),
         shared,
         shared_window: Duration::from_millis(

@@ -447,10 +447,10 @@ fn read_messages(path: &Path, command: &str) -> Result<(Vec<FileMessage>, usize)
     Ok((messages, failed.len()))
 }
 
-/// The journal bound of `learn` and `unlearn`: [`DEFAULT_JOURNAL_LIMIT`],
-/// or `BAYESMAIL_JOURNAL_LIMIT` bytes (a knob for tests that must make
-/// folds happen often, and for measuring).
-fn journal_limit() -> u64 {
+/// The journal bound of `learn`, `unlearn` and serve's learns:
+/// [`DEFAULT_JOURNAL_LIMIT`], or `BAYESMAIL_JOURNAL_LIMIT` bytes (a knob
+/// for tests that must make folds happen often, and for measuring).
+pub(super) fn journal_limit() -> u64 {
     std::env::var("BAYESMAIL_JOURNAL_LIMIT")
         .ok()
         .and_then(|v| v.parse().ok())

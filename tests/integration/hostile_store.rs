@@ -1,6 +1,7 @@
 //! The database under attack: a damaged or replaced model file, a FIFO in
-//! its place, a count store that lost its history, messages saved with an
-//! mbox envelope line, and writers killed while writing the model.
+//! its place, a count store that lost its history or whose writes hang (in
+//! a command and in serve), messages saved with an mbox envelope line, and
+//! writers killed while writing the model.
 
 use std::fs;
 use std::process::{Command, Output};
@@ -658,4 +659,99 @@ fn a_write_to_the_store_that_hangs_ends_the_process_and_frees_the_database() {
     let summary = &json_lines(&String::from_utf8_lossy(&out.stdout))[0];
     assert_eq!(summary["learned"], 10, "{summary}");
     assert_eq!(db.counts(), [before[0] + 5, before[1] + 5]);
+}
+
+/// A daemon's learn whose write to the store hangs ends `serve` as it
+/// ends a command (exit 75, one line naming the store): the request in
+/// flight gets no answer, nothing of it is stored, and serve started again
+/// learns the message.
+#[test]
+fn a_learn_through_serve_whose_store_write_hangs_ends_serve_and_frees_the_database() {
+    let db = Db::new();
+    db.train_sample();
+    let before = db.counts();
+    let message = db.path("new.eml");
+    fs::write(&message, unseen(4, "X-Serve-Hang: 1")).unwrap();
+    // Every learn goes straight into the count store (no journal), where
+    // the debug build is told to hang.
+    let start = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args())
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .env("BAYESMAIL_JOURNAL_LIMIT", "0")
+            .envs(env.iter().copied());
+        let (child, watch) = spawn_watched(cmd);
+        let bound = watch
+            .listening(1, 120)
+            .unwrap_or_else(|| panic!("serve says where it listens: {}", watch.log()));
+        (
+            child,
+            watch,
+            format!("http://{}/learn?class=spam", bound[0].1),
+        )
+    };
+    let learn = |url: &str| {
+        Command::new("curl")
+            .args(["-sS", "--max-time", "60", "-w", "\n%{http_code}"])
+            .args(["--data-binary", &format!("@{}", utf8(&message)), url])
+            .output()
+            .expect("curl runs")
+    };
+
+    let hang = [
+        ("BAYESMAIL_TEST_HANG", "store-write"),
+        ("BAYESMAIL_TEST_STALL_MS", "300"),
+    ];
+    let (mut child, mut watch, url) = start(&hang);
+    let out = learn(&url);
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && !answer.contains("learned"),
+        "the learn that hung got an answer: {answer}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("serve did not end: {}", watch.log());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log = watch.finish();
+    assert_eq!(status.code(), Some(75), "{log}");
+    let stalled: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("has not returned"))
+        .collect();
+    assert_eq!(stalled.len(), 1, "{log}");
+    assert!(
+        stalled[0].contains("count store") && stalled[0].contains(utf8(&db.dir())),
+        "{log}"
+    );
+    assert!(
+        db.dir().join("counts.test-hang-reached").exists(),
+        "ended by the hung write, not another call"
+    );
+    assert_eq!(db.counts(), before, "nothing of the hung learn was stored");
+
+    // Started again as its unit would start it: the same learn is stored.
+    let (child, _watch, url) = start(&[]);
+    let out = learn(&url);
+    let answer = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && answer.ends_with("\n200"),
+        "{answer}"
+    );
+    assert!(answer.contains("\"learned\""), "{answer}");
+    // SAFETY: kill(2) on a child this test started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let mut child = child;
+    assert!(child.wait().unwrap().success());
+    assert_eq!(db.counts(), [before[0], before[1] + 1]);
 }
