@@ -115,15 +115,27 @@ pub(super) fn run_failed_open(streams: ClosedStreams, verdict_exit: bool, err: &
 /// If the command line asks for `filter`, whether it asks for
 /// `--verdict-exit`; `None` for any other command. Read from the raw
 /// arguments, for when clap could not parse them: the subcommand is the
-/// first argument that is not a global option or its value.
+/// first argument that is not a global option or its value. Which global
+/// options take a value (as the next argument unless given as
+/// `--name=value`) is read from the command's own definition.
 pub(super) fn invocation(args: &[std::ffi::OsString]) -> Option<bool> {
+    let cli = <super::Cli as clap::CommandFactory>::command();
+    let takes_value = |arg: &str| {
+        cli.get_arguments().any(|a| {
+            a.get_action().takes_values()
+                && (a
+                    .get_long()
+                    .is_some_and(|l| arg.strip_prefix("--") == Some(l))
+                    || a.get_short().is_some_and(|c| arg == format!("-{c}")))
+        })
+    };
     let mut i = 1;
     while let Some(arg) = args.get(i) {
         let arg = arg.to_string_lossy();
-        if arg == "--db" || arg == "--config" {
+        if takes_value(&arg) {
             i += 2;
         } else if arg.starts_with('-') {
-            // `--db=…`, `--config=…`, `--`, or an option clap did not know.
+            // `--db=…`, a flag, `--`, or an option clap did not know.
             i += 1;
         } else {
             return (arg == "filter").then(|| args[i + 1..].iter().any(|a| a == "--verdict-exit"));

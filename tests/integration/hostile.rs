@@ -467,6 +467,24 @@ fn bad_arguments_and_environment_fail_open() {
         args.extend_from_slice(bad);
         cases.push((args, &[]));
     }
+    // Every global option that takes a value, before `filter` (its value
+    // is no subcommand), with a bad argument of filter's or a bad value.
+    for before in [
+        &["--store-timeout", "1000"][..],
+        &["--store", "redis://127.0.0.1:1"],
+        &["--db", dbdir, "--store-timeout", "1000", "--config", config],
+    ] {
+        let mut args = vec!["--db", dbdir, "--config", config];
+        args.extend_from_slice(before);
+        args.extend(["filter", "--max-size", "1.5M"]);
+        cases.push((args, &[]));
+    }
+    cases.push((vec!["--db", dbdir, "--store-timeout", "abc", "filter"], &[]));
+    let db_from_env = [("BAYESMAIL_DB", dbdir)];
+    cases.push((
+        vec!["--store-timeout", "5", "--store-timeout", "6", "filter"],
+        &db_from_env,
+    ));
     for (args, env) in cases {
         for verdict_exit in [false, true] {
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
