@@ -296,6 +296,15 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
     finish(outcome)
 }
 
+/// Writes `line` and a newline on standard output: a write that fails (a
+/// full disk, a reader gone) is the command's error, never a panic.
+fn say(line: impl std::fmt::Display) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush())?;
+    Ok(())
+}
+
 /// Prints an error once and maps the outcome to an exit code.
 fn finish(outcome: anyhow::Result<Outcome>) -> u8 {
     match outcome {

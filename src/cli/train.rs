@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{Context, LearnArgs, Outcome, PruneArgs, TrainArgs, UnlearnArgs, detail, note};
+use super::{Context, LearnArgs, Outcome, PruneArgs, TrainArgs, UnlearnArgs, detail, note, say};
 use bayesmail::db::shared::SharedModel;
 use bayesmail::db::{
     Calibration, Interrupted, Labelled, MIN_CALIBRATION_PER_CLASS, ModelAfter, Progress,
@@ -520,19 +520,16 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
             summary: &summary,
             no_model: no_model.as_deref(),
         };
-        println!("{}", serde_json::to_string(&learned)?);
+        say(serde_json::to_string(&learned)?)?;
     }
     // One message: what became of it is the result, on stdout. Several:
     // a summary of the run, on stderr.
     if !args.json && labelled.len() == 1 {
-        println!(
-            "{}",
-            match action {
-                "moved" => format!("moved to {label}"),
-                "learned" => format!("learned as {label}"),
-                _ => format!("already learned as {label}"),
-            }
-        );
+        say(match action {
+            "moved" => format!("moved to {label}"),
+            "learned" => format!("learned as {label}"),
+            _ => format!("already learned as {label}"),
+        })?;
     } else if !args.json {
         note!(
             "{} messages: {} learned as {label}, {} moved to {label}, {} already learned as \
@@ -613,11 +610,11 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         return Err(err.into());
     }
     for line in lines {
-        println!("{line}");
+        say(line)?;
     }
     if let Some(why) = no_model {
         if args.json {
-            println!("{}", serde_json::json!({ "no_model": why }));
+            say(serde_json::json!({ "no_model": why }))?;
         } else {
             note!("bayesmail: note: no model now: {why}");
         }

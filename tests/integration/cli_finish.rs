@@ -414,7 +414,16 @@ fn explain_adds_up_and_log_odds_match_the_probability() {
 fn a_closed_stdout_pipe_ends_the_output_quietly() {
     let db = Db::new();
     db.train_sample();
-    for args in [&["stats"][..], &["stats", "--json"], &["man"]] {
+    let message = db.path("new.eml");
+    fs::write(&message, crate::common::unseen(6, "X-Pipe: 1")).unwrap();
+    let message = utf8(&message);
+    for args in [
+        &["stats"][..],
+        &["stats", "--json"],
+        &["man"],
+        &["learn", "--spam", message],
+        &["unlearn", message],
+    ] {
         // A pipe whose reader is gone before the command writes anything.
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);

@@ -601,6 +601,27 @@ fn a_full_disk_is_reported_in_words_on_one_line() {
         .unwrap();
     assert_exit(&out, 2, &["classify", "> /dev/full"]);
     assert_eq!(stderr(&out), "bayesmail: no space left on device\n");
+    // A learn or unlearn of one message says what became of it on stdout:
+    // on a full disk, one line and exit 2, never a panic (the message is
+    // learned, and learning it again changes nothing).
+    let message = db.path("full.eml");
+    fs::write(&message, unseen(5, "X-Full: 1")).unwrap();
+    for args in [
+        &["learn", "--spam"][..],
+        &["learn", "--spam", "--json"],
+        &["unlearn"],
+    ] {
+        let full = fs::File::create("/dev/full").unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+            .args(db.global_args())
+            .args(args)
+            .arg(utf8(&message))
+            .stdout(full)
+            .output()
+            .unwrap();
+        assert_exit(&out, 2, &[args, &["> /dev/full"]].concat());
+        assert_eq!(stderr(&out), "bayesmail: no space left on device\n");
+    }
 }
 
 /// A write to the count store that never returns (as in sled's deadlock,
