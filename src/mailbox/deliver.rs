@@ -104,14 +104,20 @@ impl Clone for Maildir {
 }
 
 impl Maildir {
-    /// The Maildir at `root`, creating it (`cur/`, `new/`, `tmp/`) if needed.
-    /// Its `cur/`, `new/` and `tmp/` must be directories of their own: a
-    /// link there (to another user's directory, say) is refused, so that
-    /// nothing is created through it.
+    /// The Maildir at `root`, creating it (`cur/`, `new/`, `tmp/`) if needed:
+    /// the directories it creates are private (0700), as mail is; those
+    /// there already keep their permissions. Its `cur/`, `new/` and `tmp/`
+    /// must be directories of their own: a link there (to another user's
+    /// directory, say) is refused, so that nothing is created through it.
     pub fn create(root: &Path) -> io::Result<Maildir> {
+        use std::os::unix::fs::DirBuilderExt;
         for sub in ["cur", "new", "tmp"] {
             let dir = root.join(sub);
-            fs::create_dir_all(&dir).map_err(|e| annotate(e, &dir))?;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| annotate(e, &dir))?;
             crate::fsutil::check_kind(&dir, true).map_err(|e| annotate(e, &dir))?;
         }
         Ok(Maildir::at(root))
@@ -283,8 +289,12 @@ impl Maildir {
         let name = target.file_name().expect("targets have a file name");
         let dir = self.root.join("tmp");
         let mut tmp = dir.join(name);
+        // Readable by whom the Maildir is (its root's permissions, as
+        // Dovecot creates mail), never by more: 0600 in a private one.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(&self.root).map_or(0o600, |m| m.permissions().mode() & 0o666);
         for n in 0..100 {
-            match crate::fsutil::create_new(&tmp, 0o666) {
+            match crate::fsutil::create_new(&tmp, mode) {
                 Ok(f) => return Ok((tmp, f)),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
@@ -479,6 +489,31 @@ mod tests {
             fs::read(junk.root().join("new/2.b.host")).unwrap(),
             b"A: 1\n\nother\n"
         );
+    }
+
+    #[test]
+    fn a_maildir_made_here_is_private_and_mail_is_readable_as_its_root_is() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let tmp = tempfile::tempdir().unwrap();
+        let junk = Maildir::create(&tmp.path().join("a/junk")).unwrap();
+        for dir in ["a", "a/junk", "a/junk/cur", "a/junk/new", "a/junk/tmp"] {
+            assert_eq!(mode(&tmp.path().join(dir)), 0o700, "{dir}");
+        }
+        let copy = junk.copy_in(None, b"Subject: x\n\nprivate\n").unwrap();
+        assert_eq!(mode(copy.path()), 0o600);
+        // A Maildir its owner shares with a group keeps doing so.
+        let shared = tmp.path().join("shared");
+        fs::create_dir(&shared).unwrap();
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o750)).unwrap();
+        let shared = Maildir::create(&shared).unwrap();
+        let copy = shared.copy_in(None, b"Subject: y\n\nshared\n").unwrap();
+        assert_eq!(
+            mode(copy.path()) & 0o077 & !0o040,
+            0,
+            "never more than the root"
+        );
+        assert_eq!(mode(shared.root()), 0o750, "kept");
     }
 
     #[test]
