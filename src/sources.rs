@@ -95,6 +95,9 @@ pub enum Error {
     /// The message does not look like mail.
     #[error("{0}: {NOT_MAIL}")]
     NotMail(String),
+    /// One message was asked for and the input is an mbox of several.
+    #[error("{0}: holds several messages (an mbox), not one")]
+    Several(String),
     /// The message cannot be parsed.
     #[error("parsing {id}: {source}")]
     Parse {
@@ -255,11 +258,16 @@ pub fn read_one(path: &Path) -> Result<Vec<u8>, Error> {
 }
 
 /// Reads one message to judge or explain: [`read_one`], refused if it does
-/// not look like mail.
+/// not look like mail or is an mbox of several messages (by the rule that
+/// reads standard input as several: [`mailbox::looks_like_several_messages`]),
+/// which would be judged as one blob that is none of them.
 pub fn read_mail(path: &Path) -> Result<Vec<u8>, Error> {
     let raw = read_one(path)?;
     if !message::looks_like_mail(&raw) {
         return Err(Error::NotMail(path.display().to_string()));
+    }
+    if mailbox::looks_like_several_messages(&raw) {
+        return Err(Error::Several(path.display().to_string()));
     }
     Ok(raw)
 }

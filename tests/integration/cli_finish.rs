@@ -343,6 +343,45 @@ fn eval_plot_writes_a_roc_curve_and_a_reliability_diagram_that_render() {
 /// `explain`'s parts add up to the log-odds it prints, the metadata shares
 /// to the metadata evidence, and every command's log-odds is the log-odds
 /// of the probability it prints.
+/// `explain` reads one message: an mbox of several is refused with one
+/// line naming it (judged whole it would be a blob that is none of them),
+/// while one message after an envelope line is explained.
+#[test]
+fn explain_refuses_an_mbox_of_several_messages() {
+    let db = Db::new();
+    db.train_sample();
+    let files = sample_files();
+    let envelope = b"From someone@example.com Mon Jan  1 00:00:00 2024\n";
+    let mut two = Vec::new();
+    for file in &files[..2] {
+        two.extend_from_slice(envelope);
+        two.extend_from_slice(&fs::read(file).unwrap());
+        two.push(b'\n');
+    }
+    let mbox = db.path("two.mbox");
+    fs::write(&mbox, &two).unwrap();
+    let out = db.run(&["explain", utf8(&mbox)], None);
+    assert_exit(&out, 2, &["explain", "two.mbox"]);
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(utf8(&mbox)) && err.contains("several messages"),
+        "{err}"
+    );
+    let one = db.path("one.mbox");
+    fs::write(
+        &one,
+        [&envelope[..], &fs::read(&files[0]).unwrap()].concat(),
+    )
+    .unwrap();
+    let why = one_json(&db.ok(&["explain", "--json", utf8(&one)], None));
+    let direct = one_json(&db.ok(&["explain", "--json", utf8(&files[0])], None));
+    assert_eq!(
+        why["log_odds"], direct["log_odds"],
+        "the message, not its envelope"
+    );
+}
+
 #[test]
 fn explain_adds_up_and_log_odds_match_the_probability() {
     let db = Db::new();
