@@ -210,6 +210,7 @@ pub fn evaluate(
     }
     let online = matches!(corpus, Corpus::Online(_));
     let weighs = settings.training.params.get().logistic;
+    measurable(&items, online, settings)?;
     let features = items
         .par_iter()
         .map_init(Extractor::new, |ex, item| {
@@ -256,6 +257,39 @@ pub fn evaluate(
         online,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// An error if the figures could say nothing: a class with no message
+/// (ranking and rates need both), cross-validation over one fold (nothing
+/// to train on), or no evidence left to judge with (the views given are
+/// all left out by the model's settings).
+fn measurable(items: &[Item], online: bool, settings: &Settings) -> Result<(), Error> {
+    for label in [Label::Ham, Label::Spam] {
+        if !items.iter().any(|i| i.label == label) {
+            return Err(Error::Protocol(format!(
+                "no {} among the {} messages: the figures need both classes",
+                label.name(),
+                items.len()
+            )));
+        }
+    }
+    if !online && items.iter().all(|i| i.fold == items[0].fold) {
+        return Err(Error::Protocol(format!(
+            "every message is in fold {}: cross-validation needs two folds or more",
+            items[0].fold
+        )));
+    }
+    let params = settings.training.params.get();
+    let mut on = settings.training.inputs.0;
+    on[crate::decision::calibrate::LOGISTIC] &= params.logistic;
+    on[crate::vocab::VIEWS] &= params.meta_weight > 0.0;
+    if !on.iter().any(|&b| b) {
+        return Err(Error::Protocol(
+            "no view left to judge with: the views given are all left out by the model's settings"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A bad line of `file`.

@@ -481,3 +481,55 @@ fn a_closed_stdout_pipe_ends_the_output_quietly() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// `eval` refuses, with one line, what it cannot measure: a class with no
+/// message, cross-validation over one fold, no view left to judge with.
+#[test]
+fn eval_refuses_what_it_cannot_measure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (spam, ham) = (sample_spam(), sample_ham());
+    let empty = dir.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let one_fold = dir.path().join("one.tsv");
+    let only_spam = dir.path().join("spam.index");
+    let (mut folds, mut index) = (String::new(), String::new());
+    for (label, folder) in [("spam", &spam), ("ham", &ham)] {
+        for entry in fs::read_dir(folder).unwrap() {
+            let path = entry.unwrap().path();
+            folds.push_str(&format!("0\t{label}\t{}\n", path.display()));
+            if label == "spam" {
+                index.push_str(&format!("spam {}\n", path.display()));
+            }
+        }
+    }
+    fs::write(&one_fold, folds).unwrap();
+    fs::write(&only_spam, index).unwrap();
+    let folders = ["--spam", utf8(&spam), "--ham", utf8(&ham)];
+    let cases: [(Vec<&str>, &str); 5] = [
+        (
+            vec!["--folds", utf8(&one_fold)],
+            "every message is in fold 0",
+        ),
+        (
+            vec!["--spam", utf8(&spam), "--ham", utf8(&empty)],
+            "no ham among",
+        ),
+        (vec!["--online", utf8(&only_spam)], "no ham among"),
+        (
+            [&folders[..], &["--views", "logistic", "--no-logistic"]].concat(),
+            "no view left",
+        ),
+        (
+            [&folders[..], &["--views", "metadata", "--meta-weight", "0"]].concat(),
+            "no view left",
+        ),
+    ];
+    for (args, why) in cases {
+        let args = [&["eval"][..], &args].concat();
+        let out = run(&args, None);
+        assert_exit(&out, 2, &args);
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}
