@@ -267,7 +267,26 @@ impl Config {
             let db = std::path::absolute(base.join(&db)).unwrap_or(db);
             config.db = Some(db);
         }
+        config.check().map_err(|message| Error::Parse {
+            path: path.to_path_buf(),
+            message,
+        })?;
         Ok(config)
+    }
+
+    /// An error naming the table and key whose value no command could use
+    /// (a pseudo-count ≤ 0, costs that do not parse, a size that is none),
+    /// so that a bad file is told as the file's fault, whatever command
+    /// reads it.
+    fn check(&self) -> Result<(), String> {
+        self.params(&ModelConfig::default())
+            .and_then(|(p, _)| p.check())
+            .map_err(|e| format!("[model]: {e}"))?;
+        self.costs(None)
+            .map_err(|e| format!("[decision] costs: {e}"))?;
+        self.filter_max_size(None)
+            .map_err(|e| format!("[filter] max_size: {e}"))?;
+        Ok(())
     }
 
     /// Parses TOML text. The error keeps TOML's own lines (the location,
@@ -276,7 +295,18 @@ impl Config {
     /// whoever prints it prints its newlines as newlines.
     pub fn parse(text: &str) -> Result<Config, String> {
         toml::from_str(text).map_err(|e| {
-            let mut message = e.to_string().trim_end().to_string();
+            // One line: where, then what (not the parser's picture of the
+            // line with a caret under it).
+            let what = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+            let mut message = match e.span() {
+                Some(span) => {
+                    let before = &text.as_bytes()[..span.start.min(text.len())];
+                    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+                    let column = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+                    format!("line {line}, column {column}: {what}")
+                }
+                None => what,
+            };
             if message.len() > 300 {
                 let mut end = 300;
                 while !message.is_char_boundary(end) {
@@ -566,6 +596,32 @@ pub fn default_config_file() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_file_is_told_on_one_line_naming_the_file_and_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.toml");
+        for (text, want) in [
+            ("bogus = 1\n", "line 1, column 1: unknown field `bogus`"),
+            ("[model\n", "line 1, column 7: "),
+            ("[model]\n\na = \"x\"\n", "line 3, column 5: "),
+            ("[model]\na = -1\n", "[model]: Beta pseudo-counts"),
+            ("[model]\nmeta_weight = inf\n", "[model]: meta_weight"),
+            ("[decision]\ncosts = \"1:0\"\n", "[decision] costs: "),
+            (
+                "[filter]\nmax_size = \"1.5G\"\n",
+                "[filter] max_size: invalid size",
+            ),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let err = Config::load(&file).unwrap_err().to_string();
+            assert_eq!(err.lines().count(), 1, "{text:?}: {err}");
+            assert!(
+                err.starts_with(&format!("config file {}: ", file.display())) && err.contains(want),
+                "{text:?}: {err}"
+            );
+        }
+    }
 
     #[test]
     fn a_config_path_that_is_no_config_file_fails_at_once() {

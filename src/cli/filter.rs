@@ -86,7 +86,7 @@ pub(super) fn run(streams: ClosedStreams, given: super::Given, args: &FilterArgs
                 Status::Unknown(Reason::Config)
             }
             (Err(err), _) => {
-                warn(&format!("{err:#}"));
+                warn(&super::render_error(&err));
                 Status::Unknown(Reason::Config)
             }
         }
@@ -385,7 +385,7 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
     let decider = match ctx.decider(&args.decision) {
         Ok(d) => d,
         Err(err) => {
-            warn(&format!("{err:#}"));
+            warn(&super::render_error(&err));
             return Status::Unknown(Reason::Config);
         }
     };

@@ -326,7 +326,7 @@ fn finish(outcome: anyhow::Result<Outcome>) -> u8 {
 /// source's text, is not repeated), joined by ": ", newlines in a message
 /// (a TOML error's caret lines) kept as newlines, every line made safe for
 /// a terminal.
-fn render_error(err: &anyhow::Error) -> String {
+pub(super) fn render_error(err: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in err.chain() {
         // An I/O error in words, as the errors that wrap one say it.

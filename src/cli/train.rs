@@ -600,14 +600,18 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
                 failed += 1;
                 eprintln!("bayesmail: {}: {err}", for_terminal(id));
             }
+            Err(err @ bayesmail::db::Error::NotLearned) => {
+                first_error = Some(anyhow::anyhow!("{}: {err}", for_terminal(id)));
+                break;
+            }
             Err(err) => {
-                first_error = Some(err);
+                first_error = Some(err.into());
                 break;
             }
         }
     }
     if let Some(err) = first_error {
-        return Err(err.into());
+        return Err(err);
     }
     for line in lines {
         say(line)?;

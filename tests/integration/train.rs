@@ -254,7 +254,14 @@ fn a_message_moved_to_the_other_folder_is_relearned() {
     );
     let out = db.run(&["unlearn", utf8(&new)], None);
     assert_exit(&out, 2, &["unlearn", "new.eml"]);
-    assert!(stderr(&out).contains("never learned"), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "bayesmail: {}: this message was never learned, so it cannot be unlearned\n",
+            utf8(&new)
+        ),
+        "one line naming the file"
+    );
 }
 
 #[test]
