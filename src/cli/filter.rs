@@ -86,7 +86,7 @@ pub(super) fn run(streams: ClosedStreams, given: super::Given, args: &FilterArgs
                 Status::Unknown(Reason::Config)
             }
             (Err(err), _) => {
-                warn(&super::render_error(&err));
+                warn(&super::render_error(err));
                 Status::Unknown(Reason::Config)
             }
         }
