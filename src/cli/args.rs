@@ -532,8 +532,8 @@ pub(super) struct EvalArgs {
     #[arg(long, value_name = "DIR")]
     pub(super) plot: Option<PathBuf>,
     /// Judge with only these views (comma-separated: header, body, bytes,
-    /// metadata), to measure each apart; the stacker gives the others no
-    /// weight. Default: all.
+    /// metadata, logistic), to measure each apart; the stacker gives the
+    /// others no weight. Default: all.
     #[arg(long, value_name = "LIST")]
     pub(super) views: Option<String>,
     #[command(flatten)]

@@ -152,7 +152,12 @@ impl Context {
         self.directory_only("this command")?;
         self.database().reader().map_err(|e| match e {
             bayesmail::db::Error::NoModel(_) => {
-                anyhow::anyhow!("{e}: run `bayesmail train` first")
+                // A database that learned one class so far has counts but
+                // no model: the model needs both.
+                anyhow::anyhow!(
+                    "{e}: a model is written once both ham and spam are learned \
+                     (`bayesmail learn`, or `bayesmail train`)"
+                )
             }
             e => e.into(),
         })

@@ -67,8 +67,8 @@ pub enum Error {
     /// The count store or the snapshot failed.
     #[error(transparent)]
     Store(#[from] store::Error),
-    /// No model has been trained into this database.
-    #[error("no trained model at {0}")]
+    /// The database has no model yet (nothing learned, or one class only).
+    #[error("no model at {0}")]
     NoModel(PathBuf),
     /// The snapshot's parameters do not pass the checks.
     #[error("model at {path} is unusable: {reason}")]
