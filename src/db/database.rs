@@ -206,7 +206,9 @@ impl Database {
 
     /// Removes word tokens seen at most `max_count` times and unchanged for
     /// `min_age_days` days (see [`Trainer::prune`]) and makes the model
-    /// follow. Returns how many were removed and how many tokens are left.
+    /// follow. Returns how many were removed and how many tokens are left
+    /// (the naive Bayes views' words and byte buckets, as `stats` counts its
+    /// vocabulary: the discriminative view's weights are not tokens).
     pub fn prune(
         &self,
         max_count: u64,
@@ -218,7 +220,10 @@ impl Database {
         let mut writer = self.writer(wait)?;
         let removed = writer.prune(max_count, min_age_days)?;
         let model = self.follow(&mut writer, params)?;
-        let left = writer.store().token_count()?;
+        let store = writer.store();
+        let left = store
+            .token_count()?
+            .saturating_sub(store.weights()?.len() as u64);
         Ok((removed, left, model))
     }
 

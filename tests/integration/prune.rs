@@ -69,5 +69,11 @@ fn prune_removes_rare_words_keeps_every_other_count_and_rewrites_the_model() {
     }
     let stats = db.stats();
     assert_ne!(stats["vocabulary"], stats_before["vocabulary"]);
+    // What prune says is left is what stats counts.
+    assert!(
+        out.contains(&format!("; {} tokens left", stats["vocabulary"])),
+        "{out} against {}",
+        stats["vocabulary"]
+    );
     assert_eq!(db.classify(&[&sample_spam()]).len(), 24);
 }
