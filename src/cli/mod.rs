@@ -329,8 +329,7 @@ fn finish(outcome: anyhow::Result<Outcome>) -> u8 {
 /// An error and its causes as one text for a person: each cause once (a
 /// cause whose text the message already shows, as when an error embeds its
 /// source's text, is not repeated), joined by ": ", newlines in a message
-/// (a TOML error's caret lines) kept as newlines, every line made safe for
-/// a terminal.
+/// kept as newlines (never escaped), every line made safe for a terminal.
 pub(super) fn render_error(err: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in err.chain() {

@@ -341,7 +341,7 @@ fn commands_that_cannot_run_exit_2() {
         assert_exit(&out, 2, args);
         assert!(out.stdout.is_empty(), "{args:?}");
         assert!(
-            stderr(&out).contains("run `bayesmail train`"),
+            stderr(&out).contains("`bayesmail train`"),
             "{args:?}: {}",
             stderr(&out)
         );
