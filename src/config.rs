@@ -289,10 +289,9 @@ impl Config {
         Ok(())
     }
 
-    /// Parses TOML text. The error keeps TOML's own lines (the location,
-    /// the offending line and a caret under the fault), at most a few
-    /// hundred characters (TOML's messages quote the offending line whole);
-    /// whoever prints it prints its newlines as newlines.
+    /// Parses TOML text. The error is one line: the line and column of the
+    /// fault (the column in bytes), then TOML's message, at most a few
+    /// hundred characters.
     pub fn parse(text: &str) -> Result<Config, String> {
         toml::from_str(text).map_err(|e| {
             // One line: where, then what (not the parser's picture of the

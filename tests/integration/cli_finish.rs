@@ -340,9 +340,6 @@ fn eval_plot_writes_a_roc_curve_and_a_reliability_diagram_that_render() {
     }
 }
 
-/// `explain`'s parts add up to the log-odds it prints, the metadata shares
-/// to the metadata evidence, and every command's log-odds is the log-odds
-/// of the probability it prints.
 /// `explain` reads one message: an mbox of several is refused with one
 /// line naming it (judged whole it would be a blob that is none of them),
 /// while one message after an envelope line is explained.
@@ -382,6 +379,9 @@ fn explain_refuses_an_mbox_of_several_messages() {
     );
 }
 
+/// `explain`'s parts add up to the log-odds it prints, the metadata shares
+/// to the metadata evidence, and every command's log-odds is the log-odds
+/// of the probability it prints.
 #[test]
 fn explain_adds_up_and_log_odds_match_the_probability() {
     let db = Db::new();
