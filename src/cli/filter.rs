@@ -81,8 +81,8 @@ pub(super) fn run(streams: ClosedStreams, given: super::Given, args: &FilterArgs
     pass_on(streams, args.verdict_exit, max_size, |raw| {
         match (&ctx, size_error) {
             (Ok(ctx), None) => judge(ctx, args, raw),
-            (Ok(_), Some(err)) => {
-                warn(&format!("[filter] max_size: {err}"));
+            (Ok(ctx), Some(err)) => {
+                warn(&ctx.file_fault("[filter] max_size", err).to_string());
                 Status::Unknown(Reason::Config)
             }
             (Err(err), _) => {

@@ -43,6 +43,8 @@ struct Context {
     /// The global options as given, to read the settings again (serve's
     /// SIGHUP).
     given: Given,
+    /// The configuration file read, if one was.
+    config_file: Option<PathBuf>,
 }
 
 /// The global options that say where the settings and the counts are, as
@@ -59,12 +61,13 @@ impl Context {
     fn new(given: Given) -> anyhow::Result<Context> {
         let (cli_db, cli_config) = (given.db.clone(), given.config.clone());
         let expand = |path: PathBuf| config::expand_home(&path).map_err(anyhow::Error::msg);
-        let config = match cli_config.map(expand).transpose()? {
-            Some(path) => Config::load(&path)?,
-            None => match config::default_config_file() {
-                Some(path) => Config::load(&path)?,
-                None => Config::default(),
-            },
+        let config_file = match cli_config.map(expand).transpose()? {
+            Some(path) => Some(path),
+            None => config::default_config_file(),
+        };
+        let config = match &config_file {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
         };
         // --db and BAYESMAIL_DB as given (relative to where we run, as any
         // path on a command line), but with `~` expanded: an environment
@@ -95,6 +98,7 @@ impl Context {
             db: DbPaths::new(db),
             store,
             given,
+            config_file,
         })
     }
 
@@ -135,11 +139,28 @@ impl Context {
     }
 
     fn params(&self, model: &ModelArgs) -> anyhow::Result<(ValidParams, Select)> {
-        let (params, select) = self
-            .config
-            .params(&model.overrides())
-            .map_err(anyhow::Error::msg)?;
-        Ok((params.check().map_err(anyhow::Error::msg)?, select))
+        let overrides = model.overrides();
+        let checked = |config: &Config| {
+            config
+                .params(&overrides)
+                .and_then(|(p, select)| Ok((p.check()?, select)))
+        };
+        checked(&self.config).map_err(|e| {
+            // The file's fault if the options alone would do.
+            match checked(&Config::default()) {
+                Ok(_) => self.file_fault("[model]", e),
+                Err(_) => anyhow::Error::msg(e),
+            }
+        })
+    }
+
+    /// An error of a value in the configuration file, naming the file and
+    /// where in it (`what`: the table, or the table and key).
+    fn file_fault(&self, what: &str, e: impl std::fmt::Display) -> anyhow::Error {
+        match &self.config_file {
+            Some(path) => anyhow::anyhow!("config file {}: {what}: {e}", path.display()),
+            None => anyhow::anyhow!("{what}: {e}"),
+        }
     }
 
     /// The database.
@@ -165,7 +186,10 @@ impl Context {
 
     fn decider(&self, d: &DecisionArgs) -> anyhow::Result<Decider> {
         Ok(Decider {
-            costs: self.config.costs(d.costs).map_err(anyhow::Error::msg)?,
+            costs: self
+                .config
+                .costs(d.costs)
+                .map_err(|e| self.file_fault("[decision] costs", e))?,
             min_known: d.min_known.unwrap_or(self.config.min_known()),
             min_per_class: self.config.min_per_class(),
         })

@@ -533,3 +533,66 @@ fn eval_refuses_what_it_cannot_measure() {
         assert!(err.contains(why), "{args:?}: {err}");
     }
 }
+
+/// A bad value in the configuration file is told on one line naming the
+/// file and its table when a command uses it, and an option that overrides
+/// it still wins.
+#[test]
+fn a_bad_value_in_the_config_file_is_named_and_an_option_still_wins() {
+    let db = Db::new();
+    db.train_sample();
+    // The database's own config file, which `Db::run` names.
+    let config = db.path("config.toml");
+    let (spam, ham) = (sample_spam(), sample_ham());
+    let message = sample_files()[0].clone();
+    let with = |text: &str, args: &[&str], stdin: Option<&[u8]>| {
+        fs::write(&config, text).unwrap();
+        db.run(args, stdin)
+    };
+    let train = ["train", "-q", "--spam", utf8(&spam), "--ham", utf8(&ham)];
+    let cases: [(&str, Vec<&str>, Vec<&str>, &str); 2] = [
+        (
+            "[model]\na = -1\n",
+            train.to_vec(),
+            [&train[..], &["--alpha", "0.1"]].concat(),
+            "[model]: Beta pseudo-counts",
+        ),
+        (
+            "[decision]\ncosts = \"1:0\"\n",
+            vec!["classify", utf8(&message)],
+            vec!["classify", "--costs", "10:1", utf8(&message)],
+            "[decision] costs: ",
+        ),
+    ];
+    for (text, bad, overridden, why) in cases {
+        let out = with(text, &bad, None);
+        assert_exit(&out, 2, &bad);
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("config file {}: {why}", utf8(&config))),
+            "{err}"
+        );
+        assert_exit(&with(text, &overridden, None), 0, &overridden);
+    }
+    let raw = fs::read(&message).unwrap();
+    let text = "[filter]\nmax_size = \"lots\"\n";
+    let out = with(text, &["filter"], Some(&raw));
+    assert_exit(&out, 0, &["filter", "with a bad max_size"]);
+    let status = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(status.contains("reason=config-error"), "{status}");
+    assert!(
+        stderr(&out).contains(&format!(
+            "config file {}: [filter] max_size: ",
+            utf8(&config)
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let out = with(text, &["filter", "--max-size", "1M"], Some(&raw));
+    assert_exit(&out, 0, &["filter", "--max-size 1M"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("reason=config-error"),
+        "the option wins"
+    );
+}
