@@ -105,19 +105,33 @@ impl Clone for Maildir {
 
 impl Maildir {
     /// The Maildir at `root`, creating it (`cur/`, `new/`, `tmp/`) if needed:
-    /// the directories it creates are private (0700), as mail is; those
-    /// there already keep their permissions. Its `cur/`, `new/` and `tmp/`
-    /// must be directories of their own: a link there (to another user's
+    /// a root it creates (and the folders above it) is private (0700), as
+    /// mail is; in a root there already, the subfolders it creates get the
+    /// root's permissions (a Maildir shared with a group stays so), and
+    /// what is there keeps its own. Its `cur/`, `new/` and `tmp/` must be
+    /// directories of their own: a link there (to another user's
     /// directory, say) is refused, so that nothing is created through it.
     pub fn create(root: &Path) -> io::Result<Maildir> {
-        use std::os::unix::fs::DirBuilderExt;
-        for sub in ["cur", "new", "tmp"] {
-            let dir = root.join(sub);
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        if !root.exists() {
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
-                .create(&dir)
-                .map_err(|e| annotate(e, &dir))?;
+                .create(root)
+                .map_err(|e| annotate(e, root))?;
+        }
+        let mode = fs::metadata(root)
+            .map_err(|e| annotate(e, root))?
+            .permissions()
+            .mode()
+            & 0o777;
+        for sub in ["cur", "new", "tmp"] {
+            let dir = root.join(sub);
+            match fs::DirBuilder::new().mode(mode).create(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(annotate(e, &dir)),
+            }
             crate::fsutil::check_kind(&dir, true).map_err(|e| annotate(e, &dir))?;
         }
         Ok(Maildir::at(root))
@@ -290,9 +304,11 @@ impl Maildir {
         let dir = self.root.join("tmp");
         let mut tmp = dir.join(name);
         // Readable by whom the Maildir is (its root's permissions, as
-        // Dovecot creates mail), never by more: 0600 in a private one.
+        // Dovecot creates mail), never by more: 0600 in a private one; the
+        // owner always reads and writes it (it is read back to compare).
         use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(&self.root).map_or(0o600, |m| m.permissions().mode() & 0o666);
+        let mode =
+            fs::metadata(&self.root).map_or(0o600, |m| m.permissions().mode() & 0o666 | 0o600);
         for n in 0..100 {
             match crate::fsutil::create_new(&tmp, mode) {
                 Ok(f) => return Ok((tmp, f)),
@@ -502,18 +518,18 @@ mod tests {
         }
         let copy = junk.copy_in(None, b"Subject: x\n\nprivate\n").unwrap();
         assert_eq!(mode(copy.path()), 0o600);
-        // A Maildir its owner shares with a group keeps doing so.
+        // A Maildir its owner shares with a group keeps doing so: its new
+        // subfolders and mail are the group's to read, no one else's.
         let shared = tmp.path().join("shared");
         fs::create_dir(&shared).unwrap();
         fs::set_permissions(&shared, fs::Permissions::from_mode(0o750)).unwrap();
         let shared = Maildir::create(&shared).unwrap();
         let copy = shared.copy_in(None, b"Subject: y\n\nshared\n").unwrap();
-        assert_eq!(
-            mode(copy.path()) & 0o077 & !0o040,
-            0,
-            "never more than the root"
-        );
+        assert_eq!(mode(copy.path()), 0o640);
         assert_eq!(mode(shared.root()), 0o750, "kept");
+        for sub in ["cur", "new", "tmp"] {
+            assert_eq!(mode(&shared.root().join(sub)), 0o750, "{sub}");
+        }
     }
 
     #[test]
