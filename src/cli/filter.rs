@@ -117,7 +117,10 @@ pub(super) fn run_failed_open(streams: ClosedStreams, verdict_exit: bool, err: &
 /// arguments, for when clap could not parse them: the subcommand is the
 /// first argument that is not a global option or its value. Which global
 /// options take a value (as the next argument unless given as
-/// `--name=value`) is read from the command's own definition.
+/// `--name=value`) is read from the command's own definition. An option
+/// whose value went missing (`--store-timeout $UNSET filter`) took
+/// `filter` for its value: with no subcommand after it and a message on
+/// standard input (not a terminal), that is a filter run too.
 pub(super) fn invocation(args: &[std::ffi::OsString]) -> Option<bool> {
     let cli = <super::Cli as clap::CommandFactory>::command();
     let takes_value = |arg: &str| {
@@ -129,19 +132,28 @@ pub(super) fn invocation(args: &[std::ffi::OsString]) -> Option<bool> {
                     || a.get_short().is_some_and(|c| arg == format!("-{c}")))
         })
     };
+    let verdict_exit = |from: usize| args[from..].iter().any(|a| a == "--verdict-exit");
+    let mut value_was_filter = None;
     let mut i = 1;
     while let Some(arg) = args.get(i) {
         let arg = arg.to_string_lossy();
         if takes_value(&arg) {
+            if args.get(i + 1).is_some_and(|v| v == "filter") {
+                value_was_filter = Some(i + 2);
+            }
             i += 2;
         } else if arg.starts_with('-') {
             // `--db=…`, a flag, `--`, or an option clap did not know.
             i += 1;
         } else {
-            return (arg == "filter").then(|| args[i + 1..].iter().any(|a| a == "--verdict-exit"));
+            return (arg == "filter").then(|| verdict_exit(i + 1));
         }
     }
-    None
+    // At a terminal it is someone typing, not a delivery agent: clap's
+    // error is what they need, not a wait for a message.
+    value_was_filter
+        .filter(|_| !std::io::IsTerminal::is_terminal(&std::io::stdin()))
+        .map(verdict_exit)
 }
 
 /// Reads the message, judges it with `score` (a panic there, a bug, gives

@@ -480,6 +480,11 @@ fn bad_arguments_and_environment_fail_open() {
         cases.push((args, &[]));
     }
     cases.push((vec!["--db", dbdir, "--store-timeout", "abc", "filter"], &[]));
+    // A value gone missing (an unset variable in a delivery agent's
+    // template): the option takes `filter` for its value.
+    for option in ["--store-timeout", "--config", "--db"] {
+        cases.push((vec!["--db", dbdir, option, "filter"], &[]));
+    }
     let db_from_env = [("BAYESMAIL_DB", dbdir)];
     cases.push((
         vec!["--store-timeout", "5", "--store-timeout", "6", "filter"],
