@@ -246,6 +246,9 @@ fn print_summary(t: &ScanSummary, started: Instant, action: Option<&SpamAction>)
     if t.unparsed > 0 {
         s += &format!("; {} could not be parsed", t.unparsed);
     }
+    if t.skipped.unreadable > 0 {
+        s += &format!("; {} could not be read", t.skipped.unreadable);
+    }
     s += &super::train::not_mail_note(t.skipped);
     if let Some(a) = action {
         let verb = match (a.moving(), a.dry_run()) {

@@ -379,3 +379,26 @@ fn a_link_or_fifo_planted_at_the_temporary_name_is_never_written_through() {
         fs::remove_file(&planted).unwrap();
     }
 }
+
+/// What could not be read (a link to nothing) and what is not mail are
+/// each told, counted in the summary, and make the exit status 1.
+#[test]
+fn the_summary_counts_what_could_not_be_read_and_what_is_not_mail() {
+    let db = trained();
+    let dir = db.path("inbox");
+    make_maildir(&dir);
+    fs::write(dir.join("new/1.eml"), spam()).unwrap();
+    fs::write(dir.join("new/2.txt"), b"not mail at all\n").unwrap();
+    symlink("/nonexistent/message", dir.join("new/3.eml")).unwrap();
+    let out = db.run(&["scan", utf8(&dir)], None);
+    assert_exit(&out, 1, &["scan", "with an unreadable file"]);
+    let err = stderr(&out);
+    let summary = err
+        .lines()
+        .find(|l| l.starts_with("scanned "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(summary.starts_with("scanned 1 messages"), "{summary}");
+    assert!(summary.contains("; 1 could not be read"), "{summary}");
+    assert!(summary.contains("; 1 skipped: not mail"), "{summary}");
+    assert!(err.contains("3.eml"), "{err}");
+}
