@@ -262,6 +262,19 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
         }
         Err(err) => match filter::invocation(&args) {
             Some(verdict_exit) => return filter::run_failed_open(streams, verdict_exit, &err),
+            None if err.use_stderr()
+                && err.kind()
+                    != clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+            {
+                use std::io::Write;
+                let line = usage_error(&err.render().to_string(), &args);
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "bayesmail: {}",
+                    bayesmail::sanitize::for_terminal(&line)
+                );
+                return EXIT_FATAL;
+            }
             None => err.exit(),
         },
     };
@@ -323,6 +336,48 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
         }
     });
     finish(outcome)
+}
+
+/// A usage error as clap words it (the error, its tips, then a usage line
+/// and a pointer to `--help`, on several lines), on one line: the error
+/// and its tips, an environment variable of ours set but empty if the
+/// error is about its option, then which `--help` to read. `args` is the
+/// command line.
+fn usage_error(text: &str, args: &[std::ffi::OsString]) -> String {
+    let cli = <Cli as clap::CommandFactory>::command();
+    let mut line = String::new();
+    for part in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if part.starts_with("Usage:") || part.starts_with("For more information") {
+            break;
+        }
+        let part = part.strip_prefix("error: ").unwrap_or(part);
+        if !line.is_empty() {
+            line.push_str(if line.ends_with(':') { " " } else { "; " });
+        }
+        line.push_str(part);
+    }
+    let subcommands: Vec<&clap::Command> = args
+        .iter()
+        .skip(1)
+        .filter_map(|a| cli.find_subcommand(a))
+        .take(1)
+        .collect();
+    for command in [&cli].into_iter().chain(subcommands.iter().copied()) {
+        for arg in command.get_arguments() {
+            let (Some(long), Some(env)) = (arg.get_long(), arg.get_env()) else {
+                continue;
+            };
+            let empty = std::env::var_os(env).is_some_and(|v| v.is_empty());
+            if empty && line.contains(&format!("'--{long}")) {
+                line.push_str(&format!("; {} is set but empty", env.to_string_lossy()));
+            }
+        }
+    }
+    let help = match subcommands.first() {
+        Some(sub) => format!("bayesmail {} --help", sub.get_name()),
+        None => "bayesmail --help".to_string(),
+    };
+    format!("{line} (see `{help}`)")
 }
 
 /// Writes `line` and a newline on standard output: a write that fails (a

@@ -31,6 +31,43 @@ fn usage_errors_exit_2() {
         Some(b"Subject: x\n\nbody\n"),
     );
     assert_eq!(out.status.code(), Some(2));
+    // Each on one line: clap's error and tips, then which help to read.
+    for (args, want) in [
+        (
+            &["learn", "--spam", "--ham", "x"][..],
+            "bayesmail: the argument '--spam' cannot be used with '--ham' \
+             (see `bayesmail learn --help`)\n",
+        ),
+        (
+            &["learn"],
+            "bayesmail: the following required arguments were not provided: <--spam|--ham> \
+             (see `bayesmail learn --help`)\n",
+        ),
+        (
+            &["prune", "--min-age", "1e3"],
+            "bayesmail: invalid value '1e3' for '--min-age <DAYS>': invalid digit found in \
+             string (see `bayesmail prune --help`)\n",
+        ),
+        (
+            &["trian"],
+            "bayesmail: unrecognized subcommand 'trian'; tip: a similar subcommand exists: \
+             'train' (see `bayesmail --help`)\n",
+        ),
+    ] {
+        let out = run(args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), want, "{args:?}");
+    }
+    // An environment variable of ours set but empty is named.
+    let out = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        .arg("stats")
+        .env("BAYESMAIL_DB", "")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("BAYESMAIL_DB is set but empty"), "{err}");
 }
 
 #[test]
