@@ -688,6 +688,7 @@ fn a_write_to_the_store_that_hangs_ends_the_process_and_frees_the_database() {
 /// learns the message.
 #[test]
 fn a_learn_through_serve_whose_store_write_hangs_ends_serve_and_frees_the_database() {
+    use crate::serve_http::{Server, post};
     let db = Db::new();
     db.train_sample();
     let before = db.counts();
@@ -695,54 +696,25 @@ fn a_learn_through_serve_whose_store_write_hangs_ends_serve_and_frees_the_databa
     fs::write(&message, unseen(4, "X-Serve-Hang: 1")).unwrap();
     // Every learn goes straight into the count store (no journal), where
     // the debug build is told to hang.
-    let start = |env: &[(&str, &str)]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
-        cmd.args(db.global_args())
-            .args(["serve", "--http", "127.0.0.1:0"])
-            .env("BAYESMAIL_JOURNAL_LIMIT", "0")
-            .envs(env.iter().copied());
-        let (child, watch) = spawn_watched(cmd);
-        let bound = watch
-            .listening(1, 120)
-            .unwrap_or_else(|| panic!("serve says where it listens: {}", watch.log()));
-        (
-            child,
-            watch,
-            format!("http://{}/learn?class=spam", bound[0].1),
-        )
-    };
-    let learn = |url: &str| {
-        Command::new("curl")
-            .args(["-sS", "--max-time", "60", "-w", "\n%{http_code}"])
-            .args(["--data-binary", &format!("@{}", utf8(&message)), url])
-            .output()
-            .expect("curl runs")
-    };
-
+    let straight = ("BAYESMAIL_JOURNAL_LIMIT", "0");
     let hang = [
+        straight,
         ("BAYESMAIL_TEST_HANG", "store-write"),
         ("BAYESMAIL_TEST_STALL_MS", "300"),
     ];
-    let (mut child, mut watch, url) = start(&hang);
-    let out = learn(&url);
+    let mut server = Server::start_with(&db, &[], &hang);
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "60", "-w", "\n%{http_code}"])
+        .args(["--data-binary", &format!("@{}", utf8(&message))])
+        .arg(server.url("/learn?class=spam"))
+        .output()
+        .expect("curl runs");
     let answer = String::from_utf8_lossy(&out.stdout);
     assert!(
         !out.status.success() && !answer.contains("learned"),
         "the learn that hung got an answer: {answer}"
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("serve did not end: {}", watch.log());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let log = watch.finish();
+    let (status, log) = server.ended_within(60);
     assert_eq!(status.code(), Some(75), "{log}");
     let stalled: Vec<&str> = log
         .lines()
@@ -760,19 +732,10 @@ fn a_learn_through_serve_whose_store_write_hangs_ends_serve_and_frees_the_databa
     assert_eq!(db.counts(), before, "nothing of the hung learn was stored");
 
     // Started again as its unit would start it: the same learn is stored.
-    let (child, _watch, url) = start(&[]);
-    let out = learn(&url);
-    let answer = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success() && answer.ends_with("\n200"),
-        "{answer}"
-    );
-    assert!(answer.contains("\"learned\""), "{answer}");
-    // SAFETY: kill(2) on a child this test started.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    let mut child = child;
-    assert!(child.wait().unwrap().success());
+    let mut server = Server::start_with(&db, &[], &[straight]);
+    let (code, got) = post(&server.url("/learn?class=spam"), &message, &[]);
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["action"], "learned", "{got}");
+    assert!(server.terminate());
     assert_eq!(db.counts(), [before[0], before[1] + 1]);
 }

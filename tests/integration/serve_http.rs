@@ -12,23 +12,32 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{Db, sample_files, spawn_watched, unseen, utf8};
+use crate::common::{Db, Watch, sample_files, spawn_watched, unseen, utf8};
 
 /// A running `bayesmail serve --http 127.0.0.1:0`; killed and waited for
 /// when dropped.
 pub(crate) struct Server {
     child: Child,
     addr: String,
+    /// Its stderr (behind a lock: a server is shared by the threads of a
+    /// test).
+    watch: std::sync::Mutex<Watch>,
 }
 
 impl Server {
     /// Starts serve on `db` with `extra` arguments and waits for the line
     /// that says where it listens.
     pub(crate) fn start(db: &Db, extra: &[&str]) -> Server {
+        Server::start_with(db, extra, &[])
+    }
+
+    /// [`Server::start`] with `env` set for serve.
+    pub(crate) fn start_with(db: &Db, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
         cmd.args(db.global_args())
             .args(["serve", "--http", "127.0.0.1:0"])
-            .args(extra);
+            .args(extra)
+            .envs(env.iter().copied());
         let (child, watch) = spawn_watched(cmd);
         let bound = watch
             .listening(1, 120)
@@ -36,7 +45,22 @@ impl Server {
         Server {
             child,
             addr: bound[0].1.clone(),
+            watch: std::sync::Mutex::new(watch),
         }
+    }
+
+    /// Waits (at most `secs` seconds) for serve to end by itself; its exit
+    /// status and everything it wrote on stderr.
+    pub(crate) fn ended_within(&mut self, secs: u64) -> (std::process::ExitStatus, String) {
+        let watch = self.watch.get_mut().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status, watch.finish());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("serve did not end within {secs} s: {}", watch.log());
     }
 
     pub(crate) fn url(&self, path: &str) -> String {
@@ -53,7 +77,7 @@ impl Server {
 
     /// SIGTERM, then waits (a bounded time) for it to exit; returns
     /// whether it exited successfully.
-    fn terminate(&mut self) -> bool {
+    pub(crate) fn terminate(&mut self) -> bool {
         let sent = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
