@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 use bayesmail::eval::protocol::Settings;
-use bayesmail::eval::{Corpus, Item, Report, Scored, evaluate};
+use bayesmail::eval::{Corpus, Intervals, Item, Report, Scored, evaluate};
 use bayesmail::sanitize::for_terminal;
 
 use super::{EvalArgs, Outcome};
@@ -101,20 +101,29 @@ pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
         if !windows.is_empty() {
             writeln!(
                 out,
-                "by window           (1-AUC)%   FNR@0.1%   FPR      FNR      unsure   ECE"
+                "by window           (1-AUC)%  [95%]              FNR@0.1%   FPR      FNR      unsure  [95%]           ECE"
             )?;
         }
         for w in windows {
             let r = &w.report;
+            let [auc, uns] = match &r.intervals {
+                Some(i) => [
+                    format!("[{}]", between(i.one_minus_auc_pct, 4, "")),
+                    format!("[{}]", between(i.unsure_pct, 2, "%")),
+                ],
+                None => Default::default(),
+            };
             writeln!(
                 out,
-                "  {:<17} {:>8.4}   {:>7.2}%  {:>6.3}%  {:>6.3}%  {:>6.2}%  {:.4}",
+                "  {:<17} {:>8.4}  {:<18} {:>7.2}%  {:>6.3}%  {:>6.3}%  {:>5.2}%  {:<15} {:.4}",
                 format!("{}–{}", w.start + 1, w.end),
                 r.one_minus_auc_pct,
+                auc,
                 r.fnr_at_fpr_0_1_pct,
                 r.fpr_pct,
                 r.fnr_pct,
                 r.unsure_pct,
+                uns,
                 r.ece
             )?;
         }
@@ -151,9 +160,25 @@ fn write_report(out: &mut impl Write, r: &Report, protocol: &str) -> io::Result<
         "messages            {} ({} ham, {} spam)",
         r.n, r.n_ham, r.n_spam
     )?;
+    let interval = |pick: fn(&Intervals) -> [f64; 2], digits: usize, unit: &str| {
+        r.intervals
+            .as_ref()
+            .map(|i| format!("   (95%: {})", between(pick(i), digits, unit)))
+            .unwrap_or_default()
+    };
     writeln!(out, "ROC AUC             {:.6}", r.auc)?;
-    writeln!(out, "(1-AUC)%            {:.4}", r.one_minus_auc_pct)?;
-    writeln!(out, "FNR at FPR 0.1%     {:.2}%", r.fnr_at_fpr_0_1_pct)?;
+    writeln!(
+        out,
+        "(1-AUC)%            {:.4}{}",
+        r.one_minus_auc_pct,
+        interval(|i| i.one_minus_auc_pct, 4, "")
+    )?;
+    writeln!(
+        out,
+        "FNR at FPR 0.1%     {:.2}%{}",
+        r.fnr_at_fpr_0_1_pct,
+        interval(|i| i.fnr_at_fpr_0_1_pct, 2, "%")
+    )?;
     writeln!(
         out,
         "cutoffs             ham ≤ {:.4} < unsure ≤ {:.4} < spam",
@@ -164,6 +189,15 @@ fn write_report(out: &mut impl Write, r: &Report, protocol: &str) -> io::Result<
         "FPR / FNR           {:.3}% / {:.3}%   (unsure {:.2}%)",
         r.fpr_pct, r.fnr_pct, r.unsure_pct
     )?;
+    if let Some(i) = &r.intervals {
+        writeln!(
+            out,
+            "  95% intervals     FPR {}, FNR {}, unsure {}",
+            between(i.fpr_pct, 3, "%"),
+            between(i.fnr_pct, 3, "%"),
+            between(i.unsure_pct, 2, "%")
+        )?;
+    }
     writeln!(out, "lam%                {:.4}", r.lam_pct)?;
     writeln!(out, "ECE (10 bins)       {:.4}", r.ece)?;
     writeln!(
@@ -172,4 +206,10 @@ fn write_report(out: &mut impl Write, r: &Report, protocol: &str) -> io::Result<
         r.expected_cost
     )?;
     writeln!(out, "messages/second     {:.0}", r.messages_per_second)
+}
+
+/// An interval as `low–high` with `digits` decimals and `unit` after each
+/// bound.
+fn between([low, high]: [f64; 2], digits: usize, unit: &str) -> String {
+    format!("{low:.digits$}{unit}–{high:.digits$}{unit}")
 }

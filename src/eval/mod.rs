@@ -4,6 +4,7 @@
 
 pub mod confusion;
 mod corpus;
+pub mod interval;
 pub mod protocol;
 
 pub use corpus::{Corpus, Error, Evaluation, Fold, Item, ONLINE_WINDOWS, Window, evaluate};
@@ -11,6 +12,7 @@ pub use corpus::{Corpus, Error, Evaluation, Fold, Item, ONLINE_WINDOWS, Window, 
 use serde::Serialize;
 
 use crate::decision::{Costs, Verdict};
+pub use interval::Intervals;
 
 /// One scored message of an evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -61,6 +63,9 @@ pub struct Report {
     pub spam_cutoff: f64,
     /// Messages per second, parsing included, over the whole run.
     pub messages_per_second: f64,
+    /// The 95% intervals of the ranking figures and the verdicts' rates
+    /// ([`interval`]); `None` when a class is missing.
+    pub intervals: Option<Intervals>,
 }
 
 impl Report {
@@ -113,6 +118,7 @@ impl Report {
             } else {
                 0.0
             },
+            intervals: Intervals::of(scored),
         }
     }
 }

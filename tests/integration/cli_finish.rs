@@ -307,6 +307,25 @@ fn eval_plot_writes_a_roc_curve_and_a_reliability_diagram_that_render() {
         n += fold["n"].as_u64().unwrap();
     }
     assert_eq!(n, 48);
+    // Each figure's 95% interval holds it, in the whole and in each fold.
+    for r in std::iter::once(&report).chain(folds) {
+        for key in [
+            "one_minus_auc_pct",
+            "fnr_at_fpr_0_1_pct",
+            "fpr_pct",
+            "unsure_pct",
+        ] {
+            let point = r[key].as_f64().unwrap();
+            let bounds = &r["intervals"][key];
+            let (low, high) = (bounds[0].as_f64().unwrap(), bounds[1].as_f64().unwrap());
+            assert!(low <= point && point <= high, "{key}: {r}");
+        }
+    }
+    let text = db.ok(&args[..args.len() - 2], None);
+    assert!(
+        text.contains("(1-AUC)%") && text.contains("(95%: "),
+        "{text}"
+    );
 
     if !crate::recipes::have("rsvg-convert") {
         return;
