@@ -876,6 +876,29 @@ fn sieve_recipe_creates_a_missing_junk_folder_and_delivers_with_our_fields() {
     assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
 }
 
+/// maildrop does not create a missing Maildir folder: the recipe makes
+/// `.Junk`, private, before it files the first spam there.
+#[test]
+fn maildrop_recipe_creates_a_missing_junk_folder() {
+    if !have("maildrop") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let (spam, ham) = spam_and_ham(&home.db);
+    let junk = home.dir().join("Maildir/.Junk");
+    fs::remove_dir_all(&junk).unwrap();
+    home.deliver(Agent::Maildrop, &ham);
+    assert!(!junk.exists(), "made for a ham");
+    home.deliver(Agent::Maildrop, &spam);
+    assert_eq!(home.delivered(".Junk").len(), 1);
+    assert_eq!(home.delivered("").len(), 1);
+    for dir in [junk.clone(), junk.join("new")] {
+        let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+    }
+}
+
 /// Hams with a forged flag where `filter` has ended the header block but a
 /// delivery agent may read on (procmail reads LF lines: a `\r\n` line is
 /// not empty to it), or spelled so that an agent reads it as ours (maildrop
