@@ -324,8 +324,8 @@ fn user_of<B>(req: &Request<B>) -> Result<Option<String>, Box<Answer>> {
     let user = value
         .to_str()
         .map_err(|_| refuse("user name refused: it is not ASCII text"))?;
-    super::users::check_user(user).map_err(|e| refuse(&e.to_string()))?;
-    Ok(Some(user.to_string()))
+    let user = super::users::check_user(user).map_err(|e| refuse(&e.to_string()))?;
+    Ok(Some(user))
 }
 
 /// Why a body was not read whole.

@@ -15,7 +15,8 @@
 //! The user is the first envelope recipient (RCPT), angle brackets taken
 //! off: one message gets one verdict, so with several recipients the first
 //! one's model judges (or the global one, when that user has no model of
-//! its own or too young a one); with users' models, `X-Spam-Status` says
+//! its own or too young a one, or its name is refused, or its model cannot
+//! be read: see [`super::Models::judge`]); with users' models, `X-Spam-Status` says
 //! which kind judged ([`super::Judged::fields`]). A message without a verdict (too large,
 //! no readable model, an internal error) is accepted with the Unknown
 //! status field, as `filter` passes it on; a milter that cannot answer at

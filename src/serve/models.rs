@@ -248,10 +248,8 @@ impl Models {
         redis: &Redis,
         user: Option<&str>,
     ) -> Result<Arc<SharedModel>, LearnError> {
-        if let Some(user) = user {
-            super::users::check_user(user)?;
-        }
-        let key = user.map(str::to_string);
+        let key = user.map(super::users::check_user).transpose()?;
+        let user = key.as_deref();
         let mut models = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = models.get(&key) {
             return Ok(Arc::clone(m));
@@ -283,7 +281,20 @@ impl Models {
             stamped: Stamped::unknown(reason, why),
             which: None,
         };
-        let user_model = match user.map(|u| self.shared_model(redis, Some(u))).transpose() {
+        // A name refused (as a milter's recipient can be): the global
+        // model judges, as for a user without a model, and the log says so.
+        let user = match user.map(super::users::check_user).transpose() {
+            Ok(user) => user,
+            Err(err) => {
+                super::log_line(&format!("{err}; judged with the global model"));
+                None
+            }
+        };
+        let user_model = match user
+            .as_deref()
+            .map(|u| self.shared_model(redis, Some(u)))
+            .transpose()
+        {
             Ok(m) => m,
             Err(err) => return unknown(Reason::Config, err.to_string()),
         };
@@ -301,7 +312,7 @@ impl Models {
         );
         let which = match (&stamped.status, user) {
             (Status::Unknown(_), _) => None,
-            (_, Some(user)) if by_user => Some(Which::User(user.to_string())),
+            (_, Some(user)) if by_user => Some(Which::User(user)),
             _ => Some(Which::Global),
         };
         Judged { stamped, which }
@@ -411,12 +422,12 @@ impl Models {
             .unwrap_or_else(|e| e.into_inner())
             .shared
             .is_some();
+        let user = super::users::check_user(user)?;
         if shared {
-            super::users::check_user(user)?;
-            return Ok(Which::User(user.to_string()));
+            return Ok(Which::User(user));
         }
-        Ok(match self.user_db(user)? {
-            Some(_) => Which::User(user.to_string()),
+        Ok(match self.user_db(&user)? {
+            Some(_) => Which::User(user),
             None => Which::Global,
         })
     }
@@ -445,21 +456,31 @@ impl Models {
             stamped: Stamped::unknown(reason, why),
             which: None,
         };
+        // The user's model when it can judge; else the global one, and a
+        // line in the log when that is not simply because the user has no
+        // model yet (a name refused, as a milter's recipient can be; a
+        // model that cannot be read).
         let mut chosen = None;
         if let Some(user) = user {
-            match self.user_db(user) {
-                Ok(Some(dir)) => {
-                    if let Ok(open) = self.reader(&dir, bound) {
+            let db =
+                super::users::check_user(user).and_then(|user| Ok((self.user_db(&user)?, user)));
+            match db {
+                Ok((Some(dir), user)) => match self.reader(&dir, bound) {
+                    Ok(open) => {
                         let reader = open.reader.read().unwrap_or_else(|e| e.into_inner());
                         let [ham, spam] = reader.classifier().header().totals.messages;
                         drop(reader);
                         if ham.min(spam) >= settings.min_user_messages {
-                            chosen = Some((open, Which::User(user.to_string())));
+                            chosen = Some((open, Which::User(user)));
                         }
                     }
-                }
-                Ok(None) => {}
-                Err(err) => return unknown(Reason::Config, err.to_string()),
+                    Err(err) if Reason::of(&err) == Reason::NoModel => {}
+                    Err(err) => super::log_line(&format!(
+                        "user {user}: {err}; judged with the global model"
+                    )),
+                },
+                Ok((None, _)) => {}
+                Err(err) => super::log_line(&format!("{err}; judged with the global model")),
             }
         }
         let (open, which) = match chosen {

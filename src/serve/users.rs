@@ -26,8 +26,11 @@ pub enum UserError {
 /// Checks a user name as spamd does (its safe characters only), and
 /// refuses what could name something else on disk: an empty name, one over
 /// [`MAX_USER`] bytes, a name that is `.` or `..` or whose local part or
-/// domain is.
-pub fn check_user(user: &str) -> Result<&str, UserError> {
+/// domain is, an `@` with nothing before or after it. Returns the name as
+/// every model and database knows it: lower-cased, since mail servers
+/// deliver `Alice@Example.org` to `alice@example.org` (and a sender
+/// chooses the case of the recipient it writes).
+pub fn check_user(user: &str) -> Result<String, UserError> {
     let refuse = |why: &str| {
         let shown: String = user.chars().take(40).collect();
         Err(UserError::Refused(format!(
@@ -55,8 +58,15 @@ pub fn check_user(user: &str) -> Result<&str, UserError> {
     {
         return refuse("names a directory");
     }
-    Ok(user)
+    if user.contains('@') && (local.is_empty() || domain.is_empty()) {
+        return refuse("has an empty local part or domain");
+    }
+    Ok(user.to_ascii_lowercase())
 }
+
+/// What `%d` is for a user name without a domain: a domain is what
+/// follows a name's last `@`, so it never is `@`.
+pub const NO_DOMAIN: &str = "@";
 
 /// The local part and the domain of `user` (`""` when it has none).
 fn split(user: &str) -> (&str, &str) {
@@ -107,12 +117,16 @@ impl UserDbPattern {
         })
     }
 
-    /// The database of `user` (checked by [`check_user`]); a user name
-    /// without a domain has `%d` empty (`nodomain` would be a name a user
-    /// could take), so the path is made of the parts it has.
+    /// The database of `user` (checked by [`check_user`]). Every user's
+    /// database is as deep under the pattern's root as every other's, so
+    /// that none is inside another's or a domain's directory: `%d` of a
+    /// name without a domain (`spamc -u alice`) is [`NO_DOMAIN`], which no
+    /// domain can be.
     pub fn path(&self, user: &str) -> Result<PathBuf, UserError> {
         let user = check_user(user)?;
+        let user = user.as_str();
         let (local, domain) = split(user);
+        let domain = if domain.is_empty() { NO_DOMAIN } else { domain };
         let mut out = String::with_capacity(self.pattern.len() + user.len());
         let mut chars = self.pattern.chars();
         while let Some(c) = chars.next() {
@@ -127,8 +141,6 @@ impl UserDbPattern {
                 _ => out.push('%'),
             }
         }
-        // An empty part (`%d` of a user without a domain) leaves `//`,
-        // which a path reads as one separator.
         let path = PathBuf::from(out);
         if path
             .components()
@@ -146,12 +158,30 @@ mod tests {
 
     #[test]
     fn safe_names_pass_and_others_are_refused() {
-        for ok in ["alice", "alice@example.org", "a.b+c_d-e=f,g", "A1"] {
-            assert_eq!(check_user(ok), Ok(ok));
+        for ok in ["alice", "alice@example.org", "a.b+c_d-e=f,g", "a1"] {
+            assert_eq!(check_user(ok), Ok(ok.to_string()));
         }
+        assert_eq!(
+            check_user("Alice@Example.ORG"),
+            Ok("alice@example.org".into())
+        );
         let long = "a".repeat(300);
         for bad in [
-            "", "..", ".", "../etc", "a/b", "a%b", "a\0b", "a b", "é", &long, "..@x", "a@..",
+            "",
+            "..",
+            ".",
+            "../etc",
+            "a/b",
+            "a%b",
+            "a\0b",
+            "a b",
+            "é",
+            &long,
+            "..@x",
+            "a@..",
+            "@example.org",
+            "alice@",
+            "@",
         ] {
             assert!(check_user(bad).is_err(), "{bad:?}");
         }
@@ -165,10 +195,23 @@ mod tests {
             PathBuf::from("/var/lib/bayesmail/example.org/alice")
         );
         assert_eq!(
-            p.path("bob").unwrap(),
-            PathBuf::from("/var/lib/bayesmail//bob")
+            p.path("ALICE@EXAMPLE.ORG").unwrap(),
+            PathBuf::from("/var/lib/bayesmail/example.org/alice")
         );
-        assert!(p.path("../x").is_err());
+        // Without a domain, a name is under `@`: never a domain's directory
+        // (`example.org`), nor a database beside the domains'; with a domain
+        // but no local part, it would be the domain's directory itself.
+        for (user, path) in [("bob", "@/bob"), ("example.org", "@/example.org")] {
+            let want = PathBuf::from("/var/lib/bayesmail").join(path);
+            assert_eq!(p.path(user).unwrap(), want);
+        }
+        for bad in ["@example.org", "../x"] {
+            assert!(p.path(bad).is_err(), "{bad}");
+        }
+        let flat = UserDbPattern::new("/srv/%u").unwrap();
+        assert_eq!(flat.path("bob").unwrap(), PathBuf::from("/srv/bob"));
+        let literal = UserDbPattern::new("/srv/%%d/%l").unwrap();
+        assert_eq!(literal.path("bob").unwrap(), PathBuf::from("/srv/%d/bob"));
         let u = UserDbPattern::new("/srv/%u/db%%").unwrap();
         assert_eq!(u.path("c@d").unwrap(), PathBuf::from("/srv/c@d/db%"));
         for bad in ["relative/%u", "/srv/db", "/srv/%x", "/srv/../%u"] {

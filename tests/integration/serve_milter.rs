@@ -373,11 +373,20 @@ fn one_message(db: &Db, extra: &[&str], raw: &[u8]) -> (String, String) {
     one_message_at(db, "127.0.0.1:0", extra, raw)
 }
 
+/// [`one_message`] with `rcpt` (in angle brackets) as the first recipient.
+fn one_message_to(db: &Db, extra: &[&str], raw: &[u8], rcpt: &str) -> (String, String) {
+    message_at_to(db, "127.0.0.1:0", extra, raw, rcpt)
+}
+
 /// [`one_message`] with the server listening on `addr`.
 fn one_message_at(db: &Db, addr: &str, extra: &[&str], raw: &[u8]) -> (String, String) {
+    message_at_to(db, addr, extra, raw, "<user@example.org>")
+}
+
+fn message_at_to(db: &Db, addr: &str, extra: &[&str], raw: &[u8], rcpt: &str) -> (String, String) {
     let mut serve = Serve::start_at(db, addr, extra);
     let mut script = lua_head(&serve.addr);
-    script.push_str(&lua_message(raw, "<user@example.org>"));
+    script.push_str(&lua_message(raw, rcpt));
     script.push_str(&lua_echo_header("STATUS", "X-Spam-Status"));
     script.push_str(
         "r = mt.getreply(conn)\n\
@@ -1071,6 +1080,31 @@ fn miltertest_per_user_the_status_says_which_kind_of_model_judged() {
     let user = status(&out);
     assert!(user.ends_with(", model=user"), "{out}");
     assert!(!user.contains("example.org"), "{user}");
+    // The sender writes the recipient's case: the same user's model.
+    let (out, _) = one_message_to(&db, &extra, &raw, "<USER@Example.ORG>");
+    assert!(status(&out).ends_with(", model=user"), "{out}");
+    // A recipient whose name is refused (an apostrophe is not among the
+    // safe characters) is judged by the global model, and the log says
+    // why: a verdict all the same, for it and every other recipient.
+    let (out, log) = one_message_to(&db, &extra, &raw, "<o'brien@example.org>");
+    assert_eq!(status(&out), global, "{out}");
+    assert!(log.contains("judged with the global model"), "{log}");
+    // A user's model that cannot be read: the global one judges, and the
+    // log says so (a user without a model is not worth a line).
+    let model = own.join("model.bin");
+    let len = std::fs::metadata(&model).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&model)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let (out, log) = one_message(&db, &extra, &raw);
+    assert_eq!(status(&out), global, "{out}");
+    assert!(
+        log.contains("user user@example.org: ") && log.contains("judged with the global model"),
+        "{log}"
+    );
     // Without --user-db there is one model and nothing to say: filter's
     // fields exactly.
     let (out, _) = one_message(&db, &[], &raw);

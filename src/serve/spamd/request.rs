@@ -97,9 +97,9 @@ impl Headers {
         } else if is("User") {
             let user = std::str::from_utf8(value)
                 .map_err(|_| Failure::protocol("(User header refused: not UTF-8)"))?;
-            crate::serve::users::check_user(user)
+            let user = crate::serve::users::check_user(user)
                 .map_err(|e| Failure::protocol(format!("(User header refused: {e})")))?;
-            self.user = Some(user.to_string());
+            self.user = Some(user);
         } else if is("Message-class") {
             self.class = Some(match value.to_ascii_lowercase().as_slice() {
                 b"spam" => Label::Spam,
