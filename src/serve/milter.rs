@@ -87,8 +87,10 @@ const MAX_PACKET: usize = 1 << 20;
 
 /// How long a connection may stay quiet between messages. An MTA keeps a
 /// milter connection for a whole SMTP session, whose client may take
-/// Postfix's `smtpd_timeout` (300 s) per command; inside a message the
-/// server's read timeout applies.
+/// Postfix's `smtpd_timeout` (300 s) per command; inside a message, and
+/// before the first packet (an MTA negotiates as soon as it connects), the
+/// server's read timeout applies, so a client that connects and says
+/// nothing does not hold a connection slot for long.
 const SESSION_IDLE: Duration = Duration::from_secs(600);
 
 /// Serves one milter connection.
@@ -460,8 +462,9 @@ impl miltr_server::Milter for Bayes {
     }
 }
 
-/// A connection whose reads time out (after the read timeout when a
-/// message is being received, after `between` otherwise) and that reads as
+/// A connection whose reads time out (after the read timeout before the
+/// first packet and when a message is being received, after `between`
+/// otherwise) and that reads as
 /// closed once the server is stopping and no message is being received:
 /// a read is only asked for once the last answer has been written, so a
 /// message in flight is answered before the connection ends.
@@ -489,7 +492,7 @@ impl Timed {
             in_message,
             inside,
             between,
-            deadline: Box::pin(tokio::time::sleep(between)),
+            deadline: Box::pin(tokio::time::sleep(inside)),
             stop: Box::pin(async move {
                 let notified = state.stopping.notified();
                 tokio::pin!(notified);

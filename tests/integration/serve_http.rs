@@ -174,7 +174,7 @@ fn read_response(stream: &mut TcpStream) -> (u16, String) {
 }
 
 /// Whether the server closed `stream` (reads its end) within `wait`.
-fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
+pub(crate) fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
     stream.set_read_timeout(Some(wait)).unwrap();
     let mut buf = [0u8; 256];
     loop {

@@ -1032,6 +1032,23 @@ fn miltertest_the_spam_action_can_come_from_the_config_file() {
     );
 }
 
+/// A client that connects to the milter port and says nothing is dropped
+/// after `--timeout`, not kept for the session's idle time (600 s): it
+/// would hold a connection slot that spamd and HTTP share.
+#[test]
+fn a_milter_client_that_never_negotiates_is_dropped_after_the_timeout() {
+    let db = Db::new();
+    db.train_sample();
+    let mut serve = Serve::start(&db, &["--timeout", "1"]);
+    let mut silent = std::net::TcpStream::connect(&serve.addr).unwrap();
+    assert!(
+        crate::serve_http::closed_within(&mut silent, std::time::Duration::from_secs(20)),
+        "still open"
+    );
+    let (_, log) = serve.finish();
+    assert!(log.contains("sent nothing for too long"), "{log}");
+}
+
 #[test]
 fn miltertest_per_user_the_status_says_which_kind_of_model_judged() {
     if !have("miltertest", "miltertest") {
