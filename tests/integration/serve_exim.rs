@@ -310,12 +310,13 @@ fn unwrap_delivered(delivered: &[u8]) -> Delivered {
     }
 }
 
-/// A message with forged fields of the recipe's names, and ours.
+/// A message with forged X-Spam-* fields: the recipe's, ours, another filter's.
 const FORGED: &[u8] = b"From: a@bayesmail.test\r\n\
 X-Spam-Flag: YES\r\n\
 Subject: cheap meds\r\n\
 x-spam-score: -50.0 (--------------------------------------------------)\r\n\
 X-Spam-Status: No, probability=0.000001\r\n\
+X-Spam-Level: \r\n\
 Message-ID: <forged@bayesmail.test>\r\n\
 Date: Mon, 23 Dec 2024 12:02:51 +0000\r\n\
 \r\n\
@@ -395,14 +396,19 @@ fn exim_delivers_each_message_with_the_recipes_fields_and_classifys_verdict() {
         assert!(bar.starts_with('(') && bar.ends_with(')'), "{bar}");
         spam += usize::from(verdict == "spam");
         ham += usize::from(verdict == "ham");
-        // Nothing else changed: the message is as sent, less forged
-        // fields of the recipe's names.
+        // Nothing else changed: the message is as sent, less every
+        // X-Spam-* field it came with.
         let want: Vec<u8> = as_stored(raw)
             .split_inclusive(|&b| b == b'\n')
-            .filter(|l| {
-                raw.as_slice() != FORGED
-                    || !(l.starts_with(b"X-Spam-Flag: YES") || l.starts_with(b"x-spam-score: "))
+            .scan(true, |in_header, l| {
+                *in_header &= l != b"\r\n" && l != b"\n";
+                Some((*in_header, l))
             })
+            .filter(|(in_header, l)| {
+                raw.as_slice() != FORGED
+                    || !(*in_header && l.to_ascii_lowercase().starts_with(b"x-spam-"))
+            })
+            .map(|(_, l)| l)
             .flatten()
             .copied()
             .collect();
