@@ -33,7 +33,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::io::Write;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -281,9 +281,12 @@ fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
     }
 }
 
-/// Writes `bytes` to `path` atomically (to a temporary file beside it, synced, then renamed over it, and the directory synced). A new
-/// file is private to its owner (mode 0600); one that replaces a file takes
-/// that file's permissions, so a user who loosened them keeps theirs.
+/// Writes `bytes` to `path` atomically (to a temporary file beside it, synced, then renamed over it, and the directory synced). One
+/// that replaces a file takes that file's permissions and group, so a user
+/// who loosened them keeps theirs; a new one takes its directory's, as
+/// for a file (the directory's read and write bits, the owner's at least,
+/// and its group): private (0600) in a private directory, readable by the
+/// group a user shared the directory with.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PathError> {
     write_replacing(path, bytes, true)
 }
@@ -314,10 +317,23 @@ fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> Result<(), PathE
         // Only a file's own permissions: a link there is replaced, and
         // what it leads to (someone else's file, readable by all) says
         // nothing about who may read ours.
-        if let Some(existing) = fs::symlink_metadata(path).ok().filter(|m| m.is_file()) {
-            file.set_permissions(existing.permissions())
-                .map_err(io(&tmp))?;
-        }
+        let (mode, group) = match fs::symlink_metadata(path).ok().filter(|m| m.is_file()) {
+            Some(existing) => (existing.mode() & 0o7777, Some(existing.gid())),
+            None => match fs::metadata(dir) {
+                Ok(d) => (d.mode() & 0o666 | 0o600, Some(d.gid())),
+                Err(_) => (0o600, None),
+            },
+        };
+        // Best effort: only a member of the group may give a file to it,
+        // and the mode follows (a file of the owner's group that the group
+        // may read would be read by the wrong one).
+        let grouped = group.is_none_or(|gid| {
+            file.metadata().is_ok_and(|m| m.gid() == gid)
+                || std::os::unix::fs::fchown(&file, None, Some(gid)).is_ok()
+        });
+        let mode = if grouped { mode } else { mode & 0o7707 };
+        file.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(io(&tmp))?;
         file.write_all(bytes).map_err(io(&tmp))?;
         if durable {
             file.sync_all().map_err(io(&tmp))?;
@@ -439,6 +455,35 @@ mod tests {
             .read_to_string(&mut text)
             .unwrap();
         assert_eq!(text, "keep");
+    }
+
+    /// A new file takes its directory's permissions as for a file, and its
+    /// group; a replaced one keeps its own.
+    #[test]
+    fn a_new_file_takes_its_directorys_permissions_a_replacement_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let mode = |name: &str| fs::metadata(d.join(name)).unwrap().mode() & 0o7777;
+        let set = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+        set(d, 0o700);
+        write_atomically(&d.join("private"), b"x").unwrap();
+        assert_eq!(mode("private"), 0o600);
+        set(d, 0o750);
+        write_atomically(&d.join("shared"), b"x").unwrap();
+        assert_eq!(mode("shared"), 0o640);
+        set(&d.join("private"), 0o604);
+        write_atomically(&d.join("private"), b"y").unwrap();
+        assert_eq!(mode("private"), 0o604);
+        // SAFETY: reading the process's effective user id.
+        if unsafe { libc::geteuid() } == 0 {
+            let gid = |name: &str| fs::metadata(d.join(name)).unwrap().gid();
+            std::os::unix::fs::chown(d, None, Some(8)).unwrap();
+            write_atomically(&d.join("grouped"), b"x").unwrap();
+            assert_eq!((gid("grouped"), mode("grouped")), (8, 0o640));
+            std::os::unix::fs::chown(d.join("grouped"), None, Some(9)).unwrap();
+            write_atomically_unsynced(&d.join("grouped"), b"y").unwrap();
+            assert_eq!((gid("grouped"), mode("grouped")), (9, 0o640));
+        }
     }
 
     /// What is opened is a blocking descriptor of the regular file, created
