@@ -239,6 +239,9 @@ pub fn detect(path: &Path) -> Result<MailboxKind> {
         })
     } else if prefix == *b"From " {
         drop(file);
+        if in_maildir(path) {
+            return Ok(MailboxKind::File);
+        }
         Ok(match sniff(path, MboxEscaping::default())? {
             Sniffed::Mbox(..) => MailboxKind::Mbox,
             Sniffed::Message(_) => MailboxKind::File,
@@ -248,12 +251,35 @@ pub fn detect(path: &Path) -> Result<MailboxKind> {
     }
 }
 
+/// Whether `path` is a message file of a Maildir (in the `cur/` or `new/`
+/// of a directory [`walk::is_maildir`] knows): one message, whatever its
+/// first line, as the Maildir reader reads it, so that the same file given
+/// by its path or by its Maildir is the same message.
+fn in_maildir(path: &Path) -> bool {
+    let Some(parent) = path.parent() else {
+        return false;
+    };
+    let maildir = match parent.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    matches!(
+        parent.file_name().and_then(|n| n.to_str()),
+        Some("cur" | "new")
+    ) && walk::is_maildir(maildir)
+        && fs::metadata(path).is_ok_and(|m| m.is_file())
+}
+
 /// Open `path` (or `-` for stdin), detecting its kind with [`detect`], and
 /// stream its messages.
 ///
 /// Returns an error only if the path itself cannot be opened or detected;
 /// failures of single messages (and of subfolders) come out as `Err` items.
 pub fn open(path: &Path, opts: &Options) -> Result<Messages> {
+    if path != Path::new("-") && in_maildir(path) {
+        // As the Maildir reader reads it: one message, verbatim.
+        return open_as(path, MailboxKind::File, opts);
+    }
     match detect(path)? {
         // Read the way a file in a tree is, so that a message with an
         // envelope line gets the same bytes and id either way.
@@ -799,6 +825,40 @@ mod tests {
             write_mbox_message(&mut out, None, m).unwrap();
         }
         out
+    }
+
+    #[test]
+    /// A Maildir's message file that starts with an envelope line and
+    /// quotes one in its body is one message, as the Maildir reads it,
+    /// whether it is given by its path or by its Maildir.
+    #[test]
+    fn a_maildir_file_given_by_its_path_is_one_message_as_the_maildir_reads_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = tmp.path().join("Maildir");
+        for sub in ["cur", "new", "tmp"] {
+            fs::create_dir_all(m.join(sub)).unwrap();
+        }
+        let bytes = b"From ann@example.org Mon Jan  1 10:00:00 2024\nSubject: a\n\n\
+            Quoted:\n\nFrom bob@example.org Tue Jan  2 11:00:00 2024\nSubject: b\n\nhi\n";
+        let file = m.join("cur/1:2,S");
+        write(&file, bytes);
+        assert_eq!(detect(&file).unwrap(), MailboxKind::File);
+        let by_path: Vec<RawMessage> = open(&file, &Options::default())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let by_maildir: Vec<RawMessage> = open(&m, &Options::default())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(by_path.len(), 1);
+        assert_eq!(by_path[0].bytes, bytes);
+        assert_eq!(by_maildir.len(), 1);
+        assert_eq!(by_maildir[0].bytes, by_path[0].bytes);
+        // The same file outside a Maildir is an mbox of two.
+        let loose = tmp.path().join("loose");
+        write(&loose, bytes);
+        assert_eq!(detect(&loose).unwrap(), MailboxKind::Mbox);
     }
 
     #[test]
