@@ -78,8 +78,9 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
-    /// A mailbox could not be opened or a message in it read.
-    #[error("reading {}: {source}", .path.display())]
+    /// A mailbox could not be opened or a message in it read (the
+    /// mailbox's error names the file or message).
+    #[error("{source}")]
     Mailbox {
         /// The file given.
         path: PathBuf,

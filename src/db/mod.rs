@@ -89,8 +89,8 @@ pub enum Error {
     /// Paths given to a training run that are not mailboxes: it reads
     /// nothing and stores nothing.
     #[error(
-        "{}\nnothing was learned and no model was written: fix the path{}",
-        .0.join("\n"),
+        "{}: nothing was learned and no model was written: fix the path{}",
+        .0.join("; "),
         if .0.len() > 1 { "s" } else { "" }
     )]
     BadPaths(Vec<String>),

@@ -716,3 +716,36 @@ fn explain_json_lists_the_strongest_evidence_first() {
     let top3 = explain(&["--top", "3"]);
     assert_eq!(top3["tokens"].as_array().unwrap()[..], tokens[..3]);
 }
+
+/// Paths that are not mailboxes stop a training run before it reads
+/// anything, with one line that names each of them.
+#[test]
+fn train_names_every_bad_path_on_one_line() {
+    let db = Db::new();
+    let ham = sample_ham();
+    let args = [
+        "train",
+        "--spam",
+        "/nonexistent-a",
+        "/nonexistent-b",
+        "--ham",
+        utf8(&ham),
+    ];
+    let out = db.run(&args, None);
+    assert_exit(&out, 2, &args);
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for want in ["/nonexistent-a", "/nonexistent-b", "nothing was learned"] {
+        assert!(err.contains(want), "{err}");
+    }
+    assert!(!db.dir().join("model.bin").exists());
+}
+
+/// An empty message on standard input is said once, naming it once.
+#[test]
+fn learn_of_an_empty_stdin_says_so_once() {
+    let db = Db::new();
+    let out = db.run(&["learn", "--spam", "-"], Some(b""));
+    assert_exit(&out, 2, &["learn", "--spam", "-"]);
+    assert_eq!(stderr(&out).trim_end(), "bayesmail: empty message: -");
+}
