@@ -749,3 +749,29 @@ fn learn_of_an_empty_stdin_says_so_once() {
     assert_exit(&out, 2, &["learn", "--spam", "-"]);
     assert_eq!(stderr(&out).trim_end(), "bayesmail: empty message: -");
 }
+
+/// A writer makes its database's missing parents, but not a home
+/// directory that does not exist (a stale or mistyped `HOME`).
+#[test]
+fn a_writer_does_not_make_a_missing_home() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("gone");
+    let spam = sample_files()
+        .into_iter()
+        .find(|f| f.starts_with(sample_spam()))
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", "/usr/bin:/bin")
+        .args(["learn", "--spam", utf8(&spam)])
+        .output()
+        .unwrap();
+    assert_exit(&out, 2, &["learn", "with HOME gone"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("does not exist") && err.contains(utf8(&home)),
+        "{err}"
+    );
+    assert!(!home.exists());
+}
