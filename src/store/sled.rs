@@ -137,6 +137,7 @@ impl SledStore {
         let db = loop {
             let opened = {
                 let _watch = watched();
+                remove_interrupted_snapshots(path);
                 ::sled::Config::new()
                     .path(path)
                     .cache_capacity(CACHE_BYTES)
@@ -812,6 +813,32 @@ fn is_lock_error(e: &::sled::Error) -> bool {
 /// files, and directories for the store and its `blobs`), before sled opens
 /// them: sled follows links and blocks on a FIFO, so a link at `db` would
 /// be written through and a FIFO at `conf` would hang the writer.
+/// Removes the snapshot files sled left half written (`snap.*.generating`,
+/// which it renames `snap.*` once whole), when no process has the store
+/// open (sled's `flock` on `db`, taken here for the while). sled 0.34 reads
+/// the greatest `snap.*` name, such a file included: one left empty by a
+/// full disk made every later open fail as corrupt, for good. Without it,
+/// sled recovers from its last whole snapshot and its log, as after a kill.
+/// Best effort: what cannot be removed is left to sled.
+fn remove_interrupted_snapshots(path: &Path) {
+    let Ok(db) = std::fs::File::open(path.join("db")) else {
+        return;
+    };
+    if db.try_lock().is_err() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.as_encoded_bytes();
+        if name.starts_with(b"snap.") && name.ends_with(b".generating") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 fn check_files(path: &Path) -> Result<()> {
     let io = |path: &Path| {
         let path = path.to_owned();
@@ -850,9 +877,15 @@ fn sled_error(path: &Path, e: ::sled::Error) -> Error {
     let path = path.to_owned();
     match e {
         ::sled::Error::Io(source) => Error::Io { path, source },
+        // sled's own words carry an empty backtrace and an offset it often
+        // does not know.
+        ::sled::Error::Corruption { at: Some(at), .. } => Error::Corrupt {
+            path,
+            reason: format!("sled read corrupted data at {at}"),
+        },
         ::sled::Error::Corruption { .. } => Error::Corrupt {
             path,
-            reason: e.to_string(),
+            reason: "sled read corrupted data".into(),
         },
         e => Error::Sled {
             path,
@@ -1099,6 +1132,30 @@ mod tests {
         drop(store);
         let again = SledStore::open(&path, WAIT).unwrap();
         assert_eq!(again.identity().unwrap(), id);
+    }
+
+    /// A snapshot sled began and could not finish (a full disk leaves it
+    /// empty) does not make the store unreadable.
+    #[test]
+    fn a_snapshot_left_half_written_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let mut store = SledStore::open(&path, WAIT).unwrap();
+        store
+            .apply(&message(&["hello"], Label::Spam, 1, 1, 1))
+            .unwrap();
+        store.flush().unwrap();
+        let before = dump(&store);
+        drop(store);
+        let stale = path.join("snap.7FFFFFFFFFFFFFFF.generating");
+        std::fs::write(&stale, b"").unwrap();
+        let store = SledStore::open(&path, WAIT).unwrap();
+        assert_eq!(dump(&store), before);
+        assert!(!stale.exists());
+        // While the store is open, another opener leaves sled's files alone.
+        std::fs::write(&stale, b"").unwrap();
+        remove_interrupted_snapshots(&path);
+        assert!(stale.exists());
     }
 
     #[test]
