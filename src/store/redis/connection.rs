@@ -222,12 +222,21 @@ impl Redis {
         answers: u32,
         mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T> {
+        let timeout = self.inner.timeout;
+        // A read that timed out says so, not the system's word for it
+        // ("Resource temporarily unavailable").
         let failed = |e: redis::RedisError| Error::Redis {
             at: shown.to_string(),
-            source: Box::new(e),
+            source: Box::new(if e.is_timeout() {
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {} ms", timeout.as_millis()),
+                ))
+            } else {
+                e
+            }),
         };
         let started = std::time::Instant::now();
-        let timeout = self.inner.timeout;
         // A free connection if there is one, else wait for one, within
         // the same time: a thread behind others waiting on a Redis that
         // hangs gives up when its own time is over.

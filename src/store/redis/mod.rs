@@ -1107,6 +1107,7 @@ mod tests {
         store.apply(&message(&["x"], Label::Ham, 1, 1, 0)).unwrap();
         server.pause();
         let kept = store.lookup(&["x"], &[]).unwrap_err();
+        let kept_text = kept.to_string();
         let fresh = Redis::new(&url, timeout)
             .unwrap()
             .store(None)
@@ -1117,6 +1118,7 @@ mod tests {
         for err in [kept, fresh] {
             assert!(matches!(err, Error::Redis { .. }), "{err}");
         }
+        assert!(kept_text.contains("no answer within 200 ms"), "{kept_text}");
         let found = store.lookup(&["x"], &[]).unwrap();
         assert_eq!(found.words, [Some(TokenCounts { ham: 1, spam: 0 })]);
     }
