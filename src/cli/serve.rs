@@ -100,7 +100,7 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
             Err(err) => {
                 serve::log_line(&format!(
                     "reload: {}; keeping the settings in use",
-                    bayesmail::sanitize::for_terminal(&format!("{err:#}"))
+                    super::render_error(&err).replace('\n', "; ")
                 ));
                 None
             }

@@ -123,6 +123,14 @@ fn sighup_reads_the_configuration_again_and_keeps_the_old_one_when_it_is_broken(
     hup();
     let line = wait_for(&watch, "reload");
     assert!(line.contains("keeping the settings in use"), "{line}");
+    // A file gone is said once, in words.
+    std::fs::remove_file(&config).unwrap();
+    hup();
+    let line = wait_for(&watch, "reload: cannot read");
+    assert!(
+        line.contains("no such file or directory") && !line.contains("os error"),
+        "{line}"
+    );
     std::fs::write(&config, "[decision]\ncosts = \"10:1\"\n").unwrap();
     hup();
     wait_for(&watch, "reloaded");
