@@ -31,6 +31,9 @@ pub enum UserError {
 /// deliver `Alice@Example.org` to `alice@example.org` (and a sender
 /// chooses the case of the recipient it writes).
 pub fn check_user(user: &str) -> Result<String, UserError> {
+    if user.is_empty() {
+        return Err(UserError::Refused("the name is empty".into()));
+    }
     let refuse = |why: &str| {
         let shown: String = user.chars().take(40).collect();
         Err(UserError::Refused(format!(
@@ -39,9 +42,6 @@ pub fn check_user(user: &str) -> Result<String, UserError> {
             if user.chars().count() > 40 { "…" } else { "" }
         )))
     };
-    if user.is_empty() {
-        return refuse("empty");
-    }
     if user.len() > MAX_USER {
         return refuse("longer than 255 bytes");
     }
@@ -164,6 +164,10 @@ mod tests {
         assert_eq!(
             check_user("Alice@Example.ORG"),
             Ok("alice@example.org".into())
+        );
+        assert_eq!(
+            check_user(""),
+            Err(UserError::Refused("the name is empty".into()))
         );
         let long = "a".repeat(300);
         for bad in [

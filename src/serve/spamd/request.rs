@@ -88,11 +88,13 @@ impl Headers {
         let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
         let text = || String::from_utf8_lossy(value).into_owned();
         if is("Content-length") {
-            let n = std::str::from_utf8(value)
+            let digits = std::str::from_utf8(value)
                 .ok()
                 .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|v| v.parse::<u64>().ok())
                 .ok_or_else(|| Failure::protocol("(Content-Length contains non-numeric bytes)"))?;
+            let n = digits
+                .parse::<u64>()
+                .map_err(|_| Failure::protocol("(Content-Length too large)"))?;
             self.length = Some(n);
         } else if is("User") {
             let user = std::str::from_utf8(value)
@@ -387,5 +389,15 @@ mod tests {
             let e = Headers::default().take(bad).unwrap_err();
             assert_eq!(e.code, Code::Protocol, "{}", String::from_utf8_lossy(bad));
         }
+        // Each says what is wrong: a number too large is not "non-numeric",
+        // an empty name is not quoted.
+        let said = |line: &[u8]| Headers::default().take(line).unwrap_err().line();
+        assert!(said(b"Content-length: 99999999999999999999999").contains("too large"));
+        assert!(said(b"Content-length: 12x").contains("non-numeric"));
+        assert!(
+            said(b"User: ").contains("the name is empty"),
+            "{}",
+            said(b"User: ")
+        );
     }
 }
