@@ -188,11 +188,15 @@ fn group_id(group: &str) -> Result<u32> {
 /// Becomes `user` (its group, its supplementary groups, then the user),
 /// for good.
 fn drop_privileges(user: &str) -> Result<()> {
-    use nix::unistd::{User, setgid, setgroups, setuid};
+    use nix::unistd::{User, initgroups, setgid, setuid};
     let found = User::from_name(user)
         .with_context(|| format!("--user {user}"))?
         .with_context(|| format!("--user {user}: no such user"))?;
-    setgroups(&[found.gid]).with_context(|| format!("--user {user}: setting its groups"))?;
+    // The group database's groups of the user, as a login gives them (a
+    // database shared with the `mail` group stays readable to a server
+    // whose user is in it).
+    let name = std::ffi::CString::new(user).with_context(|| format!("--user {user}"))?;
+    initgroups(&name, found.gid).with_context(|| format!("--user {user}: setting its groups"))?;
     setgid(found.gid).with_context(|| format!("--user {user}: setting its group"))?;
     setuid(found.uid).with_context(|| format!("--user {user}: becoming the user"))?;
     Ok(())

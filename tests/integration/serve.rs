@@ -377,3 +377,54 @@ fn the_readmes_serve_spamc_and_curl_commands_run_as_printed() {
     assert!(spamcs_run >= docs.spamcs.len(), "{spamcs_run}");
     assert!(curls_run >= 2 * docs.curls.len(), "{curls_run}");
 }
+
+/// `--user` gives the server the user's groups from the group database,
+/// supplementary ones included (a database shared with a group it is in
+/// stays readable). Run in a mount namespace whose `/etc/group` makes
+/// `nobody` a member of one more group; skipped where that cannot be made.
+#[test]
+fn user_keeps_its_supplementary_groups() {
+    // SAFETY: getuid(2) has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    let can = root
+        && Command::new("unshare")
+            .args(["-m", "true"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !can {
+        eprintln!("not root, or no mount namespaces: test skipped");
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let status = Command::new("chown")
+        .args(["-R", "nobody"])
+        .arg(db.path(""))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let group = db.path("group");
+    let mut groups = std::fs::read_to_string("/etc/group").unwrap();
+    groups.push_str("bayesmail-test:x:4321:nobody\n");
+    std::fs::write(&group, groups).unwrap();
+    let serve = [
+        utf8(std::path::Path::new(env!("CARGO_BIN_EXE_bayesmail"))).to_string(),
+        db.global_args().join(" "),
+    ]
+    .join(" ");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c"]).arg(format!(
+        "mount --bind {} /etc/group && exec {serve} serve --http 127.0.0.1:0 --user nobody",
+        utf8(&group)
+    ));
+    let (mut child, watch) = spawn_watched(cmd);
+    let listening = watch.wait_for("listening on", 10);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(listening.is_some(), "{}", watch.log());
+    let line = status.lines().find(|l| l.starts_with("Groups:")).unwrap();
+    assert!(line.split_whitespace().any(|g| g == "4321"), "{line}");
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(uid.split_whitespace().nth(1) != Some("0"), "{uid}");
+}
