@@ -827,7 +827,6 @@ mod tests {
         out
     }
 
-    #[test]
     /// A Maildir's message file that starts with an envelope line and
     /// quotes one in its body is one message, as the Maildir reads it,
     /// whether it is given by its path or by its Maildir.

@@ -408,8 +408,7 @@ fn exim_delivers_each_message_with_the_recipes_fields_and_classifys_verdict() {
                 raw.as_slice() != FORGED
                     || !(*in_header && l.to_ascii_lowercase().starts_with(b"x-spam-"))
             })
-            .map(|(_, l)| l)
-            .flatten()
+            .flat_map(|(_, l)| l)
             .copied()
             .collect();
         assert!(delivered.rest == want, "message {i} changed:\n{text}");
