@@ -283,10 +283,11 @@ fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
 
 /// Writes `bytes` to `path` atomically (to a temporary file beside it, synced, then renamed over it, and the directory synced). One
 /// that replaces a file takes that file's permissions and group, so a user
-/// who loosened them keeps theirs; a new one takes its directory's, as
-/// for a file (the directory's read and write bits, the owner's at least,
-/// and its group): private (0600) in a private directory, readable by the
-/// group a user shared the directory with.
+/// who loosened them keeps theirs; a new one is the owner's (0600) and,
+/// where the directory is shared with its group and no one else, that
+/// group's as far as the directory lets the group read and write: a
+/// directory 0750 of group `mail` gives 0640 of group `mail`, one 0755 or
+/// 0700 gives 0600.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PathError> {
     write_replacing(path, bytes, true)
 }
@@ -319,9 +320,13 @@ fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> Result<(), PathE
         // nothing about who may read ours.
         let (mode, group) = match fs::symlink_metadata(path).ok().filter(|m| m.is_file()) {
             Some(existing) => (existing.mode() & 0o7777, Some(existing.gid())),
+            // Shared with the directory's group where the directory is
+            // (open to its group, closed to others: 0750, 0770), never
+            // with everyone: a directory open to all (0755, as a umask
+            // of 022 makes it) says nothing about who should read.
             None => match fs::metadata(dir) {
-                Ok(d) => (d.mode() & 0o666 | 0o600, Some(d.gid())),
-                Err(_) => (0o600, None),
+                Ok(d) if d.mode() & 0o007 == 0 => (d.mode() & 0o660 | 0o600, Some(d.gid())),
+                _ => (0o600, None),
             },
         };
         // Best effort: only a member of the group may give a file to it,
@@ -471,12 +476,21 @@ mod tests {
         set(d, 0o750);
         write_atomically(&d.join("shared"), b"x").unwrap();
         assert_eq!(mode("shared"), 0o640);
+        set(d, 0o770);
+        write_atomically(&d.join("team"), b"x").unwrap();
+        assert_eq!(mode("team"), 0o660);
+        // A directory open to all, as a umask of 022 makes it, shares
+        // nothing: never with everyone, nor with a group no one chose.
+        set(d, 0o755);
+        write_atomically(&d.join("open"), b"x").unwrap();
+        assert_eq!(mode("open"), 0o600);
         set(&d.join("private"), 0o604);
         write_atomically(&d.join("private"), b"y").unwrap();
         assert_eq!(mode("private"), 0o604);
         // SAFETY: reading the process's effective user id.
         if unsafe { libc::geteuid() } == 0 {
             let gid = |name: &str| fs::metadata(d.join(name)).unwrap().gid();
+            set(d, 0o750);
             std::os::unix::fs::chown(d, None, Some(8)).unwrap();
             write_atomically(&d.join("grouped"), b"x").unwrap();
             assert_eq!((gid("grouped"), mode("grouped")), (8, 0o640));
