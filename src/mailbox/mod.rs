@@ -203,7 +203,9 @@ pub type Result<T> = std::result::Result<T, Error>;
 ///   [`MailboxKind::Maildir`], any other directory a [`MailboxKind::Dir`];
 /// - a file whose first five bytes are `From ` is a [`MailboxKind::Mbox`]
 ///   if it holds more than one message, else a [`MailboxKind::File`] (one
-///   message after an envelope line; finding out reads that message); any
+///   message after an envelope line; finding out reads that message),
+///   except in the `cur/` or `new/` of a whole Maildir (`cur/`, `new/` and
+///   `tmp/`), where it is the one message the Maildir reader reads; any
 ///   other non-empty file is a [`MailboxKind::File`].
 ///
 /// Symlinks are followed. An empty file is an error ("not a mailbox: X (empty
@@ -252,9 +254,11 @@ pub fn detect(path: &Path) -> Result<MailboxKind> {
 }
 
 /// Whether `path` is a message file of a Maildir (in the `cur/` or `new/`
-/// of a directory [`walk::is_maildir`] knows): one message, whatever its
-/// first line, as the Maildir reader reads it, so that the same file given
-/// by its path or by its Maildir is the same message.
+/// of a directory that has all of `cur/`, `new/` and `tmp/`, so that an
+/// archive of mbox files in a folder called `new` is not one): one
+/// message, whatever its first line, as the Maildir reader reads it, so
+/// that the same file given by its path or by its Maildir is the same
+/// message.
 fn in_maildir(path: &Path) -> bool {
     let Some(parent) = path.parent() else {
         return false;
@@ -266,7 +270,9 @@ fn in_maildir(path: &Path) -> bool {
     matches!(
         parent.file_name().and_then(|n| n.to_str()),
         Some("cur" | "new")
-    ) && walk::is_maildir(maildir)
+    ) && ["cur", "new", "tmp"]
+        .iter()
+        .all(|sub| maildir.join(sub).is_dir())
         && fs::metadata(path).is_ok_and(|m| m.is_file())
 }
 
@@ -854,10 +860,17 @@ mod tests {
         assert_eq!(by_path[0].bytes, bytes);
         assert_eq!(by_maildir.len(), 1);
         assert_eq!(by_maildir[0].bytes, by_path[0].bytes);
-        // The same file outside a Maildir is an mbox of two.
+        // The same file outside a Maildir is an mbox of two, in a folder
+        // called `new` that is no Maildir's too.
         let loose = tmp.path().join("loose");
         write(&loose, bytes);
         assert_eq!(detect(&loose).unwrap(), MailboxKind::Mbox);
+        let archive = tmp.path().join("archive/new/box");
+        fs::create_dir_all(archive.parent().unwrap()).unwrap();
+        write(&archive, bytes);
+        assert_eq!(detect(&archive).unwrap(), MailboxKind::Mbox);
+        let split = open(&archive, &Options::default()).unwrap().count();
+        assert_eq!(split, 2);
     }
 
     #[test]
