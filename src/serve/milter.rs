@@ -96,8 +96,14 @@ const SESSION_IDLE: Duration = Duration::from_secs(600);
 /// Serves one milter connection.
 pub(super) async fn serve(conn: BoxConn, _peer: &Peer, state: &Arc<State>) -> std::io::Result<()> {
     let in_message = Arc::new(AtomicBool::new(false));
-    let timed = Timed::new(conn, state.clone(), in_message.clone(), SESSION_IDLE);
-    let mut milter = Bayes::new(state.clone(), in_message);
+    let negotiated = Arc::new(AtomicBool::new(false));
+    let timed = Timed::new(
+        conn,
+        state.clone(),
+        [in_message.clone(), negotiated.clone()],
+        SESSION_IDLE,
+    );
+    let mut milter = Bayes::new(state.clone(), in_message, negotiated);
     let mut server = miltr_server::Server::new(&mut milter, false, MAX_PACKET);
     server
         .handle_connection(timed.compat())
@@ -114,6 +120,9 @@ struct Bayes {
     /// Set from the first field of a message to its answer: what tells the
     /// reads' timeout and the shutdown apart between messages.
     in_message: Arc<AtomicBool>,
+    /// Set once the options are negotiated: until then the reads' timeout
+    /// is the one inside a message.
+    negotiated: Arc<AtomicBool>,
     /// Whether header values come and go with their leading space
     /// (SMFIP_HDR_LEADSPC), so a renamed field keeps its bytes.
     leading_space: bool,
@@ -137,10 +146,11 @@ struct Bayes {
 }
 
 impl Bayes {
-    fn new(state: Arc<State>, in_message: Arc<AtomicBool>) -> Bayes {
+    fn new(state: Arc<State>, in_message: Arc<AtomicBool>, negotiated: Arc<AtomicBool>) -> Bayes {
         Bayes {
             state,
             in_message,
+            negotiated,
             leading_space: false,
             hidden: 0,
             recipient: None,
@@ -343,6 +353,7 @@ impl miltr_server::Milter for Bayes {
             ..OptNeg::default()
         };
         self.leading_space = ours.protocol.contains(Protocol::SMFIP_HDR_LEADSPC);
+        self.negotiated.store(true, Ordering::SeqCst);
         Ok(ours)
     }
 
@@ -462,15 +473,16 @@ impl miltr_server::Milter for Bayes {
     }
 }
 
-/// A connection whose reads time out (after the read timeout before the
-/// first packet and when a message is being received, after `between`
-/// otherwise) and that reads as
+/// A connection whose reads time out (after the read timeout until the
+/// options are negotiated and when a message is being received, after
+/// `between` otherwise) and that reads as
 /// closed once the server is stopping and no message is being received:
 /// a read is only asked for once the last answer has been written, so a
 /// message in flight is answered before the connection ends.
 struct Timed {
     conn: BoxConn,
     in_message: Arc<AtomicBool>,
+    negotiated: Arc<AtomicBool>,
     inside: Duration,
     between: Duration,
     deadline: Pin<Box<tokio::time::Sleep>>,
@@ -483,13 +495,14 @@ impl Timed {
     fn new(
         conn: BoxConn,
         state: Arc<State>,
-        in_message: Arc<AtomicBool>,
+        [in_message, negotiated]: [Arc<AtomicBool>; 2],
         between: Duration,
     ) -> Self {
         let inside = state.settings.read_timeout;
         Timed {
             conn,
             in_message,
+            negotiated,
             inside,
             between,
             deadline: Box::pin(tokio::time::sleep(inside)),
@@ -506,7 +519,7 @@ impl Timed {
     }
 
     fn timeout(&self) -> Duration {
-        if self.in_message.load(Ordering::SeqCst) {
+        if self.in_message.load(Ordering::SeqCst) || !self.negotiated.load(Ordering::SeqCst) {
             self.inside
         } else {
             self.between

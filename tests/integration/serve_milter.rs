@@ -1032,9 +1032,9 @@ fn miltertest_the_spam_action_can_come_from_the_config_file() {
     );
 }
 
-/// A client that connects to the milter port and says nothing is dropped
-/// after `--timeout`, not kept for the session's idle time (600 s): it
-/// would hold a connection slot that spamd and HTTP share.
+/// A client that connects to the milter port and does not negotiate is
+/// dropped after `--timeout`, not kept for the session's idle time (600
+/// s): it would hold a connection slot that spamd and HTTP share.
 #[test]
 fn a_milter_client_that_never_negotiates_is_dropped_after_the_timeout() {
     let db = Db::new();
@@ -1044,6 +1044,13 @@ fn a_milter_client_that_never_negotiates_is_dropped_after_the_timeout() {
     assert!(
         crate::serve_http::closed_within(&mut silent, std::time::Duration::from_secs(20)),
         "still open"
+    );
+    // Nor one that sends a byte of its negotiation and no more.
+    let mut partial = std::net::TcpStream::connect(&serve.addr).unwrap();
+    std::io::Write::write_all(&mut partial, b"\0").unwrap();
+    assert!(
+        crate::serve_http::closed_within(&mut partial, std::time::Duration::from_secs(20)),
+        "still open after a byte"
     );
     let (_, log) = serve.finish();
     assert!(log.contains("sent nothing for too long"), "{log}");
