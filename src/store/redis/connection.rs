@@ -256,10 +256,13 @@ impl Redis {
                 break slot;
             }
             if started.elapsed() >= timeout {
-                return Err(failed(redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "every connection is busy with a request Redis has not answered",
-                ))));
+                return Err(Error::Redis {
+                    at: shown.to_string(),
+                    source: Box::new(redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "every connection is busy with a request Redis has not answered",
+                    ))),
+                });
             }
             std::thread::sleep(Duration::from_micros(200));
         };
