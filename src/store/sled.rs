@@ -809,10 +809,6 @@ fn is_lock_error(e: &::sled::Error) -> bool {
     matches!(e, ::sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
 }
 
-/// Refuses a count store whose files are not what sled makes (regular
-/// files, and directories for the store and its `blobs`), before sled opens
-/// them: sled follows links and blocks on a FIFO, so a link at `db` would
-/// be written through and a FIFO at `conf` would hang the writer.
 /// Removes the snapshot files sled left half written (`snap.*.generating`,
 /// which it renames `snap.*` once whole), when no process has the store
 /// open (sled's `flock` on `db`, taken here for the while). sled 0.34 reads
@@ -839,6 +835,10 @@ fn remove_interrupted_snapshots(path: &Path) {
     }
 }
 
+/// Refuses a count store whose files are not what sled makes (regular
+/// files, and directories for the store and its `blobs`), before sled opens
+/// them: sled follows links and blocks on a FIFO, so a link at `db` would
+/// be written through and a FIFO at `conf` would hang the writer.
 fn check_files(path: &Path) -> Result<()> {
     let io = |path: &Path| {
         let path = path.to_owned();
