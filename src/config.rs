@@ -551,11 +551,16 @@ pub fn default_db_dir() -> Result<PathBuf, String> {
     match home_dir() {
         // A writer makes the database's missing parents; a home that does
         // not exist (a mistyped or stale HOME) is not one of them.
-        Some(home) if !home.is_dir() => Err(format!(
-            "no database directory: the home directory {} does not exist; give --db or \
+        Some(home)
+            if std::fs::metadata(&home)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+        {
+            Err(format!(
+                "no database directory: the home directory {} does not exist; give --db or \
              BAYESMAIL_DB",
-            home.display()
-        )),
+                home.display()
+            ))
+        }
         Some(home) => Ok(home.join(".local").join("share").join("bayesmail")),
         None => Err(format!(
             "no database directory: {}; give --db or BAYESMAIL_DB",

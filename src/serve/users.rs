@@ -10,7 +10,8 @@ pub const MAX_USER: usize = 255;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UserError {
     /// Empty, too long, or holding a character outside spamd's safe set
-    /// (`A-Z a-z 0-9 - + _ . , @ =`), or a `.` or `..` part.
+    /// (`A-Z a-z 0-9 - + _ . , @ =`), a `.` or `..` part, or an `@` with
+    /// an empty local part or domain.
     #[error("user name refused: {0}")]
     Refused(String),
     /// The pattern is not usable.
