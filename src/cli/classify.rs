@@ -58,7 +58,13 @@ fn weights_line<D: std::fmt::Display>(weights: impl Iterator<Item = (D, f64)>) -
 
 /// `stats --store`: a model in Redis.
 fn shared_stats(redis: &bayesmail::store::redis::Redis, args: &StatsArgs) -> Result<Outcome> {
-    let model = bayesmail::db::shared::SharedModel::new(redis.store(args.user.as_deref())?);
+    // The name as serve knows it (without case).
+    let user = args
+        .user
+        .as_deref()
+        .map(bayesmail::serve::users::check_user)
+        .transpose()?;
+    let model = bayesmail::db::shared::SharedModel::new(redis.store(user.as_deref())?);
     let s = model.stats()?;
     let stdout = io::stdout();
     let mut out = stdout.lock();

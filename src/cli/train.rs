@@ -391,7 +391,13 @@ fn prune_shared(redis: &bayesmail::store::redis::Redis, args: &PruneArgs) -> Res
             .chain(redis.users()?.into_iter().map(Some))
             .collect()
     } else {
-        vec![args.user.clone()]
+        // The name as serve knows it (without case).
+        vec![
+            args.user
+                .as_deref()
+                .map(bayesmail::serve::users::check_user)
+                .transpose()?,
+        ]
     };
     for user in users {
         let model = bayesmail::db::shared::SharedModel::new(redis.store(user.as_deref())?);

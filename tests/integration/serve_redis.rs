@@ -424,6 +424,8 @@ fn prune_and_the_memory_cap_keep_the_models_in_redis_small() {
     }
     let (features, memory, _) = features_and_memory(&db, &url, None);
     let carol = features_and_memory(&db, &url, Some("carol"));
+    // The command line names users as serve does, without case.
+    assert_eq!(features_and_memory(&db, &url, Some("Carol")), carol);
 
     // prune's rule on the global model: words seen once (every word was
     // learned today, so --min-age 0) go, and only they.
