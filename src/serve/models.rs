@@ -142,7 +142,14 @@ pub struct Models {
     /// With the counts in Redis: each model judged with lately, by user
     /// (None: the global one).
     shared: Mutex<HashMap<Option<String>, Arc<SharedModel>>>,
+    /// What the log has said once already (a user's model judged by the
+    /// global one, and why; a database found where it used to be).
+    noted: Mutex<std::collections::HashSet<String>>,
 }
+
+/// Notes kept at once, at most: past it they are forgotten and may be
+/// said again (a flood of names cannot grow the set without bound).
+const NOTES: usize = 10_000;
 
 /// Models in Redis kept at once, at most (each is its totals and the
 /// tables made from them: a few tens of kilobytes).
@@ -166,6 +173,19 @@ impl Models {
             settings: RwLock::new(settings),
             cache: Mutex::new(Cache::default()),
             shared: Mutex::new(HashMap::new()),
+            noted: Mutex::new(std::collections::HashSet::new()),
+        }
+    }
+
+    /// Logs `line` unless it was logged before (since the start or the
+    /// last reload).
+    fn note_once(&self, line: String) {
+        let mut noted = self.noted.lock().unwrap_or_else(|e| e.into_inner());
+        if noted.len() >= NOTES {
+            noted.clear();
+        }
+        if noted.insert(line.clone()) {
+            super::log_line(&line);
         }
     }
 
@@ -177,6 +197,7 @@ impl Models {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        self.noted.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// The current settings.
@@ -286,7 +307,7 @@ impl Models {
         let user = match user.map(super::users::check_user).transpose() {
             Ok(user) => user,
             Err(err) => {
-                super::log_line(&format!("{err}; judged with the global model"));
+                self.note_once(format!("{err}; judged with the global model"));
                 None
             }
         };
@@ -433,13 +454,29 @@ impl Models {
     }
 
     /// The database of `user` under the settings, if users have their own.
+    /// A database made where an earlier version put it
+    /// ([`UserDbPattern::earlier_path`]) and not yet moved is used there,
+    /// and the log says once where to move it.
     pub fn user_db(&self, user: &str) -> Result<Option<PathBuf>, UserError> {
         let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
-        settings
-            .user_db
-            .as_ref()
-            .map(|pattern| pattern.path(user))
-            .transpose()
+        let Some(pattern) = settings.user_db.as_ref() else {
+            return Ok(None);
+        };
+        let path = pattern.path(user)?;
+        if !path.exists()
+            && let Some(earlier) = pattern
+                .earlier_path(user)
+                .filter(|p| p.join("counts.sled").exists() || p.join("model.bin").exists())
+        {
+            self.note_once(format!(
+                "user {user}: its database is at {}, where an earlier version put it; \
+                 move it to {} (it is used where it is until then)",
+                earlier.display(),
+                path.display()
+            ));
+            return Ok(Some(earlier));
+        }
+        Ok(Some(path))
     }
 
     /// Judges `raw` for `user` (or for no one): with the user's own model
@@ -475,12 +512,12 @@ impl Models {
                         }
                     }
                     Err(err) if Reason::of(&err) == Reason::NoModel => {}
-                    Err(err) => super::log_line(&format!(
-                        "user {user}: {err}; judged with the global model"
-                    )),
+                    Err(err) => {
+                        self.note_once(format!("user {user}: {err}; judged with the global model"))
+                    }
                 },
                 Ok((None, _)) => {}
-                Err(err) => super::log_line(&format!("{err}; judged with the global model")),
+                Err(err) => self.note_once(format!("{err}; judged with the global model")),
             }
         }
         let (open, which) = match chosen {

@@ -124,10 +124,27 @@ impl UserDbPattern {
     /// name without a domain (`spamc -u alice`) is [`NO_DOMAIN`], which no
     /// domain can be.
     pub fn path(&self, user: &str) -> Result<PathBuf, UserError> {
+        self.place(user, NO_DOMAIN)
+    }
+
+    /// Where an earlier version put the database of `user` when it differs
+    /// from [`UserDbPattern::path`]: `%d` of a name without a domain was
+    /// empty (`users//alice`, that is `users/alice`).
+    pub fn earlier_path(&self, user: &str) -> Option<PathBuf> {
+        let (_, domain) = split(user);
+        let uses_domain = self.pattern.replace("%%", "").contains("%d");
+        (domain.is_empty() && uses_domain)
+            .then(|| self.place(user, ""))
+            .and_then(Result::ok)
+    }
+
+    /// The pattern with `user`'s parts, `no_domain` standing for the
+    /// domain of a name without one.
+    fn place(&self, user: &str, no_domain: &str) -> Result<PathBuf, UserError> {
         let user = check_user(user)?;
         let user = user.as_str();
         let (local, domain) = split(user);
-        let domain = if domain.is_empty() { NO_DOMAIN } else { domain };
+        let domain = if domain.is_empty() { no_domain } else { domain };
         let mut out = String::with_capacity(self.pattern.len() + user.len());
         let mut chars = self.pattern.chars();
         while let Some(c) = chars.next() {
@@ -213,8 +230,15 @@ mod tests {
         for bad in ["@example.org", "../x"] {
             assert!(p.path(bad).is_err(), "{bad}");
         }
+        // Where an earlier version put bob's: `%d` empty; none elsewhere.
+        assert_eq!(
+            p.earlier_path("bob"),
+            Some(PathBuf::from("/var/lib/bayesmail//bob"))
+        );
+        assert_eq!(p.earlier_path("alice@example.org"), None);
         let flat = UserDbPattern::new("/srv/%u").unwrap();
         assert_eq!(flat.path("bob").unwrap(), PathBuf::from("/srv/bob"));
+        assert_eq!(flat.earlier_path("bob"), None);
         let literal = UserDbPattern::new("/srv/%%d/%l").unwrap();
         assert_eq!(literal.path("bob").unwrap(), PathBuf::from("/srv/%d/bob"));
         let u = UserDbPattern::new("/srv/%u/db%%").unwrap();

@@ -63,6 +63,14 @@ impl Server {
         panic!("serve did not end within {secs} s: {}", watch.log());
     }
 
+    /// What it wrote on stderr so far, once a line holding `what` is
+    /// there (at most ten seconds).
+    pub(crate) fn log_after(&self, what: &str) -> String {
+        let watch = self.watch.lock().unwrap();
+        watch.wait_for(what, 10);
+        watch.log()
+    }
+
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
@@ -486,6 +494,38 @@ fn each_user_is_judged_by_its_own_model_or_the_global_one() {
         .collect();
     beside.sort();
     assert_eq!(beside, ["config.toml", "db", "users"]);
+
+    // A user without a domain has its database under `@`; one that an
+    // earlier version made at `users/carol` (`%d` empty) is used there,
+    // and the log says once where to move it.
+    let earlier = users.join("carol");
+    for (class, path) in [("--spam", spam), ("--ham", ham)] {
+        let out = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+            .args([
+                "--db",
+                utf8(&earlier),
+                "--config",
+                utf8(&db.path("config.toml")),
+            ])
+            .args(["learn", class, utf8(path)])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for _ in 0..2 {
+        let (_, got) = post(&server.url("/check"), spam, &["User: carol"]);
+        assert_eq!(got["model"], "user:carol", "{got}");
+    }
+    let log = server.log_after("move it to");
+    assert_eq!(log.matches("move it to").count(), 1, "{log}");
+    assert!(!users.join("@").join("carol").exists());
+    let (_, got) = post(&server.url("/learn?class=spam"), spam, &["User: dave"]);
+    assert_eq!(got["action"], "learned", "{got}");
+    assert!(users.join("@").join("dave").join("counts.sled").exists());
 }
 
 /// Every path under `dir`.
