@@ -462,8 +462,9 @@ mod tests {
         assert_eq!(text, "keep");
     }
 
-    /// A new file takes its directory's permissions as for a file, and its
-    /// group; a replaced one keeps its own.
+    /// A new file is shared with its directory's group only where the
+    /// directory is open to that group and closed to others; a replaced
+    /// one keeps its own mode and group.
     #[test]
     fn a_new_file_takes_its_directorys_permissions_a_replacement_its_own() {
         let dir = tempfile::tempdir().unwrap();
