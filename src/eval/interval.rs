@@ -4,8 +4,8 @@
 //! Each resample draws, with replacement, as many ham from the ham and as
 //! many spam from the spam as were scored, keeping every message's score,
 //! and computes the figures again; the interval is the 2.5th and 97.5th
-//! percentiles of [`RESAMPLES`] resamples (the percentile bootstrap, as the
-//! TREC spam track gave its figures with intervals). It measures the
+//! percentiles of [`RESAMPLES`] resamples (the percentile bootstrap; the
+//! TREC spam track, too, gave its figures with 95% intervals). It measures the
 //! sampling error of the messages, not how the scores would differ had
 //! the database learned other mail before them. A resample is a count per
 //! message, so each costs one pass over the messages in score order. The
