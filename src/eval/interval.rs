@@ -51,15 +51,7 @@ impl Intervals {
     /// The intervals of `scored`'s figures; `None` when a class is missing
     /// (no ranking figure exists then).
     pub fn of(scored: &[Scored]) -> Option<Intervals> {
-        let mut points: Vec<Point> = scored
-            .iter()
-            .map(|s| Point {
-                log_odds: s.log_odds,
-                is_spam: s.is_spam,
-                verdict: s.verdict,
-            })
-            .collect();
-        points.sort_by(|a, b| a.log_odds.total_cmp(&b.log_odds));
+        let points = sorted_points(scored);
         let (spam, ham): (Vec<usize>, Vec<usize>) =
             (0..points.len()).partition(|&i| points[i].is_spam);
         if spam.is_empty() || ham.is_empty() {
@@ -91,6 +83,20 @@ impl Intervals {
             unsure_pct: bounds(4),
         })
     }
+}
+
+/// `scored` as the resamples see it, in ascending score order.
+fn sorted_points(scored: &[Scored]) -> Vec<Point> {
+    let mut points: Vec<Point> = scored
+        .iter()
+        .map(|s| Point {
+            log_odds: s.log_odds,
+            is_spam: s.is_spam,
+            verdict: s.verdict,
+        })
+        .collect();
+    points.sort_by(|a, b| a.log_odds.total_cmp(&b.log_odds));
+    points
 }
 
 /// The seed of every run's generator.
@@ -217,25 +223,12 @@ mod tests {
             .collect()
     }
 
-    fn points(scored: &[Scored]) -> Vec<Point> {
-        let mut points: Vec<Point> = scored
-            .iter()
-            .map(|s| Point {
-                log_odds: s.log_odds,
-                is_spam: s.is_spam,
-                verdict: s.verdict,
-            })
-            .collect();
-        points.sort_by(|a, b| a.log_odds.total_cmp(&b.log_odds));
-        points
-    }
-
     #[test]
     fn a_resample_of_every_message_once_gives_the_reports_figures() {
         for (n, seed) in [(40, 1), (300, 2), (2500, 3)] {
             let scored = sample(n, seed);
             let report = super::super::Report::new(&scored, &Default::default(), 0.0);
-            let points = points(&scored);
+            let points = sorted_points(&scored);
             let spam = points.iter().filter(|p| p.is_spam).count();
             let got = figures(&points, &tie_groups(&points), &vec![1; n], [n - spam, spam]);
             let want = [

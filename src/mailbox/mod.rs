@@ -270,9 +270,7 @@ fn in_maildir(path: &Path) -> bool {
     matches!(
         parent.file_name().and_then(|n| n.to_str()),
         Some("cur" | "new")
-    ) && ["cur", "new", "tmp"]
-        .iter()
-        .all(|sub| maildir.join(sub).is_dir())
+    ) && walk::is_whole_maildir(maildir)
         && fs::metadata(path).is_ok_and(|m| m.is_file())
 }
 

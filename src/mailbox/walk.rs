@@ -20,6 +20,12 @@ pub(super) fn is_maildir(dir: &Path) -> bool {
     MAILDIR_SUBDIRS.iter().any(|sub| dir.join(sub).is_dir())
 }
 
+/// Whether `dir` has all of a Maildir's subdirectories: what a message
+/// file named on its own must be in to be read as the Maildir reads it.
+pub(super) fn is_whole_maildir(dir: &Path) -> bool {
+    MAILDIR_SUBDIRS.iter().all(|sub| dir.join(sub).is_dir())
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Dir,

@@ -280,14 +280,7 @@ fn the_readmes_serve_spamc_and_curl_commands_run_as_printed() {
             if root_user { " --user nobody" } else { "" },
         );
         if root_user && local.contains(" --user nobody") {
-            // The user it drops to reads the database, as an administrator
-            // would arrange.
-            let status = Command::new("chown")
-                .args(["-R", "nobody"])
-                .arg(global.path(""))
-                .status()
-                .unwrap();
-            assert!(status.success());
+            give_to_nobody(&global);
         }
         let listeners = ["--milter ", "--spamd ", "--http "]
             .iter()
@@ -378,6 +371,17 @@ fn the_readmes_serve_spamc_and_curl_commands_run_as_printed() {
     assert!(curls_run >= 2 * docs.curls.len(), "{curls_run}");
 }
 
+/// Makes `nobody`, whom a server started as root drops to, the owner of
+/// `db`'s files, as an administrator would arrange.
+fn give_to_nobody(db: &Db) {
+    let status = Command::new("chown")
+        .args(["-R", "nobody"])
+        .arg(db.path(""))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 /// `--user` gives the server the user's groups from the group database,
 /// supplementary ones included (a database shared with a group it is in
 /// stays readable). Run in a mount namespace whose `/etc/group` makes
@@ -397,12 +401,7 @@ fn user_keeps_its_supplementary_groups() {
     }
     let db = Db::new();
     db.train_sample();
-    let status = Command::new("chown")
-        .args(["-R", "nobody"])
-        .arg(db.path(""))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    give_to_nobody(&db);
     let group = db.path("group");
     let mut groups = std::fs::read_to_string("/etc/group").unwrap();
     groups.push_str("bayesmail-test:x:4321:nobody\n");
