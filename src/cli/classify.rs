@@ -18,7 +18,7 @@ use bayesmail::sources::read_mail;
 
 use super::scan::{Format, Line, write_line};
 use super::tokens::unquoted;
-use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs};
+use super::{ClassifyArgs, Context, ExplainArgs, Outcome, StatsArgs, complain};
 
 /// `stats`' lines on the model's parameters and its stacker: what it was
 /// fitted on and each view's weight.
@@ -117,12 +117,12 @@ pub(super) fn classify(ctx: &Context, args: &ClassifyArgs) -> Result<Outcome> {
         None,
         &mut |event| -> Result<()> {
             match event {
-                Event::Skipped(skip) => eprintln!("bayesmail: {}", for_terminal(&skip.to_string())),
+                Event::Skipped(skip) => complain!("bayesmail: {}", for_terminal(&skip.to_string())),
                 Event::Scanned(s) => {
                     let id = s.id.to_string();
                     match s.judged {
                         Ok(judgment) => write_line(&mut out, format, &Line::new(&id, &judgment))?,
-                        Err(err) => eprintln!("bayesmail: {}: {err}", for_terminal(&id)),
+                        Err(err) => complain!("bayesmail: {}: {err}", for_terminal(&id)),
                     }
                 }
             }
@@ -262,7 +262,7 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
     if let Some(mode) = s.readable_by_others {
         // Only a warning: loosening it is the user's choice to make.
         let dir = for_terminal(&s.database);
-        eprintln!(
+        complain!(
             "bayesmail: warning: the database directory {dir} is readable by other users \
              (mode {mode:03o}), and its counts name every correspondent; `chmod 700 {dir}` makes \
              it private",

@@ -11,7 +11,7 @@ use bayesmail::eval::protocol::Settings;
 use bayesmail::eval::{Corpus, Intervals, Item, Report, Scored, evaluate};
 use bayesmail::sanitize::for_terminal;
 
-use super::{EvalArgs, Outcome};
+use super::{EvalArgs, Outcome, complain};
 
 pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
     let root;
@@ -39,7 +39,7 @@ pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
         );
     };
     let evaluation = evaluate(corpus, &settings, &mut |skip| {
-        eprintln!("bayesmail: {}", for_terminal(&skip.to_string()))
+        complain!("bayesmail: {}", for_terminal(&skip.to_string()))
     })?;
     let costs = &settings.decider.costs;
     let report = evaluation.report(costs);

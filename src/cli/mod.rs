@@ -220,11 +220,25 @@ fn verbosity() -> Verbosity {
     }
 }
 
+/// A line on stderr. Never a panic: a full disk or a reader gone there
+/// loses the line, not the command's work or its exit status.
+macro_rules! complain {
+    ($($arg:tt)*) => {
+        $crate::cli::stderr_line(format_args!($($arg)*))
+    };
+}
+
+/// What `complain!` writes with.
+fn stderr_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// A note on stderr, unless `-q`.
 macro_rules! note {
     ($($arg:tt)*) => {
         if $crate::cli::verbosity() >= $crate::cli::Verbosity::Normal {
-            eprintln!($($arg)*);
+            $crate::cli::complain!($($arg)*);
         }
     };
 }
@@ -233,11 +247,11 @@ macro_rules! note {
 macro_rules! detail {
     ($($arg:tt)*) => {
         if $crate::cli::verbosity() >= $crate::cli::Verbosity::Verbose {
-            eprintln!($($arg)*);
+            $crate::cli::complain!($($arg)*);
         }
     };
 }
-use {detail, note};
+use {complain, detail, note};
 
 /// Whether a progress bar may be drawn: stderr is a terminal and not `-q`.
 fn progress_allowed() -> bool {
@@ -399,7 +413,7 @@ fn finish(outcome: anyhow::Result<Outcome>) -> u8 {
         // output ends there, as with any Unix tool; nothing failed.
         Err(err) if is_broken_pipe(&err) => EXIT_OK,
         Err(err) => {
-            eprintln!("bayesmail: {}", render_error(&err));
+            complain!("bayesmail: {}", render_error(&err));
             EXIT_FATAL
         }
     }

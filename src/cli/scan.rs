@@ -15,7 +15,7 @@ use bayesmail::decision::{Doubt, Verdict};
 use bayesmail::sanitize::{for_json, for_terminal};
 use bayesmail::sources::planned_bytes;
 
-use super::{Context, Outcome, ScanArgs};
+use super::{Context, Outcome, ScanArgs, complain};
 
 /// How per-message lines are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +96,7 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
             let s = match event {
                 Event::Skipped(skip) => {
                     progress
-                        .suspend(|| eprintln!("bayesmail: {}", for_terminal(&skip.to_string())));
+                        .suspend(|| complain!("bayesmail: {}", for_terminal(&skip.to_string())));
                     return Ok(());
                 }
                 Event::Scanned(s) => s,
@@ -113,7 +113,7 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
             let judgment = match s.judged {
                 Ok(judgment) => judgment,
                 Err(err) => {
-                    progress.suspend(|| eprintln!("bayesmail: {}: {err}", for_terminal(&id)));
+                    progress.suspend(|| complain!("bayesmail: {}: {err}", for_terminal(&id)));
                     return Ok(());
                 }
             };
@@ -148,12 +148,12 @@ fn report_action(
     let id = for_terminal(id);
     match done {
         Some(Action::NotMoved) => progress.suspend(|| {
-            eprintln!("bayesmail: {id}: in an mbox file, not moved (use --copy-spam-to)")
+            complain!("bayesmail: {id}: in an mbox file, not moved (use --copy-spam-to)")
         }),
         // Not lost and not moved: reported as what it is, so the user
         // knows the original is still where it was.
         Some(Action::Kept { why, .. }) => {
-            progress.suspend(|| eprintln!("bayesmail: {id}: {}", for_terminal(why)))
+            progress.suspend(|| complain!("bayesmail: {id}: {}", for_terminal(why)))
         }
         Some(Action::Failed(why)) => {
             let verb = if action.is_some_and(|a| a.moving()) {
@@ -161,7 +161,7 @@ fn report_action(
             } else {
                 "copying"
             };
-            progress.suspend(|| eprintln!("bayesmail: {id}: {verb} failed: {}", for_terminal(why)))
+            progress.suspend(|| complain!("bayesmail: {id}: {verb} failed: {}", for_terminal(why)))
         }
         _ => {}
     }

@@ -11,7 +11,7 @@ use bayesmail::sanitize::{for_terminal, quote_bytes};
 use bayesmail::sources;
 use bayesmail::vocab::METADATA_NAMES;
 
-use super::{Outcome, TokensArgs};
+use super::{Outcome, TokensArgs, complain};
 
 pub(super) fn run(args: &TokensArgs) -> Result<Outcome> {
     let stdout = io::stdout();
@@ -26,7 +26,7 @@ pub(super) fn run(args: &TokensArgs) -> Result<Outcome> {
         &args.mailbox.options(),
         &extract,
         &mut |skip| {
-            eprintln!("bayesmail: {}", for_terminal(&skip.to_string()));
+            complain!("bayesmail: {}", for_terminal(&skip.to_string()));
         },
         &mut |batch| -> Result<()> {
             for (raw, features) in batch {
@@ -42,7 +42,7 @@ pub(super) fn run(args: &TokensArgs) -> Result<Outcome> {
                     }
                     Err(err) => {
                         failures += 1;
-                        eprintln!("bayesmail: {}: {err}", for_terminal(&id));
+                        complain!("bayesmail: {}: {err}", for_terminal(&id));
                     }
                 }
             }

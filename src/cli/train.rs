@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{Context, LearnArgs, Outcome, PruneArgs, TrainArgs, UnlearnArgs, detail, note, say};
+use super::{
+    Context, LearnArgs, Outcome, PruneArgs, TrainArgs, UnlearnArgs, complain, detail, note, say,
+};
 use bayesmail::db::shared::SharedModel;
 use bayesmail::db::{
     Calibration, Interrupted, Labelled, MIN_CALIBRATION_PER_CLASS, ModelAfter, Progress,
@@ -177,7 +179,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     };
     let on_progress = |p: Progress<'_>| match p {
         Progress::SetAside(aside) => bar.suspend(|| {
-            eprintln!(
+            complain!(
                 "bayesmail: {}: {}; set aside as {}: what learn and unlearn recorded there since \
                  the last train is not in the model until the folders are learned again",
                 ctx.db.journal().display(),
@@ -186,10 +188,10 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             )
         }),
         Progress::Skipped(skip) => {
-            bar.suspend(|| eprintln!("bayesmail: {}", for_terminal(&skip.to_string())))
+            bar.suspend(|| complain!("bayesmail: {}", for_terminal(&skip.to_string())))
         }
         Progress::Unparsed(id, err) => {
-            bar.suspend(|| eprintln!("bayesmail: {}: {err}", for_terminal(&id.to_string())))
+            bar.suspend(|| complain!("bayesmail: {}: {err}", for_terminal(&id.to_string())))
         }
         Progress::Read { bytes, messages } => {
             bar.inc(bytes);
@@ -218,7 +220,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         trained.unparsed,
     );
     if trained.interrupted == Some(Interrupted::Reading) {
-        eprintln!(
+        complain!(
             "bayesmail: interrupted while reading ({} messages read): nothing was stored; the \
              database and its model are as they were",
             trained.read
@@ -256,10 +258,12 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
             (None, true) => "the model was written".to_string(),
             (None, false) => "the model was already up to date".to_string(),
         };
-        eprintln!(
+        complain!(
             "bayesmail: interrupted after reading: all {} messages were stored ({} ham, {} \
              spam in the database); {model}",
-            trained.stored, summary.totals[0], summary.totals[1],
+            trained.stored,
+            summary.totals[0],
+            summary.totals[1],
         );
         return Ok(Outcome::Exit(EXIT_INTERRUPTED));
     }
@@ -329,13 +333,13 @@ fn train_error(err: bayesmail::db::Error) -> anyhow::Error {
         Error::Conflicting(sources) => {
             const SHOWN: usize = 10;
             for source in sources.iter().take(SHOWN) {
-                eprintln!(
+                complain!(
                     "bayesmail: {} is given as spam and was given as ham too",
                     for_terminal(source)
                 );
             }
             if sources.len() > SHOWN {
-                eprintln!("bayesmail: … and {} more", sources.len() - SHOWN);
+                complain!("bayesmail: … and {} more", sources.len() - SHOWN);
             }
             anyhow::anyhow!(
                 "{err}. A message has one label: remove it from one side, or name the folders \
@@ -448,7 +452,7 @@ fn read_messages(path: &Path, command: &str) -> Result<(Vec<FileMessage>, usize)
         Err(err) => return Err(err.into()),
     };
     for err in &failed {
-        eprintln!("bayesmail: {}", for_terminal(&err.to_string()));
+        complain!("bayesmail: {}", for_terminal(&err.to_string()));
     }
     Ok((messages, failed.len()))
 }
@@ -604,7 +608,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
             }
             Err(err @ bayesmail::db::Error::NotLearned) if !single => {
                 failed += 1;
-                eprintln!("bayesmail: {}: {err}", for_terminal(id));
+                complain!("bayesmail: {}: {err}", for_terminal(id));
             }
             Err(err @ bayesmail::db::Error::NotLearned) => {
                 first_error = Some(anyhow::anyhow!("{}: {err}", for_terminal(id)));

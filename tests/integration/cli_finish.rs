@@ -615,3 +615,47 @@ fn a_bad_value_in_the_config_file_is_named_and_an_option_still_wins() {
         "the option wins"
     );
 }
+
+/// A command whose stderr cannot be written (a full disk, a reader gone)
+/// still does its work and exits with the status it would have had: the
+/// lines it could not write are lost, never the outcome (no panic, 101).
+#[test]
+fn a_full_stderr_changes_no_exit_status() {
+    let db = Db::new();
+    db.train_sample();
+    let missing = db.path("no-such-message");
+    let missing = utf8(&missing);
+    let cases: [&[&str]; 7] = [
+        &["classify", missing],
+        &["learn", "--spam", missing],
+        &["train", "--spam", missing, "--ham", missing],
+        &["scan", missing],
+        &["explain", missing],
+        &["tokens", missing],
+        &["eval", "--spam", missing, "--ham", missing],
+    ];
+    for args in cases {
+        let written = db.run(args, None);
+        assert!(!written.stderr.is_empty(), "{args:?}: says nothing");
+        let mut all = db.global_args();
+        all.extend(args.iter().map(|a| a.to_string()));
+        let full = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+            .args(&all)
+            .stdout(std::process::Stdio::null())
+            .stderr(
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            )
+            .status()
+            .unwrap();
+        assert_ne!(
+            written.status.code(),
+            Some(101),
+            "{args:?}: {}",
+            stderr(&written)
+        );
+        assert_eq!(full.code(), written.status.code(), "{args:?} 2>/dev/full");
+    }
+}
