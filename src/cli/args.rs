@@ -646,14 +646,16 @@ pub(super) struct ServeArgs {
     /// and are passed on unchanged. Default: filter's cap.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub(super) max_size: Option<u64>,
-    /// Connections served at once; more wait to be accepted. Default 256.
+    /// Connections served at once on each listener; more wait to be
+    /// accepted. Default 256.
     #[arg(long, value_name = "N")]
     pub(super) max_connections: Option<usize>,
     /// Megabytes of models kept in memory at once (least recently used
     /// out). Default 512.
     #[arg(long, value_name = "MB")]
     pub(super) cache_mb: Option<u64>,
-    /// Seconds a client may send nothing before it is dropped. Default 30.
+    /// Seconds a client may send nothing before it is dropped; a spamd or
+    /// HTTP request must be whole within four times this. Default 30.
     #[arg(long, value_name = "SECONDS")]
     pub(super) timeout: Option<u64>,
     /// One log line per message on stderr (id, user, verdict, P, model, ms).

@@ -74,6 +74,7 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
         max_message,
         max_connections: args.max_connections.or(conf.max_connections).unwrap_or(256),
         read_timeout: Duration::from_secs(timeout),
+        request_timeout: Duration::from_secs(timeout * REQUEST_TIMEOUTS),
         idle_timeout: Duration::from_secs(timeout * 2),
         shutdown_grace: Duration::from_secs(30),
         log_messages: args.log_messages || conf.log_messages == Some(true),
@@ -113,6 +114,12 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     .context("running the server")?;
     Ok(Outcome::AllOk)
 }
+
+/// A spamd or HTTP request must arrive whole within this many `--timeout`s
+/// (two minutes at the default): time enough for the largest message on a
+/// slow link, and a client trickling a byte at a time gives its
+/// connection back.
+const REQUEST_TIMEOUTS: u64 = 4;
 
 /// Parses the config file's `[serve] KEY` list.
 fn parse_all<T: std::str::FromStr<Err = String>>(texts: &[String], key: &str) -> Result<Vec<T>> {

@@ -27,7 +27,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{BoxConn, Judged, LearnError, Learned, Peer, State, log_line};
+use super::{BoxConn, Judged, LearnError, Learned, Peer, Settings, State, log_line};
 use crate::db::{self, Origin, Reason, Stamped, Status};
 use crate::model::Label;
 use crate::sanitize::for_terminal;
@@ -335,18 +335,23 @@ enum BodyError {
     TooLarge,
     /// The client sent nothing for the read timeout.
     TimedOut,
+    /// The body had not arrived whole by the request timeout.
+    Late,
     /// The client broke off, or sent a body that does not frame.
     Broken(String),
 }
 
-/// Reads a request's body whole, up to `max` bytes: a larger one is
+/// Reads a request's body whole, up to the message cap: a larger one is
 /// refused from its `Content-Length` before any of it is read, or as soon
-/// as what came passes the cap.
-async fn read_body<B>(req: Request<B>, max: u64, timeout: Duration) -> Result<Vec<u8>, BodyError>
+/// as what came passes the cap. Each read waits at most the read timeout,
+/// and the whole body must have come within the request timeout.
+async fn read_body<B>(req: Request<B>, settings: &Settings) -> Result<Vec<u8>, BodyError>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
+    let max = settings.max_message;
+    let deadline = Instant::now() + settings.request_timeout;
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -359,7 +364,10 @@ where
     // What is declared, up to the cap, but never a large guess up front.
     let mut raw = Vec::with_capacity(declared.unwrap_or(0).min(max).min(1 << 20) as usize);
     loop {
-        let frame = match tokio::time::timeout(timeout, body.frame()).await {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let wait = settings.read_timeout.min(left);
+        let frame = match tokio::time::timeout(wait, body.frame()).await {
+            Err(_) if wait < settings.read_timeout => return Err(BodyError::Late),
             Err(_) => return Err(BodyError::TimedOut),
             Ok(None) => return Ok(raw),
             Ok(Some(Err(err))) => return Err(BodyError::Broken(err.to_string())),
@@ -382,6 +390,14 @@ fn body_error(err: BodyError, peer: &Peer, state: &State) -> Answer {
             let why = format!(
                 "the client sent nothing for {} s while sending the body",
                 state.settings.read_timeout.as_secs()
+            );
+            log_line(&format!("http {peer}: dropped: {why}"));
+            error(StatusCode::REQUEST_TIMEOUT, "timeout", &why)
+        }
+        BodyError::Late => {
+            let why = format!(
+                "the body had not arrived whole after {} s",
+                state.settings.request_timeout.as_secs()
             );
             log_line(&format!("http {peer}: dropped: {why}"));
             error(StatusCode::REQUEST_TIMEOUT, "timeout", &why)
@@ -428,7 +444,7 @@ where
         .to_string();
     let started = Instant::now();
     let settings = &state.settings;
-    let judged = match read_body(req, settings.max_message, settings.read_timeout).await {
+    let judged = match read_body(req, settings).await {
         Ok(raw) => state.judge(user.clone(), raw, &id).await,
         Err(BodyError::TooLarge) => {
             // Counted and logged as any message without a verdict is.
@@ -532,7 +548,7 @@ where
         Err(err) => return error(StatusCode::BAD_REQUEST, "bad-user", &err.to_string()),
     };
     let settings = &state.settings;
-    let raw = match read_body(req, settings.max_message, settings.read_timeout).await {
+    let raw = match read_body(req, settings).await {
         Ok(raw) => raw,
         Err(err) => return body_error(err, peer, state),
     };
@@ -697,6 +713,7 @@ mod tests {
             max_message,
             max_connections: 4,
             read_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(4),
             idle_timeout: Duration::from_secs(2),
             shutdown_grace: Duration::from_secs(1),
             log_messages: false,

@@ -63,10 +63,15 @@ pub struct Settings {
     /// Messages larger than this get no verdict (and are passed on
     /// unchanged).
     pub max_message: u64,
-    /// Connections served at once; more wait to be accepted.
+    /// Connections served at once on each listener; more wait to be
+    /// accepted. Each has its own, so that clients of one protocol cannot
+    /// take the MTA's milter connections.
     pub max_connections: usize,
     /// A client that sends nothing for this long is dropped.
     pub read_timeout: Duration,
+    /// A spamd or HTTP request that has not arrived whole in this long is
+    /// answered with a timeout and its connection closed.
+    pub request_timeout: Duration,
     /// A kept-alive connection with no request for this long is closed.
     pub idle_timeout: Duration,
     /// After SIGTERM, how long connections in flight may take to finish.
@@ -312,7 +317,6 @@ pub fn run(
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
         let state = Arc::new(State::new(settings));
-        let limit = Arc::new(Semaphore::new(state.settings.max_connections.max(1)));
         let bound: Vec<_> = listeners.iter().map(|(p, l)| (*p, l.local())).collect();
         let sockets: Vec<std::path::PathBuf> = listeners
             .iter()
@@ -324,7 +328,7 @@ pub fn run(
         let mut tasks = tokio::task::JoinSet::new();
         for (protocol, listener) in listeners {
             let state = state.clone();
-            let limit = limit.clone();
+            let limit = Arc::new(Semaphore::new(state.settings.max_connections.max(1)));
             tasks.spawn(accept_loop(protocol, listener.accepting()?, state, limit));
         }
         tasks.spawn(keep_under_cap(state.clone()));
@@ -361,7 +365,7 @@ pub fn run(
 }
 
 /// Accepts connections on one listener, each served on its own task,
-/// at most `limit` at once; TCP peers outside the allowed networks are
+/// at most `limit` (the listener's own) at once; TCP peers outside the allowed networks are
 /// closed at once.
 async fn accept_loop(
     protocol: Protocol,

@@ -178,7 +178,8 @@ pub(super) async fn serve(
 
 /// Reads one request and makes its answer.
 async fn request(conn: &mut BoxConn, state: &Arc<State>) -> Result<Vec<u8>, Stop> {
-    let mut input = Input::new(conn, state.settings.read_timeout);
+    let settings = &state.settings;
+    let mut input = Input::new(conn, settings.read_timeout, settings.request_timeout);
     let Some(line) = input.line().await? else {
         return Err(Failure::protocol("(closed before headers)").into());
     };
@@ -644,6 +645,7 @@ mod tests {
             max_message: 2000,
             max_connections: 1,
             read_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(20),
             idle_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(1),
             log_messages: false,

@@ -620,6 +620,21 @@ fn bodies_over_the_cap_are_refused_and_slow_clients_dropped() {
     assert!(body.contains("\"reason\":\"timeout\""), "{body}");
     assert!(closed_within(&mut stalled, Duration::from_secs(10)));
 
+    // A body that trickles a byte every 250 ms, inside the read timeout:
+    // 408 once it is not whole four read timeouts (4 s) after it began.
+    let mut trickle = server.connect();
+    trickle
+        .write_all(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+        .unwrap();
+    let mut sent = 0;
+    while sent < 60 && !closed_within(&mut trickle, Duration::from_millis(250)) {
+        if trickle.write_all(b"x").is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    assert!(sent < 60, "still reading after {sent} bytes of the body");
+
     // A kept-alive connection with no second request is closed.
     let mut idle = server.connect();
     idle.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -681,6 +681,83 @@ fn the_protocol_beyond_what_spamc_sends() {
         server.raw(b"PING SPAMC/1.5\r\n\r\n"),
         b"SPAMD/1.5 0 PONG\r\n"
     );
+
+    // A client that trickles a byte at a time, each well inside the read
+    // timeout, is answered once the request is not whole within four of
+    // them (4 s here), not served for as long as it cares to send.
+    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(250)))
+        .unwrap();
+    let trickle = b"CHECK SPAMC/1.5\r\nContent-length: 100000\r\n\r\n";
+    let mut answer = Vec::new();
+    let mut sent = 0;
+    // 60 bytes, 250 ms apart: fifteen seconds of a client still sending.
+    while sent < 60 {
+        let byte = trickle.get(sent).copied().unwrap_or(b'x');
+        if s.write_all(&[byte]).is_err() {
+            break;
+        }
+        sent += 1;
+        let mut chunk = [0u8; 512];
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            Err(_) => continue,
+        }
+    }
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.read_to_end(&mut answer);
+    assert!(sent < 60, "still reading after {sent} bytes");
+    let status = status_line(&answer);
+    assert!(
+        status.starts_with("SPAMD/1.0 79 Timeout: ") && status.contains("not received whole"),
+        "{answer:?}"
+    );
+}
+
+/// Each listener has its own connections: spamd clients that hold every
+/// one of theirs (here one, silent) leave the HTTP listener answering at
+/// once.
+#[test]
+fn one_protocols_clients_cannot_take_anothers_connections() {
+    let db = trained();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args()).args([
+        "serve",
+        "--spamd",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--max-connections",
+        "1",
+        "--timeout",
+        "30",
+    ]);
+    let (mut child, watch) = spawn_watched(cmd);
+    let Some(bound) = watch.listening(2, 60) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("serve did not listen: {}", watch.log());
+    };
+    let port = |name: &str| -> u16 {
+        let (_, addr) = bound.iter().find(|(p, _)| p == name).unwrap();
+        addr.rsplit(':').next().unwrap().parse().unwrap()
+    };
+    let mut held = TcpStream::connect(("127.0.0.1", port("spamd"))).unwrap();
+    held.write_all(b"CHECK SPAMC/1.5\r\n").unwrap();
+    let mut http = TcpStream::connect(("127.0.0.1", port("http"))).unwrap();
+    // Far less than the 30 s the spamd connection is held.
+    http.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    http.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = http.read_to_end(&mut answer);
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(held);
+    assert!(read.is_ok(), "{read:?}: {}", watch.log());
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
 }
 
 #[test]

@@ -138,26 +138,34 @@ fn contains_word(value: &[u8], word: &[u8]) -> bool {
 }
 
 /// What the client sends, read with the read timeout, kept in memory only
-/// as far as the message limit allows.
+/// as far as the message limit allows, and all of it by a deadline: a
+/// client that sends a byte now and then holds a connection no longer.
 pub(super) struct Input<'a> {
     conn: &'a mut BoxConn,
     buf: Vec<u8>,
     /// Bytes of `buf` already taken.
     taken: usize,
     timeout: Duration,
+    /// When the whole request must have arrived.
+    deadline: Instant,
+    /// How long the client was given for the whole request.
+    whole: Duration,
 }
 
 /// How much is read from the connection at a time.
 const CHUNK: usize = 16 * 1024;
 
 impl<'a> Input<'a> {
-    /// Reads from `conn`, each read waiting at most `timeout`.
-    pub(super) fn new(conn: &'a mut BoxConn, timeout: Duration) -> Input<'a> {
+    /// Reads from `conn`, each read waiting at most `timeout`, and all of
+    /// them together at most `whole`.
+    pub(super) fn new(conn: &'a mut BoxConn, timeout: Duration, whole: Duration) -> Input<'a> {
         Input {
             conn,
             buf: Vec::with_capacity(CHUNK),
             taken: 0,
             timeout,
+            deadline: Instant::now() + whole,
+            whole,
         }
     }
 
@@ -169,18 +177,26 @@ impl<'a> Input<'a> {
         self.taken = 0;
         let old = self.buf.len();
         self.buf.resize(old + CHUNK, 0);
-        let read = read_some(self.conn, &mut self.buf[old..], self.timeout).await;
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let read = read_some(self.conn, &mut self.buf[old..], self.timeout.min(left)).await;
         let n = *read.as_ref().unwrap_or(&0);
         self.buf.truncate(old + n);
         match read {
             Ok(n) => Ok(n),
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(Stop::Fail(Failure::new(
-                Code::Timeout,
-                format!(
-                    "({} second socket timeout reading input from client)",
-                    self.timeout.as_secs()
-                ),
-            ))),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                let why = if left < self.timeout {
+                    format!(
+                        "(request not received whole within {} seconds)",
+                        self.whole.as_secs()
+                    )
+                } else {
+                    format!(
+                        "({} second socket timeout reading input from client)",
+                        self.timeout.as_secs()
+                    )
+                };
+                Err(Stop::Fail(Failure::new(Code::Timeout, why)))
+            }
             Err(e) => Err(Stop::Io(e)),
         }
     }
