@@ -89,6 +89,19 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     let listeners = serve::bind(&settings)?;
     if let Some(user) = args.user.as_deref().or(conf.user.as_deref()) {
         drop_privileges(user)?;
+        // A database the user cannot read would leave every message
+        // unjudged, each logged: say so once, now, and do not start.
+        let global = &settings.models.global;
+        if settings.models.shared.is_none()
+            && let Err(err) = std::fs::read_dir(global)
+            && err.kind() == std::io::ErrorKind::PermissionDenied
+        {
+            anyhow::bail!(
+                "--user {user}: cannot read the database {}: {}",
+                global.display(),
+                bayesmail::fsutil::words(&err)
+            );
+        }
     }
     // SIGHUP: the configuration read again (the models' settings: the
     // databases, the users' pattern, the verdict rule), every model

@@ -427,3 +427,33 @@ fn user_keeps_its_supplementary_groups() {
     let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     assert!(uid.split_whitespace().nth(1) != Some("0"), "{uid}");
 }
+
+/// A server that would run as a user who cannot read its database does
+/// not start: one line names the user and the database, rather than every
+/// message passing on unjudged.
+#[test]
+fn user_who_cannot_read_the_database_is_refused_at_start() {
+    // SAFETY: getuid(2) has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("not root: test skipped");
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let dir = db.dir();
+    let mut mode = std::fs::metadata(&dir).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut mode, 0o700);
+    std::fs::set_permissions(&dir, mode).unwrap();
+    let out = db.run(
+        &["serve", "--http", "127.0.0.1:0", "--user", "nobody"],
+        None,
+    );
+    let err = crate::common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--user nobody: cannot read the database")
+            && err.contains("permission denied")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+}
