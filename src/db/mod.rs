@@ -90,7 +90,7 @@ pub enum Error {
     /// nothing and stores nothing.
     #[error(
         "{}: nothing was learned and no model was written: fix the path{}",
-        .0.join("; "),
+        first_few(.0),
         if .0.len() > 1 { "s" } else { "" }
     )]
     BadPaths(Vec<String>),
@@ -139,6 +139,17 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+}
+
+/// The first few of `items` joined, and how many more: one line however
+/// many a run names (a script's glob of thousands of wrong paths).
+fn first_few(items: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = items[..items.len().min(SHOWN)].join("; ");
+    if items.len() > SHOWN {
+        text.push_str(&format!("; … and {} more", items.len() - SHOWN));
+    }
+    text
 }
 
 /// Result of the database layer.

@@ -775,3 +775,27 @@ fn a_writer_does_not_make_a_missing_home() {
     );
     assert!(!home.exists());
 }
+
+/// A run given many paths that are not mailboxes (a glob gone wrong) says
+/// so in one line of reasonable length: the first few, and how many more.
+#[test]
+fn many_bad_paths_are_named_in_one_short_line() {
+    let db = Db::new();
+    let missing: Vec<String> = (0..40)
+        .map(|i| crate::common::utf8(&db.path(&format!("missing-{i:02}"))).to_string())
+        .collect();
+    let mut args = vec!["train", "--spam"];
+    args.extend(missing[..20].iter().map(String::as_str));
+    args.push("--ham");
+    args.extend(missing[20..].iter().map(String::as_str));
+    let out = db.run(&args, None);
+    assert_exit(&out, 2, &["train"]);
+    let err = crate::common::stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("missing-00") && !err.contains("missing-05"),
+        "{err}"
+    );
+    assert!(err.contains("… and 35 more"), "{err}");
+    assert!(err.len() < 1000, "{} bytes: {err}", err.len());
+}
