@@ -149,7 +149,7 @@ pub struct ServeConfig {
     pub user: Option<String>,
     /// Largest message judged.
     pub max_size: Option<Size>,
-    /// Connections served at once.
+    /// Connections served at once on each listener.
     pub max_connections: Option<usize>,
     /// Megabytes of models kept in memory.
     pub cache_mb: Option<u64>,

@@ -654,8 +654,9 @@ pub(super) struct ServeArgs {
     /// out). Default 512.
     #[arg(long, value_name = "MB")]
     pub(super) cache_mb: Option<u64>,
-    /// Seconds a client may send nothing before it is dropped; a spamd or
-    /// HTTP request must be whole within four times this. Default 30.
+    /// Seconds a client may send nothing before it is dropped (at most a
+    /// day); a spamd request or an HTTP request's body must be whole
+    /// within four times this, or keep coming at 8 KiB/s. Default 30.
     #[arg(long, value_name = "SECONDS")]
     pub(super) timeout: Option<u64>,
     /// One log line per message on stderr (id, user, verdict, P, model, ms).

@@ -64,7 +64,11 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
                 .map_err(anyhow::Error::msg)?,
         },
     };
-    let timeout = args.timeout.or(conf.timeout).unwrap_or(30).max(1);
+    let timeout = args
+        .timeout
+        .or(conf.timeout)
+        .unwrap_or(30)
+        .clamp(1, MAX_TIMEOUT);
     let settings = Settings {
         listen,
         allow,
@@ -89,18 +93,23 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     let listeners = serve::bind(&settings)?;
     if let Some(user) = args.user.as_deref().or(conf.user.as_deref()) {
         drop_privileges(user)?;
-        // A database the user cannot read would leave every message
-        // unjudged, each logged: say so once, now, and do not start.
-        let global = &settings.models.global;
-        if settings.models.shared.is_none()
-            && let Err(err) = std::fs::read_dir(global)
-            && err.kind() == std::io::ErrorKind::PermissionDenied
-        {
-            anyhow::bail!(
-                "--user {user}: cannot read the database {}: {}",
-                global.display(),
-                bayesmail::fsutil::words(&err)
-            );
+        // A model the user cannot read would leave every message
+        // unjudged, each logged: say so once, now, and do not start. The
+        // files a reader opens are opened as it opens them (a model not
+        // there yet is no reason to stop).
+        if settings.models.shared.is_none() {
+            let paths = bayesmail::db::DbPaths::new(&settings.models.global);
+            for file in [paths.snapshot(), paths.journal()] {
+                if let Err(err) = std::fs::File::open(&file)
+                    && err.kind() == std::io::ErrorKind::PermissionDenied
+                {
+                    anyhow::bail!(
+                        "user {user} cannot read {}: {}",
+                        file.display(),
+                        bayesmail::fsutil::words(&err)
+                    );
+                }
+            }
         }
     }
     // SIGHUP: the configuration read again (the models' settings: the
@@ -128,11 +137,15 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     Ok(Outcome::AllOk)
 }
 
-/// A spamd or HTTP request must arrive whole within this many `--timeout`s
-/// (two minutes at the default): time enough for the largest message on a
-/// slow link, and a client trickling a byte at a time gives its
-/// connection back.
+/// A spamd request, or an HTTP request's body, must be whole within this
+/// many `--timeout`s (two minutes at the default), and after that for as
+/// long as it keeps coming at `serve::MIN_RATE`: a client trickling a byte
+/// now and then gives its connection back, a large message on a slow link
+/// is still read.
 const REQUEST_TIMEOUTS: u64 = 4;
+
+/// The longest `--timeout` taken (a day); a larger one is this.
+const MAX_TIMEOUT: u64 = 86_400;
 
 /// Parses the config file's `[serve] KEY` list.
 fn parse_all<T: std::str::FromStr<Err = String>>(texts: &[String], key: &str) -> Result<Vec<T>> {

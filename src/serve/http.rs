@@ -27,7 +27,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{BoxConn, Judged, LearnError, Learned, Peer, Settings, State, log_line};
+use super::{BoxConn, Judged, LearnError, Learned, Peer, RequestClock, Settings, State, log_line};
 use crate::db::{self, Origin, Reason, Stamped, Status};
 use crate::model::Label;
 use crate::sanitize::for_terminal;
@@ -75,8 +75,11 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
                             "internal error while answering",
                         )
                     });
-                if answered.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    // The rest of the body is still coming: see Watched.
+                if matches!(
+                    answered.status(),
+                    StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+                ) {
+                    // The rest of the body may still be coming: see Watched.
                     linger.store(true, Ordering::Relaxed);
                 }
                 Ok::<_, Infallible>(answered)
@@ -335,7 +338,7 @@ enum BodyError {
     TooLarge,
     /// The client sent nothing for the read timeout.
     TimedOut,
-    /// The body had not arrived whole by the request timeout.
+    /// The body had not arrived whole by the request's deadline.
     Late,
     /// The client broke off, or sent a body that does not frame.
     Broken(String),
@@ -344,14 +347,15 @@ enum BodyError {
 /// Reads a request's body whole, up to the message cap: a larger one is
 /// refused from its `Content-Length` before any of it is read, or as soon
 /// as what came passes the cap. Each read waits at most the read timeout,
-/// and the whole body must have come within the request timeout.
+/// and the whole body must come by the request's deadline
+/// ([`RequestClock`]).
 async fn read_body<B>(req: Request<B>, settings: &Settings) -> Result<Vec<u8>, BodyError>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
     let max = settings.max_message;
-    let deadline = Instant::now() + settings.request_timeout;
+    let mut clock = RequestClock::start(settings.request_timeout);
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -364,16 +368,16 @@ where
     // What is declared, up to the cap, but never a large guess up front.
     let mut raw = Vec::with_capacity(declared.unwrap_or(0).min(max).min(1 << 20) as usize);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let wait = settings.read_timeout.min(left);
+        let (wait, late) = clock.next_wait(settings.read_timeout);
         let frame = match tokio::time::timeout(wait, body.frame()).await {
-            Err(_) if wait < settings.read_timeout => return Err(BodyError::Late),
+            Err(_) if late => return Err(BodyError::Late),
             Err(_) => return Err(BodyError::TimedOut),
             Ok(None) => return Ok(raw),
             Ok(Some(Err(err))) => return Err(BodyError::Broken(err.to_string())),
             Ok(Some(Ok(frame))) => frame,
         };
         if let Ok(data) = frame.into_data() {
+            clock.received(data.len());
             if (raw.len() + data.len()) as u64 > max {
                 return Err(BodyError::TooLarge);
             }
@@ -396,8 +400,9 @@ fn body_error(err: BodyError, peer: &Peer, state: &State) -> Answer {
         }
         BodyError::Late => {
             let why = format!(
-                "the body had not arrived whole after {} s",
-                state.settings.request_timeout.as_secs()
+                "the body was not whole after {} s and came slower than {} KiB/s",
+                state.settings.request_timeout.as_secs(),
+                super::MIN_RATE / 1024
             );
             log_line(&format!("http {peer}: dropped: {why}"));
             error(StatusCode::REQUEST_TIMEOUT, "timeout", &why)

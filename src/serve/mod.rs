@@ -69,8 +69,9 @@ pub struct Settings {
     pub max_connections: usize,
     /// A client that sends nothing for this long is dropped.
     pub read_timeout: Duration,
-    /// A spamd or HTTP request that has not arrived whole in this long is
-    /// answered with a timeout and its connection closed.
+    /// A spamd request, or an HTTP request's body, not whole in this long
+    /// (and coming slower than [`MIN_RATE`]) is answered with a timeout and
+    /// its connection closed.
     pub request_timeout: Duration,
     /// A kept-alive connection with no request for this long is closed.
     pub idle_timeout: Duration,
@@ -364,9 +365,9 @@ pub fn run(
     })
 }
 
-/// Accepts connections on one listener, each served on its own task,
-/// at most `limit` (the listener's own) at once; TCP peers outside the allowed networks are
-/// closed at once.
+/// Accepts connections on one listener, each served on its own task, at
+/// most `limit` (the listener's own) at once; TCP peers outside the
+/// allowed networks are closed at once.
 async fn accept_loop(
     protocol: Protocol,
     listener: listen::Accepting,
@@ -425,5 +426,58 @@ pub async fn read_some(
             std::io::ErrorKind::TimedOut,
             "the client sent nothing for too long",
         )),
+    }
+}
+
+/// The slowest a client may send a request and still be served: bytes a
+/// second, on top of the request timeout (mod_reqtimeout's `MinRate`).
+pub const MIN_RATE: u64 = 8 * 1024;
+
+/// When a request being read must be whole: the request timeout after its
+/// reading began, pushed back by the time the bytes received so far take
+/// at [`MIN_RATE`]. A client that keeps up that rate is never cut, however
+/// large its message; one trickling a byte now and then is cut at the
+/// request timeout. Time spent on the request once read (judging) does
+/// not count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestClock {
+    began: Instant,
+    whole: Duration,
+    received: u64,
+}
+
+impl RequestClock {
+    /// A request whose reading begins now, given `whole` at the least.
+    pub fn start(whole: Duration) -> RequestClock {
+        RequestClock {
+            began: Instant::now(),
+            whole,
+            received: 0,
+        }
+    }
+
+    /// Counts `n` more bytes received.
+    pub fn received(&mut self, n: usize) {
+        self.received = self.received.saturating_add(n as u64);
+    }
+
+    /// How long the next read may wait (at most `read_timeout`), and
+    /// whether the request's deadline, not the read timeout, is what
+    /// limits it.
+    pub fn next_wait(&self, read_timeout: Duration) -> (Duration, bool) {
+        let allowed = self
+            .whole
+            .saturating_add(Duration::from_secs(self.received / MIN_RATE));
+        let left = allowed.saturating_sub(self.began.elapsed());
+        if left < read_timeout {
+            (left, true)
+        } else {
+            (read_timeout, false)
+        }
+    }
+
+    /// The time the request was given before any byte counted.
+    pub fn whole(&self) -> Duration {
+        self.whole
     }
 }

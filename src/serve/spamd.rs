@@ -55,7 +55,8 @@ enum Code {
     Protocol = 76,
     /// The configuration is wrong.
     Config = 78,
-    /// The client sent nothing for too long.
+    /// The client sent nothing for too long, or its request came too
+    /// slowly to be whole by its deadline.
     Timeout = 79,
 }
 

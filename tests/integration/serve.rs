@@ -428,11 +428,15 @@ fn user_keeps_its_supplementary_groups() {
     assert!(uid.split_whitespace().nth(1) != Some("0"), "{uid}");
 }
 
-/// A server that would run as a user who cannot read its database does
-/// not start: one line names the user and the database, rather than every
-/// message passing on unjudged.
+/// A server that would run as a user who cannot read its model does not
+/// start: one line names the user and the file, rather than every message
+/// passing on unjudged. The database's directory may be open to all (0755,
+/// its files private to root, as `train` makes them under a umask of 022);
+/// what counts is whether the files the reader opens can be read. Once
+/// they are the user's, it starts.
 #[test]
-fn user_who_cannot_read_the_database_is_refused_at_start() {
+fn user_who_cannot_read_the_model_is_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
     // SAFETY: getuid(2) has no preconditions.
     if unsafe { libc::getuid() } != 0 {
         eprintln!("not root: test skipped");
@@ -440,20 +444,43 @@ fn user_who_cannot_read_the_database_is_refused_at_start() {
     }
     let db = Db::new();
     db.train_sample();
-    let dir = db.dir();
-    let mut mode = std::fs::metadata(&dir).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut mode, 0o700);
-    std::fs::set_permissions(&dir, mode).unwrap();
-    let out = db.run(
-        &["serve", "--http", "127.0.0.1:0", "--user", "nobody"],
-        None,
-    );
-    let err = crate::common::stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    for dir in [db.path(""), db.dir()] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let serve = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args())
+            .args(["serve", "--http", "127.0.0.1:0", "--user", "nobody"]);
+        spawn_watched(cmd)
+    };
+
+    let (mut child, mut watch) = serve();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let err = watch.finish();
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{err}");
     assert!(
-        err.contains("--user nobody: cannot read the database")
+        err.contains("user nobody cannot read")
+            && err.contains("model")
             && err.contains("permission denied")
             && err.lines().count() == 1,
         "{err}"
     );
+
+    give_to_nobody(&db);
+    let (mut child, watch) = serve();
+    let listening = watch.wait_for("listening on", 30);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(listening.is_some(), "{}", watch.log());
 }

@@ -620,27 +620,50 @@ fn bodies_over_the_cap_are_refused_and_slow_clients_dropped() {
     assert!(body.contains("\"reason\":\"timeout\""), "{body}");
     assert!(closed_within(&mut stalled, Duration::from_secs(10)));
 
-    // A body that trickles a byte every 250 ms, inside the read timeout:
-    // 408 once it is not whole four read timeouts (4 s) after it began.
-    let mut trickle = server.connect();
-    trickle
-        .write_all(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
-        .unwrap();
-    let mut sent = 0;
-    while sent < 60 && !closed_within(&mut trickle, Duration::from_millis(250)) {
-        if trickle.write_all(b"x").is_err() {
-            break;
-        }
-        sent += 1;
-    }
-    assert!(sent < 60, "still reading after {sent} bytes of the body");
-
     // A kept-alive connection with no second request is closed.
     let mut idle = server.connect();
     idle.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     assert_eq!(read_response(&mut idle).0, 200);
     assert!(closed_within(&mut idle, Duration::from_secs(15)));
+
+    // A body that trickles a byte every 100 ms, each well inside the read
+    // timeout (2 s on a server of its own): 408 once it is not whole four
+    // read timeouts (8 s) after it began.
+    let slow_server = Server::start(&db, &["--timeout", "2"]);
+    let mut trickle = slow_server.connect();
+    trickle
+        .write_all(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+        .unwrap();
+    trickle
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut sent = 0;
+    // 300 bytes, 100 ms apart and more: thirty seconds of a client still
+    // sending.
+    while sent < 300 && !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        if trickle.write_all(b"x").is_err() {
+            break;
+        }
+        sent += 1;
+        let mut chunk = [0u8; 1024];
+        match trickle.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            Err(_) => continue,
+        }
+    }
+    trickle
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let _ = trickle.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(sent < 300, "still reading after {sent} bytes of the body");
+    assert!(
+        answer.starts_with("HTTP/1.1 408") && answer.contains("came slower than"),
+        "{answer}"
+    );
 
     // And the server still serves.
     let (_, text) = curl(&[&server.url("/metrics")]);

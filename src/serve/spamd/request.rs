@@ -1,7 +1,8 @@
 //! What a spamd client sends, read: the request line, the headers that
 //! mean something (others are ignored, as spamd ignores them), and the
-//! message, read with the read timeout and kept in memory only up to the
-//! size limit (a larger one is read and dropped). Answers are the parent
+//! message, each read within the read timeout and the whole request by
+//! its deadline ([`RequestClock`]), kept in memory only up to the size
+//! limit (a larger one is read and dropped). Answers are the parent
 //! module's.
 
 use std::io::Read as _;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::{Code, Failure, Stop};
 use crate::model::Label;
-use crate::serve::{BoxConn, read_some};
+use crate::serve::{BoxConn, RequestClock, read_some};
 
 /// The longest request or header line read, in bytes (spamc's own buffer).
 const MAX_LINE: usize = 8192;
@@ -137,9 +138,10 @@ fn contains_word(value: &[u8], word: &[u8]) -> bool {
         .any(|w| w == word)
 }
 
-/// What the client sends, read with the read timeout, kept in memory only
-/// as far as the message limit allows, and all of it by a deadline: a
-/// client that sends a byte now and then holds a connection no longer.
+/// What the client sends, each read within the read timeout and all of it
+/// by the request's deadline (a client that sends a byte now and then
+/// holds a connection no longer), kept in memory only as far as the
+/// message limit allows.
 pub(super) struct Input<'a> {
     conn: &'a mut BoxConn,
     buf: Vec<u8>,
@@ -147,9 +149,7 @@ pub(super) struct Input<'a> {
     taken: usize,
     timeout: Duration,
     /// When the whole request must have arrived.
-    deadline: Instant,
-    /// How long the client was given for the whole request.
-    whole: Duration,
+    clock: RequestClock,
 }
 
 /// How much is read from the connection at a time.
@@ -164,8 +164,7 @@ impl<'a> Input<'a> {
             buf: Vec::with_capacity(CHUNK),
             taken: 0,
             timeout,
-            deadline: Instant::now() + whole,
-            whole,
+            clock: RequestClock::start(whole),
         }
     }
 
@@ -177,17 +176,20 @@ impl<'a> Input<'a> {
         self.taken = 0;
         let old = self.buf.len();
         self.buf.resize(old + CHUNK, 0);
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        let read = read_some(self.conn, &mut self.buf[old..], self.timeout.min(left)).await;
+        let (wait, late) = self.clock.next_wait(self.timeout);
+        let read = read_some(self.conn, &mut self.buf[old..], wait).await;
         let n = *read.as_ref().unwrap_or(&0);
         self.buf.truncate(old + n);
+        self.clock.received(n);
         match read {
             Ok(n) => Ok(n),
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                let why = if left < self.timeout {
+                let why = if late {
                     format!(
-                        "(request not received whole within {} seconds)",
-                        self.whole.as_secs()
+                        "(request not received whole within {} seconds, and coming slower than \
+                         {} KiB/s)",
+                        self.clock.whole().as_secs(),
+                        crate::serve::MIN_RATE / 1024
                     )
                 } else {
                     format!(
@@ -259,8 +261,9 @@ impl<'a> Input<'a> {
     }
 
     /// Reads and drops up to `limit` bytes (all, without a limit), for at
-    /// most the read timeout in all: the client's write completes, so it
-    /// reads our answer rather than a reset, and nothing is kept.
+    /// most the read timeout in all (less if the request's deadline comes
+    /// first): the client's write completes, so it reads our answer rather
+    /// than a reset, and nothing is kept.
     async fn drop_up_to(&mut self, limit: Option<u64>) -> Result<(), Stop> {
         let until = Instant::now() + self.timeout;
         let mut left = limit.unwrap_or(u64::MAX);
