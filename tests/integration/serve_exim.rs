@@ -385,7 +385,7 @@ fn exim_delivers_each_message_with_the_recipes_fields_and_classifys_verdict() {
         };
         assert!(
             (score - want).abs() <= 0.11,
-            "message {i}: score {score}, classify {classified}"
+            "message {i}: score {score}, classify {classified}\ndelivered:\n{text}"
         );
         assert_eq!(score >= 5.0, verdict == "spam", "{i}: {score} {classified}");
         assert_eq!(
