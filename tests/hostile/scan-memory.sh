@@ -11,7 +11,7 @@
 # BINARY defaults to the release build (cargo build --release first).
 set -eu
 here=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${1:-$here/target/x86_64-unknown-linux-gnu/release/bayesmail}
+bin=${1:-$here/target/release/bayesmail}
 count=${2:-200}
 size_mb=${3:-4.7}
 tmp=$(mktemp -d)

@@ -428,6 +428,43 @@ fn strip_or_same(out: &[u8]) -> Vec<u8> {
     }
 }
 
+/// `filter` as a user id the password database does not know, with no
+/// `HOME`, looked up through the system's own name services
+/// (`/etc/nsswitch.conf` as it is; Debian's lists `systemd` after `files`):
+/// the message goes on with `reason=config-error`, exit 0. A statically
+/// linked glibc crashed here, in the systemd module it loaded.
+#[test]
+fn filter_for_a_user_id_no_one_knows_passes_the_message_on() {
+    // SAFETY: getuid(2) has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("not root: test skipped");
+        return;
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.arg("filter").env_clear().current_dir("/");
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let id = 54_321;
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(id) != 0
+                || libc::setuid(id) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = crate::common::run_with_stdin(cmd, PLAIN);
+    assert_exit(&out, 0, &["filter", "as user id 54321"]);
+    let status = assert_passed_on(&out.stdout, PLAIN, "no home");
+    assert!(
+        status.starts_with("Unknown, reason=config-error,"),
+        "{status}: {}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn a_panic_while_judging_still_passes_the_message_on() {
     let db = trained();
