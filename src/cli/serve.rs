@@ -111,6 +111,9 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
                 }
             }
         }
+    } else if nix::unistd::geteuid().is_root() {
+        // Allowed (a test, a container), but not what a server should do.
+        serve::log_line("running as root: --user USER runs it as that user once it is listening");
     }
     // SIGHUP: the configuration read again (the models' settings: the
     // databases, the users' pattern, the verdict rule), every model

@@ -483,4 +483,15 @@ fn user_who_cannot_read_the_model_is_refused_at_start() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(listening.is_some(), "{}", watch.log());
+    assert!(!watch.log().contains("running as root"), "{}", watch.log());
+
+    // Without --user, as root: it serves, and says how not to.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args())
+        .args(["serve", "--http", "127.0.0.1:0"]);
+    let (mut child, watch) = spawn_watched(cmd);
+    let warned = watch.wait_for("running as root: --user USER", 30);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned.is_some(), "{}", watch.log());
 }
