@@ -485,6 +485,10 @@ struct Timed {
     negotiated: Arc<AtomicBool>,
     inside: Duration,
     between: Duration,
+    /// When the MTA last sent something: the deadline is this plus the
+    /// timeout that applies now, which the packet's handler may have
+    /// changed since (a message ended, options negotiated).
+    last: tokio::time::Instant,
     deadline: Pin<Box<tokio::time::Sleep>>,
     /// Ready once the server is stopping.
     stop: Pin<Box<dyn Future<Output = ()> + Send>>,
@@ -505,6 +509,7 @@ impl Timed {
             negotiated,
             inside,
             between,
+            last: tokio::time::Instant::now(),
             deadline: Box::pin(tokio::time::sleep(inside)),
             stop: Box::pin(async move {
                 let notified = state.stopping.notified();
@@ -544,17 +549,22 @@ impl AsyncRead for Timed {
         }
         match this.conn.as_mut().poll_read(cx, buf) {
             Poll::Ready(result) => {
-                let next = tokio::time::Instant::now() + this.timeout();
-                this.deadline.as_mut().reset(next);
+                this.last = tokio::time::Instant::now();
                 Poll::Ready(result)
             }
-            Poll::Pending => match this.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the MTA sent nothing for too long",
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                let due = this.last + this.timeout();
+                if this.deadline.deadline() != due {
+                    this.deadline.as_mut().reset(due);
+                }
+                match this.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the MTA sent nothing for too long",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 }

@@ -1032,6 +1032,39 @@ fn miltertest_the_spam_action_can_come_from_the_config_file() {
     );
 }
 
+/// Between two messages of one SMTP session the MTA may stay silent for
+/// the session's idle time, not only `--timeout`: Sendmail sends no ABORT
+/// after a message it accepted, so a second message after a pause longer
+/// than `--timeout` must still be judged on the same connection.
+#[test]
+fn miltertest_a_pause_between_two_messages_keeps_the_connection() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let mut serve = Serve::start(&db, &["--timeout", "1"]);
+    let raw = std::fs::read(&sample_files()[0]).unwrap();
+    let mut script = lua_head(&serve.addr);
+    for i in 0..2 {
+        if i == 1 {
+            script.push_str("mt.sleep(3)\n");
+        }
+        script.push_str(&lua_message(&raw, "<user@example.org>"));
+        script.push_str(&lua_echo_header(&format!("STATUS{i}"), "X-Spam-Status"));
+        script
+            .push_str("if mt.getreply(conn) ~= SMFIR_CONTINUE then error(\"not continued\") end\n");
+    }
+    script.push_str("mt.disconnect(conn)\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    let want = format!(" {}", filter_status(&db, &raw));
+    assert_eq!(tagged(&out, "STATUS0"), vec![want.as_str()], "{out}");
+    assert_eq!(tagged(&out, "STATUS1"), vec![want.as_str()], "{out}");
+    let (_, log) = serve.finish();
+    assert!(!log.contains("sent nothing for too long"), "{log}");
+}
+
 /// A client that connects to the milter port and does not negotiate is
 /// dropped after `--timeout`, not kept for the session's idle time (600
 /// s): it would hold a connection slot that spamd and HTTP share.
