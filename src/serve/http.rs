@@ -53,6 +53,8 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
         mid_request: mid_request.clone(),
         linger: linger.clone(),
         linger_for: state.settings.read_timeout.min(Duration::from_secs(5)),
+        write_timeout: state.settings.read_timeout,
+        write_wait: None,
     });
     let service = {
         let state = state.clone();
@@ -89,6 +91,9 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
     let idle = state.settings.idle_timeout;
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
+        // A client that sends its request whole and then closes its side
+        // (`shutdown(SHUT_WR)`, as some scripts do) still gets the answer.
+        .half_close(true)
         // hyper starts this clock when the connection waits for a request:
         // it is the idle timeout of a kept-alive connection and the bound
         // on a request's header alike (a client that sends a byte now and
@@ -153,6 +158,12 @@ struct Watched {
     mid_request: Arc<AtomicBool>,
     linger: Arc<AtomicBool>,
     linger_for: Duration,
+    /// How long a write may wait for the client to read (the read
+    /// timeout): a client that never reads its answers gives its
+    /// connection back.
+    write_timeout: Duration,
+    /// Running while a write waits.
+    write_wait: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Watched {
@@ -160,6 +171,33 @@ impl Watched {
         match &mut self.inner {
             Some(conn) => Ok(conn.as_mut()),
             None => Err(std::io::Error::from(std::io::ErrorKind::NotConnected)),
+        }
+    }
+
+    /// `polled`, a write's outcome, or an error once the write has waited
+    /// longer than the write timeout.
+    fn bounded<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if polled.is_ready() {
+            self.write_wait = None;
+            return polled;
+        }
+        let timeout = self.write_timeout;
+        let wait = self
+            .write_wait
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match wait.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the client read nothing of its answers for {} s",
+                    timeout.as_secs()
+                ),
+            ))),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -215,6 +253,7 @@ impl AsyncWrite for Watched {
             Ok(conn) => conn.poll_write(cx, buf),
             Err(err) => return Poll::Ready(Err(err)),
         };
+        let polled = self.bounded(cx, polled);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.mid_request.store(false, Ordering::Relaxed);
         }
@@ -230,6 +269,7 @@ impl AsyncWrite for Watched {
             Ok(conn) => conn.poll_write_vectored(cx, bufs),
             Err(err) => return Poll::Ready(Err(err)),
         };
+        let polled = self.bounded(cx, polled);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.mid_request.store(false, Ordering::Relaxed);
         }
@@ -241,10 +281,11 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.conn() {
+        let polled = match self.conn() {
             Ok(conn) => conn.poll_flush(cx),
-            Err(err) => Poll::Ready(Err(err)),
-        }
+            Err(err) => return Poll::Ready(Err(err)),
+        };
+        self.bounded(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {

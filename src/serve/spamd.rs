@@ -152,30 +152,45 @@ pub(super) async fn serve(
         }
         Err(Stop::Io(e)) => return Err(e),
     };
+    // Each part of the answer must be taken within the read timeout: a
+    // large answer to a client reading steadily is written whole, one that
+    // reads nothing gives its connection back.
     let timeout = state.settings.read_timeout;
-    let written = tokio::time::timeout(timeout, async {
-        conn.write_all(&answer).await?;
-        conn.flush().await?;
-        conn.shutdown().await
-    })
+    let written: std::io::Result<()> = async {
+        for part in answer.chunks(ANSWER_PART) {
+            tokio::time::timeout(timeout, conn.write_all(part)).await??;
+        }
+        tokio::time::timeout(timeout, async {
+            conn.flush().await?;
+            conn.shutdown().await
+        })
+        .await?
+    }
     .await;
     match written {
-        Ok(Ok(())) => {}
-        // A client gone after sending everything: nothing to answer.
-        Ok(Err(e)) if complaint.is_none() => return Err(e),
-        Ok(Err(_)) => {}
-        Err(_) => {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                "the client read nothing of the answer for too long",
+                format!(
+                    "the client read nothing of the answer for {} s",
+                    timeout.as_secs()
+                ),
             ));
         }
+        // A client gone after sending everything: nothing to answer.
+        Err(e) if complaint.is_none() => return Err(e),
+        Err(_) => {}
     }
     match complaint {
         Some(c) => Err(std::io::Error::other(c)),
         None => Ok(()),
     }
 }
+
+/// The bytes of an answer that must be taken within the read timeout
+/// (at the default 30 s, a client reading 2 KiB/s is served).
+const ANSWER_PART: usize = 64 * 1024;
 
 /// Reads one request and makes its answer.
 async fn request(conn: &mut BoxConn, state: &Arc<State>) -> Result<Vec<u8>, Stop> {

@@ -665,6 +665,43 @@ fn bodies_over_the_cap_are_refused_and_slow_clients_dropped() {
         "{answer}"
     );
 
+    // A client that pipelines requests and never reads the answers: once
+    // a write has waited the read timeout (2 s) the connection is closed,
+    // long before every answer is written.
+    let asked = 20_000;
+    let mut deaf = slow_server.connect();
+    let mut sender = deaf.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        for _ in 0..asked {
+            if sender
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_secs(8));
+    deaf.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut answers = Vec::new();
+    let _ = deaf.read_to_end(&mut answers);
+    let _ = deaf.shutdown(std::net::Shutdown::Both);
+    writer.join().unwrap();
+    let answered = answers.windows(12).filter(|w| w == b"HTTP/1.1 200").count();
+    assert!(answered < asked, "{answered} of {asked} answered");
+
+    // A request sent whole, then the client's side closed: answered.
+    let mut half = slow_server.connect();
+    half.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    half.shutdown(std::net::Shutdown::Write).unwrap();
+    half.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = half.read_to_end(&mut answer);
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+
     // And the server still serves.
     let (_, text) = curl(&[&server.url("/metrics")]);
     assert_eq!(

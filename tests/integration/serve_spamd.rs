@@ -718,6 +718,41 @@ fn the_protocol_beyond_what_spamc_sends() {
     );
 }
 
+/// A large answer to a client that reads it steadily but slowly (2 MB/s,
+/// far below the loopback's speed) is written whole: only a part that
+/// waits the read timeout (1 s here) ends the connection, not the whole
+/// answer taking longer than that.
+#[test]
+fn a_large_answer_read_steadily_is_written_whole() {
+    let db = trained();
+    let server = Server::start(&db, &["--timeout", "1"]);
+    let mut message = b"From: a@example.org\r\nSubject: big\r\n\r\n".to_vec();
+    while message.len() < 12_000_000 {
+        message.extend_from_slice(b"a line of words to make a large message body\r\n");
+    }
+    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(&request("PROCESS", &[], &message)).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = Vec::new();
+    let mut part = vec![0u8; 64 * 1024];
+    loop {
+        match s.read(&mut part) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&part[..n]),
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let (status, body) = split_answer(&answer);
+    assert!(status.starts_with("SPAMD/1.1 0 EX_OK"), "{status}");
+    assert!(
+        body.ends_with(&message),
+        "{} of {} bytes",
+        body.len(),
+        message.len()
+    );
+}
+
 /// Each listener has its own connections: spamd clients that hold every
 /// one of theirs (here one, silent) leave the HTTP listener answering at
 /// once.
