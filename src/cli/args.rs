@@ -654,10 +654,10 @@ pub(super) struct ServeArgs {
     /// out). Default 512.
     #[arg(long, value_name = "MB")]
     pub(super) cache_mb: Option<u64>,
-    /// Seconds a client may send nothing, or read nothing of an answer,
-    /// before it is dropped (1 to 86400); a spamd request or an HTTP
-    /// request's body must be whole within four times this, or keep coming
-    /// at 8 KiB/s. Default 30.
+    /// Seconds a client may send nothing, or leave its answer unread (64
+    /// KiB of it, for spamd), before it is dropped; taken as at least 1 and
+    /// at most 86400. A spamd request or an HTTP request's body must be
+    /// whole within four times this, or keep coming at 8 KiB/s. Default 30.
     #[arg(long, value_name = "SECONDS")]
     pub(super) timeout: Option<u64>,
     /// One log line per message on stderr (id, user, verdict, P, model, ms).

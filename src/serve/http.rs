@@ -93,6 +93,8 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
         .timer(TokioTimer::new())
         // A client that sends its request whole and then closes its side
         // (`shutdown(SHUT_WR)`, as some scripts do) still gets the answer.
+        // So a client that goes away mid-request is noticed only when its
+        // answer is written: its connection is held while it is judged.
         .half_close(true)
         // hyper starts this clock when the connection waits for a request:
         // it is the idle timeout of a kept-alive connection and the bound
@@ -139,7 +141,16 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
             std::io::ErrorKind::UnexpectedEof,
             "the client closed the connection mid-request",
         )),
-        Err(err) => Err(std::io::Error::other(err.to_string())),
+        // A write that waited too long (Watched) says so, not hyper's
+        // words for any failed write.
+        Err(err) => Err(
+            match std::error::Error::source(&err).and_then(|e| e.downcast_ref::<std::io::Error>()) {
+                Some(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+                    std::io::Error::new(io.kind(), io.to_string())
+                }
+                _ => std::io::Error::other(err.to_string()),
+            },
+        ),
     }
 }
 

@@ -156,31 +156,34 @@ pub(super) async fn serve(
     // large answer to a client reading steadily is written whole, one that
     // reads nothing gives its connection back.
     let timeout = state.settings.read_timeout;
-    let written: std::io::Result<()> = async {
+    let written: Result<std::io::Result<()>, tokio::time::error::Elapsed> = async {
         for part in answer.chunks(ANSWER_PART) {
-            tokio::time::timeout(timeout, conn.write_all(part)).await??;
+            if let Err(e) = tokio::time::timeout(timeout, conn.write_all(part)).await? {
+                return Ok(Err(e));
+            }
         }
         tokio::time::timeout(timeout, async {
             conn.flush().await?;
             conn.shutdown().await
         })
-        .await?
+        .await
     }
     .await;
     match written {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+        Ok(Ok(())) => {}
+        // A client gone after sending everything: nothing to answer.
+        Ok(Err(e)) if complaint.is_none() => return Err(e),
+        Ok(Err(_)) => {}
+        Err(_) => {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!(
-                    "the client read nothing of the answer for {} s",
+                    "the client did not take {} KiB of the answer within {} s",
+                    ANSWER_PART / 1024,
                     timeout.as_secs()
                 ),
             ));
         }
-        // A client gone after sending everything: nothing to answer.
-        Err(e) if complaint.is_none() => return Err(e),
-        Err(_) => {}
     }
     match complaint {
         Some(c) => Err(std::io::Error::other(c)),

@@ -1043,12 +1043,12 @@ fn miltertest_a_pause_between_two_messages_keeps_the_connection() {
     }
     let db = Db::new();
     db.train_sample();
-    let mut serve = Serve::start(&db, &["--timeout", "1"]);
+    let mut serve = Serve::start(&db, &["--timeout", "2"]);
     let raw = std::fs::read(&sample_files()[0]).unwrap();
     let mut script = lua_head(&serve.addr);
     for i in 0..2 {
         if i == 1 {
-            script.push_str("mt.sleep(3)\n");
+            script.push_str("mt.sleep(6)\n");
         }
         script.push_str(&lua_message(&raw, "<user@example.org>"));
         script.push_str(&lua_echo_header(&format!("STATUS{i}"), "X-Spam-Status"));

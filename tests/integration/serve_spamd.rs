@@ -718,19 +718,33 @@ fn the_protocol_beyond_what_spamc_sends() {
     );
 }
 
-/// A large answer to a client that reads it steadily but slowly (2 MB/s,
-/// far below the loopback's speed) is written whole: only a part that
-/// waits the read timeout (1 s here) ends the connection, not the whole
-/// answer taking longer than that.
+/// A large answer to a client that reads it steadily but slowly (about
+/// 6 MB/s, far below the loopback's speed) is written whole: only a part
+/// that waits the read timeout (2 s here) ends the connection, not the
+/// whole answer taking longer than that.
 #[test]
 fn a_large_answer_read_steadily_is_written_whole() {
     let db = trained();
-    let server = Server::start(&db, &["--timeout", "1"]);
+    let server = Server::start(&db, &["--timeout", "2", "--max-size", "64M"]);
     let mut message = b"From: a@example.org\r\nSubject: big\r\n\r\n".to_vec();
-    while message.len() < 12_000_000 {
+    while message.len() < 32_000_000 {
         message.extend_from_slice(b"a line of words to make a large message body\r\n");
     }
     let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    // A small receive buffer, so that what the kernel holds does not stand
+    // in for reading.
+    let size: libc::c_int = 64 * 1024;
+    // SAFETY: setsockopt on a socket this test owns, with an int option.
+    let set = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&s),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0);
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     s.write_all(&request("PROCESS", &[], &message)).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
@@ -741,7 +755,7 @@ fn a_large_answer_read_steadily_is_written_whole() {
             Ok(0) | Err(_) => break,
             Ok(n) => answer.extend_from_slice(&part[..n]),
         }
-        std::thread::sleep(Duration::from_millis(30));
+        std::thread::sleep(Duration::from_millis(10));
     }
     let (status, body) = split_answer(&answer);
     assert!(status.starts_with("SPAMD/1.1 0 EX_OK"), "{status}");
