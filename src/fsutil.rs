@@ -471,20 +471,19 @@ mod tests {
         let d = dir.path();
         let mode = |name: &str| fs::metadata(d.join(name)).unwrap().mode() & 0o7777;
         let set = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
-        set(d, 0o700);
-        write_atomically(&d.join("private"), b"x").unwrap();
-        assert_eq!(mode("private"), 0o600);
-        set(d, 0o750);
-        write_atomically(&d.join("shared"), b"x").unwrap();
-        assert_eq!(mode("shared"), 0o640);
-        set(d, 0o770);
-        write_atomically(&d.join("team"), b"x").unwrap();
-        assert_eq!(mode("team"), 0o660);
-        // A directory open to all, as a umask of 022 makes it, shares
-        // nothing: never with everyone, nor with a group no one chose.
-        set(d, 0o755);
-        write_atomically(&d.join("open"), b"x").unwrap();
-        assert_eq!(mode("open"), 0o600);
+        // A directory open to all (0755, as a umask of 022 makes it)
+        // shares nothing: never with everyone, nor with a group no one
+        // chose.
+        for (dir_mode, name, want) in [
+            (0o700, "private", 0o600),
+            (0o750, "shared", 0o640),
+            (0o770, "team", 0o660),
+            (0o755, "open", 0o600),
+        ] {
+            set(d, dir_mode);
+            write_atomically(&d.join(name), b"x").unwrap();
+            assert_eq!(mode(name), want, "{name} in a directory of {dir_mode:o}");
+        }
         set(&d.join("private"), 0o604);
         write_atomically(&d.join("private"), b"y").unwrap();
         assert_eq!(mode("private"), 0o604);

@@ -526,3 +526,37 @@ pub fn one_more_file(
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Sends `prefix` and then `x` bytes on `stream`, one byte per wait of its
+/// read timeout (the caller sets it), reading what comes back between
+/// them, until `done` holds of what came, the server closes, or `limit`
+/// bytes are sent. Returns the bytes sent and everything read (the rest of
+/// the answer too, waiting up to ten seconds for it).
+pub fn trickle(
+    stream: &mut std::net::TcpStream,
+    prefix: &[u8],
+    limit: usize,
+    done: impl Fn(&[u8]) -> bool,
+) -> (usize, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut answer = Vec::new();
+    let mut sent = 0;
+    while sent < limit && !done(&answer) {
+        let byte = prefix.get(sent).copied().unwrap_or(b'x');
+        if stream.write_all(&[byte]).is_err() {
+            break;
+        }
+        sent += 1;
+        let mut chunk = [0u8; 1024];
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            Err(_) => continue,
+        }
+    }
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let _ = stream.read_to_end(&mut answer);
+    (sent, answer)
+}

@@ -638,26 +638,11 @@ fn bodies_over_the_cap_are_refused_and_slow_clients_dropped() {
     trickle
         .set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
-    let mut answer = Vec::new();
-    let mut sent = 0;
     // 300 bytes, 100 ms apart and more: thirty seconds of a client still
     // sending.
-    while sent < 300 && !answer.windows(4).any(|w| w == b"\r\n\r\n") {
-        if trickle.write_all(b"x").is_err() {
-            break;
-        }
-        sent += 1;
-        let mut chunk = [0u8; 1024];
-        match trickle.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => answer.extend_from_slice(&chunk[..n]),
-            Err(_) => continue,
-        }
-    }
-    trickle
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let _ = trickle.read_to_end(&mut answer);
+    let (sent, answer) = crate::common::trickle(&mut trickle, b"", 300, |got| {
+        got.windows(4).any(|w| w == b"\r\n\r\n")
+    });
     let answer = String::from_utf8_lossy(&answer);
     assert!(sent < 300, "still reading after {sent} bytes of the body");
     assert!(

@@ -691,25 +691,9 @@ fn the_protocol_beyond_what_spamc_sends() {
     s.set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
     let trickle = b"CHECK SPAMC/1.5\r\nContent-length: 100000\r\n\r\n";
-    let mut answer = Vec::new();
-    let mut sent = 0;
     // 300 bytes, 100 ms apart and more: thirty seconds of a client still
     // sending.
-    while sent < 300 {
-        let byte = trickle.get(sent).copied().unwrap_or(b'x');
-        if s.write_all(&[byte]).is_err() {
-            break;
-        }
-        sent += 1;
-        let mut chunk = [0u8; 512];
-        match s.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => answer.extend_from_slice(&chunk[..n]),
-            Err(_) => continue,
-        }
-    }
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let _ = s.read_to_end(&mut answer);
+    let (sent, answer) = crate::common::trickle(&mut s, trickle, 300, |_| false);
     assert!(sent < 300, "still reading after {sent} bytes");
     let status = status_line(&answer);
     assert!(
