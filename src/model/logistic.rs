@@ -38,9 +38,11 @@
 //! was learned (nothing records that, and the messages learned after it
 //! stepped from weights it had changed). So it takes back nothing of a
 //! message the view now judges right by the margin, which after its own
-//! step it mostly does; a message moved to the other label is corrected
-//! by the step of its new label. Learning and then unlearning one message
-//! moves any other message's score by at most [`learn_unlearn_bound`].
+//! step it mostly does, and never takes the message's own score past the
+//! margin on the other side ([`reverse_step`]); a message moved to the
+//! other label is corrected by the step of its new label. Learning and
+//! then unlearning one message moves any other message's score by at most
+//! [`learn_unlearn_bound`].
 
 use std::collections::HashMap;
 
@@ -102,9 +104,28 @@ pub fn step(score: f64, n: usize, label: Label) -> i64 {
 
 /// The step unlearning a message of `n` features that had `label` makes to
 /// each of its weights, given its score now: the reverse of the step
-/// learning it would make.
+/// learning it would make, but never taking the message's own score past
+/// the margin on the other label's side. Without that bound an unlearning
+/// steps hardest where the view already judges the message against its
+/// old label, so messages moved to the other label one after another
+/// (a batch moved back out of a spam folder) each push the weights they
+/// share a full step further, and the view ends judging what resembles
+/// them wrong; with it, like a learning step, it stops where the view is
+/// sure.
 pub fn reverse_step(score: f64, n: usize, label: Label) -> i64 {
-    -step(score, n, label)
+    let back = -step(score, n, label);
+    let sign = match label {
+        Label::Spam => 1.0,
+        Label::Ham => -1.0,
+    };
+    // How far the message's score may move: to MARGIN on the other side. A
+    // step of q quanta on each of its n weights moves it by q·QUANTUM·√n.
+    let room = sign * score + MARGIN;
+    if back == 0 || room <= 0.0 {
+        return 0;
+    }
+    let most = (room / (QUANTUM * (n as f64).sqrt())).floor() as i64;
+    back.signum() * back.abs().min(most)
 }
 
 /// The change (`[ham, spam]`, as a [`Delta`] holds it) of a weight whose
@@ -320,7 +341,17 @@ mod tests {
         assert!(step(-10.0, n, Label::Spam) > s);
         assert_eq!(step(f64::NAN, n, Label::Spam), 0);
         assert_eq!(step(0.0, 0, Label::Spam), 0);
-        assert_eq!(reverse_step(0.0, n, Label::Spam), -s);
+        // Unlearning: the reverse of learning's step, as far as the
+        // margin on the other side and no further.
+        assert_eq!(reverse_step(1.0, n, Label::Spam), -near);
+        let to_margin = reverse_step(0.0, n, Label::Spam);
+        assert!(-s < to_margin && to_margin < 0, "{to_margin}");
+        let after = to_margin as f64 * QUANTUM * (n as f64).sqrt();
+        assert!((after + MARGIN).abs() <= QUANTUM * 10.0, "{after}");
+        assert_eq!(reverse_step(0.0, n, Label::Ham), -to_margin);
+        assert_eq!(reverse_step(-MARGIN, n, Label::Spam), 0);
+        assert_eq!(reverse_step(-10.0, n, Label::Spam), 0);
+        assert_eq!(reverse_step(10.0, n, Label::Ham), 0);
     }
 
     #[test]
@@ -393,6 +424,83 @@ mod tests {
             assert!(moved <= bound, "{moved} > {bound}");
             if shared == 0 {
                 assert_eq!(moved, 0.0);
+            }
+        }
+    }
+
+    /// Messages of one class: `k` buckets from a pool shared by both
+    /// classes and `k` from the class's own (xorshift, so the same each run).
+    fn messages(seed: &mut u64, label: Label, count: usize, k: u32) -> Vec<Vec<u32>> {
+        let mut next = |below: u32| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            (*seed % u64::from(below)) as u32
+        };
+        let own = match label {
+            Label::Ham => 10_000,
+            Label::Spam => 20_000,
+        };
+        (0..count)
+            .map(|_| {
+                let mut m: Vec<u32> = (0..k).map(|_| next(300)).collect();
+                m.extend((0..k).map(|_| own + next(3_000)));
+                m.sort_unstable();
+                m.dedup();
+                m
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_moved_to_the_other_label_and_back_leaves_the_others_judged_as_before() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15;
+        let mut table = Table::default();
+        let ham = messages(&mut seed, Label::Ham, 300, 40);
+        let spam = messages(&mut seed, Label::Spam, 300, 40);
+        for _ in 0..2 {
+            for (h, s) in ham.iter().zip(&spam) {
+                table.learn(None, h, Label::Ham, 1);
+                table.learn(None, s, Label::Spam, 1);
+            }
+        }
+        let (new_ham, new_spam) = (
+            messages(&mut seed, Label::Ham, 100, 40),
+            messages(&mut seed, Label::Spam, 100, 40),
+        );
+        let judged = |t: &Table| {
+            let right = |ms: &[Vec<u32>], sign: f64| {
+                ms.iter().filter(|m| sign * t.score(m) > 0.0).count()
+            };
+            (right(&new_ham, -1.0), right(&new_spam, 1.0))
+        };
+        let before = judged(&table);
+        assert!(before.0 >= 95 && before.1 >= 95, "{before:?}");
+        // 24 ham moved into the spam folder by mistake, then back: each
+        // learned as spam, then each moved to ham (unlearned as spam, then
+        // learned as ham, the second step starting where the first ended).
+        for mistake in [Label::Ham, Label::Spam] {
+            let other = match mistake {
+                Label::Ham => Label::Spam,
+                Label::Spam => Label::Ham,
+            };
+            let batch = messages(&mut seed, mistake, 24, 40);
+            let mut t = table.clone();
+            for m in &batch {
+                t.learn(None, m, other, 1);
+            }
+            for m in &batch {
+                t.learn(None, m, other, -1);
+                t.learn(None, m, mistake, 1);
+            }
+            // As if they had been learned under their label once.
+            let mut control = table.clone();
+            for m in &batch {
+                control.learn(None, m, mistake, 1);
+            }
+            let (after, want) = (judged(&t), judged(&control));
+            for (a, w) in [(after.0, want.0), (after.1, want.1)] {
+                assert!(a + 5 >= w, "{mistake:?} moved and back: {after:?}, learned once: {want:?}");
             }
         }
     }

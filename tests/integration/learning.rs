@@ -188,3 +188,48 @@ fn public_corpus_cross_validation_meets_the_targets() {
     assert!(get("ece") <= 0.01, "{r}");
     assert!((0.0..=1.0).contains(&get("auc")));
 }
+
+/// A user moves a batch into the spam folder by mistake and back again (or
+/// a batch of spam out of it and back), each move one `learn` as a mail
+/// client's sieve script runs it: the model must judge other mail as one
+/// that learned the batch once under its right label does, not as the
+/// online view's unlearning steps had left it, each pushing the weights the
+/// batch shares a full step further (found by a walkthrough: 1,396 spam
+/// judged spam before, 245 after).
+#[test]
+fn a_batch_moved_into_the_spam_folder_and_back_judges_as_if_learned_once() {
+    use crate::common::{Db, sample_ham, sample_spam, utf8};
+    let Some(dir) = public_corpus() else { return };
+    let (held_spam, held_ham) = (dir.join("spam-1"), dir.join("easy-ham-2"));
+    for (batch, right, folder, wrong_label, label) in [
+        (sample_ham(), "spam", &held_spam, "--spam", "--ham"),
+        (sample_spam(), "ham", &held_ham, "--ham", "--spam"),
+    ] {
+        let mut files: Vec<_> = std::fs::read_dir(&batch)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let judged_right = |moves: &[&str]| {
+            let db = Db::new();
+            db.train(&[&dir.join("spam-2")], &[&dir.join("easy-ham-1")]);
+            for label in moves {
+                for f in &files {
+                    db.ok(&["learn", "--origin", "imap", label, utf8(f)], None);
+                }
+            }
+            db.classify(&[folder])
+                .iter()
+                .filter(|v| v["verdict"] == right)
+                .count()
+        };
+        let (once, moved) = (judged_right(&[label]), judged_right(&[wrong_label, label]));
+        assert!(
+            moved * 100 >= once * 97,
+            "{} moved {wrong_label} and back: {moved} of {} judged {right}, against {once} \
+             when learned once",
+            batch.display(),
+            folder.display()
+        );
+    }
+}
