@@ -191,6 +191,14 @@ enum Agent {
 }
 
 impl Agent {
+    /// The program the agent runs.
+    fn program(self) -> &'static str {
+        match self {
+            Agent::ProcmailFilter | Agent::ProcmailDelivery => "procmail",
+            Agent::Maildrop => "maildrop",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Agent::ProcmailFilter => "procmail -m",
@@ -876,26 +884,36 @@ fn sieve_recipe_creates_a_missing_junk_folder_and_delivers_with_our_fields() {
     assert!(status_line(&inbox[0]).starts_with("X-Spam-Status: No, probability="));
 }
 
-/// maildrop does not create a missing Maildir folder: the recipe makes
-/// `.Junk`, private, before it files the first spam there.
+/// A user who has no Maildir yet (a new account) gets every message where
+/// the recipe says, the first spam included: in `~/Maildir` and its `.Junk`
+/// folder, both private. Neither agent makes what the recipe assumes:
+/// procmail, told `MAILDIR=$HOME/Maildir`, delivered everything into the
+/// home directory itself (`~/new`), and maildrop deferred every ham.
 #[test]
-fn maildrop_recipe_creates_a_missing_junk_folder() {
-    if !have("maildrop") {
-        return;
-    }
+fn the_recipes_make_a_new_users_maildir_and_junk_folder() {
     use std::os::unix::fs::PermissionsExt;
-    let home = Home::new();
-    let (spam, ham) = spam_and_ham(&home.db);
-    let junk = home.dir().join("Maildir/.Junk");
-    fs::remove_dir_all(&junk).unwrap();
-    home.deliver(Agent::Maildrop, &ham);
-    assert!(!junk.exists(), "made for a ham");
-    home.deliver(Agent::Maildrop, &spam);
-    assert_eq!(home.delivered(".Junk").len(), 1);
-    assert_eq!(home.delivered("").len(), 1);
-    for dir in [junk.clone(), junk.join("new")] {
-        let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o700, "{}", dir.display());
+    for agent in [
+        Agent::ProcmailFilter,
+        Agent::ProcmailDelivery,
+        Agent::Maildrop,
+    ] {
+        if !have(agent.program()) {
+            return;
+        }
+        let home = Home::new();
+        let (spam, ham) = spam_and_ham(&home.db);
+        let maildir = home.dir().join("Maildir");
+        fs::remove_dir_all(&maildir).unwrap();
+        home.deliver(agent, &spam);
+        home.deliver(agent, &ham);
+        let name = agent.name();
+        assert_eq!(home.delivered(".Junk").len(), 1, "{name}");
+        assert_eq!(home.delivered("").len(), 1, "{name}");
+        assert!(!home.dir().join("new").exists(), "{name}: into the home");
+        for dir in [maildir.clone(), maildir.join("new"), maildir.join(".Junk")] {
+            let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{name}: {}", dir.display());
+        }
     }
 }
 
