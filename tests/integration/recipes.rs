@@ -754,9 +754,7 @@ impl SieveTest {
             d.join("lda.conf"),
             format!(
                 "protocols =\nssl = no\nbase_dir = {0}/run\nlog_path = {0}/lda.log\n\
-                 mail_location = maildir:~/Maildir\n\
-                 protocol lda {{\n  mail_plugins = sieve\n}}\n\
-                 plugin {{\n  sieve = file:~/sieve;active=~/.dovecot.sieve\n}}\n{shipped}",
+                 mail_location = maildir:~/Maildir\n{shipped}",
                 utf8(d)
             ),
         )
