@@ -691,30 +691,48 @@ fn the_pipe_program_exits_0_and_says_why_whatever_fails() {
     let home = dir.path().join("home");
     fs::create_dir(&home).unwrap();
     let script = contrib(PIPE);
-    let installed = |bin: &str| {
-        let path = dir.path().join(format!("pipe-{}", bin.len()));
-        fs::write(
-            &path,
-            replaced(
-                &script,
-                "BAYESMAIL_BIN=/usr/local/bin/bayesmail\n",
-                &format!("BAYESMAIL_BIN='{bin}'\n"),
+    let installed = |name: &str, bin: &str, via: &str, port: u16| {
+        let path = dir.path().join(format!("pipe-{name}"));
+        let mut script = replaced(
+            &script,
+            "BAYESMAIL_BIN=/usr/local/bin/bayesmail\n",
+            &format!("BAYESMAIL_BIN='{bin}'\n"),
+        );
+        for (from, to) in [
+            ("VIA=learn\n", format!("VIA={via}\n")),
+            ("SPAMD_PORT=783\n", format!("SPAMD_PORT={port}\n")),
+            (
+                "HTTP_URL=http://127.0.0.1:11333\n",
+                format!("HTTP_URL=http://127.0.0.1:{port}\n"),
             ),
-        )
-        .unwrap();
+        ] {
+            script = replaced(&script, from, &to);
+        }
+        fs::write(&path, script).unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
         path
     };
-    let good = installed(env!("CARGO_BIN_EXE_bayesmail"));
-    let missing = installed("/nonexistent/bayesmail");
+    let bin = env!("CARGO_BIN_EXE_bayesmail");
+    // serve not running: the line names where it was asked, and why.
+    let port = free_port();
+    let good = installed("good", bin, "learn", port);
+    let missing = installed("missing", "/nonexistent/bayesmail", "learn", port);
+    let spamd = installed("spamd", bin, "spamd", port);
+    let http = installed("http", bin, "http", port);
+    let (spamd_why, http_why) = (
+        format!("spam for alice through spamd at 127.0.0.1:{port} failed (exit 69): spamc: "),
+        format!("ham for alice through http://127.0.0.1:{port} failed (exit 7): curl: "),
+    );
     let mail = unseen(5, "pipewordone");
     for (program, args, input, why) in [
         (
             &missing,
             ["spam", USER],
             &mail[..],
-            "learning as spam for alice failed",
+            "learning as spam for alice through bayesmail learn failed",
         ),
+        (&spamd, ["spam", USER], &mail[..], spamd_why.as_str()),
+        (&http, ["ham", USER], &mail[..], http_why.as_str()),
         (&good, ["eggs", USER], &mail[..], "must be spam or ham"),
         (
             &good,
@@ -736,7 +754,7 @@ fn the_pipe_program_exits_0_and_says_why_whatever_fails() {
             &good,
             ["ham", USER],
             b"\x00\x01 not mail",
-            "learning as ham for alice failed",
+            "learning as ham for alice through bayesmail learn failed",
         ),
     ] {
         let mut cmd = Command::new(program);
@@ -747,6 +765,7 @@ fn the_pipe_program_exits_0_and_says_why_whatever_fails() {
         let out = run_with_stdin(cmd, input);
         assert_exit(&out, 0, &[utf8(program), args[0], args[1]]);
         assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
     }
     // And when it works, it says nothing.
     let mut cmd = Command::new(&good);
