@@ -56,7 +56,16 @@ impl RedisUrl {
     pub fn parse(url: &str) -> Result<RedisUrl> {
         let shown = hide_password(url);
         let bad = |why: String| Error::Invalid(format!("Redis URL {shown}: {why}"));
-        let mut parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        let mut parsed = url::Url::parse(url).map_err(|e| {
+            // A password from a generator often has a character a URL
+            // gives a meaning to, which then cuts the address short.
+            let hint = if url.contains('@') {
+                " (a user name or password must write / # ? @ % as %2F %23 %3F %40 %25)"
+            } else {
+                ""
+            };
+            bad(format!("{e}{hint}"))
+        })?;
         let tls = match parsed.scheme() {
             "redis" => false,
             "rediss" => true,
@@ -64,7 +73,6 @@ impl RedisUrl {
         };
         let mut prefix = DEFAULT_PREFIX.to_string();
         let mut ca = None;
-        let mut rest = Vec::new();
         for (k, v) in parsed.query_pairs() {
             match &*k {
                 "prefix" => prefix = check_name(&v, true)?.to_string(),
@@ -74,15 +82,18 @@ impl RedisUrl {
                     ca = Some(read);
                 }
                 "ca" => return Err(bad("ca= is for rediss:// (TLS) only".into())),
-                _ => rest.push((k.into_owned(), v.into_owned())),
+                // A name misspelt would put one tenant's counts in
+                // another's model without a word.
+                other => {
+                    return Err(bad(format!(
+                        "unknown option {other:?} (the options are prefix and, with \
+                         rediss://, ca)"
+                    )));
+                }
             }
         }
         // What is ours is not the client library's.
-        if rest.is_empty() {
-            parsed.set_query(None);
-        } else {
-            parsed.query_pairs_mut().clear().extend_pairs(rest);
-        }
+        parsed.set_query(None);
         let info = parsed
             .as_str()
             .into_connection_info()
@@ -111,7 +122,9 @@ impl RedisUrl {
     }
 }
 
-/// `url` with any password replaced by `***`.
+/// `url` with any password replaced by `***`; one that does not parse
+/// with all between `://` and its last `@` replaced, since where its
+/// password ends cannot be told.
 fn hide_password(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
@@ -119,7 +132,15 @@ fn hide_password(url: &str) -> String {
             u.to_string()
         }
         Ok(u) => u.to_string(),
-        Err(_) => crate::sanitize::for_terminal(url).into_owned(),
+        Err(_) => {
+            let hidden = match (url.find("://"), url.rfind('@')) {
+                (Some(start), Some(at)) if at > start + 3 => {
+                    format!("{}***{}", &url[..start + 3], &url[at..])
+                }
+                _ => url.to_string(),
+            };
+            crate::sanitize::for_terminal(&hidden).into_owned()
+        }
     }
 }
 

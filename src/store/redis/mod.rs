@@ -1059,11 +1059,33 @@ mod tests {
         for bad in ["http://127.0.0.1/", "redis://127.0.0.1/x", "not a url"] {
             assert!(RedisUrl::parse(bad).is_err(), "{bad}");
         }
-        // Refused with the password still hidden.
+        // Refused with the password still hidden, and a password with
+        // characters a URL reads as its own (a generator's, unescaped)
+        // as well, with what to do.
         let err = RedisUrl::parse("http://u:s3cret@h/")
             .unwrap_err()
             .to_string();
         assert!(!err.contains("s3cret"), "{err}");
+        for url in [
+            "redis://:Zx9/Qw+e=@127.0.0.1:6379/0",
+            "redis://:Zx9#Qw@127.0.0.1:6379/0",
+            "redis://fleet:a?b@c@127.0.0.1/0",
+        ] {
+            let err = RedisUrl::parse(url).unwrap_err().to_string();
+            for part in ["Zx9", "Qw", "a?b"] {
+                assert!(!err.contains(part), "{err}");
+            }
+            assert!(err.contains("%2F"), "{err}");
+        }
+        // An option misspelt is refused, not passed over.
+        for url in [
+            "redis://127.0.0.1/0?Prefix=tenant2",
+            "redis://127.0.0.1/0?prefx=tenant2",
+            "redis://127.0.0.1/?db=4",
+        ] {
+            let err = RedisUrl::parse(url).unwrap_err().to_string();
+            assert!(err.contains("unknown option"), "{err}");
+        }
     }
 
     #[test]
