@@ -15,7 +15,6 @@ mod train;
 
 use args::*;
 
-use clap::Parser;
 use std::path::PathBuf;
 
 use bayesmail::config::{self, Config};
@@ -55,6 +54,32 @@ struct Given {
     config: Option<PathBuf>,
     store: Option<String>,
     store_timeout: Option<u64>,
+    /// Whether `db` and `store` came from the environment
+    /// (`BAYESMAIL_DB`, `BAYESMAIL_STORE`) rather than the command line.
+    db_from_env: bool,
+    store_from_env: bool,
+}
+
+impl Given {
+    /// Whether the counts are in the store rather than the directory: the
+    /// command line over the environment over the configuration file, and
+    /// at the same level `--store` in place of `--db`. So a `--db` typed to
+    /// try something on a scratch directory is not passed over for the
+    /// fleet's store the configuration or the environment names.
+    fn store_over_db(&self, config: &Config) -> bool {
+        let level = |given: bool, from_env: bool, in_file: bool| match (given, from_env) {
+            (true, false) => 3,
+            (true, true) => 2,
+            (false, _) => u8::from(in_file),
+        };
+        let store = level(
+            self.store.is_some(),
+            self.store_from_env,
+            config.store.is_some(),
+        );
+        let db = level(self.db.is_some(), self.db_from_env, config.db.is_some());
+        store > 0 && store >= db
+    }
 }
 
 impl Context {
@@ -84,6 +109,7 @@ impl Context {
             .store
             .clone()
             .or_else(|| config.store.clone())
+            .filter(|_| given.store_over_db(&config))
             .map(|url| {
                 let timeout = given
                     .store_timeout
@@ -260,8 +286,17 @@ fn progress_allowed() -> bool {
 
 /// Runs the command line and returns the process exit code.
 pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 {
-    let cli = match Cli::try_parse_from(&args) {
-        Ok(cli) => cli,
+    use clap::{CommandFactory, FromArgMatches};
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|mut matches| {
+            let from_env =
+                |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::EnvVariable);
+            let sources = (from_env("db"), from_env("store"));
+            Cli::from_arg_matches_mut(&mut matches).map(|cli| (cli, sources))
+        });
+    let (cli, (db_from_env, store_from_env)) = match parsed {
+        Ok(parsed) => parsed,
         // The delivery hook must pass the message on even when its own
         // command line or environment is wrong: a mistake in a mail
         // server's configuration must not bounce or stall mail.
@@ -305,6 +340,8 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
         config: cli.global.config,
         store: cli.global.store,
         store_timeout: cli.global.store_timeout,
+        db_from_env,
+        store_from_env,
     };
     let command = match cli.command {
         // The delivery hook builds its own context: it must pass the
