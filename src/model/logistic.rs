@@ -469,9 +469,8 @@ mod tests {
             messages(&mut seed, Label::Spam, 100, 40),
         );
         let judged = |t: &Table| {
-            let right = |ms: &[Vec<u32>], sign: f64| {
-                ms.iter().filter(|m| sign * t.score(m) > 0.0).count()
-            };
+            let right =
+                |ms: &[Vec<u32>], sign: f64| ms.iter().filter(|m| sign * t.score(m) > 0.0).count();
             (right(&new_ham, -1.0), right(&new_spam, 1.0))
         };
         let before = judged(&table);
@@ -500,7 +499,10 @@ mod tests {
             }
             let (after, want) = (judged(&t), judged(&control));
             for (a, w) in [(after.0, want.0), (after.1, want.1)] {
-                assert!(a + 5 >= w, "{mistake:?} moved and back: {after:?}, learned once: {want:?}");
+                assert!(
+                    a + 5 >= w,
+                    "{mistake:?} moved and back: {after:?}, learned once: {want:?}"
+                );
             }
         }
     }

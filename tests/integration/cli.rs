@@ -232,7 +232,12 @@ fn a_db_on_the_command_line_is_not_passed_over_for_a_store_from_elsewhere() {
     // The file's store, the environment's: --db wins, and learns.
     for (i, env) in [None, Some(store)].into_iter().enumerate() {
         let out = learn(env, &["--db", dir], &files[i]);
-        assert_eq!(out.status.code(), Some(0), "{env:?}: {}", crate::common::stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{env:?}: {}",
+            crate::common::stderr(&out)
+        );
         let log = std::fs::read_to_string(db.dir().join("learn.log")).unwrap();
         assert_eq!(log.lines().count(), i + 1, "{env:?}: {log}");
     }
@@ -241,6 +246,9 @@ fn a_db_on_the_command_line_is_not_passed_over_for_a_store_from_elsewhere() {
     for args in [&["--db", dir, "--store", store][..], &[]] {
         let out = learn(None, args, &files[2]);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(crate::common::stderr(&out).contains("Redis at redis://127.0.0.1:1"), "{args:?}");
+        assert!(
+            crate::common::stderr(&out).contains("Redis at redis://127.0.0.1:1"),
+            "{args:?}"
+        );
     }
 }

@@ -5,8 +5,10 @@
 //! the totals and the header, in one round trip ([`RedisStore::lookup`]),
 //! as rspamd's Redis Bayes does. There is no copy to go stale: a message
 //! learned on one host changes the next verdict of every host. The model
-//! built from the totals is kept while the store's generation stays the
-//! same, so a host rebuilds it only after a change.
+//! built from the totals is kept while the store's generation and totals
+//! stay the same, so a host rebuilds it only after a change (the
+//! generation alone comes back to a number it had once Redis has lost
+//! changes and counted others).
 //!
 //! How a host learns: one transaction per message
 //! ([`RedisStore::transact`]) reads the label the registry has for the
@@ -98,6 +100,10 @@ pub struct SharedStats {
 /// The model of one generation, with its header.
 struct Built {
     generation: u64,
+    /// The totals it was built from: a generation does not name one
+    /// model alone once Redis has lost changes (a restart from an older
+    /// snapshot, a FLUSHALL) and counted as many others since.
+    totals: Totals,
     model: Model,
     header: SharedHeader,
 }
@@ -128,9 +134,10 @@ struct Recent {
     grams: HashMap<u32, Option<TokenCounts>, Hasher>,
     /// The totals, generation and header of the last lookup.
     meta: Option<(Totals, u64, Option<Vec<u8>>)>,
-    /// The generation the window began at: what it read is exact while the
-    /// model's generation is still this one.
-    began: Option<u64>,
+    /// The generation and totals the window began at: what it read is
+    /// exact while the model's are still these (the generation alone
+    /// comes back after Redis has lost changes and counted others).
+    began: Option<(u64, Totals)>,
     /// The totals in `meta` are older than a change this host made.
     stale: bool,
 }
@@ -264,13 +271,16 @@ impl SharedModel {
             // forgotten otherwise.
             let now = self.store.lookup(&[], &[])?;
             let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
-            let unchanged = recent.began == Some(now.generation);
+            let unchanged = recent
+                .began
+                .as_ref()
+                .is_some_and(|(g, t)| *g == now.generation && *t == now.totals);
             if unchanged && recent.words.len() + recent.grams.len() <= RECENT_MAX {
                 recent.since = Instant::now();
             } else {
                 *recent = Recent::new();
             }
-            recent.began = Some(now.generation);
+            recent.began = Some((now.generation, now.totals.clone()));
             recent.stale = false;
             recent.meta = Some((now.totals, now.generation, now.header));
         }
@@ -308,7 +318,9 @@ impl SharedModel {
             // The generation the window began at is kept: a change since
             // must empty the cache when the window ends, even if these
             // counts are newer.
-            recent.began.get_or_insert(f.generation);
+            recent
+                .began
+                .get_or_insert_with(|| (f.generation, f.totals.clone()));
             recent.stale = false;
             recent.meta = Some((f.totals.clone(), f.generation, f.header.clone()));
         }
@@ -382,7 +394,10 @@ impl SharedModel {
     /// is of that generation.
     fn built(&self, generation: u64, lookup: &Lookup) -> Result<Arc<Built>> {
         let mut kept = self.built.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(b) = kept.as_ref().filter(|b| b.generation == generation) {
+        if let Some(b) = kept
+            .as_ref()
+            .filter(|b| b.generation == generation && b.totals == lookup.totals)
+        {
             return Ok(Arc::clone(b));
         }
         let header = self.header_of(lookup.header.as_deref())?;
@@ -392,6 +407,7 @@ impl SharedModel {
         })?;
         let built = Arc::new(Built {
             generation,
+            totals: lookup.totals.clone(),
             model: Model::new(params, &lookup.totals, [0.0; VIEWS]),
             header,
         });
@@ -1061,5 +1077,55 @@ mod tests {
         cached.unlearn(&probe.features, &probe.identity).unwrap();
         let (own, _) = cached.judge(&probe.features, &decider()).unwrap();
         assert_eq!(own.score.log_odds, before.score.log_odds);
+    }
+
+    #[test]
+    fn a_redis_that_lost_changes_is_not_judged_from_what_was_read_before_them() {
+        let server = RedisServer::start();
+        let url = RedisUrl::parse(&server.url("/0")).unwrap();
+        let taught = corpus("sample");
+        let teacher = SharedModel::open(&url, None, WAIT).unwrap();
+        let teach = |flip: bool| {
+            for m in &taught {
+                let label = match (m.label, flip) {
+                    (l, false) => l,
+                    (Label::Ham, true) => Label::Spam,
+                    (Label::Spam, true) => Label::Ham,
+                };
+                teacher.learn(&m.features, &m.identity, label).unwrap();
+            }
+            teacher.store().lookup(&[], &[]).unwrap().generation
+        };
+        let generation = teach(false);
+        let window = Duration::from_millis(200);
+        let hosts = [
+            SharedModel::open(&url, None, WAIT).unwrap(),
+            SharedModel::open(&url, None, WAIT)
+                .unwrap()
+                .with_window(window),
+        ];
+        let probe = &taught[0];
+        for host in &hosts {
+            host.judge(&probe.features, &decider()).unwrap();
+        }
+        // Redis loses what it held (FLUSHALL here; a restart from an older
+        // snapshot is alike) and is taught as many changes again, each
+        // message under the other label: the generation is where it was,
+        // the counts are not.
+        let mut con = redis::Client::open(server.url("/0"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+        assert_eq!(teach(true), generation);
+        std::thread::sleep(window);
+        let (want, _) = SharedModel::open(&url, None, WAIT)
+            .unwrap()
+            .judge(&probe.features, &decider())
+            .unwrap();
+        for host in &hosts {
+            let (got, _) = host.judge(&probe.features, &decider()).unwrap();
+            assert_eq!(got, want);
+        }
     }
 }
