@@ -138,6 +138,16 @@ impl Context {
             .transpose()
     }
 
+    /// [`Context::shared`] for a command that changes the counts: refused
+    /// if that Redis may evict keys when full.
+    fn shared_for_changes(&self) -> anyhow::Result<Option<bayesmail::store::redis::Redis>> {
+        let shared = self.shared()?;
+        if let Some(redis) = &shared {
+            redis.refuse_eviction()?;
+        }
+        Ok(shared)
+    }
+
     /// Where the counts are, for messages: `database DIR`, or `store URL`
     /// (its password left out).
     fn location(&self) -> anyhow::Result<String> {

@@ -165,7 +165,7 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
         .user_db
         .as_deref()
         .or(ctx.config.serve.user_db.as_deref());
-    let shared = ctx.shared()?;
+    let shared = ctx.shared_for_changes()?;
     if user_db.is_some() && shared.is_some() {
         bail!("--user-db and --store: users' models are in Redis with --store, not in directories");
     }

@@ -199,7 +199,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         }
         Progress::Calibrating => spinner(&bar, "calibrating"),
     };
-    let trained = match ctx.shared()? {
+    let trained = match ctx.shared_for_changes()? {
         Some(redis) => SharedModel::new(redis.store(None)?).train(&job, &on_progress),
         None => ctx.database().train(&job, &on_progress),
     };
@@ -360,7 +360,7 @@ pub(super) fn not_mail_note(skipped: Skipped) -> String {
 }
 
 pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
-    if let Some(redis) = ctx.shared()? {
+    if let Some(redis) = ctx.shared_for_changes()? {
         return prune_shared(&redis, args);
     }
     if args.max_memory.is_some() || args.user.is_some() || args.all_users {
@@ -489,7 +489,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         .collect();
     let wait = Duration::from_secs(args.wait);
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let (summary, model) = match ctx.shared()? {
+    let (summary, model) = match ctx.shared_for_changes()? {
         Some(redis) => (
             SharedModel::new(redis.store(None)?).learn_all(&labelled)?,
             ModelAfter::UpToDate,
@@ -572,7 +572,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     let wait = Duration::from_secs(args.wait);
     let given: Vec<_> = messages.iter().map(|m| (&m.features, m.identity)).collect();
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let unlearned = match ctx.shared()? {
+    let unlearned = match ctx.shared_for_changes()? {
         Some(redis) => SharedModel::new(redis.store(None)?).unlearn_all(&given),
         None => ctx
             .database()

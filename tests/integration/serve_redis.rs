@@ -761,3 +761,45 @@ fn a_fleets_training_run_steps_the_discriminative_view_as_a_directorys_does() {
         assert_eq!(after[key], before[key], "{key}");
     }
 }
+
+/// A Redis that may evict keys when full (`maxmemory` and an `allkeys-*`
+/// policy) would drop counts and the registry without a word, and a
+/// message learned again would be counted twice: commands that change the
+/// counts refuse it, saying what to set; a `volatile-*` policy never
+/// touches our keys (they have no time to live) and is taken.
+#[test]
+fn a_redis_that_may_evict_keys_is_refused_for_learning() {
+    let redis = RedisServer::start();
+    let url = redis.url("/0");
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let set = |con: &mut redis::Connection, key: &str, value: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(key)
+            .arg(value)
+            .query(con)
+            .unwrap();
+    };
+    set(&mut con, "maxmemory", "100mb");
+    set(&mut con, "maxmemory-policy", "allkeys-lru");
+    let db = Db::new();
+    let message = files(sample_spam()).remove(0);
+    let learn = |db: &Db| db.run(&["--store", &url, "learn", "--spam", utf8(&message)], None);
+    let out = learn(&db);
+    assert_exit(&out, 2, &["learn, allkeys-lru"]);
+    assert!(
+        stderr(&out).contains("maxmemory-policy allkeys-lru")
+            && stderr(&out).contains("noeviction"),
+        "{}",
+        stderr(&out)
+    );
+    let out = db.run(&train_sample(&url, &sample_spam(), &sample_ham()), None);
+    assert_exit(&out, 2, &["train, allkeys-lru"]);
+    for policy in ["volatile-lru", "noeviction"] {
+        set(&mut con, "maxmemory-policy", policy);
+        assert_exit(&learn(&db), 0, &["learn", policy]);
+    }
+}

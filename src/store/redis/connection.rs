@@ -213,6 +213,39 @@ impl Redis {
         Ok(redis)
     }
 
+    /// An error if Redis may evict keys to stay under its memory limit
+    /// (`maxmemory` set and an `allkeys-*` policy): it would drop counts
+    /// and the registry that keeps learning idempotent, without a word to
+    /// anyone. A `volatile-*` policy evicts only keys with a time to live,
+    /// which ours never have. A Redis that does not let this user read
+    /// `INFO` is taken as it is.
+    pub fn refuse_eviction(&self) -> Result<()> {
+        let info = self.with(&self.inner.url.shown, |con| {
+            redis::cmd("INFO").arg("memory").query::<String>(con)
+        });
+        let Ok(info) = info else {
+            return Ok(());
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let limited = field("maxmemory").is_some_and(|m| m != "0");
+        match field("maxmemory_policy") {
+            Some(policy) if limited && policy.starts_with("allkeys") => {
+                Err(Error::Invalid(format!(
+                    "Redis at {}: maxmemory-policy {policy} would evict counts and the \
+                     registry when Redis is full, losing learned messages without a word; \
+                     set maxmemory-policy noeviction (and cap the model with prune \
+                     --max-memory)",
+                    self.inner.url.shown
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Asks Redis whether it answers.
     pub fn ping(&self) -> Result<()> {
         self.with(&self.inner.url.shown, |con| {
