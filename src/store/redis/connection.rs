@@ -270,7 +270,52 @@ impl Redis {
 
     /// [`Redis::with`] for `f` that waits for `answers` answers in turn
     /// (a pipeline of that many commands): all of them within the timeout.
+    /// A Redis that wants a password the URL does not give says so: it
+    /// answers NOAUTH to each command, or closes the connection on a large
+    /// one from a client not logged in, which reads as the end of a file.
     pub(super) fn with_answers<T>(
+        &self,
+        shown: &str,
+        answers: u32,
+        f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        self.answered(shown, answers, f).map_err(|e| {
+            let Error::Redis { source, .. } = &e else {
+                return e;
+            };
+            let said = source.to_string();
+            let noauth = said.contains("NOAUTH")
+                || (said.contains("end of file") || said.contains("reset by peer"))
+                    && self.wants_password();
+            if !noauth {
+                return e;
+            }
+            Error::Redis {
+                at: shown.to_string(),
+                source: "authentication required: this Redis wants a password, and the URL \
+                         gives none (redis://[USER]:PASSWORD@HOST…)"
+                    .into(),
+            }
+        })
+    }
+
+    /// Whether a new connection's PING is refused for want of a login.
+    fn wants_password(&self) -> bool {
+        let Ok(mut con) = self
+            .inner
+            .client
+            .get_connection_with_timeout(self.inner.timeout)
+        else {
+            return false;
+        };
+        let _ = con.set_read_timeout(Some(self.inner.timeout));
+        match redis::cmd("PING").query::<()>(&mut con) {
+            Err(e) => e.code() == Some("NOAUTH"),
+            Ok(()) => false,
+        }
+    }
+
+    fn answered<T>(
         &self,
         shown: &str,
         answers: u32,

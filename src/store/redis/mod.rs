@@ -1045,6 +1045,28 @@ mod tests {
             err.starts_with("Redis at redis://fleet:***@127.0.0.1"),
             "{err}"
         );
+        // A Redis that wants a password the URL does not give says so,
+        // whether it answers NOAUTH (a small command) or closes the
+        // connection (a large one from a client not logged in).
+        let _: () = admin
+            .query(
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("requirepass")
+                    .arg("s3cret"),
+            )
+            .unwrap();
+        let none = RedisUrl::parse(&server.url("/0")).unwrap();
+        let err = RedisStore::open(&none, None, WAIT)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("authentication required"), "{err}");
+        let store = Redis::new(&none, WAIT).unwrap().store(None).unwrap();
+        let words: Vec<String> = (0..5_000).map(|i| format!("word{i}")).collect();
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        let err = store.lookup(&words, &[]).unwrap_err().to_string();
+        assert!(err.contains("authentication required"), "{err}");
     }
 
     #[test]
