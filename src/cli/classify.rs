@@ -79,7 +79,13 @@ fn shared_stats(redis: &bayesmail::store::redis::Redis, args: &StatsArgs) -> Res
         "messages learned    {} ham, {} spam ({} in the registry)",
         s.ham_messages, s.spam_messages, s.registry
     )?;
-    writeln!(out, "vocabulary          {} features", s.features)?;
+    // Unlike a directory's count of tokens, Redis's counts the online
+    // view's weights too, which an unlearn does not take back exactly.
+    writeln!(
+        out,
+        "vocabulary          {} features (words, byte buckets and the online view's weights)",
+        s.features
+    )?;
     let mb = |bytes: u64| bytes as f64 / 1e6;
     writeln!(
         out,

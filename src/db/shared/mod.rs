@@ -76,7 +76,9 @@ pub struct SharedStats {
     pub ham_messages: u64,
     /// Spam learned.
     pub spam_messages: u64,
-    /// Features with non-zero counts.
+    /// Features with non-zero counts: words, byte buckets and the online
+    /// view's weights (a directory's `vocabulary` leaves the weights out;
+    /// an unlearn need not bring them back to zero).
     pub features: u64,
     /// Messages in the registry.
     pub registry: u64,
