@@ -45,8 +45,8 @@ pub(super) struct GlobalArgs {
     /// authority that signed the server's certificate). For train, learn,
     /// unlearn, stats, prune, filter (the global model) and serve (where
     /// each user named by a request has a model of its own there). A --db
-    /// on the command line is used over a store from BAYESMAIL_STORE or
-    /// the config file.
+    /// typed on the command line is used over a store from
+    /// BAYESMAIL_STORE or the config file.
     #[arg(long, global = true, env = "BAYESMAIL_STORE", value_name = "URL")]
     pub(super) store: Option<String>,
     /// Milliseconds a request to Redis may take, connecting included,

@@ -222,7 +222,7 @@ fn pass_on(
                 "message larger than {max_size} bytes: passed through unscored"
             )),
             _ => warn(&format!(
-                "no verdict ({}): message passed on unjudged (X-Spam-Status: Unknown)",
+                "no verdict ({}): message passed on unjudged",
                 reason.name()
             )),
         }

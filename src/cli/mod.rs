@@ -61,24 +61,16 @@ struct Given {
 }
 
 impl Given {
-    /// Whether the counts are in the store rather than the directory: the
-    /// command line over the environment over the configuration file, and
-    /// at the same level `--store` in place of `--db`. So a `--db` typed to
-    /// try something on a scratch directory is not passed over for the
-    /// fleet's store the configuration or the environment names.
+    /// Whether the counts are in the store rather than the directory: in
+    /// the store whenever one is named (`--store`, `BAYESMAIL_STORE` or the
+    /// configuration file), except for a `--db` typed on the command line
+    /// where no `--store` is: a directory given to try something on must
+    /// not be passed over for the fleet's store. A `BAYESMAIL_DB` left in a
+    /// delivery script does not take a fleet host off its store.
     fn store_over_db(&self, config: &Config) -> bool {
-        let level = |given: bool, from_env: bool, in_file: bool| match (given, from_env) {
-            (true, false) => 3,
-            (true, true) => 2,
-            (false, _) => u8::from(in_file),
-        };
-        let store = level(
-            self.store.is_some(),
-            self.store_from_env,
-            config.store.is_some(),
-        );
-        let db = level(self.db.is_some(), self.db_from_env, config.db.is_some());
-        store > 0 && store >= db
+        let store_typed = self.store.is_some() && !self.store_from_env;
+        let db_typed = self.db.is_some() && !self.db_from_env;
+        (self.store.is_some() || config.store.is_some()) && (store_typed || !db_typed)
     }
 }
 
@@ -139,11 +131,14 @@ impl Context {
     }
 
     /// [`Context::shared`] for a command that changes the counts: refused
-    /// if that Redis may evict keys when full.
+    /// if that Redis may evict keys when full, and a warning if it would
+    /// not say.
     fn shared_for_changes(&self) -> anyhow::Result<Option<bayesmail::store::redis::Redis>> {
         let shared = self.shared()?;
-        if let Some(redis) = &shared {
-            redis.refuse_eviction()?;
+        if let Some(redis) = &shared
+            && let Some(why) = redis.refuse_eviction()?
+        {
+            complain!("bayesmail: warning: {why}");
         }
         Ok(shared)
     }

@@ -203,52 +203,56 @@ fn tokens_json_over_the_public_corpus() {
     );
 }
 
-/// Where the counts are: the command line over the environment over the
-/// configuration file, `--store` in place of `--db` at the same level. A
-/// `--db` given to try something on a scratch directory must not teach the
-/// fleet's store a configuration names (nothing listens at the store here:
-/// a command that takes it fails, one that takes the directory learns).
+/// Where the counts are: in the store whenever one is named, except for a
+/// `--db` typed on the command line where no `--store` is. A `--db` given
+/// to try something on a scratch directory must not teach the fleet's
+/// store that the configuration or `BAYESMAIL_STORE` names, and a
+/// `BAYESMAIL_DB` left in a delivery script must not take a fleet host off
+/// its store (nothing listens at the store here: a command that takes it
+/// fails, one that takes the directory learns).
 #[test]
 fn a_db_on_the_command_line_is_not_passed_over_for_a_store_from_elsewhere() {
-    use crate::common::{Db, sample_files, utf8};
+    use crate::common::{Db, sample_files, stderr, utf8};
     let db = Db::new();
     let store = "redis://127.0.0.1:1/0";
     std::fs::write(db.path("config.toml"), format!("store = \"{store}\"\n")).unwrap();
     let files = sample_files();
-    let learn = |env: Option<&str>, args: &[&str], message: &std::path::Path| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
-        cmd.args(["--config", utf8(&db.path("config.toml"))])
+    let learn = |env: &[(&str, &str)], args: &[&str], message: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+            .args(["--config", utf8(&db.path("config.toml"))])
             .args(args)
             .args(["learn", "--spam", utf8(message)])
             .env_remove("BAYESMAIL_DB")
-            .env_remove("BAYESMAIL_STORE");
-        if let Some(url) = env {
-            cmd.env("BAYESMAIL_STORE", url);
-        }
-        cmd.output().unwrap()
+            .env_remove("BAYESMAIL_STORE")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
     };
     let dir = db.dir();
     let dir = utf8(&dir);
-    // The file's store, the environment's: --db wins, and learns.
-    for (i, env) in [None, Some(store)].into_iter().enumerate() {
+    // The file's store, the environment's: a typed --db wins, and learns.
+    for (i, env) in [&[][..], &[("BAYESMAIL_STORE", store)]]
+        .into_iter()
+        .enumerate()
+    {
         let out = learn(env, &["--db", dir], &files[i]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{env:?}: {}",
-            crate::common::stderr(&out)
-        );
+        assert_eq!(out.status.code(), Some(0), "{env:?}: {}", stderr(&out));
         let log = std::fs::read_to_string(db.dir().join("learn.log")).unwrap();
         assert_eq!(log.lines().count(), i + 1, "{env:?}: {log}");
     }
-    // --store on the command line takes --db's place; and with no --db
-    // the file's store is the place.
-    for args in [&["--db", dir, "--store", store][..], &[]] {
-        let out = learn(None, args, &files[2]);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    // A typed --store takes --db's place; with no --db the file's store is
+    // the place, and so it is with BAYESMAIL_DB set.
+    for (env, args) in [
+        (&[][..], &["--db", dir, "--store", store][..]),
+        (&[], &[]),
+        (&[("BAYESMAIL_DB", dir)], &[]),
+    ] {
+        let out = learn(env, args, &files[2]);
+        assert_eq!(out.status.code(), Some(2), "{env:?} {args:?}");
+        let err = stderr(&out);
         assert!(
-            crate::common::stderr(&out).contains("Redis at redis://127.0.0.1:1"),
-            "{args:?}"
+            err.contains("Redis at redis://127.0.0.1:1"),
+            "{env:?} {args:?}: {err}"
         );
     }
 }

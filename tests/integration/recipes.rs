@@ -915,6 +915,53 @@ fn the_recipes_make_a_new_users_maildir_and_junk_folder() {
     }
 }
 
+/// maildrop runs `xfilter` and backticks with the account's login shell,
+/// whatever `SHELL` the environment has: for a mail-only account whose
+/// shell is `nologin` (Debian's `nobody`) every message was deferred. The
+/// recipe names `/bin/sh`; the message is delivered.
+#[test]
+fn maildrop_recipe_delivers_for_an_account_whose_shell_is_nologin() {
+    if !have("maildrop") || !have("setpriv") {
+        return;
+    }
+    let passwd = fs::read_to_string("/etc/passwd").unwrap();
+    let nobody_nologin = passwd
+        .lines()
+        .any(|l| l.starts_with("nobody:x:65534:") && l.ends_with("nologin"));
+    // SAFETY: geteuid has no preconditions.
+    if !nobody_nologin || unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root and a nobody whose shell is nologin: test skipped");
+        return;
+    }
+    let home = Home::new();
+    let (_, ham) = spam_and_ham(&home.db);
+    let rc = home.mailfilter();
+    let own = |path: &std::path::Path| {
+        std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
+    };
+    own(&home.dir());
+    own(&rc);
+    for folder in ["Maildir", "Maildir/.Junk"] {
+        for sub in ["", "cur", "new", "tmp"] {
+            own(&home.dir().join(folder).join(sub));
+        }
+    }
+    let mut cmd = home.command("setpriv");
+    cmd.args([
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        "maildrop",
+    ])
+    .arg(&rc)
+    .env("SHELL", "/bin/sh");
+    let out = run_with_stdin(cmd, &ham);
+    assert_exit(&out, 0, &["maildrop as nobody"]);
+    assert_eq!(home.delivered("").len(), 1);
+}
+
 /// Hams with a forged flag where `filter` has ended the header block but a
 /// delivery agent may read on (procmail reads LF lines: a `\r\n` line is
 /// not empty to it), or spelled so that an agent reads it as ours (maildrop

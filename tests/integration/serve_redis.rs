@@ -798,6 +798,27 @@ fn a_redis_that_may_evict_keys_is_refused_for_learning() {
     );
     let out = db.run(&train_sample(&url, &sample_spam(), &sample_ham()), None);
     assert_exit(&out, 2, &["train, allkeys-lru"]);
+    // A user who may not read INFO (no @dangerous) learns, warned.
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("limited")
+        .arg(&["on", ">pw", "~*", "&*", "+@all", "-@dangerous"][..])
+        .query(&mut con)
+        .unwrap();
+    let limited = redis.url("/0").replace("redis://", "redis://limited:pw@");
+    let out = db.run(
+        &["--store", &limited, "learn", "--spam", utf8(&message)],
+        None,
+    );
+    assert_exit(&out, 0, &["learn as a limited user"]);
+    assert!(
+        stderr(&out).contains("eviction policy could not be read"),
+        "{}",
+        stderr(&out)
+    );
+    // Taken back, so the rest starts from nothing learned.
+    let out = db.run(&["--store", &limited, "unlearn", utf8(&message)], None);
+    assert_exit(&out, 0, &["unlearn as a limited user"]);
     for policy in ["volatile-lru", "noeviction"] {
         set(&mut con, "maxmemory-policy", policy);
         assert_exit(&learn(&db), 0, &["learn", policy]);

@@ -73,6 +73,7 @@ impl RedisUrl {
         };
         let mut prefix = DEFAULT_PREFIX.to_string();
         let mut ca = None;
+        let mut rest = Vec::new();
         for (k, v) in parsed.query_pairs() {
             match &*k {
                 "prefix" => prefix = check_name(&v, true)?.to_string(),
@@ -82,18 +83,32 @@ impl RedisUrl {
                     ca = Some(read);
                 }
                 "ca" => return Err(bad("ca= is for rediss:// (TLS) only".into())),
+                // The client library's: RESP2 or RESP3.
+                "protocol" => rest.push((k.into_owned(), v.into_owned())),
                 // A name misspelt would put one tenant's counts in
-                // another's model without a word.
+                // another's model without a word. The name is said only
+                // if it cannot be part of a password cut short.
                 other => {
+                    let named = other.len() <= 20
+                        && other.bytes().all(|b| b.is_ascii_alphabetic() || b == b'_');
+                    let name = if named {
+                        format!("{other:?}")
+                    } else {
+                        "after ?".to_string()
+                    };
                     return Err(bad(format!(
-                        "unknown option {other:?} (the options are prefix and, with \
-                         rediss://, ca)"
+                        "unknown option {name} (the options are prefix, protocol and, \
+                         with rediss://, ca)"
                     )));
                 }
             }
         }
         // What is ours is not the client library's.
-        parsed.set_query(None);
+        if rest.is_empty() {
+            parsed.set_query(None);
+        } else {
+            parsed.query_pairs_mut().clear().extend_pairs(rest);
+        }
         let info = parsed
             .as_str()
             .into_connection_info()
@@ -122,23 +137,39 @@ impl RedisUrl {
     }
 }
 
-/// `url` with any password replaced by `***`; one that does not parse
-/// with all between `://` and its last `@` replaced, since where its
-/// password ends cannot be told.
+/// `url` with any password replaced by `***`. One that does not parse, or
+/// parses into an odd shape (a fragment, a path that is no database
+/// number, an option of no known name: what a password with `/`, `#` or
+/// `?` unescaped makes of it), has everything between `://` and its last
+/// `@` and everything after a `?` or `#` left out, since where its password
+/// ends cannot be told.
 fn hide_password(url: &str) -> String {
+    let plain = |u: &url::Url| {
+        let path = u.path().trim_start_matches('/');
+        u.fragment().is_none()
+            && path.bytes().all(|b| b.is_ascii_digit())
+            && u.query_pairs()
+                .all(|(k, _)| ["prefix", "ca", "protocol"].contains(&&*k))
+    };
     match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
+        Ok(mut u) if plain(&u) => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("***"));
+            }
             u.to_string()
         }
-        Ok(u) => u.to_string(),
-        Err(_) => {
-            let hidden = match (url.find("://"), url.rfind('@')) {
+        _ => {
+            let mut hidden = match (url.find("://"), url.rfind('@')) {
                 (Some(start), Some(at)) if at > start + 3 => {
                     format!("{}***{}", &url[..start + 3], &url[at..])
                 }
                 _ => url.to_string(),
             };
+            let after = hidden.find("://").map_or(0, |i| i + 3);
+            if let Some(cut) = hidden[after..].find(['?', '#']) {
+                hidden.truncate(after + cut);
+                hidden.push_str("?…");
+            }
             crate::sanitize::for_terminal(&hidden).into_owned()
         }
     }
@@ -218,13 +249,22 @@ impl Redis {
     /// and the registry that keeps learning idempotent, without a word to
     /// anyone. A `volatile-*` policy evicts only keys with a time to live,
     /// which ours never have. A Redis that does not let this user read
-    /// `INFO` is taken as it is.
-    pub fn refuse_eviction(&self) -> Result<()> {
+    /// `INFO` (an ACL user without `@dangerous`) is taken, with the words
+    /// of a warning returned.
+    pub fn refuse_eviction(&self) -> Result<Option<String>> {
         let info = self.with(&self.inner.url.shown, |con| {
             redis::cmd("INFO").arg("memory").query::<String>(con)
         });
-        let Ok(info) = info else {
-            return Ok(());
+        let info = match info {
+            Ok(info) => info,
+            Err(e) if !e.to_string().to_ascii_uppercase().contains("NOPERM") => return Err(e),
+            Err(e) => {
+                return Ok(Some(format!(
+                    "Redis at {}: its eviction policy could not be read ({e}); it must be \
+                     maxmemory-policy noeviction, or a full Redis drops learned messages",
+                    self.inner.url.shown
+                )));
+            }
         };
         let field = |name: &str| {
             info.lines()
@@ -242,7 +282,7 @@ impl Redis {
                     self.inner.url.shown
                 )))
             }
-            _ => Ok(()),
+            _ => Ok(None),
         }
     }
 
@@ -279,14 +319,18 @@ impl Redis {
         answers: u32,
         f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T> {
+        let started = std::time::Instant::now();
         self.answered(shown, answers, f).map_err(|e| {
             let Error::Redis { source, .. } = &e else {
                 return e;
             };
             let said = source.to_string();
+            // The probe has what is left of the timeout, so that one call
+            // still takes the timeout at most.
+            let left = self.inner.timeout.saturating_sub(started.elapsed());
             let noauth = said.contains("NOAUTH")
                 || (said.contains("end of file") || said.contains("reset by peer"))
-                    && self.wants_password();
+                    && self.wants_password(left);
             if !noauth {
                 return e;
             }
@@ -299,16 +343,17 @@ impl Redis {
         })
     }
 
-    /// Whether a new connection's PING is refused for want of a login.
-    fn wants_password(&self) -> bool {
-        let Ok(mut con) = self
-            .inner
-            .client
-            .get_connection_with_timeout(self.inner.timeout)
-        else {
+    /// Whether a new connection's PING is refused for want of a login,
+    /// asked within `within` (none left: not asked).
+    fn wants_password(&self, within: Duration) -> bool {
+        let half = within / 2;
+        if half < Duration::from_millis(1) {
+            return false;
+        }
+        let Ok(mut con) = self.inner.client.get_connection_with_timeout(half) else {
             return false;
         };
-        let _ = con.set_read_timeout(Some(self.inner.timeout));
+        let _ = con.set_read_timeout(Some(half));
         match redis::cmd("PING").query::<()>(&mut con) {
             Err(e) => e.code() == Some("NOAUTH"),
             Ok(()) => false,

@@ -1092,13 +1092,27 @@ mod tests {
             "redis://:Zx9/Qw+e=@127.0.0.1:6379/0",
             "redis://:Zx9#Qw@127.0.0.1:6379/0",
             "redis://fleet:a?b@c@127.0.0.1/0",
+            "redis://fleet:4821/Qx9secret@127.0.0.1/0",
+            "redis://fleet:4821?Qx9secret@127.0.0.1/0",
+            "redis://127.0.0.1/0?pass=Qx9secret",
         ] {
             let err = RedisUrl::parse(url).unwrap_err().to_string();
-            for part in ["Zx9", "Qw", "a?b"] {
-                assert!(!err.contains(part), "{err}");
+            for part in ["Zx9", "Qw", "a?b", "Qx9"] {
+                assert!(!err.contains(part), "{url}: {err}");
             }
-            assert!(err.contains("%2F"), "{err}");
         }
+        // One that parses into a host of the password's first part still
+        // hides the rest wherever the store is named.
+        let odd = RedisUrl::parse("redis://fleet:4821#Qx9secret@127.0.0.1/0").unwrap();
+        assert!(!odd.shown().contains("Qx9"), "{}", odd.shown());
+        assert!(
+            RedisUrl::parse("redis://:Zx9/Qw+e=@127.0.0.1:6379/0")
+                .unwrap_err()
+                .to_string()
+                .contains("%2F")
+        );
+        // The client library's own option is its.
+        RedisUrl::parse("redis://127.0.0.1/0?protocol=resp3&prefix=p").unwrap();
         // An option misspelt is refused, not passed over.
         for url in [
             "redis://127.0.0.1/0?Prefix=tenant2",
