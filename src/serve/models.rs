@@ -125,6 +125,8 @@ pub enum LearnError {
 struct Open {
     reader: RwLock<Reader>,
     bytes: u64,
+    /// A refresh failed and the log said so: said once until one works.
+    refresh_failed: std::sync::atomic::AtomicBool,
 }
 
 /// The open readers, with when each was last used.
@@ -378,6 +380,7 @@ impl Models {
     /// least recently used ones past the memory bound) and refreshed if a
     /// writer changed its files.
     fn reader(&self, dir: &Path, bound: u64) -> db::Result<Arc<Open>> {
+        use std::sync::atomic::Ordering::Relaxed;
         let found = {
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             cache.clock += 1;
@@ -393,18 +396,55 @@ impl Models {
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
                 .is_current();
-            if !current {
-                let mut reader = open.reader.write().unwrap_or_else(|e| e.into_inner());
-                // A failed refresh keeps judging with what it had; the error
-                // is said by the next open of a reader that has none.
-                let _ = reader.refresh();
+            if current {
+                return Ok(open);
             }
-            return Ok(open);
+            // Ok: read again; Err(true): unreadable, kept as it was;
+            // Err(false): the model is gone.
+            let kept: Result<(), bool> = {
+                let mut reader = open.reader.write().unwrap_or_else(|e| e.into_inner());
+                match reader.refresh() {
+                    Ok(_) => Ok(()),
+                    // Damaged or unreadable: it judges with what it had,
+                    // and the log says so once.
+                    Err(e) if reader.paths().snapshot().exists() => {
+                        if !open.refresh_failed.swap(true, Relaxed) {
+                            super::log_line(&format!(
+                                "model {}: changed, but not read again ({}); judging with \
+                                 the model as it was",
+                                crate::sanitize::for_terminal(&dir.display().to_string()),
+                                crate::sanitize::for_terminal(&e.to_string())
+                            ));
+                        }
+                        Err(true)
+                    }
+                    // The model is gone (removed, or the counts no longer
+                    // hold both classes): judging with it would judge with
+                    // what the database no longer has.
+                    Err(_) => Err(false),
+                }
+            };
+            match kept {
+                Ok(()) => {
+                    open.refresh_failed.store(false, Relaxed);
+                    return Ok(open);
+                }
+                Err(true) => return Ok(open),
+                // Forgotten; opened anew below, which says why there is
+                // none (or reads one made meanwhile).
+                Err(false) => {
+                    let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some((gone, _)) = cache.open.remove(dir) {
+                        cache.bytes -= gone.bytes;
+                    }
+                }
+            }
         }
         let reader = Database::new(dir).reader()?;
         let open = Arc::new(Open {
             bytes: model_bytes(dir),
             reader: RwLock::new(reader),
+            refresh_failed: Default::default(),
         });
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache.clock += 1;

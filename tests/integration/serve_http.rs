@@ -464,6 +464,21 @@ fn each_user_is_judged_by_its_own_model_or_the_global_one() {
     // Another user still gets the global one.
     let (_, got) = post(&server.url("/check"), spam, &["User: bob@example.org"]);
     assert_eq!(got["model"], "global");
+    // Her spam unlearned, her database holds one class and no model: the
+    // global one judges her mail again, not the model serve had read.
+    let (code, got) = post(&server.url("/unlearn"), spam, &["User: alice@example.org"]);
+    assert_eq!(code, 200, "{got}");
+    assert!(!alice.join("model.bin").exists());
+    let (_, got) = post(&server.url("/check"), spam, &["User: alice@example.org"]);
+    assert_eq!(got["model"], "global", "{got}");
+    let (_, got) = post(
+        &server.url("/learn?class=spam"),
+        spam,
+        &["User: alice@example.org"],
+    );
+    assert_eq!(got["action"], "learned", "{got}");
+    let (_, got) = post(&server.url("/check"), spam, &["User: alice@example.org"]);
+    assert_eq!(got["model"], "user:alice@example.org", "{got}");
 
     // Names that could reach elsewhere are refused, before anything is read.
     let long = format!("User: {}", "a".repeat(300));
