@@ -94,22 +94,9 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     if let Some(user) = args.user.as_deref().or(conf.user.as_deref()) {
         drop_privileges(user)?;
         // A model the user cannot read would leave every message
-        // unjudged, each logged: say so once, now, and do not start. The
-        // files a reader opens are opened as it opens them (a model not
-        // there yet is no reason to stop).
-        if settings.models.shared.is_none() {
-            let paths = bayesmail::db::DbPaths::new(&settings.models.global);
-            for file in [paths.snapshot(), paths.journal()] {
-                if let Err(err) = std::fs::File::open(&file)
-                    && err.kind() == std::io::ErrorKind::PermissionDenied
-                {
-                    anyhow::bail!(
-                        "user {user} cannot read {}: {}",
-                        file.display(),
-                        bayesmail::fsutil::words(&err)
-                    );
-                }
-            }
+        // unjudged, each logged: say so once, now, and do not start.
+        if let Some(why) = unreadable_model(&settings.models) {
+            anyhow::bail!("user {user} {why}");
         }
     } else if nix::unistd::geteuid().is_root() {
         // Allowed (a test, a container), but not what a server should do.
@@ -120,9 +107,21 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     // reopened; a configuration that no longer reads keeps the old one.
     let given = ctx.given.clone();
     let again = args.clone();
+    // A global model this process can no longer read (its files given to
+    // another user, or made private) keeps the models in use too: reopened,
+    // every message would go unjudged.
     let reload =
         move || match Context::new(given.clone()).and_then(|ctx| model_settings(&ctx, &again)) {
-            Ok(models) => Some(models),
+            Ok(models) => match unreadable_model(&models) {
+                None => Some(models),
+                Some(why) => {
+                    serve::log_line(&format!(
+                        "reload: this process {}; keeping the settings and models in use",
+                        why.replace('\n', "; ")
+                    ));
+                    None
+                }
+            },
             Err(err) => {
                 serve::log_line(&format!(
                     "reload: {}; keeping the settings in use",
@@ -236,4 +235,24 @@ fn drop_privileges(user: &str) -> Result<()> {
     setgid(found.gid).with_context(|| format!("--user {user}: setting its group"))?;
     setuid(found.uid).with_context(|| format!("--user {user}: becoming the user"))?;
     Ok(())
+}
+
+/// Why this process cannot read the global model's files, if it cannot
+/// (`cannot read FILE: WHY`). Only a refusal counts: a model not there yet
+/// is no reason not to judge once it is.
+fn unreadable_model(models: &serve::ModelSettings) -> Option<String> {
+    if models.shared.is_some() {
+        return None;
+    }
+    let paths = bayesmail::db::DbPaths::new(&models.global);
+    [paths.snapshot(), paths.journal()]
+        .iter()
+        .find_map(|file| match std::fs::File::open(file) {
+            Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied => Some(format!(
+                "cannot read {}: {}",
+                file.display(),
+                bayesmail::fsutil::words(&err)
+            )),
+            _ => None,
+        })
 }

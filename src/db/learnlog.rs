@@ -137,13 +137,7 @@ pub fn append(paths: &DbPaths, origin: Origin, changes: &[(Digest, Change)]) -> 
         .iter()
         .map(|(d, c)| line(now, *c, origin, d))
         .collect();
-    use std::os::unix::fs::OpenOptionsExt;
-    fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(&log)?
-        .write_all(text.as_bytes())
+    crate::fsutil::open_append_or_create(&log, 0o600)?.write_all(text.as_bytes())
 }
 
 /// When the last line from `origin` was written, if the log (or the

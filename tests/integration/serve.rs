@@ -562,10 +562,39 @@ fn user_who_cannot_read_the_model_is_refused_at_start() {
     give_to_nobody(&db);
     let (mut child, watch) = serve();
     let listening = watch.wait_for("listening on", 30);
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(listening.is_some(), "{}", watch.log());
     assert!(!watch.log().contains("running as root"), "{}", watch.log());
+    // The model made root's and private while it runs: a reload keeps the
+    // models in use rather than judge nothing, and says why.
+    let addr = listening.unwrap().rsplit(' ').next().unwrap().to_string();
+    let spam = sample_files()
+        .into_iter()
+        .find(|f| f.starts_with(sample_spam()))
+        .unwrap();
+    let check = || crate::serve_http::post(&format!("http://{addr}/check"), &spam, &[]);
+    assert_eq!(check().0, 200);
+    let model = db.model();
+    std::os::unix::fs::chown(&model, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&model, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // SAFETY: kill(2) on a child this test started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGHUP);
+    }
+    let line = watch.wait_for("reload:", 30).unwrap_or_default();
+    assert!(
+        line.contains("cannot read") && line.contains("keeping the settings and models in use"),
+        "{}",
+        watch.log()
+    );
+    let (code, got) = check();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        (code, &got["model"]),
+        (200, &serde_json::Value::from("global")),
+        "{got}"
+    );
+    assert_ne!(got["verdict"], "unknown", "{got}");
 
     // Without --user, as root: it serves, and says how not to.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
@@ -576,4 +605,48 @@ fn user_who_cannot_read_the_model_is_refused_at_start() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(warned.is_some(), "{}", watch.log());
+}
+
+/// Root's `learn` or `train` on a database a daemon's user owns (`sudo
+/// bayesmail --db /var/lib/bayesmail/global learn …`) leaves every file it
+/// makes that user's: left root's, the daemon (`serve --user`) could no
+/// longer read the journal, judged with a model it no longer followed,
+/// and after a reload judged nothing. The owner goes on learning.
+#[test]
+fn roots_writes_to_a_database_another_user_owns_leave_that_users_files() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !crate::recipes::have("setpriv") {
+        eprintln!("needs root and setpriv: test skipped");
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let db = Db::new();
+    db.train_sample();
+    give_to_nobody(&db);
+    db.ok(&["learn", "--spam"], Some(&unseen(1, "rootlearns")));
+    db.ok(
+        &[
+            "train",
+            "--spam",
+            utf8(&sample_spam()),
+            "--ham",
+            utf8(&sample_ham()),
+        ],
+        None,
+    );
+    db.ok(&["learn", "--ham"], Some(&unseen(2, "rootlearnsagain")));
+    for entry in std::fs::read_dir(db.dir()).unwrap() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        if meta.is_file() {
+            assert_eq!(meta.uid(), 65534, "{:?} is root's", entry.file_name());
+        }
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_bayesmail"))
+        .args(db.global_args())
+        .args(["learn", "--spam"]);
+    let out = run_with_stdin(cmd, &unseen(3, "nobodylearns"));
+    assert_exit(&out, 0, &["learn as nobody after root"]);
 }
