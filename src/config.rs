@@ -160,6 +160,9 @@ pub struct ServeConfig {
     /// What the milter does with spam: `accept`, `reject`, `discard` or
     /// `quarantine`.
     pub milter_spam_action: Option<String>,
+    /// The characters that start an address extension in a recipient's
+    /// local part.
+    pub recipient_delimiter: Option<String>,
 }
 
 /// A size in a config file: a number of bytes, or a string such as `"16M"`.

@@ -671,6 +671,13 @@ pub(super) struct ServeArgs {
     /// message is accepted with our fields. Default accept.
     #[arg(long, value_name = "ACTION")]
     pub(super) milter_spam_action: Option<bayesmail::serve::SpamAction>,
+    /// The characters that start an address extension in a recipient's
+    /// local part, as Postfix's recipient_delimiter (Debian sets +): the
+    /// milter judges alice+lists@example.org with alice@example.org's
+    /// model. A trailing dot of the domain is always left out. Default
+    /// none.
+    #[arg(long, value_name = "CHARS")]
+    pub(super) recipient_delimiter: Option<String>,
     #[command(flatten)]
     pub(super) decision: DecisionArgs,
 }

@@ -775,6 +775,7 @@ mod tests {
             shutdown_grace: Duration::from_secs(1),
             log_messages: false,
             milter_spam_action: Default::default(),
+            recipient_delimiter: String::new(),
         }))
     }
 

@@ -669,6 +669,7 @@ mod tests {
             shutdown_grace: Duration::from_secs(1),
             log_messages: false,
             milter_spam_action: Default::default(),
+            recipient_delimiter: String::new(),
         }));
         for i in 0..3 {
             for (raw, label) in [(HAM, Label::Ham), (SPAM, Label::Spam)] {

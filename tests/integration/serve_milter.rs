@@ -1140,6 +1140,19 @@ fn miltertest_per_user_the_status_says_which_kind_of_model_judged() {
     // The sender writes the recipient's case: the same user's model.
     let (out, _) = one_message_to(&db, &extra, &raw, "<USER@Example.ORG>");
     assert!(status(&out).ends_with(", model=user"), "{out}");
+    // An address extension is the same user where the MTA says so
+    // (--recipient-delimiter, as Postfix's recipient_delimiter), and a
+    // domain's trailing dot always.
+    let (out, _) = one_message_to(&db, &extra, &raw, "<user@example.org.>");
+    assert!(status(&out).ends_with(", model=user"), "{out}");
+    let (out, _) = one_message_to(&db, &extra, &raw, "<user+lists@example.org>");
+    assert_eq!(status(&out), global, "{out}");
+    let mut delimited = extra.to_vec();
+    delimited.extend(["--recipient-delimiter", "+-"]);
+    for rcpt in ["<user+lists@example.org>", "<USER-x+y@example.org.>"] {
+        let (out, _) = one_message_to(&db, &delimited, &raw, rcpt);
+        assert!(status(&out).ends_with(", model=user"), "{rcpt}: {out}");
+    }
     // A recipient whose name is refused (an apostrophe is not among the
     // safe characters) is judged by the global model, and the log says
     // why: a verdict all the same, for it and every other recipient.
