@@ -506,7 +506,12 @@ impl Models {
         if !path.exists()
             && let Some(earlier) = pattern
                 .earlier_path(user)
-                .filter(|p| p.join("counts.sled").exists() || p.join("model.bin").exists())
+                // A database's own files, not a directory named like one
+                // (the domain directory holding a user called
+                // `counts.sled` or `model.bin` is no database).
+                .filter(|p| {
+                    p.join("counts.sled").join("conf").is_file() || p.join("model.bin").is_file()
+                })
         {
             self.note_once(format!(
                 "user {user}: its database is at {}, where an earlier version put it; \

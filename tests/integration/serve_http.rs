@@ -541,6 +541,21 @@ fn each_user_is_judged_by_its_own_model_or_the_global_one() {
     let (_, got) = post(&server.url("/learn?class=spam"), spam, &["User: dave"]);
     assert_eq!(got["action"], "learned", "{got}");
     assert!(users.join("@").join("dave").join("counts.sled").exists());
+    // A user named like a database's own file is no earlier database: a
+    // name without a domain that is a domain's name goes where it
+    // belongs, not into that domain's directory.
+    for user in ["User: counts.sled@example.org", "User: example.org"] {
+        let (_, got) = post(&server.url("/learn?class=spam"), spam, &[user]);
+        assert_eq!(got["action"], "learned", "{user}: {got}");
+    }
+    assert!(
+        users
+            .join("@")
+            .join("example.org")
+            .join("counts.sled")
+            .exists()
+    );
+    assert!(!users.join("example.org").join("learn.log").exists());
 }
 
 /// Every path under `dir`.
