@@ -131,6 +131,15 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// The database directory is there but could not be entered or read
+    /// (its own permissions or a parent's).
+    #[error("cannot enter database directory {}: {}", path.display(), crate::fsutil::words(source))]
+    Enter {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Creating the database directory failed.
     #[error("cannot create database directory {}: {}", path.display(), crate::fsutil::words(source))]
     Create {

@@ -182,10 +182,18 @@ impl Trainer {
         wait: Duration,
         set_aside_damage: bool,
     ) -> Result<(Trainer, Option<SetAside>)> {
+        // A directory that is there (or cannot be looked at, for a
+        // parent's permissions) was not to be created: it could not be
+        // entered.
         let create = |path: &std::path::Path| {
-            private_dir(path).map_err(|source| Error::Create {
-                path: path.to_path_buf(),
-                source,
+            private_dir(path).map_err(|source| {
+                let path = path.to_path_buf();
+                match std::fs::symlink_metadata(&path) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Error::Create { path, source }
+                    }
+                    _ => Error::Enter { path, source },
+                }
             })
         };
         create(paths.dir())?;

@@ -649,4 +649,20 @@ fn roots_writes_to_a_database_another_user_owns_leave_that_users_files() {
         .args(["learn", "--spam"]);
     let out = run_with_stdin(cmd, &unseen(3, "nobodylearns"));
     assert_exit(&out, 0, &["learn as nobody after root"]);
+    // A database that is there but closed to its user is said to be
+    // that, not one that could not be made.
+    let closed = Db::new();
+    closed.train_sample();
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_bayesmail"))
+        .args(closed.global_args())
+        .args(["learn", "--spam"]);
+    let out = run_with_stdin(cmd, &unseen(4, "nobodyshut"));
+    assert_exit(&out, 2, &["learn as nobody in root's database"]);
+    assert!(
+        stderr(&out).contains("cannot enter database directory"),
+        "{}",
+        stderr(&out)
+    );
 }
