@@ -102,7 +102,8 @@ impl Headers {
                 .map_err(|_| Failure::protocol("(User header refused: not UTF-8)"))?;
             let user = crate::serve::users::check_user(user)
                 .map_err(|e| Failure::protocol(format!("(User header refused: {e})")))?;
-            self.user = Some(user);
+            // Two names for one request: the first, as HTTP takes it.
+            self.user.get_or_insert(user);
         } else if is("Message-class") {
             self.class = Some(match value.to_ascii_lowercase().as_slice() {
                 b"spam" => Label::Spam,
@@ -389,6 +390,9 @@ mod tests {
             h.take(line).unwrap();
         }
         assert_eq!(h.length, Some(120));
+        assert_eq!(h.user.as_deref(), Some("alice@example.org"));
+        // A second name does not replace the first (HTTP takes the first).
+        h.take(b"User: mallory@example.org").unwrap();
         assert_eq!(h.user.as_deref(), Some("alice@example.org"));
         assert!(h.compressed && h.set_local && !h.remove_local);
         assert_eq!(h.class, Some(Label::Spam));
