@@ -27,7 +27,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{BoxConn, Judged, LearnError, Learned, Peer, RequestClock, Settings, State, log_line};
+use super::{BoxConn, Judged, LearnError, Peer, RequestClock, Settings, State, log_line};
 use crate::db::{self, Origin, Reason, Stamped, Status};
 use crate::model::Label;
 use crate::sanitize::for_terminal;
@@ -626,12 +626,7 @@ where
             return error(status, reason, &why);
         }
     };
-    let (action, label) = match done {
-        Learned::Learned(l) => ("learned", l),
-        Learned::Moved(l) => ("moved", l),
-        Learned::Already(l) => ("already", l),
-        Learned::Unlearned(l) => ("unlearned", l),
-    };
+    let (action, label) = done.action();
     if settings.log_messages {
         log_line(&format!(
             "learn user={shown_user} database={database} action={action} label={label}"

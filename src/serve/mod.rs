@@ -241,6 +241,19 @@ pub enum Learned {
     Unlearned(Label),
 }
 
+impl Learned {
+    /// What was done, in the word the logs and HTTP's answer use, and the
+    /// label.
+    pub fn action(self) -> (&'static str, Label) {
+        match self {
+            Learned::Learned(l) => ("learned", l),
+            Learned::Moved(l) => ("moved", l),
+            Learned::Already(l) => ("already", l),
+            Learned::Unlearned(l) => ("unlearned", l),
+        }
+    }
+}
+
 /// One line on stderr (where a service manager's journal takes it). A
 /// closed or full stderr is ignored.
 pub fn log_line(line: &str) {

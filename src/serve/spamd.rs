@@ -376,7 +376,10 @@ async fn tell(state: &Arc<State>, headers: Headers, raw: Vec<u8>) -> Result<Vec<
         .learn(user.clone(), raw, label, crate::db::Origin::Spamd)
         .await;
     let said = match &result {
-        Ok(learned) => format!("{learned:?}"),
+        Ok(learned) => {
+            let (action, label) = learned.action();
+            format!("action={action} label={label}")
+        }
         Err(e) => e.to_string(),
     };
     let never_learned = matches!(

@@ -322,10 +322,17 @@ fn spamc_learns_and_forgets_globally_and_per_user() {
     let already = "Message was already un/learned";
 
     // Without --user-db, learning goes to the global model.
-    let mut server = Server::start(&db, &[]);
+    let mut server = Server::start(&db, &["--log-messages"]);
     assert_eq!(db.counts(), [24, 24]);
     assert_eq!(said(&server.spamc(&["-L", "spam"], &message)), done);
     assert_eq!(db.counts(), [24, 25]);
+    // Logged in the words HTTP's learns are.
+    let logged = server.watch.wait_for("tell id=", 10).unwrap_or_default();
+    assert!(
+        logged.ends_with("action=learned label=spam"),
+        "{}",
+        server.log()
+    );
     assert_eq!(said(&server.spamc(&["-L", "spam"], &message)), already);
     assert_eq!(db.counts(), [24, 25]);
     assert_eq!(said(&server.spamc(&["-L", "ham"], &message)), done);
