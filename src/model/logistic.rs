@@ -475,9 +475,10 @@ mod tests {
         };
         let before = judged(&table);
         assert!(before.0 >= 95 && before.1 >= 95, "{before:?}");
-        // 24 ham moved into the spam folder by mistake, then back: each
-        // learned as spam, then each moved to ham (unlearned as spam, then
-        // learned as ham, the second step starting where the first ended).
+        // 24 ham moved into the spam folder by mistake and back (and 24
+        // spam out of it and back): each learned under the other label,
+        // then each moved to its own (unlearned, then learned, the second
+        // step starting where the first ended).
         for mistake in [Label::Ham, Label::Spam] {
             let other = match mistake {
                 Label::Ham => Label::Spam,

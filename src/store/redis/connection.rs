@@ -277,8 +277,7 @@ impl Redis {
                 Err(Error::Invalid(format!(
                     "Redis at {}: maxmemory-policy {policy} would evict counts and the \
                      registry when Redis is full, losing learned messages without a word; \
-                     set maxmemory-policy noeviction (and cap the model with prune \
-                     --max-memory)",
+                     set maxmemory-policy noeviction, and cap the models' memory instead",
                     self.inner.url.shown
                 )))
             }
