@@ -205,14 +205,34 @@ impl Context {
         self.database().reader().map_err(|e| match e {
             bayesmail::db::Error::NoModel(_) => {
                 // A database that learned one class so far has counts but
-                // no model: the model needs both.
+                // no model: the model needs both. What it holds is said
+                // (a user's database that serve passes over for the
+                // global model, say), if its writer is free at once.
+                let held = self.held_without_model().map_or(String::new(), |[h, s]| {
+                    format!(" (it holds {h} ham and {s} spam)")
+                });
                 anyhow::anyhow!(
-                    "{e}: a model is written once both ham and spam are learned \
+                    "{e}{held}: a model is written once both ham and spam are learned \
                      (`bayesmail learn`, or `bayesmail train`)"
                 )
             }
             e => e.into(),
         })
+    }
+
+    /// The messages of each class (`[ham, spam]`) a database without a
+    /// model holds in its count store, if it has one and no other writer
+    /// holds it now.
+    fn held_without_model(&self) -> Option<[u64; 2]> {
+        use bayesmail::store::Store;
+        if !self.db.counts().join("db").is_file() {
+            return None;
+        }
+        let writer = self
+            .database()
+            .writer(std::time::Duration::from_millis(200))
+            .ok()?;
+        Some(writer.store().totals().ok()?.messages)
     }
 
     fn decider(&self, d: &DecisionArgs) -> anyhow::Result<Decider> {
