@@ -70,7 +70,7 @@ pub(crate) fn open_append(path: &Path) -> io::Result<File> {
 /// `mode` if it is missing (a lock file, which stays), never through a
 /// link.
 pub(crate) fn open_or_create(path: &Path, mode: u32) -> io::Result<File> {
-    let file = open(
+    open(
         path,
         OpenOptions::new()
             .read(true)
@@ -79,15 +79,13 @@ pub(crate) fn open_or_create(path: &Path, mode: u32) -> io::Result<File> {
             .truncate(false)
             .mode(mode),
         Follow::No,
-    )?;
-    give_to_directory_owner(&file, path);
-    Ok(file)
+    )
 }
 
 /// Opens the regular file `path` for appending, creating it with `mode` if
 /// it is missing (a log), never through a link.
 pub(crate) fn open_append_or_create(path: &Path, mode: u32) -> io::Result<File> {
-    let file = open(
+    open(
         path,
         OpenOptions::new()
             .read(true)
@@ -95,47 +93,18 @@ pub(crate) fn open_append_or_create(path: &Path, mode: u32) -> io::Result<File> 
             .create(true)
             .mode(mode),
         Follow::No,
-    )?;
-    give_to_directory_owner(&file, path);
-    Ok(file)
-}
-
-/// A file root made in a directory another user owns (root's `learn` on
-/// the database a daemon runs as that user, `scan` moving mail into a
-/// user's Maildir) is given to that user, and to the directory's group if
-/// it has root's: left root's, the owner could not read or write it, and
-/// the daemon would judge with a model it can no longer follow. Best
-/// effort; nothing for anyone else.
-fn give_to_directory_owner(file: &File, path: &Path) {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return;
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let (Ok(d), Ok(f)) = (fs::metadata(dir), file.metadata()) else {
-        return;
-    };
-    if d.uid() == 0 || f.uid() != 0 {
-        return;
-    }
-    let gid = (f.gid() == 0).then_some(d.gid());
-    let _ = std::os::unix::fs::fchown(file, Some(d.uid()), gid);
+    )
 }
 
 /// Creates the new file `path` with `mode` for writing: fails with
 /// [`io::ErrorKind::AlreadyExists`] if anything (a link included) is
 /// there.
 pub(crate) fn create_new(path: &Path, mode: u32) -> io::Result<File> {
-    let file = open(
+    open(
         path,
         OpenOptions::new().write(true).create_new(true).mode(mode),
         Follow::No,
-    )?;
-    give_to_directory_owner(&file, path);
-    Ok(file)
+    )
 }
 
 /// Whether an open follows a link at the path's last component.

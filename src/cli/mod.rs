@@ -199,40 +199,45 @@ impl Context {
         bayesmail::db::Database::new(self.db.dir())
     }
 
+    /// The database, for a command that changes it: refused to root when
+    /// another user owns its directory. Root's files in it (the journal,
+    /// the learn log, the count store's) would be closed to that user,
+    /// and `serve --user` would judge with a model it can no longer
+    /// follow, then after a reload with none.
+    fn database_to_change(&self) -> anyhow::Result<bayesmail::db::Database> {
+        use std::os::unix::fs::MetadataExt;
+        let dir = self.db.dir();
+        if nix::unistd::geteuid().is_root()
+            && let Ok(meta) = std::fs::metadata(dir)
+            && meta.uid() != 0
+        {
+            let owner = nix::unistd::User::from_uid(meta.uid().into())
+                .ok()
+                .flatten()
+                .map_or(meta.uid().to_string(), |u| u.name);
+            anyhow::bail!(
+                "the database {} belongs to {owner}: as root this would leave it files \
+                 {owner} cannot use; run it as {owner} (runuser -u {owner} -- bayesmail …)",
+                bayesmail::sanitize::for_terminal(&dir.display().to_string())
+            );
+        }
+        Ok(self.database())
+    }
+
     /// Opens the database's reader; without a model, says how to make one.
     fn reader(&self) -> anyhow::Result<bayesmail::db::Reader> {
         self.directory_only("this command")?;
         self.database().reader().map_err(|e| match e {
             bayesmail::db::Error::NoModel(_) => {
                 // A database that learned one class so far has counts but
-                // no model: the model needs both. What it holds is said
-                // (a user's database that serve passes over for the
-                // global model, say), if its writer is free at once.
-                let held = self.held_without_model().map_or(String::new(), |[h, s]| {
-                    format!(" (it holds {h} ham and {s} spam)")
-                });
+                // no model: the model needs both.
                 anyhow::anyhow!(
-                    "{e}{held}: a model is written once both ham and spam are learned \
+                    "{e}: a model is written once both ham and spam are learned \
                      (`bayesmail learn`, or `bayesmail train`)"
                 )
             }
             e => e.into(),
         })
-    }
-
-    /// The messages of each class (`[ham, spam]`) a database without a
-    /// model holds in its count store, if it has one and no other writer
-    /// holds it now.
-    fn held_without_model(&self) -> Option<[u64; 2]> {
-        use bayesmail::store::Store;
-        if !self.db.counts().join("db").is_file() {
-            return None;
-        }
-        let writer = self
-            .database()
-            .writer(std::time::Duration::from_millis(200))
-            .ok()?;
-        Some(writer.store().totals().ok()?.messages)
     }
 
     fn decider(&self, d: &DecisionArgs) -> anyhow::Result<Decider> {

@@ -201,7 +201,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
     };
     let trained = match ctx.shared_for_changes()? {
         Some(redis) => SharedModel::new(redis.store(None)?).train(&job, &on_progress),
-        None => ctx.database().train(&job, &on_progress),
+        None => ctx.database_to_change()?.train(&job, &on_progress),
     };
     let trained = match trained {
         Ok(trained) => trained,
@@ -368,7 +368,7 @@ pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
     }
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
     let (removed, left, model) = ctx
-        .database()
+        .database_to_change()?
         .prune(
             args.max_count,
             args.min_age,
@@ -495,7 +495,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
             ModelAfter::UpToDate,
         ),
         None => ctx
-            .database()
+            .database_to_change()?
             .with_origin(args.origin)
             .learn(&labelled, wait, journal_limit(), *params.get())
             .map_err(|e| hint(ctx, "learn", e))?,
@@ -575,7 +575,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     let unlearned = match ctx.shared_for_changes()? {
         Some(redis) => SharedModel::new(redis.store(None)?).unlearn_all(&given),
         None => ctx
-            .database()
+            .database_to_change()?
             .with_origin(args.origin)
             .unlearn(&given, wait, journal_limit(), *params.get())
             .map_err(|e| hint(ctx, "unlearn", e))?,

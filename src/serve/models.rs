@@ -407,7 +407,14 @@ impl Models {
                     Ok(_) => Ok(()),
                     // Damaged or unreadable: it judges with what it had,
                     // and the log says so once.
-                    Err(e) if reader.paths().snapshot().exists() => {
+                    // (Gone is only "no such file": a directory closed
+                    // to this process is no reason to forget its model.)
+                    Err(e)
+                        if !matches!(
+                            std::fs::symlink_metadata(reader.paths().snapshot()),
+                            Err(ref gone) if gone.kind() == std::io::ErrorKind::NotFound
+                        ) =>
+                    {
                         if !open.refresh_failed.swap(true, Relaxed) {
                             super::log_line(&format!(
                                 "model {}: changed, but not read again ({}); judging with \
@@ -434,7 +441,13 @@ impl Models {
                 // none (or reads one made meanwhile).
                 Err(false) => {
                     let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some((gone, _)) = cache.open.remove(dir) {
+                    // Unless another thread has put a new one there since.
+                    if cache
+                        .open
+                        .get(dir)
+                        .is_some_and(|(cached, _)| Arc::ptr_eq(cached, &open))
+                        && let Some((gone, _)) = cache.open.remove(dir)
+                    {
                         cache.bytes -= gone.bytes;
                     }
                 }

@@ -256,26 +256,3 @@ fn a_db_on_the_command_line_is_not_passed_over_for_a_store_from_elsewhere() {
         );
     }
 }
-
-/// A database that has learned one class has counts and no model: `stats`
-/// says so and what it holds (a user's database that serve passes over
-/// for the global model), rather than only that there is no model.
-#[test]
-fn stats_of_a_database_of_one_class_says_what_it_holds() {
-    use crate::common::{Db, sample_files, stderr, utf8};
-    let db = Db::new();
-    for file in sample_files()
-        .iter()
-        .filter(|f| utf8(f).contains("/spam/"))
-        .take(2)
-    {
-        db.ok(&["learn", "--spam", utf8(file)], None);
-    }
-    let out = db.run(&["stats"], None);
-    assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
-    assert!(
-        err.contains("no model at") && err.contains("(it holds 0 ham and 2 spam)"),
-        "{err}"
-    );
-}

@@ -586,6 +586,11 @@ fn user_who_cannot_read_the_model_is_refused_at_start() {
         "{}",
         watch.log()
     );
+    // And the database's directory closed to it as well: the model it
+    // has is still judged with (a directory it cannot enter is not a
+    // model gone).
+    std::os::unix::fs::chown(db.dir(), Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(db.dir(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let (code, got) = check();
     let _ = child.kill();
     let _ = child.wait();
@@ -607,13 +612,14 @@ fn user_who_cannot_read_the_model_is_refused_at_start() {
     assert!(warned.is_some(), "{}", watch.log());
 }
 
-/// Root's `learn` or `train` on a database a daemon's user owns (`sudo
-/// bayesmail --db /var/lib/bayesmail/global learn …`) leaves every file it
-/// makes that user's: left root's, the daemon (`serve --user`) could no
-/// longer read the journal, judged with a model it no longer followed,
-/// and after a reload judged nothing. The owner goes on learning.
+/// Root's `learn`, `train`, `unlearn` or `prune` on a database another
+/// user owns (`sudo bayesmail --db /var/lib/bayesmail/global learn …`) is
+/// refused, naming the owner, and changes nothing: its files left root's
+/// (the journal, the learn log, the count store's own), the daemon running
+/// as that user (`serve --user`) judged with a model it could no longer
+/// follow, and after a reload judged nothing. The owner learns as before.
 #[test]
-fn roots_writes_to_a_database_another_user_owns_leave_that_users_files() {
+fn roots_writes_to_a_database_another_user_owns_are_refused() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || !crate::recipes::have("setpriv") {
         eprintln!("needs root and setpriv: test skipped");
@@ -623,32 +629,40 @@ fn roots_writes_to_a_database_another_user_owns_leave_that_users_files() {
     let db = Db::new();
     db.train_sample();
     give_to_nobody(&db);
-    db.ok(&["learn", "--spam"], Some(&unseen(1, "rootlearns")));
-    db.ok(
-        &[
-            "train",
-            "--spam",
-            utf8(&sample_spam()),
-            "--ham",
-            utf8(&sample_ham()),
-        ],
-        None,
-    );
-    db.ok(&["learn", "--ham"], Some(&unseen(2, "rootlearnsagain")));
-    for entry in std::fs::read_dir(db.dir()).unwrap() {
-        let entry = entry.unwrap();
-        let meta = entry.metadata().unwrap();
-        if meta.is_file() {
-            assert_eq!(meta.uid(), 65534, "{:?} is root's", entry.file_name());
-        }
+    let owned = |dir: &std::path::Path| -> Vec<String> {
+        crate::serve_http::walk(dir)
+            .into_iter()
+            .filter(|p| std::fs::symlink_metadata(p).unwrap().uid() != 65534)
+            .map(|p| p.display().to_string())
+            .collect()
+    };
+    let spam = utf8(&sample_spam()).to_string();
+    let ham = utf8(&sample_ham()).to_string();
+    let message = unseen(1, "rootlearns");
+    for args in [
+        &["learn", "--spam"][..],
+        &["unlearn"],
+        &["train", "--spam", &spam, "--ham", &ham],
+        &["prune"],
+    ] {
+        let out = db.run(args, Some(&message));
+        assert_exit(&out, 2, args);
+        let err = stderr(&out);
+        assert!(
+            err.contains("belongs to nobody") && err.contains("runuser -u nobody"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(owned(&db.dir()), Vec::<String>::new(), "{args:?}");
     }
+    assert_eq!(db.counts(), [24, 24]);
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
         .arg(env!("CARGO_BIN_EXE_bayesmail"))
         .args(db.global_args())
         .args(["learn", "--spam"]);
-    let out = run_with_stdin(cmd, &unseen(3, "nobodylearns"));
-    assert_exit(&out, 0, &["learn as nobody after root"]);
+    let out = run_with_stdin(cmd, &message);
+    assert_exit(&out, 0, &["learn as nobody"]);
+    assert_eq!(db.counts(), [24, 25]);
     // A database that is there but closed to its user is said to be
     // that, not one that could not be made.
     let closed = Db::new();

@@ -559,7 +559,7 @@ fn each_user_is_judged_by_its_own_model_or_the_global_one() {
 }
 
 /// Every path under `dir`.
-fn walk(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
