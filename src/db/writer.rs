@@ -198,7 +198,17 @@ impl Trainer {
         };
         create(paths.dir())?;
         let counts = paths.counts();
-        let new_store = !counts.exists();
+        let new_store = match std::fs::symlink_metadata(&counts) {
+            Ok(_) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            // The database's directory (or one above it) is closed to us.
+            Err(source) => {
+                return Err(Error::Enter {
+                    path: paths.dir().to_path_buf(),
+                    source,
+                });
+            }
+        };
         if new_store {
             create(&counts)?;
         }

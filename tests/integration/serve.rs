@@ -674,9 +674,9 @@ fn roots_writes_to_a_database_another_user_owns_are_refused() {
         .args(["learn", "--spam"]);
     let out = run_with_stdin(cmd, &unseen(4, "nobodyshut"));
     assert_exit(&out, 2, &["learn as nobody in root's database"]);
-    assert!(
-        stderr(&out).contains("cannot enter database directory"),
-        "{}",
-        stderr(&out)
+    let want = format!(
+        "cannot enter database directory {}:",
+        closed.dir().display()
     );
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
 }
