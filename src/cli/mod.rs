@@ -207,8 +207,10 @@ impl Context {
     fn database_to_change(&self) -> anyhow::Result<bayesmail::db::Database> {
         use std::os::unix::fs::MetadataExt;
         let dir = self.db.dir();
+        // The directory, or where it would be made: the nearest that is.
+        let there = dir.ancestors().find_map(|d| std::fs::metadata(d).ok());
         if nix::unistd::geteuid().is_root()
-            && let Ok(meta) = std::fs::metadata(dir)
+            && let Some(meta) = there
             && meta.uid() != 0
         {
             let owner = nix::unistd::User::from_uid(meta.uid().into())

@@ -655,6 +655,14 @@ fn roots_writes_to_a_database_another_user_owns_are_refused() {
         assert_eq!(owned(&db.dir()), Vec::<String>::new(), "{args:?}");
     }
     assert_eq!(db.counts(), [24, 24]);
+    // Nor does root make a new database inside another user's directory.
+    let inside = db.path("home");
+    std::fs::create_dir(&inside).unwrap();
+    std::os::unix::fs::chown(&inside, Some(65534), Some(65534)).unwrap();
+    let fresh = inside.join("db");
+    let out = run(&["--db", utf8(&fresh), "learn", "--spam"], Some(&message));
+    assert_exit(&out, 2, &["learn into a new database in nobody's home"]);
+    assert!(!fresh.exists());
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
         .arg(env!("CARGO_BIN_EXE_bayesmail"))
