@@ -200,7 +200,8 @@ impl Context {
     }
 
     /// The database, for a command that changes it: refused to root when
-    /// another user owns its directory. Root's files in it (the journal,
+    /// another user owns its directory (or the one it would be made in).
+    /// Root's files in it (the journal,
     /// the learn log, the count store's) would be closed to that user,
     /// and `serve --user` would judge with a model it can no longer
     /// follow, then after a reload with none.
@@ -217,9 +218,14 @@ impl Context {
                 .ok()
                 .flatten()
                 .map_or(meta.uid().to_string(), |u| u.name);
+            let whose = if dir.exists() {
+                format!("belongs to {owner}")
+            } else {
+                format!("would be made in a directory of {owner}")
+            };
             anyhow::bail!(
-                "the database {} belongs to {owner}: as root this would leave it files \
-                 {owner} cannot use; run it as {owner} (runuser -u {owner} -- bayesmail …)",
+                "the database {} {whose}: as root this would leave it files {owner} cannot \
+                 use; run it as {owner} (runuser -u {owner} -- bayesmail …)",
                 bayesmail::sanitize::for_terminal(&dir.display().to_string())
             );
         }

@@ -662,6 +662,7 @@ fn roots_writes_to_a_database_another_user_owns_are_refused() {
     let fresh = inside.join("db");
     let out = run(&["--db", utf8(&fresh), "learn", "--spam"], Some(&message));
     assert_exit(&out, 2, &["learn into a new database in nobody's home"]);
+    assert!(stderr(&out).contains("would be made in a directory of nobody"));
     assert!(!fresh.exists());
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
