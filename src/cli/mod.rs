@@ -206,28 +206,14 @@ impl Context {
     /// and `serve --user` would judge with a model it can no longer
     /// follow, then after a reload with none.
     fn database_to_change(&self) -> anyhow::Result<bayesmail::db::Database> {
-        use std::os::unix::fs::MetadataExt;
         let dir = self.db.dir();
-        // The directory, or where it would be made: the nearest that is.
-        let there = dir.ancestors().find_map(|d| std::fs::metadata(d).ok());
-        if nix::unistd::geteuid().is_root()
-            && let Some(meta) = there
-            && meta.uid() != 0
-        {
-            let owner = nix::unistd::User::from_uid(meta.uid().into())
-                .ok()
-                .flatten()
-                .map_or(meta.uid().to_string(), |u| u.name);
-            let whose = if dir.exists() {
-                format!("belongs to {owner}")
-            } else {
-                format!("would be made in a directory of {owner}")
+        if let Some((owner, exists)) = bayesmail::db::foreign_owner(&dir) {
+            let err = bayesmail::db::Error::Foreign {
+                dir: dir.to_path_buf(),
+                owner: owner.clone(),
+                exists,
             };
-            anyhow::bail!(
-                "the database {} {whose}: as root this would leave it files {owner} cannot \
-                 use; run it as {owner} (runuser -u {owner} -- bayesmail …)",
-                bayesmail::sanitize::for_terminal(&dir.display().to_string())
-            );
+            anyhow::bail!("{err} (runuser -u {owner} -- bayesmail …)");
         }
         Ok(self.database())
     }

@@ -106,6 +106,18 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     } else if nix::unistd::geteuid().is_root() {
         // Allowed (a test, a container), but not what a server should do.
         serve::log_line("running as root: --user USER runs it as that user once it is listening");
+        // Learning into another user's database as root is refused (its
+        // files would be closed to that user): say so now, not at the
+        // first TELL.
+        if settings.models.shared.is_none()
+            && let Some((owner, _)) = bayesmail::db::foreign_owner(&settings.models.global)
+        {
+            serve::log_line(&format!(
+                "the database {} belongs to {owner}: learning into it is refused while serve \
+                 runs as root (--user {owner})",
+                bayesmail::sanitize::for_terminal(&settings.models.global.display().to_string())
+            ));
+        }
     }
     // SIGHUP: the configuration read again (the models' settings: the
     // databases, the users' pattern, the verdict rule), every model

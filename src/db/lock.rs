@@ -46,6 +46,55 @@ impl WriterLock {
     }
 }
 
+/// Refuses a writer running as root on the database at `paths` when
+/// another user owns it (or, for one not made yet, the nearest directory
+/// above it that is there): root's lock, journal, log and store files in
+/// it would be closed to that user, whose own `learn`, `filter` and
+/// `serve --user` would then fail on them. Giving the files to the owner
+/// instead was tried and refused: it cannot be done safely for files
+/// the store makes and names itself, nor through a hard link.
+pub(super) fn refuse_foreign(paths: &DbPaths) -> Result<()> {
+    match foreign_owner(paths.dir()) {
+        Some((owner, exists)) => Err(Error::Foreign {
+            dir: paths.dir().to_path_buf(),
+            owner,
+            exists,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// When this process runs as root and a user other than root owns the
+/// database directory `dir` (or the nearest directory above it that is
+/// there): that user's name (its uid if it has none) and whether `dir`
+/// itself is there.
+pub fn foreign_owner(dir: &std::path::Path) -> Option<(String, bool)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            return None;
+        }
+        let (meta, exists) = dir
+            .ancestors()
+            .enumerate()
+            .find_map(|(i, d)| std::fs::metadata(d).ok().map(|m| (m, i == 0)))?;
+        if meta.uid() == 0 {
+            return None;
+        }
+        let owner = nix::unistd::User::from_uid(meta.uid().into())
+            .ok()
+            .flatten()
+            .map_or(meta.uid().to_string(), |u| u.name);
+        Some((owner, exists))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
+}
+
 /// Creates `dir` and its missing parents private to the user (0700 on
 /// Unix); an existing directory is left as it is.
 pub(super) fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {

@@ -30,6 +30,7 @@ mod database;
 mod delivery;
 pub mod learnlog;
 mod lock;
+pub use lock::foreign_owner;
 pub(crate) mod quick;
 mod reader;
 mod report;
@@ -139,6 +140,23 @@ pub enum Error {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// A writer running as root on a database another user owns, or one
+    /// it would make inside another user's directory
+    /// ([`lock::foreign_owner`]).
+    #[error(
+        "the database {} {}: written as root it would be left files {owner} cannot use; \
+         write to it as {owner}",
+        crate::sanitize::for_terminal(&dir.display().to_string()),
+        if *exists { format!("belongs to {owner}") } else { format!("would be made in a directory of {owner}") }
+    )]
+    Foreign {
+        /// The database directory.
+        dir: PathBuf,
+        /// The user who owns it, or the directory it would be made in.
+        owner: String,
+        /// Whether the database directory is there.
+        exists: bool,
     },
     /// Creating the database directory failed.
     #[error("cannot create database directory {}: {}", path.display(), crate::fsutil::words(source))]

@@ -42,6 +42,7 @@ impl State {
         if !paths.snapshot().is_file() || !paths.counts().join("db").is_file() {
             return Ok(None);
         }
+        super::lock::refuse_foreign(paths)?;
         let lock = WriterLock::take(paths, wait)?;
         for file in [
             paths.snapshot(),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::learnlog::Change;
-use super::lock::{WriterLock, is_private, private_dir, privatize};
+use super::lock::{WriterLock, is_private, private_dir, privatize, refuse_foreign};
 use super::run::Run;
 use crate::db::ModelHeader;
 use crate::db::{DbPaths, Error, Result};
@@ -196,6 +196,7 @@ impl Trainer {
                 }
             })
         };
+        refuse_foreign(paths)?;
         create(paths.dir())?;
         let counts = paths.counts();
         let new_store = match std::fs::symlink_metadata(&counts) {

@@ -651,6 +651,9 @@ fn learn_status(err: &LearnError) -> (StatusCode, &'static str) {
         LearnError::Db(db::Error::Store(crate::store::Error::Redis { .. })) => {
             (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable")
         }
+        LearnError::Db(db::Error::Foreign { .. }) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "database-owner")
+        }
         LearnError::Db(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database"),
     }
 }

@@ -464,6 +464,63 @@ fn give_to_nobody(db: &Db) {
     assert!(status.success());
 }
 
+/// A server started as root without `--user` learns into no database
+/// another user owns, nor makes a user's database inside another user's
+/// directory (spamd TELL and HTTP `/learn` alike go through the same
+/// writer): before, it left root's lock, journal and learn log in them,
+/// so the owner's own `learn` and `filter` failed, and `serve --user`
+/// refused to start. It says so when it starts, refuses each learn with a
+/// reason, and still judges.
+#[test]
+fn a_server_running_as_root_learns_into_no_database_another_user_owns() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root: test skipped");
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let db = Db::new();
+    db.train_sample();
+    let users = db.path("users");
+    std::fs::create_dir(&users).unwrap();
+    give_to_nobody(&db);
+    let outside = tempfile::tempdir().unwrap();
+    let message = outside.path().join("message");
+    std::fs::write(&message, unseen(2, "rootserves")).unwrap();
+    let pattern = format!("{}/%d/%l", utf8(&users));
+    let server =
+        crate::serve_http::Server::start(&db, &["--user-db", &pattern, "--min-user-messages", "1"]);
+    let log = server.log_after("learning into it is refused");
+    assert!(log.contains("belongs to nobody"), "{log}");
+    for (user, why) in [
+        (None, "belongs to nobody"),
+        (
+            Some("User: alice@example.org"),
+            "would be made in a directory of nobody",
+        ),
+    ] {
+        let headers: Vec<&str> = user.into_iter().collect();
+        let (code, got) =
+            crate::serve_http::post(&server.url("/learn?class=spam"), &message, &headers);
+        assert_eq!(
+            (code, &got["reason"]),
+            (500, &"database-owner".into()),
+            "{got}"
+        );
+        assert!(got["why"].as_str().unwrap().contains(why), "{got}");
+        let (code, got) = crate::serve_http::post(&server.url("/check"), &message, &headers);
+        assert_eq!(code, 200, "{got}");
+        assert_ne!(got["verdict"], "unknown", "{got}");
+    }
+    let roots: Vec<_> = crate::serve_http::walk(&db.path(""))
+        .into_iter()
+        .filter(|p| std::fs::symlink_metadata(p).unwrap().uid() != 65534)
+        .collect();
+    assert_eq!(roots, Vec::<std::path::PathBuf>::new());
+    assert!(!users.join("example.org").exists());
+    assert_eq!(db.counts(), [24, 24]);
+}
+
 /// `--user` gives the server the user's groups from the group database,
 /// supplementary ones included (a database shared with a group it is in
 /// stays readable). Run in a mount namespace whose `/etc/group` makes
