@@ -334,25 +334,9 @@ fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> Result<(), PathE
         // nothing about who may read ours.
         let (mode, group) = match fs::symlink_metadata(path).ok().filter(|m| m.is_file()) {
             Some(existing) => (existing.mode() & 0o7777, Some(existing.gid())),
-            // Shared with the directory's group where the directory is
-            // (open to its group, closed to others: 0750, 0770), never
-            // with everyone: a directory open to all (0755, as a umask
-            // of 022 makes it) says nothing about who should read.
-            None => match fs::metadata(dir) {
-                Ok(d) if d.mode() & 0o007 == 0 => (d.mode() & 0o660 | 0o600, Some(d.gid())),
-                _ => (0o600, None),
-            },
+            None => new_file_access(dir),
         };
-        // Best effort: only a member of the group may give a file to it,
-        // and the mode follows (a file of the owner's group that the group
-        // may read would be read by the wrong one).
-        let grouped = group.is_none_or(|gid| {
-            file.metadata().is_ok_and(|m| m.gid() == gid)
-                || std::os::unix::fs::fchown(&file, None, Some(gid)).is_ok()
-        });
-        let mode = if grouped { mode } else { mode & 0o7707 };
-        file.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(io(&tmp))?;
+        give_access(&file, mode, group).map_err(io(&tmp))?;
         file.write_all(bytes).map_err(io(&tmp))?;
         if durable {
             file.sync_all().map_err(io(&tmp))?;
@@ -370,6 +354,57 @@ fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> Result<(), PathE
     }
     // Make the rename itself durable.
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// The mode and group of a new file in `dir`: the owner's alone (0600),
+/// or shared with the directory's group where the directory is open to
+/// that group and closed to others (0750 gives 0640, 0770 gives 0660),
+/// never with everyone: a directory open to all (0755, as a umask of 022
+/// makes it) says nothing about who should read.
+fn new_file_access(dir: &Path) -> (u32, Option<u32>) {
+    match fs::metadata(dir) {
+        Ok(d) if d.mode() & 0o007 == 0 => (d.mode() & 0o660 | 0o600, Some(d.gid())),
+        _ => (0o600, None),
+    }
+}
+
+/// Gives `file` `mode`, and `group` if given. Best effort for the group:
+/// only a member of the group may give a file to it, and the mode follows
+/// (a file of the owner's group that the group may read would be read by
+/// the wrong one).
+fn give_access(file: &File, mode: u32, group: Option<u32>) -> io::Result<()> {
+    let grouped = group.is_none_or(|gid| {
+        file.metadata().is_ok_and(|m| m.gid() == gid)
+            || std::os::unix::fs::fchown(file, None, Some(gid)).is_ok()
+    });
+    let mode = if grouped { mode } else { mode & 0o7707 };
+    file.set_permissions(fs::Permissions::from_mode(mode))
+}
+
+/// Opens the regular file `path` of a database for reading and writing
+/// (`append`: appending), never through a link; one that is missing is
+/// made as [`write_atomically`] makes a new file: the owner's, or shared
+/// with the directory's group as the directory is. A file every writer of
+/// a database shares (its lock, its learn log) must open for each writer
+/// the directory lets in, or one writer jams the others.
+pub(crate) fn open_or_create_shared(path: &Path, append: bool) -> io::Result<File> {
+    match create_new(path, 0o600) {
+        Ok(file) => {
+            let dir = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            let (mode, group) = new_file_access(dir);
+            give_access(&file, mode, group)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    if append {
+        open_append_or_create(path, 0o600)
+    } else {
+        open_or_create(path, 0o600)
+    }
 }
 
 /// Removes the temporary files that killed writers of `name` left in `dir`:
@@ -497,7 +532,27 @@ mod tests {
             set(d, dir_mode);
             write_atomically(&d.join(name), b"x").unwrap();
             assert_eq!(mode(name), want, "{name} in a directory of {dir_mode:o}");
+            // A database's lock and log, made by whichever writer comes
+            // first, the same: the directory's other writers open them.
+            let lock = format!("{name}.lock");
+            open_or_create_shared(&d.join(&lock), false).unwrap();
+            assert_eq!(mode(&lock), want, "{lock} in a directory of {dir_mode:o}");
+            let log = format!("{name}.log");
+            open_or_create_shared(&d.join(&log), true)
+                .unwrap()
+                .write_all(b"a\n")
+                .unwrap();
+            open_or_create_shared(&d.join(&log), true)
+                .unwrap()
+                .write_all(b"b\n")
+                .unwrap();
+            assert_eq!(fs::read(d.join(&log)).unwrap(), b"a\nb\n");
+            assert_eq!(mode(&log), want, "{log} in a directory of {dir_mode:o}");
         }
+        // One that is there keeps its mode.
+        set(&d.join("open.lock"), 0o640);
+        open_or_create_shared(&d.join("open.lock"), false).unwrap();
+        assert_eq!(mode("open.lock"), 0o640);
         set(&d.join("private"), 0o604);
         write_atomically(&d.join("private"), b"y").unwrap();
         assert_eq!(mode("private"), 0o604);

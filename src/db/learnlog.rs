@@ -137,7 +137,7 @@ pub fn append(paths: &DbPaths, origin: Origin, changes: &[(Digest, Change)]) -> 
         .iter()
         .map(|(d, c)| line(now, *c, origin, d))
         .collect();
-    crate::fsutil::open_append_or_create(&log, 0o600)?.write_all(text.as_bytes())
+    crate::fsutil::open_or_create_shared(&log, true)?.write_all(text.as_bytes())
 }
 
 /// When the last line from `origin` was written, if the log (or the

@@ -26,7 +26,7 @@ impl WriterLock {
                 source,
             })
         };
-        let file = crate::fsutil::open_or_create(&path, 0o600).map_err(io)?;
+        let file = crate::fsutil::open_or_create_shared(&path, false).map_err(io)?;
         let start = std::time::Instant::now();
         loop {
             match file.try_lock() {
