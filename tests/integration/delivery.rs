@@ -440,6 +440,87 @@ fn scan_reports_every_message_in_each_format() {
     assert!(stderr(&out).contains("empty.host"), "{}", stderr(&out));
 }
 
+/// `scan` run by root over a user's Maildir (a nightly sweep of every
+/// account) leaves the user's mail the user's: the folders it makes
+/// (`.Junk` and its `cur/`, `new/`, `tmp/`) and the copies it writes are
+/// the Maildir owner's, and a copy keeps its message's modification time
+/// (a Maildir reader's received date). Before, they were root's and
+/// private: the user's client and Dovecot could not open the Junk folder,
+/// and delivery recipes filing into it failed.
+#[test]
+fn scan_as_root_leaves_a_users_mail_the_users() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root: test skipped");
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let db = trained();
+    let maildir = db.path("home/Maildir");
+    let inbox = maildir.join(".Inbox");
+    let files = sample_maildir(&inbox);
+    for f in &files {
+        let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+        fs::File::options()
+            .write(true)
+            .open(f)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+    let chown = Command::new("chown")
+        .args(["-R", "nobody:nogroup"])
+        .arg(db.path("home"))
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let copies = maildir.join(".Copies");
+    let junk = maildir.join(".Junk");
+    let copied = json_lines(&db.ok(
+        &[
+            "scan",
+            "--json",
+            "--copy-spam-to",
+            utf8(&copies),
+            utf8(&inbox),
+        ],
+        None,
+    ));
+    assert!(copied.iter().filter(|l| l["action"] == "copied").count() >= 15);
+    let moved = json_lines(&db.ok(
+        &[
+            "scan",
+            "--json",
+            "--move-spam-to",
+            utf8(&junk),
+            utf8(&inbox),
+        ],
+        None,
+    ));
+    assert!(moved.iter().filter(|l| l["action"] == "moved").count() >= 15);
+    let mut seen = 0;
+    for folder in [&copies, &junk] {
+        for sub in ["", "cur", "new", "tmp"] {
+            let dir = folder.join(sub);
+            let meta = fs::metadata(&dir).unwrap();
+            assert_eq!(
+                (meta.uid(), meta.gid()),
+                (65534, 65534),
+                "{}",
+                dir.display()
+            );
+            assert_eq!(meta.mode() & 0o777, 0o700, "{}", dir.display());
+        }
+        for (name, _) in maildir_contents(folder) {
+            let meta = fs::metadata(folder.join(&name)).unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{name}");
+            assert_eq!(meta.mtime(), 1_600_000_000, "{name}");
+            seen += 1;
+        }
+    }
+    assert!(seen >= 30, "{seen}");
+}
+
 #[test]
 fn scan_moves_spam_into_a_maildir_without_loss_or_duplicates() {
     let db = trained();
