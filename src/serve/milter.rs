@@ -12,12 +12,17 @@
 //! CHGHEADER, inserted again under the new name at its position). The
 //! body is never touched: the milter does not even ask for the right to.
 //!
-//! The user is the first envelope recipient (RCPT), angle brackets taken
-//! off: one message gets one verdict, so with several recipients the first
-//! one's model judges (or the global one, when that user has no model of
-//! its own or too young a one, or its name is refused, or its model cannot
-//! be read: see [`super::Models::judge`]); with users' models, `X-Spam-Status` says
-//! which kind judged ([`super::Judged::fields`]). A message without a verdict (too large,
+//! The users are the envelope recipients (RCPT), angle brackets taken
+//! off. One message gets one verdict for all its recipients: each
+//! recipient's model judges it (or the global one, when that user has no
+//! model of its own or too young a one, or its name is refused, or its
+//! model cannot be read: see [`super::Models::judge`]) and the judgment
+//! least harmful to any of them is kept
+//! ([`super::Models::judge_for_all`]), so spam is refused, dropped or held
+//! only when every recipient's model says spam; more than
+//! [`JUDGED_RECIPIENTS`] users are judged by the global model. With users'
+//! models, `X-Spam-Status` says which kind judged
+//! ([`super::Judged::fields`]). A message without a verdict (too large,
 //! no readable model, an internal error) is accepted with the Unknown
 //! status field, as `filter` passes it on; a milter that cannot answer at
 //! all (stopped, timed out) leaves the MTA to its `milter_default_action`,
@@ -129,8 +134,11 @@ struct Bayes {
     /// Header fields above the first one sent that INSHEADER positions
     /// count, by the MTA (see [`hidden_fields`]).
     hidden: u32,
-    /// The first envelope recipient, whose model judges.
-    recipient: Option<String>,
+    /// The envelope recipients' users, each once, in order: at most
+    /// [`JUDGED_RECIPIENTS`] of them.
+    recipients: Vec<String>,
+    /// More recipients came than [`JUDGED_RECIPIENTS`].
+    crowded: bool,
     /// The MTA's queue id (macro `i`), for the log.
     queue_id: Option<String>,
     /// Header fields received in this message so far.
@@ -153,7 +161,8 @@ impl Bayes {
             negotiated,
             leading_space: false,
             hidden: 0,
-            recipient: None,
+            recipients: Vec::new(),
+            crowded: false,
             queue_id: None,
             seen: 0,
             forged: Vec::new(),
@@ -165,7 +174,8 @@ impl Bayes {
     /// Forgets the message (not the connection's negotiation).
     fn reset(&mut self) {
         self.in_message.store(false, Ordering::SeqCst);
-        self.recipient = None;
+        self.recipients.clear();
+        self.crowded = false;
         self.queue_id = None;
         self.seen = 0;
         self.forged.clear();
@@ -370,18 +380,20 @@ impl miltr_server::Milter for Bayes {
     }
 
     async fn rcpt(&mut self, recipient: Recipient) -> Result<Action, Self::Error> {
-        if self.recipient.is_none() {
-            let rcpt = recipient.recipient();
-            let rcpt = rcpt.trim();
-            let rcpt = rcpt
-                .strip_prefix('<')
-                .and_then(|r| r.strip_suffix('>'))
-                .unwrap_or(rcpt);
-            if !rcpt.is_empty() {
-                self.recipient = Some(recipient_user(
-                    rcpt,
-                    &self.state.settings.recipient_delimiter,
-                ));
+        let rcpt = recipient.recipient();
+        let rcpt = rcpt.trim();
+        let rcpt = rcpt
+            .strip_prefix('<')
+            .and_then(|r| r.strip_suffix('>'))
+            .unwrap_or(rcpt);
+        if !rcpt.is_empty() {
+            let user = recipient_user(rcpt, &self.state.settings.recipient_delimiter);
+            if !self.recipients.contains(&user) {
+                if self.recipients.len() < JUDGED_RECIPIENTS {
+                    self.recipients.push(user);
+                } else {
+                    self.crowded = true;
+                }
             }
         }
         Ok(Continue.into())
@@ -427,8 +439,17 @@ impl miltr_server::Milter for Bayes {
     async fn end_of_body(&mut self) -> Result<ModificationResponse, Self::Error> {
         let raw = std::mem::take(&mut self.raw);
         let id = self.id();
-        let judged = self.state.judge(self.recipient.clone(), raw, &id).await;
         let per_user = self.state.models.per_user();
+        // Without users' models every recipient is judged by the global
+        // one: once. With them, each recipient's model, the judgment least
+        // harmful to any kept; a crowd of recipients (a list's expansion)
+        // is judged by the global model alone.
+        let users = match (per_user, self.crowded) {
+            (true, false) => std::mem::take(&mut self.recipients),
+            (true, true) => Vec::new(),
+            (false, _) => self.recipients.drain(..).take(1).collect(),
+        };
+        let judged = self.state.judge_for_all(users, raw, &id).await;
         let fields = judged.fields(per_user);
         let spam = matches!(
             judged.stamped.status,
@@ -589,6 +610,11 @@ impl AsyncWrite for Timed {
         self.conn.as_mut().poll_shutdown(cx)
     }
 }
+
+/// Recipients of one message judged each by their own model; a message
+/// to more distinct users than this is judged by the global model alone,
+/// so that a list's expansion costs one judgment, not hundreds.
+pub const JUDGED_RECIPIENTS: usize = 16;
 
 /// The user a recipient address names: its domain without a trailing dot
 /// (`example.org.` is `example.org`), and its local part cut at the first

@@ -123,6 +123,19 @@ impl State {
     /// (when asked to): `id` names the message in the log (a queue id or a
     /// Message-ID).
     pub async fn judge(self: &Arc<Self>, user: Option<String>, raw: Vec<u8>, id: &str) -> Judged {
+        self.judge_for_all(user.into_iter().collect(), raw, id)
+            .await
+    }
+
+    /// [`State::judge`] for each of `users` (none: for no one), keeping
+    /// the judgment least harmful to any of them
+    /// ([`Models::judge_for_all`]).
+    pub async fn judge_for_all(
+        self: &Arc<Self>,
+        users: Vec<String>,
+        raw: Vec<u8>,
+        id: &str,
+    ) -> Judged {
         let started = Instant::now();
         let too_large = raw.len() as u64 > self.settings.max_message;
         let state = self.clone();
@@ -138,8 +151,8 @@ impl State {
                 which: None,
             }
         } else {
-            let user = user.clone();
-            tokio::task::spawn_blocking(move || state.models.judge(user.as_deref(), &raw))
+            let users = users.clone();
+            tokio::task::spawn_blocking(move || state.models.judge_for_all(&users, &raw))
                 .await
                 .unwrap_or_else(|_| Judged {
                     stamped: crate::db::Stamped::unknown(
@@ -155,7 +168,11 @@ impl State {
             log_line(&format!(
                 "id={} user={} {} model={} ms={:.2}{}",
                 crate::sanitize::for_terminal(if id.is_empty() { "-" } else { id }),
-                crate::sanitize::for_terminal(user.as_deref().unwrap_or("-")),
+                crate::sanitize::for_terminal(&if users.is_empty() {
+                    "-".to_string()
+                } else {
+                    users.join(",")
+                }),
                 judged
                     .stamped
                     .status

@@ -593,6 +593,27 @@ impl Models {
         }
     }
 
+    /// Judges `raw` for each of `users` ([`Models::judge`]; none: for no
+    /// one) and keeps the judgment least harmful to any of them: ham over
+    /// unsure over spam, then the lowest probability; no verdict at all
+    /// (the message passed on unscored) over any. One copy of a message
+    /// goes to all its recipients, so it is junked, refused or held only
+    /// when every recipient's model calls it spam: one user's model never
+    /// costs another user a real message, whatever the recipients' order.
+    pub fn judge_for_all(&self, users: &[String], raw: &[u8]) -> Judged {
+        let mut judged = users.iter().map(|u| self.judge(Some(u), raw));
+        let Some(first) = judged.next() else {
+            return self.judge(None, raw);
+        };
+        judged.fold(first, |kept, next| {
+            if harm(&next) < harm(&kept) {
+                next
+            } else {
+                kept
+            }
+        })
+    }
+
     /// The database learning for `user` goes to: the user's own when users
     /// have their own, else the global one.
     fn learning_db(
@@ -676,5 +697,25 @@ impl Models {
             super::log_line(&format!("note: {failure}"));
         }
         Ok(unlearned.results.remove(0)?)
+    }
+}
+
+/// How harmful a judgment is to a recipient whose mail it is: no verdict
+/// (passed on), ham, unsure, spam; within a verdict, by probability.
+fn harm(judged: &Judged) -> (u8, f64) {
+    match judged.stamped.status {
+        crate::db::Status::Unknown(_) => (0, 0.0),
+        crate::db::Status::Verdict {
+            verdict,
+            probability,
+            ..
+        } => {
+            let rank = match verdict {
+                crate::decision::Verdict::Ham => 1,
+                crate::decision::Verdict::Unsure => 2,
+                crate::decision::Verdict::Spam => 3,
+            };
+            (rank, probability)
+        }
     }
 }

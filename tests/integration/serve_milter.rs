@@ -171,10 +171,13 @@ pub(crate) fn lua_message(raw: &[u8], rcpt: &str) -> String {
     let (fields, body) = split_message(raw);
     let mut lua_text = String::new();
     lua_text.push_str("check(mt.mailfrom(conn, \"<sender@example.org>\"))\n");
-    lua_text.push_str(&format!(
-        "check(mt.rcptto(conn, {}))\n",
-        lua(rcpt.as_bytes())
-    ));
+    // Several recipients, separated by spaces: one RCPT each.
+    for rcpt in rcpt.split(' ') {
+        lua_text.push_str(&format!(
+            "check(mt.rcptto(conn, {}))\n",
+            lua(rcpt.as_bytes())
+        ));
+    }
     for (name, value) in fields {
         let value = value.strip_prefix(b" ").unwrap_or(&value);
         lua_text.push_str(&format!(
@@ -1087,6 +1090,75 @@ fn a_milter_client_that_never_negotiates_is_dropped_after_the_timeout() {
     );
     let (_, log) = serve.finish();
     assert!(log.contains("sent nothing for too long"), "{log}");
+}
+
+/// One copy of a message goes to all its recipients: with users' models
+/// and a spam action that loses mail (`discard`), one recipient's model
+/// calling it spam must not drop another's copy, whichever comes first.
+/// Before, the first recipient's model judged for all: a ham alice had
+/// taught her model to call spam was dropped for bob too when alice came
+/// first, and delivered when bob did.
+#[test]
+fn miltertest_one_recipients_model_never_drops_anothers_copy() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let users = db.path("users");
+    let pattern = format!("{}/%u", users.display());
+    let extra = [
+        "--user-db",
+        pattern.as_str(),
+        "--min-user-messages",
+        "1",
+        "--milter-spam-action",
+        "discard",
+    ];
+    // Alice's model was taught the other way round: what the global model
+    // calls ham, hers calls spam.
+    let raw = sample_files()
+        .into_iter()
+        .filter(|f| f.starts_with(sample_ham()))
+        .map(|f| std::fs::read(f).unwrap())
+        .find(|raw| filter_status(&db, raw).starts_with("No,"))
+        .expect("a sample ham the global model calls ham");
+    let alice = users.join("alice@example.org");
+    let out = Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        .args([
+            "--db",
+            utf8(&alice),
+            "--config",
+            utf8(&db.path("config.toml")),
+        ])
+        .args(["train", "--spam", utf8(&sample_ham())])
+        .args(["--ham", utf8(&sample_spam())])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let reply = |rcpts: &str| {
+        let (out, log) = one_message_to(&db, &extra, &raw, rcpts);
+        (tagged(&out, "REPLY")[0].to_string(), out, log)
+    };
+    let (alone, out, log) = reply("<alice@example.org>");
+    assert_eq!(
+        alone, "discard",
+        "alice's own copy is hers to lose\n{out}\n{log}"
+    );
+    for rcpts in [
+        "<bob@example.org>",
+        "<alice@example.org> <bob@example.org>",
+        "<bob@example.org> <alice@example.org>",
+        "<alice@example.org> <Alice@example.org> <bob@example.org>",
+    ] {
+        let (got, out, log) = reply(rcpts);
+        assert_eq!(got, "continue", "{rcpts}\n{out}\n{log}");
+        let status = tagged(&out, "STATUS")[0].to_string();
+        assert!(
+            status.starts_with(" No,") && status.ends_with("model=global"),
+            "{status}"
+        );
+    }
 }
 
 #[test]
