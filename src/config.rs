@@ -160,7 +160,7 @@ pub struct ServeConfig {
     /// What the milter does with spam: `accept`, `reject`, `discard` or
     /// `quarantine`.
     pub milter_spam_action: Option<String>,
-    /// The characters that start an address extension in a recipient's
+    /// The characters that start an address extension in a user name's
     /// local part.
     pub recipient_delimiter: Option<String>,
 }

@@ -671,11 +671,12 @@ pub(super) struct ServeArgs {
     /// message is accepted with our fields. Default accept.
     #[arg(long, value_name = "ACTION")]
     pub(super) milter_spam_action: Option<bayesmail::serve::SpamAction>,
-    /// The characters that start an address extension in a recipient's
-    /// local part, as Postfix's recipient_delimiter (Debian sets +): the
-    /// milter judges alice+lists@example.org with alice@example.org's
-    /// model. A trailing dot of the domain is always left out. Default
-    /// none.
+    /// The characters that start an address extension in a user name's
+    /// local part, as Postfix's recipient_delimiter (Debian sets +):
+    /// alice+lists@example.org, as a milter's recipient, spamd's User or
+    /// HTTP's, is judged and learned by alice@example.org's model. A
+    /// trailing dot of the domain is always left out. Read again on
+    /// SIGHUP. Default none.
     #[arg(long, value_name = "CHARS")]
     pub(super) recipient_delimiter: Option<String>,
     #[command(flatten)]

@@ -89,11 +89,6 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
                 .map_err(|e| anyhow::anyhow!("[serve] milter_spam_action: {e}"))?,
             (None, None) => serve::SpamAction::default(),
         },
-        recipient_delimiter: args
-            .recipient_delimiter
-            .clone()
-            .or_else(|| conf.recipient_delimiter.clone())
-            .unwrap_or_default(),
     };
     let listeners = serve::bind(&settings)?;
     if let Some(user) = args.user.as_deref().or(conf.user.as_deref()) {
@@ -222,6 +217,11 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
                 .unwrap_or(500),
         ),
         shared_cap,
+        recipient_delimiter: args
+            .recipient_delimiter
+            .clone()
+            .or_else(|| ctx.config.serve.recipient_delimiter.clone())
+            .unwrap_or_default(),
     })
 }
 

@@ -764,6 +764,7 @@ mod tests {
                 shared: None,
                 shared_window: Duration::ZERO,
                 shared_cap: None,
+                recipient_delimiter: String::new(),
             },
             max_message,
             max_connections: 4,
@@ -773,7 +774,6 @@ mod tests {
             shutdown_grace: Duration::from_secs(1),
             log_messages: false,
             milter_spam_action: Default::default(),
-            recipient_delimiter: String::new(),
         }))
     }
 

@@ -81,11 +81,6 @@ pub struct Settings {
     pub log_messages: bool,
     /// What the milter does with a message judged spam.
     pub milter_spam_action: SpamAction,
-    /// The characters that start an address extension in a recipient's
-    /// local part (Postfix's `recipient_delimiter`): the milter judges
-    /// `alice+lists@example.org` with alice@example.org's model. Empty:
-    /// none.
-    pub recipient_delimiter: String,
 }
 
 /// What every connection shares.

@@ -52,6 +52,12 @@ pub struct ModelSettings {
     /// one and each user's) is kept under, in bytes (see
     /// [`Models::keep_under_cap`]).
     pub shared_cap: Option<u64>,
+    /// The characters that start an address extension in a user name's
+    /// local part (Postfix's `recipient_delimiter`): whichever protocol
+    /// names `alice+lists@example.org` (a milter's recipient, spamd's
+    /// `User`, HTTP's), alice@example.org's model judges and learns.
+    /// Empty: none.
+    pub recipient_delimiter: String,
 }
 
 /// Which model judged a message.
@@ -271,7 +277,7 @@ impl Models {
         redis: &Redis,
         user: Option<&str>,
     ) -> Result<Arc<SharedModel>, LearnError> {
-        let key = user.map(super::users::check_user).transpose()?;
+        let key = user.map(|u| self.user_name(u)).transpose()?;
         let user = key.as_deref();
         let mut models = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = models.get(&key) {
@@ -306,7 +312,7 @@ impl Models {
         };
         // A name refused (as a milter's recipient can be): the global
         // model judges, as for a user without a model, and the log says so.
-        let user = match user.map(super::users::check_user).transpose() {
+        let user = match user.map(|u| self.user_name(u)).transpose() {
             Ok(user) => user,
             Err(err) => {
                 self.note_once(format!("{err}; judged with the global model"));
@@ -483,6 +489,21 @@ impl Models {
         Ok(open)
     }
 
+    /// The user `given` (by a request, or as a milter's recipient) names:
+    /// without its address extension ([`super::users::without_extension`]
+    /// by the settings' delimiters), then checked
+    /// ([`super::users::check_user`]).
+    fn user_name(&self, given: &str) -> Result<String, UserError> {
+        super::users::check_user(&self.without_extension(given))
+    }
+
+    /// `given` without its address extension and its domain's trailing
+    /// dot, by the settings' delimiters.
+    pub fn without_extension(&self, given: &str) -> String {
+        let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
+        super::users::without_extension(given, &settings.recipient_delimiter)
+    }
+
     /// The model learning for `user` goes to: the user's own when users
     /// have their own (`--user-db`, or the counts in Redis), else the
     /// global one.
@@ -496,7 +517,7 @@ impl Models {
             .unwrap_or_else(|e| e.into_inner())
             .shared
             .is_some();
-        let user = super::users::check_user(user)?;
+        let user = self.user_name(user)?;
         if shared {
             return Ok(Which::User(user));
         }
@@ -515,6 +536,7 @@ impl Models {
         let Some(pattern) = settings.user_db.as_ref() else {
             return Ok(None);
         };
+        let user = &super::users::without_extension(user, &settings.recipient_delimiter);
         let path = pattern.path(user)?;
         if !path.exists()
             && let Some(earlier) = pattern
@@ -557,8 +579,9 @@ impl Models {
         // model that cannot be read).
         let mut chosen = None;
         if let Some(user) = user {
-            let db =
-                super::users::check_user(user).and_then(|user| Ok((self.user_db(&user)?, user)));
+            let db = self
+                .user_name(user)
+                .and_then(|user| Ok((self.user_db(&user)?, user)));
             match db {
                 Ok((Some(dir), user)) => match self.reader(&dir, bound) {
                     Ok(open) => {

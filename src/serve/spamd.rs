@@ -663,6 +663,7 @@ mod tests {
                 shared: None,
                 shared_window: Duration::ZERO,
                 shared_cap: None,
+                recipient_delimiter: String::new(),
             },
             max_message: 2000,
             max_connections: 1,
@@ -672,7 +673,6 @@ mod tests {
             shutdown_grace: Duration::from_secs(1),
             log_messages: false,
             milter_spam_action: Default::default(),
-            recipient_delimiter: String::new(),
         }));
         for i in 0..3 {
             for (raw, label) in [(HAM, Label::Ham), (SPAM, Label::Spam)] {

@@ -170,9 +170,66 @@ impl UserDbPattern {
     }
 }
 
+/// The user a name or address given by a client names: its domain without
+/// a trailing dot (`example.org.` is `example.org`), and its local part
+/// cut at the first of `delimiters` (an address extension,
+/// `alice+lists`), as the MTA delivers it. A local part that would be
+/// left empty is kept whole.
+pub fn without_extension(rcpt: &str, delimiters: &str) -> String {
+    let (local, domain) = match rcpt.rsplit_once('@') {
+        Some((l, d)) => (l, Some(d.strip_suffix('.').unwrap_or(d))),
+        None => (rcpt, None),
+    };
+    let local = match local.find(|c| delimiters.contains(c)) {
+        Some(0) | None => local,
+        Some(at) => &local[..at],
+    };
+    match domain {
+        Some(d) => format!("{local}@{d}"),
+        None => local.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pattern of the local part alone puts a machine account's login
+    /// (`alice`, as Dovecot gives it) and its address (as a milter's
+    /// recipient) in one database.
+    #[test]
+    fn a_pattern_of_the_local_part_alone_makes_a_login_and_its_address_one_user() {
+        let p = UserDbPattern::new("/var/lib/bayesmail/users/%l").unwrap();
+        assert_eq!(
+            p.path("alice").unwrap(),
+            p.path("alice@example.org").unwrap()
+        );
+        let p = UserDbPattern::new("/var/lib/bayesmail/users/%d/%l").unwrap();
+        assert_ne!(
+            p.path("alice").unwrap(),
+            p.path("alice@example.org").unwrap()
+        );
+    }
+
+    #[test]
+    fn a_name_is_its_user_without_extension_or_the_domains_dot() {
+        for (rcpt, delimiters, user) in [
+            ("alice@example.org", "+", "alice@example.org"),
+            ("alice+lists@example.org", "+", "alice@example.org"),
+            ("alice+lists@example.org", "", "alice+lists@example.org"),
+            ("alice-x+y@example.org.", "+-", "alice@example.org"),
+            ("+alice@example.org", "+", "+alice@example.org"),
+            ("alice+x", "+", "alice"),
+            ("alice@example.org.", "", "alice@example.org"),
+            ("a@b@example.org", "+", "a@b@example.org"),
+        ] {
+            assert_eq!(
+                without_extension(rcpt, delimiters),
+                user,
+                "{rcpt} {delimiters}"
+            );
+        }
+    }
 
     #[test]
     fn safe_names_pass_and_others_are_refused() {

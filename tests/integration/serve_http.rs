@@ -559,6 +559,64 @@ fn each_user_is_judged_by_its_own_model_or_the_global_one() {
 }
 
 /// Every path under `dir`.
+/// `--recipient-delimiter` names the same user whichever protocol gives
+/// the name: HTTP's `User: alice+lists@example.org` learns into and is
+/// judged by alice@example.org's model, as the milter's recipient is.
+/// Before, it applied to the milter alone, and HTTP and spamd learned
+/// into a database of `alice+lists`'s that judged nothing the milter saw.
+#[test]
+fn an_address_extension_names_the_same_user_over_http() {
+    let db = Db::new();
+    db.train_sample();
+    let users = db.path("users");
+    let pattern = format!("{}/%d/%l", utf8(&users));
+    let server = Server::start(
+        &db,
+        &[
+            "--user-db",
+            &pattern,
+            "--min-user-messages",
+            "1",
+            "--recipient-delimiter",
+            "+",
+        ],
+    );
+    let files = sample_files();
+    for (class, part) in [("spam", "/spam/"), ("ham", "/ham/")] {
+        let path = files
+            .iter()
+            .find(|p| p.to_str().unwrap().contains(part))
+            .unwrap();
+        let (code, got) = post(
+            &server.url(&format!("/learn?class={class}")),
+            path,
+            &["User: Alice+Lists@example.org."],
+        );
+        assert_eq!(code, 200, "{got}");
+        assert_eq!(got["database"], "user:alice@example.org", "{got}");
+    }
+    assert!(
+        users.join("example.org/alice/model.bin").is_file(),
+        "{:?}",
+        walk(&users)
+    );
+    assert_eq!(
+        std::fs::read_dir(users.join("example.org"))
+            .unwrap()
+            .count(),
+        1
+    );
+    for user in ["alice@example.org", "alice+other@example.org"] {
+        let (code, got) = post(
+            &server.url("/check"),
+            &files[0],
+            &[&format!("User: {user}")],
+        );
+        assert_eq!(code, 200, "{got}");
+        assert_eq!(got["model"], "user:alice@example.org", "{user}: {got}");
+    }
+}
+
 pub(crate) fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
