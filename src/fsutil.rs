@@ -356,6 +356,31 @@ fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> Result<(), PathE
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
 }
 
+/// When this process runs as root and a user other than root owns `path`
+/// (or, if it is not there, the nearest directory above it that is):
+/// that user's name (its uid if it has none) and whether `path` itself is
+/// there. A relative `path` is taken from the working directory. Root
+/// writing there would leave files that user cannot use, or go through
+/// directories that user can change under it.
+pub fn foreign_owner(path: &Path) -> Option<(String, bool)> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let path = std::path::absolute(path).ok()?;
+    let (meta, exists) = path
+        .ancestors()
+        .enumerate()
+        .find_map(|(i, d)| fs::metadata(d).ok().map(|m| (m, i == 0)))?;
+    if meta.uid() == 0 {
+        return None;
+    }
+    let owner = nix::unistd::User::from_uid(meta.uid().into())
+        .ok()
+        .flatten()
+        .map_or(meta.uid().to_string(), |u| u.name);
+    Some((owner, exists))
+}
+
 /// The mode and group of a new file in `dir`: the owner's alone (0600),
 /// or shared with the directory's group where the directory is open to
 /// that group and closed to others (0750 gives 0640, 0770 gives 0660),

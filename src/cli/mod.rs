@@ -207,7 +207,7 @@ impl Context {
     /// follow, then after a reload with none.
     fn database_to_change(&self) -> anyhow::Result<bayesmail::db::Database> {
         let dir = self.db.dir();
-        if let Some((owner, exists)) = bayesmail::db::foreign_owner(dir) {
+        if let Some((owner, exists)) = bayesmail::fsutil::foreign_owner(dir) {
             let err = bayesmail::db::Error::Foreign {
                 dir: dir.to_path_buf(),
                 owner: owner.clone(),

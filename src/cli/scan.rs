@@ -184,7 +184,13 @@ fn spam_action(args: &ScanArgs) -> Result<Option<SpamAction>> {
         Ok(action) => Ok(Some(action)),
         Err(err @ ActionError::MoveMbox(_)) => bail!("--move-spam-to {err}; use --copy-spam-to"),
         Err(err @ ActionError::MoveStdin) => bail!("--move-spam-to {err}"),
-        Err(err) => Err(err.into()),
+        Err(err) => match &err {
+            ActionError::Foreign { owner, .. } => bail!(
+                "{}; run it as {owner} (runuser -u {owner} -- bayesmail …)",
+                for_terminal(&err.to_string())
+            ),
+            _ => Err(err.into()),
+        },
     }
 }
 

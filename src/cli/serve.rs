@@ -105,12 +105,16 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
         // files would be closed to that user): say so now, not at the
         // first TELL.
         if settings.models.shared.is_none()
-            && let Some((owner, _)) = bayesmail::db::foreign_owner(&settings.models.global)
+            && let Some((owner, exists)) = bayesmail::fsutil::foreign_owner(&settings.models.global)
         {
+            let refused = bayesmail::db::Error::Foreign {
+                dir: settings.models.global.clone(),
+                owner: owner.clone(),
+                exists,
+            };
             serve::log_line(&format!(
-                "the database {} belongs to {owner}: learning into it is refused while serve \
-                 runs as root (--user {owner})",
-                bayesmail::sanitize::for_terminal(&settings.models.global.display().to_string())
+                "learning into the global database is refused while serve runs as root: \
+                 {refused} (--user {owner})"
             ));
         }
     }

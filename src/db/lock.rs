@@ -54,44 +54,13 @@ impl WriterLock {
 /// instead was tried and refused: it cannot be done safely for files
 /// the store makes and names itself, nor through a hard link.
 pub(super) fn refuse_foreign(paths: &DbPaths) -> Result<()> {
-    match foreign_owner(paths.dir()) {
+    match crate::fsutil::foreign_owner(paths.dir()) {
         Some((owner, exists)) => Err(Error::Foreign {
             dir: paths.dir().to_path_buf(),
             owner,
             exists,
         }),
         None => Ok(()),
-    }
-}
-
-/// When this process runs as root and a user other than root owns the
-/// database directory `dir` (or the nearest directory above it that is
-/// there): that user's name (its uid if it has none) and whether `dir`
-/// itself is there.
-pub fn foreign_owner(dir: &std::path::Path) -> Option<(String, bool)> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        if !nix::unistd::geteuid().is_root() {
-            return None;
-        }
-        let (meta, exists) = dir
-            .ancestors()
-            .enumerate()
-            .find_map(|(i, d)| std::fs::metadata(d).ok().map(|m| (m, i == 0)))?;
-        if meta.uid() == 0 {
-            return None;
-        }
-        let owner = nix::unistd::User::from_uid(meta.uid().into())
-            .ok()
-            .flatten()
-            .map_or(meta.uid().to_string(), |u| u.name);
-        Some((owner, exists))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        None
     }
 }
 

@@ -30,7 +30,6 @@ mod database;
 mod delivery;
 pub mod learnlog;
 mod lock;
-pub use lock::foreign_owner;
 pub(crate) mod quick;
 mod reader;
 mod report;
@@ -143,7 +142,7 @@ pub enum Error {
     },
     /// A writer running as root on a database another user owns, or one
     /// it would make inside another user's directory
-    /// ([`lock::foreign_owner`]).
+    /// ([`crate::fsutil::foreign_owner`]).
     #[error(
         "the database {} {}: written as root it would be left files {owner} cannot use; \
          write to it as {owner}",

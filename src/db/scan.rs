@@ -30,6 +30,22 @@ pub enum ActionError {
     /// Messages of an mbox file cannot be moved out of it.
     #[error("cannot move messages out of an mbox file ({})", .0.display())]
     MoveMbox(PathBuf),
+    /// Run as root, the target or a source of a move belongs to another
+    /// user ([`crate::fsutil::foreign_owner`]).
+    #[error(
+        "{} {} {owner}: as root, moving or writing mail there would go through directories \
+         {owner} can change under it, and leave {owner} folders and files they cannot open",
+        .path.display(),
+        if *.exists { "belongs to" } else { "would be made in a directory of" }
+    )]
+    Foreign {
+        /// The target or the source.
+        path: PathBuf,
+        /// Its owner, or that of the directory it would be made in.
+        owner: String,
+        /// Whether it is there.
+        exists: bool,
+    },
     /// The target Maildir cannot be made.
     #[error("preparing the Maildir {}: {}", .path.display(), crate::fsutil::words(.source))]
     Target {
@@ -44,13 +60,23 @@ impl SpamAction {
     /// Moves (`moving`) or copies spam read from `sources` into the Maildir
     /// at `target`, created if need be; with `dry_run`, only says where each
     /// message would go and creates nothing. Moving is refused for standard
-    /// input and mbox files.
+    /// input and mbox files; run as root, a target (or a source of a move)
+    /// another user owns is refused: that user could swap its folders for
+    /// links while the run renames and writes through them, and what root
+    /// made there would be closed to them.
     pub fn new(
         target: &Path,
         moving: bool,
         dry_run: bool,
         sources: &[PathBuf],
     ) -> Result<SpamAction, ActionError> {
+        let foreign = |path: &Path| {
+            crate::fsutil::foreign_owner(path).map(|(owner, exists)| ActionError::Foreign {
+                path: path.to_path_buf(),
+                owner,
+                exists,
+            })
+        };
         if moving {
             for path in sources {
                 if path.as_os_str() == "-" {
@@ -59,7 +85,13 @@ impl SpamAction {
                 if mailbox::detect(path).ok() == Some(MailboxKind::Mbox) {
                     return Err(ActionError::MoveMbox(path.clone()));
                 }
+                if !dry_run && let Some(err) = foreign(path) {
+                    return Err(err);
+                }
             }
+        }
+        if !dry_run && let Some(err) = foreign(target) {
+            return Err(err);
         }
         let maildir = if dry_run {
             Maildir::at(target)

@@ -114,18 +114,12 @@ impl Maildir {
     pub fn create(root: &Path) -> io::Result<Maildir> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         if !root.exists() {
-            let missing: Vec<&Path> = root.ancestors().take_while(|d| !exists(d)).collect();
-            let owner = root.ancestors().find(|d| exists(d)).and_then(owner_for);
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(root)
                 .map_err(|e| annotate(e, root))?;
-            for dir in missing {
-                give(dir, owner)?;
-            }
         }
-        let owner = owner_for(root);
         let mode = fs::metadata(root)
             .map_err(|e| annotate(e, root))?
             .permissions()
@@ -134,7 +128,7 @@ impl Maildir {
         for sub in ["cur", "new", "tmp"] {
             let dir = root.join(sub);
             match fs::DirBuilder::new().mode(mode).create(&dir) {
-                Ok(()) => give(&dir, owner)?,
+                Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(annotate(e, &dir)),
             }
@@ -325,18 +319,9 @@ impl Maildir {
         use std::os::unix::fs::PermissionsExt;
         let mode =
             fs::metadata(&self.root).map_or(0o600, |m| m.permissions().mode() & 0o666 | 0o600);
-        let owner = owner_for(&self.root);
         for n in 0..100 {
             match crate::fsutil::create_new(&tmp, mode) {
-                Ok(f) => {
-                    if let Some((uid, gid)) = owner
-                        && let Err(e) = std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
-                    {
-                        let _ = fs::remove_file(&tmp);
-                        return Err(e);
-                    }
-                    return Ok((tmp, f));
-                }
+                Ok(f) => return Ok((tmp, f)),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
             }
@@ -348,31 +333,6 @@ impl Maildir {
             io::ErrorKind::AlreadyExists,
             format!("no free temporary name in {}", dir.display()),
         ))
-    }
-}
-
-/// Who what is made in `dir` must belong to, when that is not this
-/// process: run as root (a sweep of every user's mailbox) in a directory
-/// another user owns, the folders and copies it makes are that user's
-/// (uid and gid of `dir`), or their mail client, Dovecot and delivery
-/// could not open them. None: they are this process's, as made.
-fn owner_for(dir: &Path) -> Option<(u32, u32)> {
-    use std::os::unix::fs::MetadataExt;
-    if !nix::unistd::geteuid().is_root() {
-        return None;
-    }
-    let meta = fs::metadata(dir).ok()?;
-    (meta.uid() != 0).then_some((meta.uid(), meta.gid()))
-}
-
-/// Gives the directory `dir`, just made, to `owner` if given (never
-/// through a link).
-fn give(dir: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
-    match owner {
-        Some((uid, gid)) => {
-            std::os::unix::fs::lchown(dir, Some(uid), Some(gid)).map_err(|e| annotate(e, dir))
-        }
-        None => Ok(()),
     }
 }
 

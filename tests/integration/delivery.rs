@@ -440,15 +440,18 @@ fn scan_reports_every_message_in_each_format() {
     assert!(stderr(&out).contains("empty.host"), "{}", stderr(&out));
 }
 
-/// `scan` run by root over a user's Maildir (a nightly sweep of every
-/// account) leaves the user's mail the user's: the folders it makes
-/// (`.Junk` and its `cur/`, `new/`, `tmp/`) and the copies it writes are
-/// the Maildir owner's, and a copy keeps its message's modification time
-/// (a Maildir reader's received date). Before, they were root's and
-/// private: the user's client and Dovecot could not open the Junk folder,
-/// and delivery recipes filing into it failed.
+/// `scan` run by root moves or writes no mail in another user's Maildir
+/// (nor makes one there): that user could swap its folders for links
+/// while the run renames and writes through them (into /etc, say), and
+/// what root made there (`.Junk` and its `cur/`, `new/`, `tmp/`, private)
+/// was closed to them, so their client, Dovecot and the delivery recipes
+/// could not open it. Refused whether the paths are absolute or relative,
+/// naming the owner; reading their mail (classifying, a dry run, copying
+/// out of it into root's own folder) is not. A copy keeps its message's
+/// modification time, which Maildir readers take for when it was
+/// received.
 #[test]
-fn scan_as_root_leaves_a_users_mail_the_users() {
+fn scan_as_root_moves_and_writes_no_mail_in_another_users_maildir() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("needs root: test skipped");
@@ -459,13 +462,13 @@ fn scan_as_root_leaves_a_users_mail_the_users() {
     let maildir = db.path("home/Maildir");
     let inbox = maildir.join(".Inbox");
     let files = sample_maildir(&inbox);
+    let received = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
     for f in &files {
-        let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
         fs::File::options()
             .write(true)
             .open(f)
             .unwrap()
-            .set_modified(t)
+            .set_modified(received)
             .unwrap();
     }
     let chown = Command::new("chown")
@@ -474,51 +477,79 @@ fn scan_as_root_leaves_a_users_mail_the_users() {
         .status()
         .unwrap();
     assert!(chown.success());
-    let copies = maildir.join(".Copies");
+    let before = maildir_contents(&inbox);
+    let review = db.path("review");
+    let scan = |args: &[&str], dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+            .args(db.global_args())
+            .arg("scan")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap()
+    };
     let junk = maildir.join(".Junk");
-    let copied = json_lines(&db.ok(
-        &[
-            "scan",
-            "--json",
-            "--copy-spam-to",
-            utf8(&copies),
-            utf8(&inbox),
-        ],
-        None,
-    ));
-    assert!(copied.iter().filter(|l| l["action"] == "copied").count() >= 15);
-    let moved = json_lines(&db.ok(
-        &[
-            "scan",
-            "--json",
-            "--move-spam-to",
-            utf8(&junk),
-            utf8(&inbox),
-        ],
-        None,
-    ));
-    assert!(moved.iter().filter(|l| l["action"] == "moved").count() >= 15);
-    let mut seen = 0;
-    for folder in [&copies, &junk] {
-        for sub in ["", "cur", "new", "tmp"] {
-            let dir = folder.join(sub);
-            let meta = fs::metadata(&dir).unwrap();
-            assert_eq!(
-                (meta.uid(), meta.gid()),
-                (65534, 65534),
-                "{}",
-                dir.display()
-            );
-            assert_eq!(meta.mode() & 0o777, 0o700, "{}", dir.display());
-        }
-        for (name, _) in maildir_contents(folder) {
-            let meta = fs::metadata(folder.join(&name)).unwrap();
-            assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{name}");
-            assert_eq!(meta.mtime(), 1_600_000_000, "{name}");
-            seen += 1;
-        }
+    for (args, dir, owned) in [
+        (
+            vec!["--move-spam-to", utf8(&junk), utf8(&inbox)],
+            db.path(""),
+            "belongs to nobody",
+        ),
+        (
+            vec!["--copy-spam-to", utf8(&junk), utf8(&inbox)],
+            db.path(""),
+            "would be made in a directory of nobody",
+        ),
+        (
+            vec!["--copy-spam-to", ".Junk", ".Inbox"],
+            maildir.clone(),
+            "would be made in a directory of nobody",
+        ),
+        (
+            vec!["--move-spam-to", ".Junk", ".Inbox"],
+            maildir.clone(),
+            "belongs to nobody",
+        ),
+        (
+            vec!["--move-spam-to", utf8(&inbox), utf8(&inbox)],
+            db.path(""),
+            "belongs to nobody",
+        ),
+        (
+            vec!["--move-spam-to", utf8(&review), utf8(&inbox)],
+            db.path(""),
+            "belongs to nobody",
+        ),
+    ] {
+        let out = scan(&args, &dir);
+        assert_exit(&out, 2, &args);
+        let err = stderr(&out);
+        assert!(
+            err.contains(owned) && err.contains("runuser -u nobody"),
+            "{args:?}: {err}"
+        );
     }
-    assert!(seen >= 30, "{seen}");
+    assert!(!junk.exists() && !review.exists());
+    assert_eq!(maildir_contents(&inbox), before);
+    // Reading it is not refused: a dry run, and copies into root's own
+    // folder, which keep each message's time.
+    let out = scan(
+        &["--dry-run", "--move-spam-to", utf8(&junk), utf8(&inbox)],
+        &db.path(""),
+    );
+    assert_exit(&out, 0, &["dry run"]);
+    let out = scan(
+        &["--copy-spam-to", utf8(&review), utf8(&inbox)],
+        &db.path(""),
+    );
+    assert_exit(&out, 0, &["copy into root's folder"]);
+    let copies = maildir_contents(&review);
+    assert!(copies.len() >= 15, "{}", copies.len());
+    for (name, _) in copies {
+        let meta = fs::metadata(review.join(&name)).unwrap();
+        assert_eq!(meta.mtime(), 1_600_000_000, "{name}");
+    }
+    assert_eq!(maildir_contents(&inbox), before);
 }
 
 #[test]

@@ -490,7 +490,7 @@ fn a_server_running_as_root_learns_into_no_database_another_user_owns() {
     let pattern = format!("{}/%d/%l", utf8(&users));
     let server =
         crate::serve_http::Server::start(&db, &["--user-db", &pattern, "--min-user-messages", "1"]);
-    let log = server.log_after("learning into it is refused");
+    let log = server.log_after("learning into the global database is refused");
     assert!(log.contains("belongs to nobody"), "{log}");
     for (user, why) in [
         (None, "belongs to nobody"),
@@ -719,6 +719,23 @@ fn roots_writes_to_a_database_another_user_owns_are_refused() {
     let fresh = inside.join("db");
     let out = run(&["--db", utf8(&fresh), "learn", "--spam"], Some(&message));
     assert_exit(&out, 2, &["learn into a new database in nobody's home"]);
+    assert!(stderr(&out).contains("would be made in a directory of nobody"));
+    assert!(!fresh.exists());
+    // Nor when the database is named from inside that directory.
+    let out = run_with_stdin(
+        {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+            cmd.current_dir(&inside)
+                .args(["--db", "db", "learn", "--spam"]);
+            cmd
+        },
+        &message,
+    );
+    assert_exit(
+        &out,
+        2,
+        &["learn into a relative new database in nobody's home"],
+    );
     assert!(stderr(&out).contains("would be made in a directory of nobody"));
     assert!(!fresh.exists());
     let mut cmd = Command::new("setpriv");
