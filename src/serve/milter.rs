@@ -387,7 +387,14 @@ impl miltr_server::Milter for Bayes {
             .and_then(|r| r.strip_suffix('>'))
             .unwrap_or(rcpt);
         if !rcpt.is_empty() {
-            let user = self.state.models.without_extension(rcpt);
+            // The name its model is chosen by, so that one user written
+            // two ways (`Bob@…`, `bob+lists@…`) is judged once; a name
+            // refused as it came, for the log to say so.
+            let user = self
+                .state
+                .models
+                .user_name(rcpt)
+                .unwrap_or_else(|_| rcpt.to_string());
             if !self.recipients.contains(&user) {
                 if self.recipients.len() < JUDGED_RECIPIENTS {
                     self.recipients.push(user);

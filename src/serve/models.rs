@@ -493,13 +493,13 @@ impl Models {
     /// without its address extension ([`super::users::without_extension`]
     /// by the settings' delimiters), then checked
     /// ([`super::users::check_user`]).
-    fn user_name(&self, given: &str) -> Result<String, UserError> {
+    pub(crate) fn user_name(&self, given: &str) -> Result<String, UserError> {
         super::users::check_user(&self.without_extension(given))
     }
 
     /// `given` without its address extension and its domain's trailing
     /// dot, by the settings' delimiters.
-    pub fn without_extension(&self, given: &str) -> String {
+    fn without_extension(&self, given: &str) -> String {
         let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
         super::users::without_extension(given, &settings.recipient_delimiter)
     }
@@ -527,7 +527,8 @@ impl Models {
         })
     }
 
-    /// The database of `user` under the settings, if users have their own.
+    /// The database of `user` (a name [`Models::user_name`] gave) under
+    /// the settings, if users have their own.
     /// A database made where an earlier version put it
     /// ([`UserDbPattern::earlier_path`]) and not yet moved is used there,
     /// and the log says once where to move it.
@@ -536,7 +537,6 @@ impl Models {
         let Some(pattern) = settings.user_db.as_ref() else {
             return Ok(None);
         };
-        let user = &super::users::without_extension(user, &settings.recipient_delimiter);
         let path = pattern.path(user)?;
         if !path.exists()
             && let Some(earlier) = pattern
@@ -645,7 +645,11 @@ impl Models {
         origin: Origin,
     ) -> Result<(Database, ModelSettings), LearnError> {
         let settings = self.settings();
-        let dir = match user.map(|u| self.user_db(u)).transpose()?.flatten() {
+        let dir = match user
+            .map(|u| self.user_name(u).and_then(|u| self.user_db(&u)))
+            .transpose()?
+            .flatten()
+        {
             Some(dir) => dir,
             None => settings.global.clone(),
         };

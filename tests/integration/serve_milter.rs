@@ -1159,6 +1159,22 @@ fn miltertest_one_recipients_model_never_drops_anothers_copy() {
             "{status}"
         );
     }
+    // Users, not spellings, count towards the cap: nine users each
+    // written two ways are nine judgments, not a crowd for the global
+    // model alone.
+    let rcpts: Vec<String> = (0..9)
+        .flat_map(|i| {
+            [
+                format!("<u{i}+x@example.org>"),
+                format!("<U{i}@Example.org.>"),
+            ]
+        })
+        .collect();
+    let mut logged = extra.to_vec();
+    logged.extend(["--recipient-delimiter", "+"]);
+    let (_, log) = one_message_to(&db, &logged, &raw, &rcpts.join(" "));
+    let names: Vec<String> = (0..9).map(|i| format!("u{i}@example.org")).collect();
+    assert!(log.contains(&format!("user={} ", names.join(","))), "{log}");
 }
 
 #[test]
