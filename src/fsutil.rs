@@ -356,29 +356,177 @@ fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> Result<(), PathE
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
 }
 
-/// When this process runs as root and a user other than root owns `path`
-/// (or, if it is not there, the nearest directory above it that is):
-/// that user's name (its uid if it has none) and whether `path` itself is
-/// there. A relative `path` is taken from the working directory. Root
-/// writing there would leave files that user cannot use, or go through
-/// directories that user can change under it.
-pub fn foreign_owner(path: &Path) -> Option<(String, bool)> {
+/// Why root must not write at a path: somewhere on the way to it another
+/// user can change what the path leads to. Root's files there would be
+/// closed to that user, and a link swapped in under a running command
+/// (a directory renamed away and a link to `/etc` put in its place)
+/// would send root's writes wherever the user chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsafe {
+    /// The path as given.
+    pub path: PathBuf,
+    /// What is wrong with it, to follow the path in a sentence
+    /// ("belongs to alice", "goes through /tmp, which every user may
+    /// change").
+    pub reason: String,
+    /// The user who can change it, where one user can: the one to run
+    /// the command as instead.
+    pub owner: Option<String>,
+}
+
+impl Unsafe {
+    /// What to do instead, in words: write as the user who can change it.
+    pub fn instead(&self) -> String {
+        match &self.owner {
+            Some(owner) => format!("write to it as {owner}"),
+            None => "keep it where only its user and root may change it".to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Unsafe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.path.display(), self.reason)
+    }
+}
+
+/// When this process runs as root: whether another user can change what
+/// `path` leads to (see [`Unsafe`]). The path is followed as the kernel
+/// follows it, from the working directory if relative, through each
+/// link and `..`: a directory or link on the way that another user owns,
+/// a directory on the way that others may write to (a sticky one such
+/// as `/tmp` only where what is in it is not root's, or where the rest
+/// of the path is still to be made there), or a `..` after a directory
+/// still to be made. What is inside a directory only root may change
+/// is root's to write, whoever owns a file there.
+pub fn unsafe_for_root(path: &Path) -> Option<Unsafe> {
+    use std::collections::VecDeque;
+    use std::path::Component;
     if !nix::unistd::geteuid().is_root() {
         return None;
     }
-    let path = std::path::absolute(path).ok()?;
-    let (meta, exists) = path
-        .ancestors()
-        .enumerate()
-        .find_map(|(i, d)| fs::metadata(d).ok().map(|m| (m, i == 0)))?;
-    if meta.uid() == 0 {
-        return None;
+    let abs = std::path::absolute(path).ok()?;
+    // The owner of what the path leads to, if it is there.
+    let owner_of_end = fs::metadata(&abs).ok().map(|m| m.uid());
+    let exists = fs::symlink_metadata(&abs).is_ok();
+    let name = |uid: u32| {
+        nix::unistd::User::from_uid(uid.into())
+            .ok()
+            .flatten()
+            .map_or(uid.to_string(), |u| u.name)
+    };
+    let refuse = |reason: String, owner: Option<String>| {
+        Some(Unsafe {
+            path: path.to_path_buf(),
+            reason,
+            owner,
+        })
+    };
+    // Who other than root may change what is in a directory.
+    let others = |meta: &fs::Metadata| {
+        if meta.mode() & 0o002 != 0 {
+            Some("every user".to_string())
+        } else if meta.mode() & 0o020 != 0 && meta.gid() != 0 {
+            let group = nix::unistd::Group::from_gid(meta.gid().into())
+                .ok()
+                .flatten()
+                .map_or(meta.gid().to_string(), |g| g.name);
+            Some(format!("the group {group}"))
+        } else {
+            None
+        }
+    };
+    let mut rest: VecDeque<std::ffi::OsString> = VecDeque::new();
+    let push = |rest: &mut VecDeque<std::ffi::OsString>, p: &Path, front: bool| {
+        let items: Vec<std::ffi::OsString> = p
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some("..".into()),
+                _ => None,
+            })
+            .collect();
+        if front {
+            for item in items.into_iter().rev() {
+                rest.push_front(item);
+            }
+        } else {
+            rest.extend(items);
+        }
+    };
+    push(&mut rest, &abs, false);
+    let root = Path::new("/");
+    let mut cur = root.to_path_buf();
+    let mut cur_meta = fs::metadata(root).ok()?;
+    let mut links = 0;
+    while let Some(item) = rest.pop_front() {
+        if item == ".." {
+            cur = cur.parent().unwrap_or(root).to_path_buf();
+            cur_meta = fs::metadata(&cur).ok()?;
+            continue;
+        }
+        let next = cur.join(&item);
+        let meta = match fs::symlink_metadata(&next) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if let Some(who) = others(&cur_meta) {
+                    return refuse(
+                        format!("would be made in {}, which {who} may change", cur.display()),
+                        None,
+                    );
+                }
+                if rest.iter().any(|r| r == "..") {
+                    return refuse(
+                        "goes back up (..) out of a directory still to be made".to_string(),
+                        None,
+                    );
+                }
+                return None;
+            }
+            // Whatever stops the look stops the command too.
+            Err(_) => return None,
+        };
+        let link = meta.file_type().is_symlink();
+        let last = rest.is_empty() && links == 0;
+        if meta.uid() != 0 && (meta.is_dir() || link) {
+            let owner = name(meta.uid());
+            let reason = if link {
+                format!("goes through a link of {owner} ({})", next.display())
+            } else if last || owner_of_end == Some(meta.uid()) {
+                format!("belongs to {owner}")
+            } else if exists {
+                format!("is in a directory of {owner}")
+            } else {
+                format!("would be made in a directory of {owner}")
+            };
+            return refuse(reason, Some(owner));
+        }
+        let sticky = cur_meta.mode() & 0o1000 != 0;
+        if let Some(who) = others(&cur_meta)
+            && !(sticky && meta.uid() == 0)
+        {
+            return refuse(
+                format!("goes through {}, which {who} may change", cur.display()),
+                None,
+            );
+        }
+        if link {
+            links += 1;
+            if links > 40 {
+                return None;
+            }
+            let target = fs::read_link(&next).ok()?;
+            if target.is_absolute() {
+                cur = root.to_path_buf();
+                cur_meta = fs::metadata(root).ok()?;
+            }
+            push(&mut rest, &target, true);
+            continue;
+        }
+        cur = next;
+        cur_meta = meta;
     }
-    let owner = nix::unistd::User::from_uid(meta.uid().into())
-        .ok()
-        .flatten()
-        .map_or(meta.uid().to_string(), |u| u.name);
-    Some((owner, exists))
+    None
 }
 
 /// The mode and group of a new file in `dir`: the owner's alone (0600),
@@ -534,6 +682,101 @@ mod tests {
             .read_to_string(&mut text)
             .unwrap();
         assert_eq!(text, "keep");
+    }
+
+    /// Root's writes are refused wherever another user can change what
+    /// the path leads to, however the path gets there: a directory or a
+    /// link of theirs on the way, a directory others may write to, a `..`
+    /// out of a directory still to be made; and allowed in root's own
+    /// directories.
+    #[test]
+    fn root_writes_only_where_no_other_user_can_change_the_way() {
+        // SAFETY: reading the process's effective user id.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let mkdir = |name: &str, mode: u32, uid: u32| {
+            let p = d.join(name);
+            fs::create_dir(&p).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+            std::os::unix::fs::chown(&p, Some(uid), None).unwrap();
+            p
+        };
+        mkdir("root", 0o755, 0);
+        mkdir("root/inner", 0o755, 0);
+        mkdir("nobody", 0o755, 65534);
+        mkdir("nobody/roots", 0o755, 0);
+        mkdir("open", 0o777, 0);
+        mkdir("open/roots", 0o755, 0);
+        mkdir("sticky", 0o1777, 0);
+        mkdir("sticky/roots", 0o755, 0);
+        std::os::unix::fs::symlink(d.join("nobody"), d.join("rootlink")).unwrap();
+        std::os::unix::fs::symlink(d.join("root"), d.join("nobodylink")).unwrap();
+        std::os::unix::fs::lchown(d.join("nobodylink"), Some(65534), None).unwrap();
+        let why = |rel: &str| unsafe_for_root(&d.join(rel)).map(|u| (u.reason, u.owner));
+        let nobody = Some("nobody".to_string());
+        for ok in [
+            "root/db",
+            "root/inner",
+            "root/inner/new/db",
+            "sticky/roots/db",
+            "root/../root/db",
+        ] {
+            assert_eq!(why(ok), None, "{ok}");
+        }
+        assert_eq!(
+            why("nobody"),
+            Some(("belongs to nobody".into(), nobody.clone()))
+        );
+        assert_eq!(
+            why("nobody/db"),
+            Some((
+                "would be made in a directory of nobody".into(),
+                nobody.clone()
+            ))
+        );
+        assert_eq!(
+            why("nobody/roots"),
+            Some(("is in a directory of nobody".into(), nobody.clone()))
+        );
+        for through in ["rootlink/db", "root/../nobody/db"] {
+            assert_eq!(
+                why(through),
+                Some((
+                    "would be made in a directory of nobody".into(),
+                    nobody.clone()
+                )),
+                "{through}"
+            );
+        }
+        let (reason, owner) = why("nobodylink/db").unwrap();
+        assert!(
+            reason.starts_with("goes through a link of nobody"),
+            "{reason}"
+        );
+        assert_eq!(owner, nobody);
+        let (reason, owner) = why("missing/../nobody/db").unwrap();
+        assert!(reason.contains("(..)"), "{reason}");
+        assert_eq!(owner, None);
+        for (rel, made) in [
+            ("open/db", true),
+            ("open/roots", false),
+            ("sticky/db", true),
+        ] {
+            let (reason, owner) = why(rel).unwrap();
+            let want = if made {
+                "would be made in"
+            } else {
+                "goes through"
+            };
+            assert!(
+                reason.starts_with(want) && reason.ends_with("which every user may change"),
+                "{rel}: {reason}"
+            );
+            assert_eq!(owner, None);
+        }
     }
 
     /// A new file is shared with its directory's group only where the

@@ -206,14 +206,13 @@ impl Context {
     /// and `serve --user` would judge with a model it can no longer
     /// follow, then after a reload with none.
     fn database_to_change(&self) -> anyhow::Result<bayesmail::db::Database> {
-        let dir = self.db.dir();
-        if let Some((owner, exists)) = bayesmail::fsutil::foreign_owner(dir) {
-            let err = bayesmail::db::Error::Foreign {
-                dir: dir.to_path_buf(),
-                owner: owner.clone(),
-                exists,
-            };
-            anyhow::bail!("{err} (runuser -u {owner} -- bayesmail …)");
+        if let Some(why) = bayesmail::fsutil::unsafe_for_root(self.db.dir()) {
+            let hint = why
+                .owner
+                .as_ref()
+                .map(|owner| format!(" (runuser -u {owner} -- bayesmail …)"))
+                .unwrap_or_default();
+            anyhow::bail!("{}{hint}", bayesmail::db::Error::Foreign { why });
         }
         Ok(self.database())
     }

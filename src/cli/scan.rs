@@ -185,10 +185,12 @@ fn spam_action(args: &ScanArgs) -> Result<Option<SpamAction>> {
         Err(err @ ActionError::MoveMbox(_)) => bail!("--move-spam-to {err}; use --copy-spam-to"),
         Err(err @ ActionError::MoveStdin) => bail!("--move-spam-to {err}"),
         Err(err) => match &err {
-            ActionError::Foreign { owner, .. } => bail!(
-                "{}; run it as {owner} (runuser -u {owner} -- bayesmail …)",
-                for_terminal(&err.to_string())
-            ),
+            ActionError::Foreign { why } => match &why.owner {
+                Some(owner) => {
+                    bail!("{err}; run it as {owner} (runuser -u {owner} -- bayesmail …)")
+                }
+                None => bail!("{err}"),
+            },
             _ => Err(err.into()),
         },
     }

@@ -105,16 +105,16 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
         // files would be closed to that user): say so now, not at the
         // first TELL.
         if settings.models.shared.is_none()
-            && let Some((owner, exists)) = bayesmail::fsutil::foreign_owner(&settings.models.global)
+            && let Some(why) = bayesmail::fsutil::unsafe_for_root(&settings.models.global)
         {
-            let refused = bayesmail::db::Error::Foreign {
-                dir: settings.models.global.clone(),
-                owner: owner.clone(),
-                exists,
-            };
+            let hint = why
+                .owner
+                .as_ref()
+                .map(|owner| format!(" (--user {owner})"))
+                .unwrap_or_default();
             serve::log_line(&format!(
-                "learning into the global database is refused while serve runs as root: \
-                 {refused} (--user {owner})"
+                "learning into the global database is refused while serve runs as root: {}{hint}",
+                bayesmail::db::Error::Foreign { why }
             ));
         }
     }

@@ -47,19 +47,19 @@ impl WriterLock {
 }
 
 /// Refuses a writer running as root on the database at `paths` when
-/// another user owns it (or, for one not made yet, the nearest directory
-/// above it that is there): root's lock, journal, log and store files in
-/// it would be closed to that user, whose own `learn`, `filter` and
-/// `serve --user` would then fail on them. Giving the files to the owner
-/// instead was tried and refused: it cannot be done safely for files
-/// the store makes and names itself, nor through a hard link.
+/// another user can change what its path leads to
+/// ([`crate::fsutil::unsafe_for_root`]), its count store's included:
+/// root's lock, journal, log and store files there would be closed to
+/// that user, whose own `learn`, `filter` and `serve --user` would then
+/// fail on them, and a link swapped in under the writer would send its
+/// files wherever the user chose. Giving the files to the owner instead
+/// was tried and dropped: it cannot be done safely for files the store
+/// makes and names itself, nor through a hard link.
 pub(super) fn refuse_foreign(paths: &DbPaths) -> Result<()> {
-    match crate::fsutil::foreign_owner(paths.dir()) {
-        Some((owner, exists)) => Err(Error::Foreign {
-            dir: paths.dir().to_path_buf(),
-            owner,
-            exists,
-        }),
+    match crate::fsutil::unsafe_for_root(paths.dir())
+        .or_else(|| crate::fsutil::unsafe_for_root(&paths.counts()))
+    {
+        Some(why) => Err(Error::Foreign { why }),
         None => Ok(()),
     }
 }

@@ -140,22 +140,18 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
-    /// A writer running as root on a database another user owns, or one
-    /// it would make inside another user's directory
-    /// ([`crate::fsutil::foreign_owner`]).
+    /// A writer running as root on a database another user can change
+    /// ([`crate::fsutil::unsafe_for_root`]): one another user owns, one
+    /// it would make inside another user's directory, one reached through
+    /// a directory others may write to.
     #[error(
-        "the database {} {}: written as root it would be left files {owner} cannot use; \
-         write to it as {owner}",
-        crate::sanitize::for_terminal(&dir.display().to_string()),
-        if *exists { format!("belongs to {owner}") } else { format!("would be made in a directory of {owner}") }
+        "the database {why}: as root this would leave it files its user cannot use, or write \
+         wherever a link swapped in under it leads; {}",
+        why.instead()
     )]
     Foreign {
-        /// The database directory.
-        dir: PathBuf,
-        /// The user who owns it, or the directory it would be made in.
-        owner: String,
-        /// Whether the database directory is there.
-        exists: bool,
+        /// Who can change what.
+        why: crate::fsutil::Unsafe,
     },
     /// Creating the database directory failed.
     #[error("cannot create database directory {}: {}", path.display(), crate::fsutil::words(source))]

@@ -19,6 +19,10 @@ pub struct SpamAction {
     dry_run: bool,
     /// The target's canonical path, if it exists.
     canonical: Option<PathBuf>,
+    /// Run as root: each folder a message was moved out of, and whether
+    /// another user can change what it leads to (a folder a recursive read
+    /// entered, or a link followed, that the sources named did not show).
+    checked: std::sync::Mutex<std::collections::HashMap<PathBuf, Option<String>>>,
 }
 
 /// Why a [`SpamAction`] cannot be taken on these sources.
@@ -30,21 +34,15 @@ pub enum ActionError {
     /// Messages of an mbox file cannot be moved out of it.
     #[error("cannot move messages out of an mbox file ({})", .0.display())]
     MoveMbox(PathBuf),
-    /// Run as root, the target or a source of a move belongs to another
-    /// user ([`crate::fsutil::foreign_owner`]).
+    /// Run as root, another user can change what the target or a source
+    /// of a move leads to ([`crate::fsutil::unsafe_for_root`]).
     #[error(
-        "{} {} {owner}: as root, moving or writing mail there would go through directories \
-         {owner} can change under it, and leave {owner} folders and files they cannot open",
-        .path.display(),
-        if *.exists { "belongs to" } else { "would be made in a directory of" }
+        "{why}: as root, moving or writing mail there would go where a link swapped in under \
+         the run leads, and leave folders and files its user cannot open"
     )]
     Foreign {
-        /// The target or the source.
-        path: PathBuf,
-        /// Its owner, or that of the directory it would be made in.
-        owner: String,
-        /// Whether it is there.
-        exists: bool,
+        /// Who can change what.
+        why: crate::fsutil::Unsafe,
     },
     /// The target Maildir cannot be made.
     #[error("preparing the Maildir {}: {}", .path.display(), crate::fsutil::words(.source))]
@@ -71,11 +69,7 @@ impl SpamAction {
         sources: &[PathBuf],
     ) -> Result<SpamAction, ActionError> {
         let foreign = |path: &Path| {
-            crate::fsutil::foreign_owner(path).map(|(owner, exists)| ActionError::Foreign {
-                path: path.to_path_buf(),
-                owner,
-                exists,
-            })
+            crate::fsutil::unsafe_for_root(path).map(|why| ActionError::Foreign { why })
         };
         if moving {
             for path in sources {
@@ -85,12 +79,12 @@ impl SpamAction {
                 if mailbox::detect(path).ok() == Some(MailboxKind::Mbox) {
                     return Err(ActionError::MoveMbox(path.clone()));
                 }
-                if !dry_run && let Some(err) = foreign(path) {
+                if let Some(err) = foreign(path) {
                     return Err(err);
                 }
             }
         }
-        if !dry_run && let Some(err) = foreign(target) {
+        if let Some(err) = foreign(target) {
             return Err(err);
         }
         let maildir = if dry_run {
@@ -106,6 +100,7 @@ impl SpamAction {
             maildir,
             moving,
             dry_run,
+            checked: Default::default(),
         })
     }
 
@@ -139,6 +134,19 @@ impl SpamAction {
             .is_some_and(|maildir| maildir == *target)
     }
 
+    /// Whether, run as root, another user can change what the folder
+    /// `dir` leads to: in words, why not to move mail out of it.
+    fn foreign(&self, dir: &Path) -> Option<String> {
+        let mut checked = self
+            .checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        checked
+            .entry(dir.to_path_buf())
+            .or_insert_with(|| crate::fsutil::unsafe_for_root(dir).map(|why| why.to_string()))
+            .clone()
+    }
+
     /// Moves or copies one spam message.
     fn take(&self, raw: &RawMessage) -> Action {
         let source = match &raw.id {
@@ -147,6 +155,11 @@ impl SpamAction {
         };
         if self.moving && source.is_none() {
             return Action::NotMoved;
+        }
+        if let Some(folder) = source.filter(|_| self.moving).and_then(Path::parent)
+            && let Some(why) = self.foreign(folder)
+        {
+            return Action::Failed(format!("not moved: {why}"));
         }
         if self.dry_run {
             let to = self.maildir.target(source, &raw.bytes);

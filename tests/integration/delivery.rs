@@ -446,10 +446,11 @@ fn scan_reports_every_message_in_each_format() {
 /// what root made there (`.Junk` and its `cur/`, `new/`, `tmp/`, private)
 /// was closed to them, so their client, Dovecot and the delivery recipes
 /// could not open it. Refused whether the paths are absolute or relative,
-/// naming the owner; reading their mail (classifying, a dry run, copying
-/// out of it into root's own folder) is not. A copy keeps its message's
-/// modification time, which Maildir readers take for when it was
-/// received.
+/// naming the owner, and for each message of a folder of theirs a sweep
+/// reaches through root's own (a link followed); reading their mail
+/// (classifying, copying out of it into root's own folder) is not. A
+/// copy keeps its message's modification time, which Maildir readers
+/// take for when it was received.
 #[test]
 fn scan_as_root_moves_and_writes_no_mail_in_another_users_maildir() {
     // SAFETY: geteuid has no preconditions.
@@ -531,13 +532,36 @@ fn scan_as_root_moves_and_writes_no_mail_in_another_users_maildir() {
     }
     assert!(!junk.exists() && !review.exists());
     assert_eq!(maildir_contents(&inbox), before);
-    // Reading it is not refused: a dry run, and copies into root's own
-    // folder, which keep each message's time.
+    // A dry run says what the run would do: refuse.
     let out = scan(
         &["--dry-run", "--move-spam-to", utf8(&junk), utf8(&inbox)],
         &db.path(""),
     );
-    assert_exit(&out, 0, &["dry run"]);
+    assert_exit(&out, 2, &["dry run"]);
+    // A folder of theirs reached through root's own (a link a recursive
+    // sweep follows): each message stays, and says why.
+    let sweep = db.path("sweep");
+    fs::create_dir(&sweep).unwrap();
+    std::os::unix::fs::symlink(&inbox, sweep.join("nobody")).unwrap();
+    let out = scan(
+        &[
+            "--json",
+            "--recursive",
+            "--move-spam-to",
+            utf8(&review),
+            utf8(&sweep),
+        ],
+        &db.path(""),
+    );
+    assert_exit(&out, 1, &["sweep through a link"]);
+    let lines = json_lines(&String::from_utf8(out.stdout.clone()).unwrap());
+    let spam: Vec<_> = lines.iter().filter(|l| l["verdict"] == "spam").collect();
+    assert!(spam.len() >= 15, "{lines:?}");
+    assert!(spam.iter().all(|l| l["action"] == "failed"), "{lines:?}");
+    assert!(stderr(&out).contains("not moved:"), "{}", stderr(&out));
+    assert_eq!(maildir_contents(&inbox), before);
+    // Reading it is not refused: copies into root's own folder, which
+    // keep each message's time.
     let out = scan(
         &["--copy-spam-to", utf8(&review), utf8(&inbox)],
         &db.path(""),
