@@ -57,6 +57,13 @@ const MAX_NESTING: usize = 8;
 /// Multipart nesting deeper than this is not split further: the part is
 /// read as one (mailparse's own limit, where it fails the whole message).
 const MAX_MULTIPART_DEPTH: u8 = 100;
+/// Of each entity's header, the first this many fields are read (real
+/// mail has a few dozen, a long relay chain a few hundred); the rest are
+/// not features. Each field read costs memory many times its bytes, so a
+/// header of millions of tiny fields (`a:b`) must not all be kept: the
+/// message still passes on whole, and the fields of ours among the rest
+/// are still renamed, by the writer, which keeps none.
+const MAX_HEADER_FIELDS: usize = 1000;
 /// A multipart is split into at most this many parts; the last takes the
 /// rest of its body.
 const MAX_PARTS: usize = 1000;
@@ -274,7 +281,8 @@ fn parse_part(
     depth: u8,
 ) -> std::result::Result<Part<'_>, MailParseError> {
     let (head_end, body_start) = split::split_entity(raw);
-    let (headers, _) = mailparse::parse_headers(&raw[..head_end])?;
+    let head = first_fields(&raw[..head_end], MAX_HEADER_FIELDS);
+    let (headers, _) = mailparse::parse_headers(head)?;
     let mut part = Part {
         headers,
         ctype: ParsedContentType::default(),
@@ -302,6 +310,27 @@ fn parse_part(
         part.body = &raw[body_start..body_end];
     }
     Ok(part)
+}
+
+/// The start of the header block `head` holding its first `max` fields
+/// (a field is a line that does not start with a space or a tab, with the
+/// lines that continue it): all of it if it has no more.
+fn first_fields(head: &[u8], max: usize) -> &[u8] {
+    let mut fields = 0;
+    let mut at = 0;
+    while at < head.len() {
+        if !matches!(head[at], b' ' | b'\t') {
+            if fields == max {
+                return &head[..at];
+            }
+            fields += 1;
+        }
+        match memchr::memchr(b'\n', &head[at..]) {
+            Some(p) => at += p + 1,
+            None => break,
+        }
+    }
+    head
 }
 
 /// The parts of a multipart body and where its preamble ends.
@@ -639,6 +668,24 @@ fn push_text(msg: &mut Message, bytes: &[u8], charset: Option<String>, kind: Tex
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_first_fields_of_a_header_are_read() {
+        let head = b"A: 1\n folded\nB: 2\n\tmore\nC: 3\n";
+        assert_eq!(first_fields(head, 1), b"A: 1\n folded\n");
+        assert_eq!(first_fields(head, 2), b"A: 1\n folded\nB: 2\n\tmore\n");
+        assert_eq!(first_fields(head, 3), head);
+        assert_eq!(first_fields(b"A: 1", 1), b"A: 1");
+        // A message of a million tiny fields keeps a bounded number, and
+        // what comes after them still reads.
+        let mut raw = b"Subject: hello\n".to_vec();
+        raw.extend(b"a:b\n".repeat(1_000_000));
+        raw.extend(b"\nbody words here\n");
+        let msg = parse(&raw).unwrap();
+        assert_eq!(msg.headers.len(), MAX_HEADER_FIELDS);
+        assert_eq!(msg.subject(), "hello");
+        assert!(msg.parts[0].text.contains("body words here"));
+    }
 
     #[test]
     fn a_multipart_of_endless_empty_parts_is_split_into_a_bounded_number() {

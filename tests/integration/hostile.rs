@@ -191,6 +191,12 @@ fn hostile_messages_pass_through_byte_exact_with_bounded_work_and_memory() {
     let mut cases: Vec<(String, Vec<u8>)> = vec![
         ("12 MB header field".into(), huge_header(12 * mb, false)),
         ("8 MB of short fields".into(), huge_header(8 * mb, true)),
+        ("6 MB of the shortest fields".into(), {
+            let mut m = b"From: a@b.example\nSubject: padded\n".to_vec();
+            m.extend(b"a:b\n".repeat(6 * mb / 4));
+            m.extend(b"\nbuy cheap pills now\n");
+            m
+        }),
         ("nesting 5,000 deep".into(), mime_bomb(5_000, 1)),
         ("50,000 parts".into(), mime_bomb(1, 50_000)),
     ];
