@@ -995,7 +995,43 @@ fn forged_where_an_agent_reads_on(ham: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
             "CRLF, X-Spam- 300 CRs Flag",
             [&spread[..], b"\r\n", &crlf[..]].concat(),
         ),
+        (
+            "a forwarded message that was once flagged",
+            in_parts(ham, b"Content-Type: message/rfc822\n\nX-Spam-Flag: YES\nFrom: x@example.com\nSubject: hi\n\ntext\n"),
+        ),
+        (
+            "a flag in a part's header",
+            in_parts(ham, b"Content-Type: text/plain\nX-Spam-Flag: YES\n\nmore text\n"),
+        ),
     ]
+}
+
+/// `ham` made a MIME multipart whose first part is its body and whose
+/// second is `part` (its header and body): maildrop's header patterns
+/// search every part's header as well as the message's.
+fn in_parts(ham: &[u8], part: &[u8]) -> Vec<u8> {
+    let blank = ham.windows(2).position(|w| w == b"\n\n").unwrap();
+    let (head, body) = (&ham[..=blank], &ham[blank + 2..]);
+    let mut out: Vec<u8> = Vec::new();
+    let mut kept = true;
+    for line in head.split_inclusive(|&b| b == b'\n') {
+        if !matches!(line.first(), Some(b' ' | b'\t')) {
+            let lower = line.to_ascii_lowercase();
+            kept = !(lower.starts_with(b"content-") || lower.starts_with(b"mime-version"));
+        }
+        if kept {
+            out.extend_from_slice(line);
+        }
+    }
+    out.extend_from_slice(
+        b"MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"=-b-=\"\n\n",
+    );
+    out.extend_from_slice(b"--=-b-=\nContent-Type: text/plain\n\n");
+    out.extend_from_slice(body);
+    out.extend_from_slice(b"\n--=-b-=\n");
+    out.extend_from_slice(part);
+    out.extend_from_slice(b"--=-b-=--\n");
+    out
 }
 
 #[test]
