@@ -375,11 +375,16 @@ pub struct Unsafe {
 }
 
 impl Unsafe {
-    /// What to do instead, in words: write as the user who can change it.
+    /// What root writing there would do, and what to do instead, in words.
     pub fn instead(&self) -> String {
         match &self.owner {
-            Some(owner) => format!("write to it as {owner}"),
-            None => "keep it where only its user and root may change it".to_string(),
+            Some(owner) => format!(
+                "as root this would leave files {owner} cannot use, or write wherever a link \
+                 {owner} swaps in leads; run it as {owner}"
+            ),
+            None => "as root this could write wherever a link swapped in under it leads; \
+                     keep it in a directory only root may change (made first with mkdir -m 700)"
+                .to_string(),
         }
     }
 }
@@ -394,18 +399,33 @@ impl std::fmt::Display for Unsafe {
 /// `path` leads to (see [`Unsafe`]). The path is followed as the kernel
 /// follows it, from the working directory if relative, through each
 /// link and `..`: a directory or link on the way that another user owns,
-/// a directory on the way that others may write to (a sticky one such
-/// as `/tmp` only where what is in it is not root's, or where the rest
-/// of the path is still to be made there), or a `..` after a directory
-/// still to be made. What is inside a directory only root may change
-/// is root's to write, whoever owns a file there.
+/// a directory on the way that others may write to (its group, whichever
+/// it is: a group's members, or users an ACL lets write, which the
+/// group bits show; a sticky one such as `/tmp` only where what is in it
+/// is not root's, or where the rest of the path is still to be made
+/// there), a `..` after a directory still to be made, or a path that
+/// cannot be followed to its end. What is inside a directory only root
+/// may change is root's to write, whoever owns a file there.
 pub fn unsafe_for_root(path: &Path) -> Option<Unsafe> {
     use std::collections::VecDeque;
     use std::path::Component;
     if !nix::unistd::geteuid().is_root() {
         return None;
     }
-    let abs = std::path::absolute(path).ok()?;
+    // Whatever stops the look refuses: the command would go on by a way
+    // not looked at (a working directory removed under it, a path longer
+    // than the kernel follows whole).
+    let unknown = |what: &str, err: io::Error| {
+        Some(Unsafe {
+            path: path.to_path_buf(),
+            reason: format!("cannot be followed to its end ({what}: {})", words(&err)),
+            owner: None,
+        })
+    };
+    let abs = match std::path::absolute(path) {
+        Ok(abs) => abs,
+        Err(err) => return unknown("the working directory", err),
+    };
     // The owner of what the path leads to, if it is there.
     let owner_of_end = fs::metadata(&abs).ok().map(|m| m.uid());
     let exists = fs::symlink_metadata(&abs).is_ok();
@@ -426,7 +446,7 @@ pub fn unsafe_for_root(path: &Path) -> Option<Unsafe> {
     let others = |meta: &fs::Metadata| {
         if meta.mode() & 0o002 != 0 {
             Some("every user".to_string())
-        } else if meta.mode() & 0o020 != 0 && meta.gid() != 0 {
+        } else if meta.mode() & 0o020 != 0 {
             let group = nix::unistd::Group::from_gid(meta.gid().into())
                 .ok()
                 .flatten()
@@ -457,12 +477,18 @@ pub fn unsafe_for_root(path: &Path) -> Option<Unsafe> {
     push(&mut rest, &abs, false);
     let root = Path::new("/");
     let mut cur = root.to_path_buf();
-    let mut cur_meta = fs::metadata(root).ok()?;
+    let mut cur_meta = match fs::metadata(root) {
+        Ok(meta) => meta,
+        Err(err) => return unknown("/", err),
+    };
     let mut links = 0;
     while let Some(item) = rest.pop_front() {
         if item == ".." {
             cur = cur.parent().unwrap_or(root).to_path_buf();
-            cur_meta = fs::metadata(&cur).ok()?;
+            cur_meta = match fs::metadata(&cur) {
+                Ok(meta) => meta,
+                Err(err) => return unknown(&cur.display().to_string(), err),
+            };
             continue;
         }
         let next = cur.join(&item);
@@ -483,8 +509,7 @@ pub fn unsafe_for_root(path: &Path) -> Option<Unsafe> {
                 }
                 return None;
             }
-            // Whatever stops the look stops the command too.
-            Err(_) => return None,
+            Err(err) => return unknown(&next.display().to_string(), err),
         };
         let link = meta.file_type().is_symlink();
         let last = rest.is_empty() && links == 0;
@@ -513,12 +538,19 @@ pub fn unsafe_for_root(path: &Path) -> Option<Unsafe> {
         if link {
             links += 1;
             if links > 40 {
-                return None;
+                let loops = io::Error::from_raw_os_error(libc::ELOOP);
+                return unknown(&next.display().to_string(), loops);
             }
-            let target = fs::read_link(&next).ok()?;
+            let target = match fs::read_link(&next) {
+                Ok(target) => target,
+                Err(err) => return unknown(&next.display().to_string(), err),
+            };
             if target.is_absolute() {
                 cur = root.to_path_buf();
-                cur_meta = fs::metadata(root).ok()?;
+                cur_meta = match fs::metadata(root) {
+                    Ok(meta) => meta,
+                    Err(err) => return unknown("/", err),
+                };
             }
             push(&mut rest, &target, true);
             continue;
@@ -711,6 +743,7 @@ mod tests {
         mkdir("open", 0o777, 0);
         mkdir("open/roots", 0o755, 0);
         mkdir("sticky", 0o1777, 0);
+        mkdir("rootgroup", 0o775, 0);
         mkdir("sticky/roots", 0o755, 0);
         std::os::unix::fs::symlink(d.join("nobody"), d.join("rootlink")).unwrap();
         std::os::unix::fs::symlink(d.join("root"), d.join("nobodylink")).unwrap();
@@ -760,6 +793,19 @@ mod tests {
         let (reason, owner) = why("missing/../nobody/db").unwrap();
         assert!(reason.contains("(..)"), "{reason}");
         assert_eq!(owner, None);
+        let (reason, _) = why("rootgroup/db").unwrap();
+        assert!(
+            reason.ends_with("which the group root may change"),
+            "{reason}"
+        );
+        // A path that cannot be followed to its end is refused: a loop of
+        // links.
+        std::os::unix::fs::symlink(d.join("loop"), d.join("loop")).unwrap();
+        let reason = why("loop/db").unwrap().0;
+        assert!(
+            reason.starts_with("cannot be followed to its end"),
+            "{reason}"
+        );
         for (rel, made) in [
             ("open/db", true),
             ("open/roots", false),

@@ -186,9 +186,7 @@ fn spam_action(args: &ScanArgs) -> Result<Option<SpamAction>> {
         Err(err @ ActionError::MoveStdin) => bail!("--move-spam-to {err}"),
         Err(err) => match &err {
             ActionError::Foreign { why } => match &why.owner {
-                Some(owner) => {
-                    bail!("{err}; run it as {owner} (runuser -u {owner} -- bayesmail …)")
-                }
+                Some(owner) => bail!("{err} (runuser -u {owner} -- bayesmail …)"),
                 None => bail!("{err}"),
             },
             _ => Err(err.into()),

@@ -58,6 +58,7 @@ impl WriterLock {
 pub(super) fn refuse_foreign(paths: &DbPaths) -> Result<()> {
     match crate::fsutil::unsafe_for_root(paths.dir())
         .or_else(|| crate::fsutil::unsafe_for_root(&paths.counts()))
+        .or_else(|| crate::fsutil::unsafe_for_root(&paths.counts().join("blobs")))
     {
         Some(why) => Err(Error::Foreign { why }),
         None => Ok(()),

@@ -144,11 +144,7 @@ pub enum Error {
     /// ([`crate::fsutil::unsafe_for_root`]): one another user owns, one
     /// it would make inside another user's directory, one reached through
     /// a directory others may write to.
-    #[error(
-        "the database {why}: as root this would leave it files its user cannot use, or write \
-         wherever a link swapped in under it leads; {}",
-        why.instead()
-    )]
+    #[error("the database {why}: {}", why.instead())]
     Foreign {
         /// Who can change what.
         why: crate::fsutil::Unsafe,

@@ -36,10 +36,7 @@ pub enum ActionError {
     MoveMbox(PathBuf),
     /// Run as root, another user can change what the target or a source
     /// of a move leads to ([`crate::fsutil::unsafe_for_root`]).
-    #[error(
-        "{why}: as root, moving or writing mail there would go where a link swapped in under \
-         the run leads, and leave folders and files its user cannot open"
-    )]
+    #[error("{why}: {}", why.instead())]
     Foreign {
         /// Who can change what.
         why: crate::fsutil::Unsafe,

@@ -19,7 +19,7 @@
 //! | `CT:` | MIME type of every leaf part |
 //! | `CS:` | declared charsets of text parts |
 //! | `ATT:` | file-name extensions of attachments |
-//! | `HDR:` | structural flags: `HDR:no-date`, `HDR:no-message-id`, `HDR:no-subject`, `HDR:html-only`, `HDR:malformed` |
+//! | `HDR:` | structural flags: `HDR:no-date`, `HDR:no-message-id`, `HDR:no-subject`, `HDR:html-only`, `HDR:malformed`, `HDR:too-many-fields` (more than are read) |
 //!
 //! At most [`MAX_TOKENS`] distinct tokens are taken from one message.
 //!
@@ -243,6 +243,7 @@ impl Extractor {
             ("no-subject", subject.is_none_or(|s| s.trim().is_empty())),
             ("html-only", html_only),
             ("malformed", msg.malformed),
+            ("too-many-fields", msg.fields_capped),
         ] {
             if on {
                 set.push("HDR:", flag);

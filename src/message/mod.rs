@@ -148,6 +148,9 @@ pub struct Message {
     /// a field nor a continuation started the body (the whole input, if its
     /// first line is one), as [`split_header`] reads it.
     pub malformed: bool,
+    /// True if the header held more fields than are read
+    /// ([`MAX_HEADER_FIELDS`]): no real mail does.
+    pub fields_capped: bool,
 }
 
 impl Message {
@@ -186,6 +189,7 @@ pub fn parse(raw: &[u8]) -> Result<Message> {
     let mut msg = Message {
         size: raw.len(),
         malformed: head_end == body_start && body_start < raw.len(),
+        fields_capped: first_fields(&raw[..head_end], MAX_HEADER_FIELDS).len() < head_end,
         ..Message::default()
     };
     match parse_part(raw, false, MAX_MULTIPART_DEPTH) {
@@ -683,6 +687,8 @@ mod tests {
         raw.extend(b"\nbody words here\n");
         let msg = parse(&raw).unwrap();
         assert_eq!(msg.headers.len(), MAX_HEADER_FIELDS);
+        assert!(msg.fields_capped);
+        assert!(!parse(b"Subject: hello\n\nbody\n").unwrap().fields_capped);
         assert_eq!(msg.subject(), "hello");
         assert!(msg.parts[0].text.contains("body words here"));
     }
