@@ -149,24 +149,47 @@ impl Stamped {
     }
 }
 
+/// A raw message read once for judging by several models (one message to
+/// several users): its features, or why it could not be parsed.
+#[derive(Debug)]
+pub struct Parsed(std::result::Result<crate::features::Features, String>);
+
+impl Parsed {
+    /// The message `raw` as delivered: the whole of it (what a delivery
+    /// agent hands over is one message, whatever its body holds: agents
+    /// pass body lines starting with "From " unescaped, so a line that
+    /// looks like an mbox separator is the sender's to write, and judging
+    /// only what comes before it would let a spam hide behind a harmless
+    /// first part).
+    pub fn of(raw: &[u8]) -> Parsed {
+        Parsed(
+            Extractor::new()
+                .extract(raw)
+                .map_err(|err| format!("cannot parse the message: {err}")),
+        )
+    }
+
+    /// Its features, or the verdict-less stamp of a message that could not
+    /// be parsed.
+    fn features(&self) -> std::result::Result<&crate::features::Features, Stamped> {
+        self.0
+            .as_ref()
+            .map_err(|why| Stamped::unknown(Reason::Unparseable, why.clone()))
+    }
+}
+
 impl Reader {
-    /// Judges the raw message `raw` as delivered: the whole of it (what a
-    /// delivery agent hands over is one message, whatever its body holds:
-    /// agents pass body lines starting with "From " unescaped, so a line
-    /// that looks like an mbox separator is the sender's to write, and
-    /// judging only what comes before it would let a spam hide behind a
-    /// harmless first part).
+    /// Judges the raw message `raw` as delivered ([`Parsed::of`]).
     pub fn stamp(&self, raw: &[u8], decider: &Decider) -> Stamped {
-        let features = match Extractor::new().extract(raw) {
-            Ok(features) => features,
-            Err(err) => {
-                return Stamped::unknown(
-                    Reason::Unparseable,
-                    format!("cannot parse the message: {err}"),
-                );
-            }
-        };
-        Stamped::judged(&self.classifier().judge(&features, decider), decider)
+        self.stamp_parsed(&Parsed::of(raw), decider)
+    }
+
+    /// [`Reader::stamp`] of a message already read.
+    pub fn stamp_parsed(&self, parsed: &Parsed, decider: &Decider) -> Stamped {
+        match parsed.features() {
+            Ok(features) => Stamped::judged(&self.classifier().judge(features, decider), decider),
+            Err(stamped) => stamped,
+        }
     }
 
     /// [`Reader::stamp`]'s status, and why there is none in words.
@@ -187,19 +210,26 @@ pub fn stamp_shared(
     raw: &[u8],
     decider: &Decider,
 ) -> (Stamped, bool) {
-    let features = match Extractor::new().extract(raw) {
+    stamp_shared_parsed(global, user, &Parsed::of(raw), decider)
+}
+
+/// [`stamp_shared`] of a message already read.
+pub fn stamp_shared_parsed(
+    global: &SharedModel,
+    user: Option<(&SharedModel, u64)>,
+    parsed: &Parsed,
+    decider: &Decider,
+) -> (Stamped, bool) {
+    let features = match parsed.features() {
         Ok(features) => features,
-        Err(err) => {
-            let why = format!("cannot parse the message: {err}");
-            return (Stamped::unknown(Reason::Unparseable, why), false);
-        }
+        Err(stamped) => return (stamped, false),
     };
     let failed = |err: store::Error| {
         let err = Error::from(err);
         Stamped::unknown(Reason::of(&err), err.to_string())
     };
     if let Some((model, min_messages)) = user {
-        match model.judge(&features, decider) {
+        match model.judge(features, decider) {
             Ok((j, [ham, spam])) if ham.min(spam) >= min_messages => {
                 return (Stamped::judged(&j, decider), true);
             }
@@ -207,7 +237,7 @@ pub fn stamp_shared(
             Err(err) => return (failed(err), false),
         }
     }
-    match global.judge(&features, decider) {
+    match global.judge(features, decider) {
         Ok((j, _)) => (Stamped::judged(&j, decider), false),
         Err(err) => (failed(err), false),
     }

@@ -303,7 +303,7 @@ impl Models {
         &self,
         redis: &Redis,
         user: Option<&str>,
-        raw: &[u8],
+        parsed: &db::Parsed,
         settings: &ModelSettings,
     ) -> Judged {
         let unknown = |reason, why: String| Judged {
@@ -331,12 +331,12 @@ impl Models {
             Ok(m) => m,
             Err(err) => return unknown(Reason::Config, err.to_string()),
         };
-        let (stamped, by_user) = db::stamp_shared(
+        let (stamped, by_user) = db::stamp_shared_parsed(
             &global,
             user_model
                 .as_deref()
                 .map(|m| (m, settings.min_user_messages)),
-            raw,
+            parsed,
             &settings.decider,
         );
         let which = match (&stamped.status, user) {
@@ -564,9 +564,14 @@ impl Models {
     /// with the global one. Never fails: whatever goes wrong is a status
     /// without a verdict, with its reason.
     pub fn judge(&self, user: Option<&str>, raw: &[u8]) -> Judged {
+        self.judge_parsed(user, &db::Parsed::of(raw))
+    }
+
+    /// [`Models::judge`] of a message already read.
+    fn judge_parsed(&self, user: Option<&str>, parsed: &db::Parsed) -> Judged {
         let settings = self.settings();
         if let Some(redis) = &settings.shared {
-            return self.judge_shared(redis, user, raw, &settings);
+            return self.judge_shared(redis, user, parsed, &settings);
         }
         let bound = settings.cache_bytes;
         let unknown = |reason, why: String| Judged {
@@ -609,7 +614,7 @@ impl Models {
             },
         };
         let reader = open.reader.read().unwrap_or_else(|e| e.into_inner());
-        let stamped = reader.stamp(raw, &settings.decider);
+        let stamped = reader.stamp_parsed(parsed, &settings.decider);
         Judged {
             which: stamped.log_odds.is_some().then_some(which),
             stamped,
@@ -624,9 +629,11 @@ impl Models {
     /// when every recipient's model calls it spam: one user's model never
     /// costs another user a real message, whatever the recipients' order.
     pub fn judge_for_all(&self, users: &[String], raw: &[u8]) -> Judged {
-        let mut judged = users.iter().map(|u| self.judge(Some(u), raw));
+        // Read once, judged by each model.
+        let parsed = db::Parsed::of(raw);
+        let mut judged = users.iter().map(|u| self.judge_parsed(Some(u), &parsed));
         let Some(first) = judged.next() else {
-            return self.judge(None, raw);
+            return self.judge_parsed(None, &parsed);
         };
         judged.fold(first, |kept, next| {
             if harm(&next) < harm(&kept) {
