@@ -104,18 +104,26 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
         // Learning into another user's database as root is refused (its
         // files would be closed to that user): say so now, not at the
         // first TELL.
-        if settings.models.shared.is_none()
-            && let Some(why) = bayesmail::fsutil::unsafe_for_root(&settings.models.global)
-        {
-            let hint = why
-                .owner
-                .as_ref()
-                .map(|owner| format!(" (--user {owner})"))
-                .unwrap_or_default();
-            serve::log_line(&format!(
-                "learning into the global database is refused while serve runs as root: {}{hint}",
-                bayesmail::db::Error::Foreign { why }
-            ));
+        let databases = [("the global database", Some(settings.models.global.clone()))]
+            .into_iter()
+            .chain([(
+                "users' databases",
+                settings.models.user_db.as_ref().map(|p| p.root()),
+            )]);
+        for (which, dir) in databases {
+            if settings.models.shared.is_none()
+                && let Some(why) = dir.and_then(|d| bayesmail::fsutil::unsafe_for_root(&d))
+            {
+                let hint = why
+                    .owner
+                    .as_ref()
+                    .map(|owner| format!(" (--user {owner})"))
+                    .unwrap_or_default();
+                serve::log_line(&format!(
+                    "learning into {which} is refused while serve runs as root: {}{hint}",
+                    bayesmail::db::Error::Foreign { why }
+                ));
+            }
         }
     }
     // SIGHUP: the configuration read again (the models' settings: the

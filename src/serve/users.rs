@@ -118,6 +118,16 @@ impl UserDbPattern {
         })
     }
 
+    /// The directory every user's database is under: the pattern up to
+    /// the last `/` before its first `%`.
+    pub fn root(&self) -> PathBuf {
+        let fixed = self.pattern.split('%').next().unwrap_or("");
+        match fixed.rfind('/') {
+            Some(0) | None => PathBuf::from("/"),
+            Some(at) => PathBuf::from(&fixed[..at]),
+        }
+    }
+
     /// The database of `user` (checked by [`check_user`]). Every user's
     /// database is as deep under the pattern's root as every other's, so
     /// that none is inside another's or a domain's directory: `%d` of a
@@ -197,6 +207,19 @@ mod tests {
     /// A pattern of the local part alone puts a machine account's login
     /// (`alice`, as Dovecot gives it) and its address (as a milter's
     /// recipient) in one database.
+    #[test]
+    fn a_patterns_root_is_where_every_database_is_under() {
+        for (pattern, root) in [
+            ("/var/lib/bayesmail/users/%d/%l", "/var/lib/bayesmail/users"),
+            ("/var/lib/bayesmail/users/%u", "/var/lib/bayesmail/users"),
+            ("/home/%l/.bayesmail", "/home"),
+            ("/srv/u-%u", "/srv"),
+            ("/%u", "/"),
+        ] {
+            assert_eq!(UserDbPattern::new(pattern).unwrap().root(), Path::new(root));
+        }
+    }
+
     #[test]
     fn a_pattern_of_the_local_part_alone_makes_a_login_and_its_address_one_user() {
         let p = UserDbPattern::new("/var/lib/bayesmail/users/%l").unwrap();

@@ -490,7 +490,11 @@ fn a_server_running_as_root_learns_into_no_database_another_user_owns() {
     let pattern = format!("{}/%d/%l", utf8(&users));
     let server =
         crate::serve_http::Server::start(&db, &["--user-db", &pattern, "--min-user-messages", "1"]);
-    let log = server.log_after("learning into the global database is refused");
+    let log = server.log_after("learning into users' databases is refused");
+    assert!(
+        log.contains("learning into the global database is refused"),
+        "{log}"
+    );
     assert!(log.contains("belongs to nobody"), "{log}");
     for (user, why) in [
         (None, "belongs to nobody"),
