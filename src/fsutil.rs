@@ -395,6 +395,39 @@ impl std::fmt::Display for Unsafe {
     }
 }
 
+/// Who besides root may change what is in the directory of `meta`, by
+/// its mode: every user, or a group's members (users an ACL lets write
+/// show in the group bits too).
+fn writers_besides_root(meta: &fs::Metadata) -> Option<String> {
+    if meta.mode() & 0o002 != 0 {
+        Some("every user".to_string())
+    } else if meta.mode() & 0o020 != 0 {
+        let group = nix::unistd::Group::from_gid(meta.gid().into())
+            .ok()
+            .flatten()
+            .map_or(meta.gid().to_string(), |g| g.name);
+        Some(format!("the group {group}"))
+    } else {
+        None
+    }
+}
+
+/// [`unsafe_for_root`] for a directory root makes, renames or writes
+/// files in: also refused when others may change what is in it, sticky
+/// or not (a name root is about to use could be taken first, or a file
+/// renamed in or out).
+pub fn unsafe_for_root_in(dir: &Path) -> Option<Unsafe> {
+    if let Some(why) = unsafe_for_root(dir) {
+        return Some(why);
+    }
+    let meta = fs::metadata(dir).ok()?;
+    writers_besides_root(&meta).map(|who| Unsafe {
+        path: dir.to_path_buf(),
+        reason: format!("may be changed by {who}"),
+        owner: None,
+    })
+}
+
 /// When this process runs as root: whether another user can change what
 /// `path` leads to (see [`Unsafe`]). The path is followed as the kernel
 /// follows it, from the working directory if relative, through each
@@ -442,20 +475,7 @@ pub fn unsafe_for_root(path: &Path) -> Option<Unsafe> {
             owner,
         })
     };
-    // Who other than root may change what is in a directory.
-    let others = |meta: &fs::Metadata| {
-        if meta.mode() & 0o002 != 0 {
-            Some("every user".to_string())
-        } else if meta.mode() & 0o020 != 0 {
-            let group = nix::unistd::Group::from_gid(meta.gid().into())
-                .ok()
-                .flatten()
-                .map_or(meta.gid().to_string(), |g| g.name);
-            Some(format!("the group {group}"))
-        } else {
-            None
-        }
-    };
+    let others = writers_besides_root;
     let mut rest: VecDeque<std::ffi::OsString> = VecDeque::new();
     let push = |rest: &mut VecDeque<std::ffi::OsString>, p: &Path, front: bool| {
         let items: Vec<std::ffi::OsString> = p
@@ -744,6 +764,7 @@ mod tests {
         mkdir("open/roots", 0o755, 0);
         mkdir("sticky", 0o1777, 0);
         mkdir("rootgroup", 0o775, 0);
+        mkdir("root/open", 0o777, 0);
         mkdir("sticky/roots", 0o755, 0);
         std::os::unix::fs::symlink(d.join("nobody"), d.join("rootlink")).unwrap();
         std::os::unix::fs::symlink(d.join("root"), d.join("nobodylink")).unwrap();
@@ -793,6 +814,10 @@ mod tests {
         let (reason, owner) = why("missing/../nobody/db").unwrap();
         assert!(reason.contains("(..)"), "{reason}");
         assert_eq!(owner, None);
+        // A directory root writes in, which others may change itself.
+        assert_eq!(unsafe_for_root_in(&d.join("root/inner")), None);
+        let reason = unsafe_for_root_in(&d.join("root/open")).unwrap().reason;
+        assert_eq!(reason, "may be changed by every user");
         let (reason, _) = why("rootgroup/db").unwrap();
         assert!(
             reason.ends_with("which the group root may change"),

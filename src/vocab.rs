@@ -27,7 +27,12 @@ use serde::{Deserialize, Serialize};
 /// learned under version 3 with such text, unlearned now, takes back pairs
 /// that were never counted. Those counts go to zero and are reported as
 /// not taken back exactly (see [`crate::store`]), as for a pruned word.
-pub const TOKENIZER_VERSION: u32 = 4;
+///
+/// Version 5 reads only the first 1,000 fields of each header and adds
+/// `HDR:too-many-fields` when there are more. No real mail has that many,
+/// so every other message's tokens are as under version 4, and a database
+/// of version 4 (or 3) is read and learned into as above.
+pub const TOKENIZER_VERSION: u32 = 5;
 
 /// The oldest tokenizer version whose stored counts (in the count store
 /// and in the model file) this version reads: see [`TOKENIZER_VERSION`].

@@ -207,11 +207,7 @@ impl Context {
     /// follow, then after a reload with none.
     fn database_to_change(&self) -> anyhow::Result<bayesmail::db::Database> {
         if let Some(why) = bayesmail::fsutil::unsafe_for_root(self.db.dir()) {
-            let hint = why
-                .owner
-                .as_ref()
-                .map(|owner| format!(" (runuser -u {owner} -- bayesmail …)"))
-                .unwrap_or_default();
+            let hint = run_as(&why);
             anyhow::bail!("{}{hint}", bayesmail::db::Error::Foreign { why });
         }
         Ok(self.database())
@@ -243,6 +239,15 @@ impl Context {
             min_per_class: self.config.min_per_class(),
         })
     }
+}
+
+/// How to run a command root was refused as the user who can change the
+/// path (` (runuser -u alice -- bayesmail …)`), where one user can.
+fn run_as(why: &bayesmail::fsutil::Unsafe) -> String {
+    why.owner
+        .as_ref()
+        .map(|owner| format!(" (runuser -u {owner} -- bayesmail …)"))
+        .unwrap_or_default()
 }
 
 /// How much a command says on stderr besides its errors.

@@ -185,10 +185,7 @@ fn spam_action(args: &ScanArgs) -> Result<Option<SpamAction>> {
         Err(err @ ActionError::MoveMbox(_)) => bail!("--move-spam-to {err}; use --copy-spam-to"),
         Err(err @ ActionError::MoveStdin) => bail!("--move-spam-to {err}"),
         Err(err) => match &err {
-            ActionError::Foreign { why } => match &why.owner {
-                Some(owner) => bail!("{err} (runuser -u {owner} -- bayesmail …)"),
-                None => bail!("{err}"),
-            },
+            ActionError::Foreign { why } => bail!("{err}{}", super::run_as(why)),
             _ => Err(err.into()),
         },
     }

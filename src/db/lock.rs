@@ -48,18 +48,19 @@ impl WriterLock {
 
 /// Refuses a writer running as root on the database at `paths` when
 /// another user can change what its path leads to
-/// ([`crate::fsutil::unsafe_for_root`]), its count store's included:
+/// ([`crate::fsutil::unsafe_for_root_in`]), its count store's included:
 /// root's lock, journal, log and store files there would be closed to
-/// that user, whose own `learn`, `filter` and `serve --user` would then
-/// fail on them, and a link swapped in under the writer would send its
-/// files wherever the user chose. Giving the files to the owner instead
+/// that user, whose own writers and readers would then fail on them, and
+/// a link swapped in under the writer would send its files wherever the
+/// user chose. Giving the files to the owner instead
 /// was tried and dropped: it cannot be done safely for files the store
 /// makes and names itself, nor through a hard link.
 pub(super) fn refuse_foreign(paths: &DbPaths) -> Result<()> {
-    match crate::fsutil::unsafe_for_root(paths.dir())
-        .or_else(|| crate::fsutil::unsafe_for_root(&paths.counts()))
-        .or_else(|| crate::fsutil::unsafe_for_root(&paths.counts().join("blobs")))
-    {
+    let counts = paths.counts();
+    let refused = [paths.dir(), &counts, &counts.join("blobs")]
+        .into_iter()
+        .find_map(crate::fsutil::unsafe_for_root_in);
+    match refused {
         Some(why) => Err(Error::Foreign { why }),
         None => Ok(()),
     }

@@ -81,8 +81,17 @@ impl SpamAction {
                 }
             }
         }
-        if let Some(err) = foreign(target) {
-            return Err(err);
+        // The target and the folders the messages go through, each a
+        // directory root writes in.
+        for dir in [
+            target.to_path_buf(),
+            target.join("tmp"),
+            target.join("new"),
+            target.join("cur"),
+        ] {
+            if let Some(why) = crate::fsutil::unsafe_for_root_in(&dir) {
+                return Err(ActionError::Foreign { why });
+            }
         }
         let maildir = if dry_run {
             Maildir::at(target)
@@ -140,7 +149,7 @@ impl SpamAction {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         checked
             .entry(dir.to_path_buf())
-            .or_insert_with(|| crate::fsutil::unsafe_for_root(dir).map(|why| why.to_string()))
+            .or_insert_with(|| crate::fsutil::unsafe_for_root_in(dir).map(|why| why.to_string()))
             .clone()
     }
 

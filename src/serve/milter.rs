@@ -16,7 +16,7 @@
 //! off. One message gets one verdict for all its recipients: each
 //! recipient's model judges it (or the global one, when that user has no
 //! model of its own or too young a one, or its name is refused, or its
-//! model cannot be read: see [`super::Models::judge`]) and the judgment
+//! model cannot be read: see [`super::Models::judge_for_all`]) and the judgment
 //! least harmful to any of them is kept
 //! ([`super::Models::judge_for_all`]), so spam is refused, dropped or held
 //! only when every recipient's model says spam; more than

@@ -166,7 +166,7 @@ impl State {
                 crate::sanitize::for_terminal(&if users.is_empty() {
                     "-".to_string()
                 } else {
-                    users.join(",")
+                    users.join(";")
                 }),
                 judged
                     .stamped

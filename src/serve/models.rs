@@ -298,7 +298,7 @@ impl Models {
         Ok(model)
     }
 
-    /// [`Models::judge`] with the counts in Redis.
+    /// [`Models::judge_parsed`] with the counts in Redis.
     fn judge_shared(
         &self,
         redis: &Redis,
@@ -559,15 +559,10 @@ impl Models {
         Ok(Some(path))
     }
 
-    /// Judges `raw` for `user` (or for no one): with the user's own model
-    /// when there is one holding at least the minimum of each class, else
-    /// with the global one. Never fails: whatever goes wrong is a status
-    /// without a verdict, with its reason.
-    pub fn judge(&self, user: Option<&str>, raw: &[u8]) -> Judged {
-        self.judge_parsed(user, &db::Parsed::of(raw))
-    }
-
-    /// [`Models::judge`] of a message already read.
+    /// Judges the message `parsed` for `user` (or for no one): with the
+    /// user's own model when there is one holding at least the minimum of
+    /// each class, else with the global one. Never fails: whatever goes
+    /// wrong is a status without a verdict, with its reason.
     fn judge_parsed(&self, user: Option<&str>, parsed: &db::Parsed) -> Judged {
         let settings = self.settings();
         if let Some(redis) = &settings.shared {
@@ -621,7 +616,7 @@ impl Models {
         }
     }
 
-    /// Judges `raw` for each of `users` ([`Models::judge`]; none: for no
+    /// Judges `raw` for each of `users` ([`Models::judge_parsed`]; none: for no
     /// one) and keeps the judgment least harmful to any of them: ham over
     /// unsure over spam, then the lowest probability; no verdict at all
     /// (the message passed on unscored) over any. One copy of a message

@@ -458,7 +458,7 @@ fn scan_as_root_moves_and_writes_no_mail_in_another_users_maildir() {
         eprintln!("needs root: test skipped");
         return;
     }
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let db = trained();
     let maildir = db.path("home/Maildir");
     let inbox = maildir.join(".Inbox");
@@ -532,6 +532,18 @@ fn scan_as_root_moves_and_writes_no_mail_in_another_users_maildir() {
     }
     assert!(!junk.exists() && !review.exists());
     assert_eq!(maildir_contents(&inbox), before);
+    // Nor in a folder of root's that every user may change.
+    let open = db.path("open");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    let out = scan(&["--copy-spam-to", utf8(&open), utf8(&inbox)], &db.path(""));
+    assert_exit(&out, 2, &["copy into a folder every user may change"]);
+    assert!(
+        stderr(&out).contains("may be changed by every user"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(fs::read_dir(&open).unwrap().count(), 0);
     // A dry run says what the run would do: refuse.
     let out = scan(
         &["--dry-run", "--move-spam-to", utf8(&junk), utf8(&inbox)],

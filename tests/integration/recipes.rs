@@ -1225,8 +1225,9 @@ fn mutt_macro(
         || String::from_utf8_lossy(&tmux(&socket, &["capture-pane", "-p"]).stdout).into_owned();
     let pause = || std::thread::sleep(std::time::Duration::from_millis(50));
     // Bounded polling, not a timing assertion: mutt shows the index, then
-    // the macro runs, saves and says so.
-    for _ in 0..200 {
+    // the macro runs, saves and says so (each step given 30 s: a loaded
+    // machine took more than 10).
+    for _ in 0..600 {
         if screen().contains(subject) {
             break;
         }
@@ -1242,7 +1243,7 @@ fn mutt_macro(
     };
     let there = files();
     let mut saved = Vec::new();
-    for _ in 0..200 {
+    for _ in 0..600 {
         saved = files();
         saved.retain(|f| !there.contains(f));
         if !saved.is_empty() {
@@ -1251,7 +1252,7 @@ fn mutt_macro(
         pause();
     }
     let mut shown = screen();
-    for _ in 0..200 {
+    for _ in 0..600 {
         if shown.contains("bayesmail: learned as") {
             break;
         }

@@ -558,7 +558,6 @@ fn each_user_is_judged_by_its_own_model_or_the_global_one() {
     assert!(!users.join("example.org").join("learn.log").exists());
 }
 
-/// Every path under `dir`.
 /// `--recipient-delimiter` names the same user whichever protocol gives
 /// the name: HTTP's `User: alice+lists@example.org` learns into and is
 /// judged by alice@example.org's model, as the milter's recipient is.
@@ -617,6 +616,7 @@ fn an_address_extension_names_the_same_user_over_http() {
     }
 }
 
+/// Every path under `dir`.
 pub(crate) fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {

@@ -1174,7 +1174,12 @@ fn miltertest_one_recipients_model_never_drops_anothers_copy() {
     logged.extend(["--recipient-delimiter", "+"]);
     let (_, log) = one_message_to(&db, &logged, &raw, &rcpts.join(" "));
     let names: Vec<String> = (0..9).map(|i| format!("u{i}@example.org")).collect();
-    assert!(log.contains(&format!("user={} ", names.join(","))), "{log}");
+    assert!(log.contains(&format!("user={} ", names.join(";"))), "{log}");
+    // More users than that: the global model alone judges, once.
+    let crowd: Vec<String> = (0..=16).map(|i| format!("<v{i}@example.org>")).collect();
+    let (out, log) = one_message_to(&db, &logged, &raw, &crowd.join(" "));
+    assert!(log.contains("user=- "), "{log}");
+    assert!(tagged(&out, "STATUS")[0].ends_with("model=global"), "{out}");
 }
 
 #[test]
