@@ -35,7 +35,7 @@ pub enum ActionError {
     #[error("cannot move messages out of an mbox file ({})", .0.display())]
     MoveMbox(PathBuf),
     /// Run as root, another user can change what the target or a source
-    /// of a move leads to ([`crate::fsutil::unsafe_for_root`]).
+    /// of a move leads to ([`crate::fsutil::unsafe_for_root_in`]).
     #[error("{why}: {}", why.instead())]
     Foreign {
         /// Who can change what.
@@ -55,10 +55,11 @@ impl SpamAction {
     /// Moves (`moving`) or copies spam read from `sources` into the Maildir
     /// at `target`, created if need be; with `dry_run`, only says where each
     /// message would go and creates nothing. Moving is refused for standard
-    /// input and mbox files; run as root, a target (or a source of a move)
-    /// another user owns is refused: that user could swap its folders for
-    /// links while the run renames and writes through them, and what root
-    /// made there would be closed to them.
+    /// input and mbox files; run as root, a target (with its `tmp/`, `new/`
+    /// and `cur/`) or a source of a move that another user can change
+    /// ([`crate::fsutil::unsafe_for_root`]) is refused: that user could swap
+    /// its folders for links while the run renames and writes through
+    /// them, and what root made there would be closed to them.
     pub fn new(
         target: &Path,
         moving: bool,
