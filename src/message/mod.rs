@@ -63,7 +63,7 @@ const MAX_MULTIPART_DEPTH: u8 = 100;
 /// header of millions of tiny fields (`a:b`) must not all be kept: the
 /// message still passes on whole, and the fields of ours among the rest
 /// are still renamed, by the writer, which keeps none.
-const MAX_HEADER_FIELDS: usize = 1000;
+pub const MAX_HEADER_FIELDS: usize = 1000;
 /// A multipart is split into at most this many parts; the last takes the
 /// rest of its body.
 const MAX_PARTS: usize = 1000;

@@ -527,7 +527,8 @@ impl Models {
         })
     }
 
-    /// The database of `user` (a name [`Models::user_name`] gave) under
+    /// The database of `user` (a name already checked and without its
+    /// address extension) under
     /// the settings, if users have their own.
     /// A database made where an earlier version put it
     /// ([`UserDbPattern::earlier_path`]) and not yet moved is used there,
@@ -616,8 +617,10 @@ impl Models {
         }
     }
 
-    /// Judges `raw` for each of `users` ([`Models::judge_parsed`]; none: for no
-    /// one) and keeps the judgment least harmful to any of them: ham over
+    /// Judges `raw` for each of `users` (each with the user's own model
+    /// when it holds the minimum of each class, else the global one; no
+    /// users: for no one) and keeps the judgment least harmful to any of
+    /// them: ham over
     /// unsure over spam, then the lowest probability; no verdict at all
     /// (the message passed on unscored) over any. One copy of a message
     /// goes to all its recipients, so it is junked, refused or held only
