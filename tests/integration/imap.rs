@@ -514,12 +514,16 @@ fn moves_teach_exactly(via: Via, origin: &str) {
         &rescued,
     );
     // A message moved back into Junk is spam again, moved once more.
-    mail.step(
-        &["MOVE", "INBOX", &one, "Junk"],
-        [1, 2],
-        6,
-        &format!("relabelled spam {origin}"),
-    );
+    let moved_back = format!("relabelled spam {origin}");
+    mail.step(&["MOVE", "INBOX", &one, "Junk"], [1, 2], 6, &moved_back);
+    // A large message (past spamc's own limit of 500 KB unless told) is
+    // learned as any other.
+    let big_word = "imapwordbig";
+    let mut big = tagged(5, big_word);
+    big.extend("filler words of a long message\n".repeat(24_000).as_bytes());
+    let file = mail.message_file(big_word, &big);
+    mail.step(&["APPEND", "INBOX", &file], [1, 2], 6, &moved_back);
+    mail.step(&["MOVE", "INBOX", big_word, "Junk"], [1, 3], 7, &spam);
     // The user sees that it works.
     let stats = |json: bool| {
         let config = mail.db.path("config.toml");
