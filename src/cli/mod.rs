@@ -201,17 +201,19 @@ impl Context {
 
     /// The database, for a command that changes it: refused to root when
     /// another user can change what its path leads to
-    /// ([`bayesmail::fsutil::unsafe_for_root`]; the writers refuse it too,
-    /// this says it before anything is read, with how to run it instead).
+    /// ([`bayesmail::db::Database::unsafe_for_root`], the writers' own
+    /// check, said here before anything is read, with how to run it
+    /// instead).
     /// Root's files in it (the journal, the learn log, the count store's)
     /// would be closed to that user, and `serve --user` would judge with a
     /// model it can no longer follow, then after a reload with none.
     fn database_to_change(&self) -> anyhow::Result<bayesmail::db::Database> {
-        if let Some(why) = bayesmail::fsutil::unsafe_for_root(self.db.dir()) {
+        let database = self.database();
+        if let Some(why) = database.unsafe_for_root() {
             let hint = run_as(&why);
             anyhow::bail!("{}{hint}", bayesmail::db::Error::Foreign { why });
         }
-        Ok(self.database())
+        Ok(database)
     }
 
     /// Opens the database's reader; without a model, says how to make one.

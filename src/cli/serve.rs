@@ -104,15 +104,20 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
         // Learning into another user's database as root is refused (its
         // files would be closed to that user): say so now, not at the
         // first TELL.
-        let databases = [("the global database", Some(settings.models.global.clone()))]
-            .into_iter()
-            .chain([(
+        let refused = [
+            (
+                "the global database",
+                bayesmail::db::Database::new(&settings.models.global).unsafe_for_root(),
+            ),
+            (
                 "users' databases",
-                settings.models.user_db.as_ref().map(|p| p.root()),
-            )]);
-        for (which, dir) in databases {
+                (settings.models.user_db.as_ref())
+                    .and_then(|p| bayesmail::fsutil::unsafe_for_root(&p.root())),
+            ),
+        ];
+        for (which, why) in refused {
             if settings.models.shared.is_none()
-                && let Some(why) = dir.and_then(|d| bayesmail::fsutil::unsafe_for_root(&d))
+                && let Some(why) = why
             {
                 let hint = why
                     .owner

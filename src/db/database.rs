@@ -50,6 +50,14 @@ impl Database {
         Reader::open(&self.paths)
     }
 
+    /// Why, run as root, no writer may write it, if none may: another
+    /// user can change what its path leads to (the writers refuse it with
+    /// [`super::Error::Foreign`]; a command may say so before it reads
+    /// anything).
+    pub fn unsafe_for_root(&self) -> Option<crate::fsutil::Unsafe> {
+        super::lock::unsafe_for_root(&self.paths)
+    }
+
     /// Its writer, waiting up to `wait` for another writer's lock (see
     /// [`Trainer::open`]).
     pub fn writer(&self, wait: Duration) -> Result<Trainer> {

@@ -56,14 +56,19 @@ impl WriterLock {
 /// was tried and dropped: it cannot be done safely for files the store
 /// makes and names itself, nor through a hard link.
 pub(super) fn refuse_foreign(paths: &DbPaths) -> Result<()> {
-    let counts = paths.counts();
-    let refused = [paths.dir(), &counts, &counts.join("blobs")]
-        .into_iter()
-        .find_map(crate::fsutil::unsafe_for_root_in);
-    match refused {
+    match unsafe_for_root(paths) {
         Some(why) => Err(Error::Foreign { why }),
         None => Ok(()),
     }
+}
+
+/// Why a writer running as root must not write the database at `paths`
+/// (see [`refuse_foreign`]), if it must not.
+pub(super) fn unsafe_for_root(paths: &DbPaths) -> Option<crate::fsutil::Unsafe> {
+    let counts = paths.counts();
+    [paths.dir(), &counts, &counts.join("blobs")]
+        .into_iter()
+        .find_map(crate::fsutil::unsafe_for_root_in)
 }
 
 /// Creates `dir` and its missing parents private to the user (0700 on

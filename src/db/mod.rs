@@ -141,7 +141,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A writer running as root on a database another user can change
-    /// ([`crate::fsutil::unsafe_for_root`]): one another user owns, one
+    /// ([`Database::unsafe_for_root`]): one another user owns, one
     /// it would make inside another user's directory, one reached through
     /// a directory others may write to.
     #[error("the database {why}: {}", why.instead())]
