@@ -417,6 +417,9 @@ fn writers_besides_root(meta: &fs::Metadata) -> Option<String> {
 /// or not (a name root is about to use could be taken first, or a file
 /// renamed in or out).
 pub fn unsafe_for_root_in(dir: &Path) -> Option<Unsafe> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
     if let Some(why) = unsafe_for_root(dir) {
         return Some(why);
     }
@@ -629,6 +632,77 @@ pub(crate) fn open_or_create_shared(path: &Path, append: bool) -> io::Result<Fil
         open_append_or_create(path, 0o600)
     } else {
         open_or_create(path, 0o600)
+    }
+}
+
+/// Gives the directory `dir`, just made the owner's alone, what a new
+/// file beside it gets ([`new_file_access`]), search where read is
+/// given, and its parent's set-group-id bit: a database's count store is
+/// made open to the database's group as the database's other new files
+/// are, or the group's other writers could not open it.
+pub(crate) fn share_new_dir(dir: &Path) -> io::Result<()> {
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let (mode, group) = new_file_access(parent);
+    if group.is_none() {
+        return Ok(());
+    }
+    let setgid = fs::metadata(parent).map_or(0, |m| m.mode() & 0o2000);
+    let mode = mode | (mode & 0o440) >> 2 | setgid;
+    give_access(&File::open(dir)?, mode, group)
+}
+
+/// Whether `dir` is open to its group and closed to others: what a
+/// database's directory (or count store) shared by a group of users is.
+pub(crate) fn shared_with_group(dir: &Path) -> bool {
+    fs::metadata(dir).is_ok_and(|m| m.mode() & 0o070 != 0 && m.mode() & 0o007 == 0)
+}
+
+/// Gives each directory and regular file under `dir` that this process
+/// owns `dir`'s group and what `dir` lets its group do (a file without
+/// search), nothing to others. Best effort: what cannot be changed is
+/// left. A count store's engine makes its files under the umask, at
+/// creation and at each open; in a store its group shares, each writer
+/// opens to the group what it made, so that the next writer of the group
+/// can open the store.
+pub(crate) fn share_tree(dir: &Path) {
+    let Ok(top) = fs::metadata(dir) else {
+        return;
+    };
+    let group = top.mode() & 0o070;
+    let me = nix::unistd::geteuid().as_raw();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let mode = if meta.is_dir() {
+                stack.push(path.clone());
+                0o700 | group | meta.mode() & 0o2000
+            } else if meta.is_file() {
+                0o600 | group & 0o060
+            } else {
+                continue;
+            };
+            if meta.uid() != me || (meta.mode() & 0o7777 == mode && meta.gid() == top.gid()) {
+                continue;
+            }
+            let Ok(file) = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&path)
+            else {
+                continue;
+            };
+            let _ = give_access(&file, mode, Some(top.gid()));
+        }
     }
 }
 

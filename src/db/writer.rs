@@ -212,15 +212,21 @@ impl Trainer {
         };
         if new_store {
             create(&counts)?;
+            // Best effort: a store left private shuts the group's other
+            // writers out with an error that names it.
+            let _ = crate::fsutil::share_new_dir(&counts);
         }
         let lock = WriterLock::take(paths, wait)?;
         let mut store = SledStore::open(&counts, wait)?;
-        if new_store || is_private(&counts) {
-            // sled creates its files under the umask, at creation and at
-            // each open (a new snapshot of its own): made private here
-            // unless the user opened up the store's directory, whose
-            // choice stands.
+        // sled creates its files under the umask, at creation and at each
+        // open (a new snapshot of its own): made private here, or open to
+        // the group of a store its group shares (as a database directory
+        // open to its group makes it), so that the group's next writer can
+        // open it. A store the user opened to others stays as it is.
+        if is_private(&counts) {
             privatize(&counts);
+        } else if crate::fsutil::shared_with_group(&counts) {
+            crate::fsutil::share_tree(&counts);
         }
         // `learn` may never write the model file again before `train`:
         // every writer sweeps what killed writers left.

@@ -550,6 +550,132 @@ fn a_reader_who_cannot_enter_the_database_is_told_so() {
     assert_eq!(stderr(&out), format!("bayesmail: {expected}\n"));
 }
 
+/// A database its group shares (a directory 2770 of the writers' group,
+/// as the README's permissions allow): each member of the group trains
+/// and learns into it in turn, with the common umask of 022, and nothing
+/// in it is open to others. Before, a writer that was not root refused a
+/// directory its group may change (a check meant for root only), and the
+/// count store was made private to its first writer, so the group's next
+/// writer could not open it.
+#[cfg(unix)]
+#[test]
+fn each_writer_of_a_group_learns_into_the_database_its_group_shares() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let tmp = tempfile::tempdir().unwrap();
+    let top = tmp.path();
+    fs::set_permissions(top, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = top.join("config.toml");
+    fs::write(&config, "").unwrap();
+    let mail = top.join("mail");
+    fs::create_dir(&mail).unwrap();
+    let copy = |from: &std::path::Path, name: &str| {
+        let to = mail.join(name);
+        fs::create_dir(&to).unwrap();
+        for f in fs::read_dir(from).unwrap() {
+            let f = f.unwrap().path();
+            fs::copy(&f, to.join(f.file_name().unwrap())).unwrap();
+        }
+        to
+    };
+    let (spam, ham) = (copy(&sample_spam(), "spam"), copy(&sample_ham(), "ham"));
+    let (one_spam, one_ham) = (mail.join("one-spam.eml"), mail.join("one-ham.eml"));
+    fs::write(&one_spam, unseen(0, "X-Group: one spam")).unwrap();
+    fs::write(&one_ham, unseen(30, "X-Group: one ham")).unwrap();
+    // The writers: as root, two users of one group (nobody, and a user id
+    // no one has, both of group 65534); otherwise this user alone.
+    let group: u32 = if root {
+        65534
+    } else {
+        fs::metadata(top).unwrap().gid()
+    };
+    let writers: Vec<Option<u32>> = if root {
+        let usable = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+                "true",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !usable {
+            eprintln!("running as root without setpriv to drop privileges: test skipped");
+            return;
+        }
+        vec![Some(65534), Some(65533)]
+    } else {
+        vec![None]
+    };
+    let db = top.join("db");
+    fs::create_dir(&db).unwrap();
+    std::os::unix::fs::chown(&db, None, Some(group)).unwrap();
+    fs::set_permissions(&db, fs::Permissions::from_mode(0o2770)).unwrap();
+    let run_as = |who: Option<u32>, args: &[&str]| -> Output {
+        let mut cmd = match who {
+            Some(uid) => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={group}"))
+                    .args(["--clear-groups", "--"])
+                    .arg(env!("CARGO_BIN_EXE_bayesmail"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_bayesmail")),
+        };
+        cmd.args(["--db", utf8(&db), "--config", utf8(&config)])
+            .args(args)
+            .env_remove("BAYESMAIL_DB")
+            .env_remove("BAYESMAIL_STORE");
+        // SAFETY: umask is async-signal-safe and touches no memory.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0o022);
+                Ok(())
+            });
+        }
+        cmd.output().unwrap()
+    };
+    let first = writers[0];
+    let last = *writers.last().unwrap();
+    let out = run_as(
+        first,
+        &["train", "-q", "--spam", utf8(&spam), "--ham", utf8(&ham)],
+    );
+    assert_exit(&out, 0, &["train"]);
+    let out = run_as(last, &["learn", "--ham", utf8(&one_ham)]);
+    assert_exit(&out, 0, &["learn", "--ham"]);
+    let out = run_as(first, &["learn", "--spam", utf8(&one_spam)]);
+    assert_exit(&out, 0, &["learn", "--spam"]);
+    let out = run_as(last, &["stats", "--json"]);
+    assert_exit(&out, 0, &["stats"]);
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["ham_messages"], 25, "{stats}");
+    assert_eq!(stats["spam_messages"], 25, "{stats}");
+    // Nothing in the database is open to others, and all of it is the
+    // group's.
+    let mut stack = vec![db.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                stack.push(path.clone());
+            }
+            assert_eq!(
+                meta.mode() & 0o007,
+                0,
+                "{} is open to others",
+                path.display()
+            );
+            assert_eq!(meta.gid(), group, "{} is not the group's", path.display());
+        }
+    }
+}
+
 /// Issue 26, D4: a write that fails for want of space says so in words,
 /// on one line: through sled (which passes an error on as its `Debug`
 /// text, `Os { code: 27, … }`), writing the model, or writing stdout.
