@@ -120,7 +120,13 @@ impl Home {
     /// database settings, HOME as the delivery agent sets it), checking
     /// that the agent reports success.
     fn deliver(&self, agent: Agent, message: &[u8]) {
-        let out = match agent {
+        let out = self.deliver_status(agent, message);
+        assert_exit(&out, 0, &[agent.name()]);
+    }
+
+    /// [`Home::deliver`], returning what the agent did.
+    fn deliver_status(&self, agent: Agent, message: &[u8]) -> std::process::Output {
+        match agent {
             Agent::ProcmailFilter | Agent::ProcmailDelivery => {
                 let rc = self.dir().join(".procmailrc");
                 fs::write(&rc, contrib("procmailrc")).unwrap();
@@ -143,8 +149,7 @@ impl Home {
                 cmd.arg(self.mailfilter());
                 run_with_stdin(cmd, message)
             }
-        };
-        assert_exit(&out, 0, &[agent.name()]);
+        }
     }
 
     /// The README's maildrop recipe as `~/.mailfilter`. maildrop sets PATH
@@ -505,7 +510,9 @@ fn postfix_filter_script_reinjects_the_message_judged_by_the_users_database() {
 fn sieve_filter_program_returns_the_message_with_our_headers() {
     let home = Home::new();
     let sieve = contrib("bayesmail.sieve");
-    assert!(sieve.contains("filter \"bayesmail\";") && sieve.contains("\"X-Spam-Flag\" \"YES\""));
+    assert!(
+        sieve.contains("if filter \"bayesmail\" {") && sieve.contains("\"X-Spam-Flag\" \"YES\"")
+    );
     // Installed as the README says, and run as Dovecot runs it: HOME and
     // USER, no PATH, the database the user's default under HOME.
     let program = home.dir().join("bin/sieve-filter-bayesmail");
@@ -1065,6 +1072,62 @@ fn every_recipe_junks_spam_and_no_forged_flag_crlf_or_not() {
         for (what, message) in &spams {
             if sieve.folder(message) != "Junk" {
                 wrong.push(format!("sieve: {what}: not junked"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// Where `filter` cannot be run (127, as the shell says for a program it
+/// cannot find) or gives up (75), each recipe goes on with the message as
+/// it came, and a ham whose sender wrote `X-Spam-Flag: YES` on top reaches
+/// the inbox (procmail, Sieve) or waits for the mail server to try again
+/// (maildrop), never Junk. Before, procmail's next rule and the Sieve
+/// script read the sender's flag as ours.
+#[test]
+fn a_recipe_whose_filter_fails_reads_no_forged_flag() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let (_, ham) = spam_and_ham(&home.db);
+    let forged = [&b"X-Spam-Flag: YES\n"[..], &ham].concat();
+    let link = home.dir().join("bin/bayesmail");
+    let mut wrong = Vec::new();
+    for status in [75, 127] {
+        let stand_in = home.db.path(&format!("failing-{status}"));
+        fs::write(
+            &stand_in,
+            format!("#!/bin/sh\ncat >/dev/null\nexit {status}\n"),
+        )
+        .unwrap();
+        fs::set_permissions(&stand_in, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&stand_in, &link).unwrap();
+        for agent in Agent::installed() {
+            let (junk, inbox) = (home.delivered(".Junk").len(), home.delivered("").len());
+            let out = home.deliver_status(agent, &forged);
+            let (code, delivered) = match agent {
+                Agent::Maildrop => (75, 0),
+                _ => (0, 1),
+            };
+            if out.status.code() != Some(code) {
+                wrong.push(format!(
+                    "{agent:?}, exit {status}: {:?} {}",
+                    out.status,
+                    stderr(&out)
+                ));
+            }
+            if home.delivered(".Junk").len() != junk {
+                wrong.push(format!("{agent:?}, exit {status}: junked"));
+            }
+            if home.delivered("").len() != inbox + delivered {
+                wrong.push(format!("{agent:?}, exit {status}: not in the inbox"));
+            }
+        }
+        if have("sieve-test") {
+            let sieve = SieveTest::new(&home, &stand_in);
+            let folder = sieve.folder(&forged);
+            if folder != "INBOX" {
+                wrong.push(format!("sieve, exit {status}: {folder}"));
             }
         }
     }
