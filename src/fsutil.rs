@@ -651,7 +651,11 @@ pub(crate) fn share_new_dir(dir: &Path) -> io::Result<()> {
     }
     let setgid = fs::metadata(parent).map_or(0, |m| m.mode() & 0o2000);
     let mode = mode | (mode & 0o440) >> 2 | setgid;
-    give_access(&File::open(dir)?, mode, group)
+    let made = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)?;
+    give_access(&made, mode, group)
 }
 
 /// Whether `dir` is open to its group and closed to others: what a
@@ -662,46 +666,73 @@ pub(crate) fn shared_with_group(dir: &Path) -> bool {
 
 /// Gives each directory and regular file under `dir` that this process
 /// owns `dir`'s group and what `dir` lets its group do (a file without
-/// search), nothing to others. Best effort: what cannot be changed is
-/// left. A count store's engine makes its files under the umask, at
-/// creation and at each open; in a store its group shares, each writer
-/// opens to the group what it made, so that the next writer of the group
-/// can open the store.
+/// search), nothing to others. A count store's engine makes its files
+/// under the umask, at creation and at each open; in a store its group
+/// shares, each writer opens to the group what it made, so that the next
+/// writer of the group can open the store. Best effort: what cannot be
+/// changed is left.
+///
+/// The group may rename, link and replace what is in the store, so
+/// nothing is reached by name twice: each entry is opened from its
+/// directory's descriptor, never through a link, and changed through its
+/// own descriptor; a file with more than one name (a link to a file of
+/// this user's elsewhere) is left as it is.
 pub(crate) fn share_tree(dir: &Path) {
-    let Ok(top) = fs::metadata(dir) else {
+    use nix::fcntl::OFlag;
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let Ok(top) = nix::fcntl::open(dir, flags, nix::sys::stat::Mode::empty()) else {
         return;
     };
-    let group = top.mode() & 0o070;
+    let top = File::from(top);
+    let Ok(meta) = top.metadata() else {
+        return;
+    };
     let me = nix::unistd::geteuid().as_raw();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(at) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&at) else {
+    share_under(top.into(), meta.gid(), meta.mode() & 0o070, me, 0);
+}
+
+/// [`share_tree`] below the open directory `dir`.
+fn share_under(dir: std::os::fd::OwnedFd, gid: u32, group: u32, me: u32, depth: u32) {
+    use nix::fcntl::OFlag;
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(listed) = dir.try_clone() else {
+        return;
+    };
+    let Ok(mut listing) = nix::dir::Dir::from_fd(listed) else {
+        return;
+    };
+    let names: Vec<std::ffi::CString> = listing
+        .iter()
+        .flatten()
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| {
+            let n = std::ffi::OsStr::from_bytes(n.as_bytes());
+            n != "." && n != ".."
+        })
+        .collect();
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    for name in names {
+        let Ok(fd) =
+            nix::fcntl::openat(&dir, name.as_c_str(), flags, nix::sys::stat::Mode::empty())
+        else {
             continue;
         };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Ok(meta) = fs::symlink_metadata(&path) else {
-                continue;
-            };
-            let mode = if meta.is_dir() {
-                stack.push(path.clone());
-                0o700 | group | meta.mode() & 0o2000
-            } else if meta.is_file() {
-                0o600 | group & 0o060
-            } else {
-                continue;
-            };
-            if meta.uid() != me || (meta.mode() & 0o7777 == mode && meta.gid() == top.gid()) {
-                continue;
-            }
-            let Ok(file) = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(&path)
-            else {
-                continue;
-            };
-            let _ = give_access(&file, mode, Some(top.gid()));
+        let file = File::from(fd);
+        let Ok(meta) = file.metadata() else {
+            continue;
+        };
+        let mode = if meta.is_dir() {
+            0o700 | group | meta.mode() & 0o2000
+        } else if meta.is_file() && meta.nlink() == 1 {
+            0o600 | group & 0o060
+        } else {
+            continue;
+        };
+        if meta.uid() == me && (meta.mode() & 0o7777 != mode || meta.gid() != gid) {
+            let _ = give_access(&file, mode, Some(gid));
+        }
+        if meta.is_dir() && depth < 8 {
+            share_under(file.into(), gid, group, me, depth + 1);
         }
     }
 }
@@ -927,6 +958,51 @@ mod tests {
     /// A new file is shared with its directory's group only where the
     /// directory is open to that group and closed to others; a replaced
     /// one keeps its own mode and group.
+    /// A count store its group shares: what is in it is opened to the
+    /// group, and nothing a link in it leads to (a symbolic link to a
+    /// private directory or file, a second name of a private file).
+    #[test]
+    fn a_shared_store_opens_to_its_group_only_what_is_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+        let set = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+        let store = d.join("counts.sled");
+        fs::create_dir(&store).unwrap();
+        set(&store, 0o770);
+        fs::write(store.join("db"), b"counts").unwrap();
+        set(&store.join("db"), 0o600);
+        fs::create_dir(store.join("blobs")).unwrap();
+        set(&store.join("blobs"), 0o700);
+        fs::write(store.join("blobs/1"), b"blob").unwrap();
+        set(&store.join("blobs/1"), 0o600);
+        // The user's own private things, and links to them in the store.
+        fs::create_dir(d.join("private")).unwrap();
+        set(&d.join("private"), 0o700);
+        fs::write(d.join("private/key"), b"secret").unwrap();
+        set(&d.join("private/key"), 0o600);
+        fs::write(d.join("secret"), b"secret").unwrap();
+        set(&d.join("secret"), 0o600);
+        std::os::unix::fs::symlink(d.join("private"), store.join("to-dir")).unwrap();
+        std::os::unix::fs::symlink(d.join("secret"), store.join("to-file")).unwrap();
+        fs::hard_link(d.join("secret"), store.join("second-name")).unwrap();
+
+        share_tree(&store);
+
+        assert_eq!(mode(&store.join("db")), 0o660);
+        assert_eq!(mode(&store.join("blobs")), 0o770);
+        assert_eq!(mode(&store.join("blobs/1")), 0o660);
+        assert_eq!(mode(&d.join("private")), 0o700);
+        assert_eq!(mode(&d.join("private/key")), 0o600);
+        assert_eq!(mode(&d.join("secret")), 0o600);
+
+        // A store open to its group for reading only gives read alone.
+        set(&store, 0o750);
+        share_tree(&store);
+        assert_eq!(mode(&store.join("db")), 0o640);
+        assert_eq!(mode(&store.join("blobs")), 0o750);
+    }
+
     #[test]
     fn a_new_file_takes_its_directorys_permissions_a_replacement_its_own() {
         let dir = tempfile::tempdir().unwrap();
