@@ -143,9 +143,14 @@ struct Bayes {
     queue_id: Option<String>,
     /// Header fields received in this message so far.
     seen: u32,
-    /// The fields named like ours, as received: only these are kept
-    /// apart from the rebuilt message (the others are not needed again).
+    /// The first [`RENAMED_FIELDS`] fields named like ours, as received:
+    /// only these are kept apart from the rebuilt message (the others are
+    /// not needed again).
     forged: Vec<Forged>,
+    /// The address the MTA resolved the coming RCPT to (macro
+    /// `{rcpt_addr}`), which names its user rather than the address as
+    /// the sender wrote it.
+    rcpt_addr: Option<String>,
     /// The message's Message-ID, for the log when there is no queue id.
     message_id: Option<String>,
     /// The message rebuilt: header block, empty line, body; at most
@@ -166,6 +171,7 @@ impl Bayes {
             queue_id: None,
             seen: 0,
             forged: Vec::new(),
+            rcpt_addr: None,
             message_id: None,
             raw: Vec::new(),
         }
@@ -179,6 +185,7 @@ impl Bayes {
         self.queue_id = None;
         self.seen = 0;
         self.forged.clear();
+        self.rcpt_addr = None;
         self.message_id = None;
         self.raw = Vec::new();
     }
@@ -200,6 +207,15 @@ impl Bayes {
             .unwrap_or_default()
     }
 }
+
+/// How many fields named like ours a message may have renamed; those
+/// after them stay as they came. Each is two changes for the MTA to make,
+/// and an MTA takes only so many to one message: Postfix, given about
+/// 20,000, accepts the message and then cannot read its own queue file,
+/// and the message is never delivered. No mail sends more than a few of
+/// these fields but to forge them, and a forged flag after the first
+/// hundred only files its own message in Junk.
+pub const RENAMED_FIELDS: usize = 100;
 
 /// A field named like one of ours, as the MTA sent it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -375,13 +391,21 @@ impl miltr_server::Milter for Bayes {
             if name == b"v" {
                 self.hidden = hidden_fields(value);
             }
+            if name == b"{rcpt_addr}" {
+                self.rcpt_addr = Some(String::from_utf8_lossy(value).into_owned());
+            }
         }
         Ok(())
     }
 
     async fn rcpt(&mut self, recipient: Recipient) -> Result<Action, Self::Error> {
-        let rcpt = recipient.recipient();
-        let rcpt = rcpt.trim();
+        // The MTA's reading of the address where it gives one: the
+        // sender's spelling may route or quote it (`<@relay:bob@…>`,
+        // `"b\ob"@…`), which the MTA delivers to bob, and must not choose
+        // whose model judges.
+        let resolved = self.rcpt_addr.take().filter(|a| !a.trim().is_empty());
+        let given = recipient.recipient();
+        let rcpt = resolved.as_deref().unwrap_or(&given).trim();
         let rcpt = rcpt
             .strip_prefix('<')
             .and_then(|r| r.strip_suffix('>'))
@@ -420,7 +444,7 @@ impl miltr_server::Milter for Bayes {
         if self.message_id.is_none() && name.eq_ignore_ascii_case(b"Message-ID") {
             self.message_id = Some(String::from_utf8_lossy(&value).trim().to_string());
         }
-        if names_ours(&name) {
+        if names_ours(&name) && self.forged.len() < RENAMED_FIELDS {
             self.forged.push(Forged {
                 position: self.seen,
                 name,

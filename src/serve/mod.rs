@@ -20,7 +20,7 @@ use tokio::sync::{Notify, Semaphore};
 
 pub use listen::{Addr, BoxConn, Listener, Network, Peer};
 pub use metrics::Metrics;
-pub use milter::SpamAction;
+pub use milter::{RENAMED_FIELDS, SpamAction};
 pub use models::{Judged, LearnError, ModelSettings, Models, Which};
 
 use crate::model::Label;
