@@ -226,6 +226,16 @@ struct Forged {
     value: Vec<u8>,
 }
 
+/// An envelope address without its source route (RFC 5321's
+/// `@relay.example,@other.example:bob@example.org`, which MTAs deliver to
+/// bob@example.org).
+fn without_source_route(address: &str) -> &str {
+    match address.strip_prefix('@').and_then(|r| r.split_once(':')) {
+        Some((_, mailbox)) => mailbox,
+        None => address,
+    }
+}
+
 /// Entries Sendmail keeps above the first field of a message, less one:
 /// a sendmail.cf built from Sendmail's m4 macros has nine header
 /// templates (Return-Path, Received, Resent-Date, Date, Resent-From, From,
@@ -399,17 +409,19 @@ impl miltr_server::Milter for Bayes {
     }
 
     async fn rcpt(&mut self, recipient: Recipient) -> Result<Action, Self::Error> {
-        // The MTA's reading of the address where it gives one: the
-        // sender's spelling may route or quote it (`<@relay:bob@…>`,
-        // `"b\ob"@…`), which the MTA delivers to bob, and must not choose
-        // whose model judges.
-        let resolved = self.rcpt_addr.take().filter(|a| !a.trim().is_empty());
+        // The MTA's reading of the address where it gives one (Postfix's
+        // `{rcpt_addr}`; Sendmail's is the mailer's user, `bob` for local
+        // mail, not an address, and is left): the sender's spelling may
+        // route or quote it (`<@relay:bob@…>`, `"b\ob"@…`), which the
+        // MTA delivers to bob, and must not choose whose model judges.
+        let resolved = self.rcpt_addr.take().filter(|a| a.contains('@'));
         let given = recipient.recipient();
         let rcpt = resolved.as_deref().unwrap_or(&given).trim();
         let rcpt = rcpt
             .strip_prefix('<')
             .and_then(|r| r.strip_suffix('>'))
             .unwrap_or(rcpt);
+        let rcpt = without_source_route(rcpt);
         if !rcpt.is_empty() {
             // The name its model is chosen by, so that one user written
             // two ways (`Bob@…`, `bob+lists@…`) is judged once; a name
@@ -651,6 +663,19 @@ pub const JUDGED_RECIPIENTS: usize = 16;
 mod tests {
     use super::*;
     use crate::db::Reason;
+
+    #[test]
+    fn a_source_route_is_no_part_of_the_recipient() {
+        for (given, mailbox) in [
+            ("@relay.example:bob@example.org", "bob@example.org"),
+            ("@a.example,@b.example:bob@example.org", "bob@example.org"),
+            ("bob@example.org", "bob@example.org"),
+            ("\"b:ob\"@example.org", "\"b:ob\"@example.org"),
+            ("@", "@"),
+        ] {
+            assert_eq!(without_source_route(given), mailbox, "{given}");
+        }
+    }
 
     #[test]
     fn our_names_are_told_as_filter_tells_them() {

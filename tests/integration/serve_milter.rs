@@ -904,8 +904,9 @@ fn postfix_delivers_a_message_of_thousands_of_forged_fields() {
 
 /// The recipient's model is chosen by the address Postfix delivers to
 /// (`{rcpt_addr}`), not by how the sender wrote it: a source route
-/// (`<@relay.example:user@example.org>`) is user@example.org's mail.
-/// Before, it named a user of its own and was judged by the global model.
+/// (`<@relay.example:user@example.org>`) or a quoted local part
+/// (`"us\er"@example.org`) is user@example.org's mail. Before, each named
+/// a user of its own, or none, and was judged by the global model.
 #[test]
 fn postfix_recipients_are_named_as_postfix_resolves_them() {
     let db = Db::new();
@@ -915,21 +916,30 @@ fn postfix_recipients_are_named_as_postfix_resolves_them() {
         return;
     };
     let raw = std::fs::read(&sample_files()[0]).unwrap();
-    let delivered = postfix.deliver_with(|| {
-        let (ok, why) = postfix.try_send_to(&raw, "@relay.example:user@example.org");
-        assert!(ok, "smtp-source: {why}\n{}", postfix.maillog());
-    });
-    assert!(unwrap_delivered(&delivered).0.is_some());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let log = loop {
-        let log = serve.log();
-        if log.contains(" user=") || Instant::now() > deadline {
-            break log;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(log.contains(" user=user@example.org "), "{log}");
-    assert!(!log.contains("relay.example"), "{log}");
+    for (i, rcpt) in ["@relay.example:user@example.org", "\"us\\er\"@example.org"]
+        .into_iter()
+        .enumerate()
+    {
+        let delivered = postfix.deliver_with(|| {
+            let (ok, why) = postfix.try_send_to(&raw, rcpt);
+            assert!(ok, "smtp-source: {why}\n{}", postfix.maillog());
+        });
+        assert!(unwrap_delivered(&delivered).0.is_some());
+        // The message's log line (written as the milter answers).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let log = loop {
+            let log = serve.log();
+            if log.matches(" user=").count() > i || Instant::now() > deadline {
+                break log;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(
+            log.matches(" user=user@example.org ").count(),
+            i + 1,
+            "{rcpt}\n{log}"
+        );
+    }
 }
 
 #[test]
