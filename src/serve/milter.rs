@@ -208,8 +208,9 @@ impl Bayes {
     }
 }
 
-/// How many fields named like ours a message may have renamed; those
-/// after them stay as they came. Each is two changes for the MTA to make,
+/// How many fields named like ours a message may have renamed (and no
+/// more than `--max-size` bytes of them); those after them stay as they
+/// came. Each is two changes for the MTA to make,
 /// and an MTA takes only so many to one message: Postfix, given about
 /// 20,000, accepts the message and then cannot read its own queue file,
 /// and the message is never delivered. No mail sends more than a few of
@@ -457,11 +458,20 @@ impl miltr_server::Milter for Bayes {
             self.message_id = Some(String::from_utf8_lossy(&value).trim().to_string());
         }
         if names_ours(&name) && self.forged.len() < RENAMED_FIELDS {
-            self.forged.push(Forged {
-                position: self.seen,
-                name,
-                value,
-            });
+            // Kept apart from the message, and so bounded as it is.
+            let held: usize = self
+                .forged
+                .iter()
+                .map(|f| f.name.len() + f.value.len())
+                .sum();
+            let max = usize::try_from(self.state.settings.max_message).unwrap_or(usize::MAX);
+            if held + name.len() + value.len() <= max {
+                self.forged.push(Forged {
+                    position: self.seen,
+                    name,
+                    value,
+                });
+            }
         }
         self.seen = self.seen.saturating_add(1);
         Ok(Continue.into())

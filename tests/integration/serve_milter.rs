@@ -368,6 +368,35 @@ fn miltertest_forged_fields_are_renamed_and_ours_go_on_top() {
     }
 }
 
+/// The forged fields a milter connection holds to rename are bounded as
+/// the message is (`--max-size`): past it, a field stays as it came.
+/// Before, a client could make serve hold any number of megabytes of them.
+#[test]
+fn miltertest_forged_fields_held_are_bounded_by_the_size_limit() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let serve = Serve::start(&db, &["--max-size", "1000"]);
+    let (a, b) = ("a".repeat(600), "b".repeat(600));
+    let raw = format!(
+        "From: a@example.org\r\nX-Spam-Flag: {a}\r\nX-Spam-Flag: {b}\r\nSubject: hi\r\n\r\nBody.\r\n"
+    );
+    let mut script = lua_head(&serve.addr);
+    script.push_str(&lua_message(raw.as_bytes(), "<user@example.org>"));
+    for (tag, value) in [("FIRST", &a), ("SECOND", &b)] {
+        script.push_str(&format!(
+            "if mt.eom_check(conn, MT_HDRINSERT, \"Old-X-Spam-Flag\", \" {value}\") then mt.echo(\"{tag} yes\") else mt.echo(\"{tag} no\") end\n"
+        ));
+    }
+    script.push_str("mt.disconnect(conn)\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    assert_eq!(tagged(&out, "FIRST"), vec!["yes"], "{out}");
+    assert_eq!(tagged(&out, "SECOND"), vec!["no"], "{out}");
+}
+
 /// Runs one message through a server started with `extra` on loopback;
 /// returns
 /// miltertest's report: the reply to the end of the message, whether
