@@ -7,13 +7,15 @@
 //! end of the body through [`State::judge`], and answered with the header
 //! actions that make the delivered message what `filter` would have
 //! written: our fields ([`crate::db::Status::fields`]) inserted at the top,
-//! and every field the client sent under one of our names
-//! ([`OUR_FIELDS`]) renamed with [`RENAMED_PREFIX`] in place (deleted with
-//! CHGHEADER, inserted again under the new name at its position). The
-//! body is never touched: the milter does not even ask for the right to.
+//! and the fields the client sent under one of our names ([`OUR_FIELDS`])
+//! renamed with [`RENAMED_PREFIX`] in place (deleted with CHGHEADER,
+//! inserted again under the new name at its position): the first
+//! [`RENAMED_FIELDS`] of them, within `max_message` bytes. The body is
+//! never touched: the milter does not even ask for the right to.
 //!
-//! The users are the envelope recipients (RCPT), angle brackets taken
-//! off. One message gets one verdict for all its recipients: each
+//! The users are the envelope recipients (RCPT): the address Postfix
+//! resolved (its `{rcpt_addr}` macro), else the argument as sent, angle
+//! brackets and a source route taken off. One message gets one verdict for all its recipients: each
 //! recipient's model judges it (or the global one, when that user has no
 //! model of its own or too young a one, or its name is refused, or its
 //! model cannot be read: see [`super::Models::judge_for_all`]) and the judgment
@@ -134,6 +136,9 @@ struct Bayes {
     /// Header fields above the first one sent that INSHEADER positions
     /// count, by the MTA (see [`hidden_fields`]).
     hidden: u32,
+    /// The MTA is Postfix (its `v` macro says so), whose `{rcpt_addr}`
+    /// is the address it resolved the recipient to.
+    postfix: bool,
     /// The envelope recipients' users, each once, in order: at most
     /// [`JUDGED_RECIPIENTS`] of them.
     recipients: Vec<String>,
@@ -143,10 +148,14 @@ struct Bayes {
     queue_id: Option<String>,
     /// Header fields received in this message so far.
     seen: u32,
-    /// The first [`RENAMED_FIELDS`] fields named like ours, as received:
-    /// only these are kept apart from the rebuilt message (the others are
-    /// not needed again).
+    /// The first [`RENAMED_FIELDS`] fields named like ours, as received,
+    /// within `max_message` bytes: only these are kept apart from the
+    /// rebuilt message (the others are not needed again). Always the
+    /// first ones: CHGHEADER's index counts the fields of a name from the
+    /// top, which [`header_actions`] counts from these.
     forged: Vec<Forged>,
+    /// A field named like ours did not fit: none after it is held.
+    forged_full: bool,
     /// The address the MTA resolved the coming RCPT to (macro
     /// `{rcpt_addr}`), which names its user rather than the address as
     /// the sender wrote it.
@@ -166,11 +175,13 @@ impl Bayes {
             negotiated,
             leading_space: false,
             hidden: 0,
+            postfix: false,
             recipients: Vec::new(),
             crowded: false,
             queue_id: None,
             seen: 0,
             forged: Vec::new(),
+            forged_full: false,
             rcpt_addr: None,
             message_id: None,
             raw: Vec::new(),
@@ -185,6 +196,7 @@ impl Bayes {
         self.queue_id = None;
         self.seen = 0;
         self.forged.clear();
+        self.forged_full = false;
         self.rcpt_addr = None;
         self.message_id = None;
         self.raw = Vec::new();
@@ -209,8 +221,8 @@ impl Bayes {
 }
 
 /// How many fields named like ours a message may have renamed (and no
-/// more than `--max-size` bytes of them); those after them stay as they
-/// came. Each is two changes for the MTA to make,
+/// more than `--max-size` bytes of them: from the first that would pass
+/// that, none is held); those after them stay as they came. Each is two changes for the MTA to make,
 /// and an MTA takes only so many to one message: Postfix, given about
 /// 20,000, accepts the message and then cannot read its own queue file,
 /// and the message is never delivered. No mail sends more than a few of
@@ -401,6 +413,7 @@ impl miltr_server::Milter for Bayes {
             }
             if name == b"v" {
                 self.hidden = hidden_fields(value);
+                self.postfix = value.starts_with(b"Postfix");
             }
             if name == b"{rcpt_addr}" {
                 self.rcpt_addr = Some(String::from_utf8_lossy(value).into_owned());
@@ -410,12 +423,16 @@ impl miltr_server::Milter for Bayes {
     }
 
     async fn rcpt(&mut self, recipient: Recipient) -> Result<Action, Self::Error> {
-        // The MTA's reading of the address where it gives one (Postfix's
-        // `{rcpt_addr}`; Sendmail's is the mailer's user, `bob` for local
-        // mail, not an address, and is left): the sender's spelling may
-        // route or quote it (`<@relay:bob@…>`, `"b\ob"@…`), which the
-        // MTA delivers to bob, and must not choose whose model judges.
-        let resolved = self.rcpt_addr.take().filter(|a| a.contains('@'));
+        // Postfix's reading of the address (`{rcpt_addr}`): the sender's
+        // spelling may route or quote it (`<@relay:bob@…>`, `"b\ob"@…`),
+        // which Postfix delivers to bob, and must not choose whose model
+        // judges. Sendmail's macro of that name is what its rules made of
+        // the address (the mailer's user, `bob` for local mail, or a
+        // virtusertable's target), not the recipient's name, and is left.
+        let resolved = self
+            .rcpt_addr
+            .take()
+            .filter(|a| self.postfix && a.contains('@'));
         let given = recipient.recipient();
         let rcpt = resolved.as_deref().unwrap_or(&given).trim();
         let rcpt = rcpt
@@ -457,7 +474,7 @@ impl miltr_server::Milter for Bayes {
         if self.message_id.is_none() && name.eq_ignore_ascii_case(b"Message-ID") {
             self.message_id = Some(String::from_utf8_lossy(&value).trim().to_string());
         }
-        if names_ours(&name) && self.forged.len() < RENAMED_FIELDS {
+        if names_ours(&name) && !self.forged_full {
             // Kept apart from the message, and so bounded as it is.
             let held: usize = self
                 .forged
@@ -465,12 +482,14 @@ impl miltr_server::Milter for Bayes {
                 .map(|f| f.name.len() + f.value.len())
                 .sum();
             let max = usize::try_from(self.state.settings.max_message).unwrap_or(usize::MAX);
-            if held + name.len() + value.len() <= max {
+            if self.forged.len() < RENAMED_FIELDS && held + name.len() + value.len() <= max {
                 self.forged.push(Forged {
                     position: self.seen,
                     name,
                     value,
                 });
+            } else {
+                self.forged_full = true;
             }
         }
         self.seen = self.seen.saturating_add(1);

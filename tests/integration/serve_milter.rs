@@ -369,8 +369,10 @@ fn miltertest_forged_fields_are_renamed_and_ours_go_on_top() {
 }
 
 /// The forged fields a milter connection holds to rename are bounded as
-/// the message is (`--max-size`): past it, a field stays as it came.
-/// Before, a client could make serve hold any number of megabytes of them.
+/// the message is (`--max-size`): from the first that does not fit, none
+/// is renamed. Before, a client could make serve hold any number of
+/// megabytes of them; and a small field after one that did not fit was
+/// held without it, so the index that deletes it named the one before.
 #[test]
 fn miltertest_forged_fields_held_are_bounded_by_the_size_limit() {
     if !have("miltertest", "miltertest") {
@@ -379,13 +381,14 @@ fn miltertest_forged_fields_held_are_bounded_by_the_size_limit() {
     let db = Db::new();
     db.train_sample();
     let serve = Serve::start(&db, &["--max-size", "1000"]);
-    let (a, b) = ("a".repeat(600), "b".repeat(600));
+    let (a, b, c) = ("a".repeat(600), "b".repeat(600), "YES".to_string());
     let raw = format!(
-        "From: a@example.org\r\nX-Spam-Flag: {a}\r\nX-Spam-Flag: {b}\r\nSubject: hi\r\n\r\nBody.\r\n"
+        "From: a@example.org\r\nX-Spam-Flag: {a}\r\nX-Spam-Flag: {b}\r\n\
+         X-Spam-Flag: {c}\r\nSubject: hi\r\n\r\nBody.\r\n"
     );
     let mut script = lua_head(&serve.addr);
     script.push_str(&lua_message(raw.as_bytes(), "<user@example.org>"));
-    for (tag, value) in [("FIRST", &a), ("SECOND", &b)] {
+    for (tag, value) in [("FIRST", &a), ("SECOND", &b), ("THIRD", &c)] {
         script.push_str(&format!(
             "if mt.eom_check(conn, MT_HDRINSERT, \"Old-X-Spam-Flag\", \" {value}\") then mt.echo(\"{tag} yes\") else mt.echo(\"{tag} no\") end\n"
         ));
@@ -395,6 +398,7 @@ fn miltertest_forged_fields_held_are_bounded_by_the_size_limit() {
     let out = miltertest(tmp.path(), &script);
     assert_eq!(tagged(&out, "FIRST"), vec!["yes"], "{out}");
     assert_eq!(tagged(&out, "SECOND"), vec!["no"], "{out}");
+    assert_eq!(tagged(&out, "THIRD"), vec!["no"], "{out}");
 }
 
 /// Runs one message through a server started with `extra` on loopback;
