@@ -666,11 +666,13 @@ pub(crate) fn shared_with_group(dir: &Path) -> bool {
 
 /// Gives each directory and regular file under `dir` that this process
 /// owns `dir`'s group and what `dir` lets its group do (a file without
-/// search), nothing to others. A count store's engine makes its files
-/// under the umask, at creation and at each open; in a store its group
-/// shares, each writer opens to the group what it made, so that the next
-/// writer of the group can open the store. Best effort: what cannot be
-/// changed is left.
+/// search; a directory `dir`'s set-group-id bit too), nothing to others.
+/// A count store's engine makes its files under the umask, at creation
+/// and at each open (sled's snapshot; during a run it makes files only
+/// for values far larger than a count); in a store its group shares,
+/// each writer opens to the group what it made, so that the next writer
+/// of the group can open the store. Best effort: what cannot be changed
+/// is left.
 ///
 /// The group may rename, link and replace what is in the store, so
 /// nothing is reached by name twice: each entry is opened from its
@@ -688,11 +690,12 @@ pub(crate) fn share_tree(dir: &Path) {
         return;
     };
     let me = nix::unistd::geteuid().as_raw();
-    share_under(top.into(), meta.gid(), meta.mode() & 0o070, me, 0);
+    let group = meta.mode() & 0o070;
+    share_under(top.into(), meta.gid(), group, meta.mode() & 0o2000, me, 0);
 }
 
 /// [`share_tree`] below the open directory `dir`.
-fn share_under(dir: std::os::fd::OwnedFd, gid: u32, group: u32, me: u32, depth: u32) {
+fn share_under(dir: std::os::fd::OwnedFd, gid: u32, group: u32, setgid: u32, me: u32, depth: u32) {
     use nix::fcntl::OFlag;
     use std::os::unix::ffi::OsStrExt;
     let Ok(listed) = dir.try_clone() else {
@@ -722,7 +725,7 @@ fn share_under(dir: std::os::fd::OwnedFd, gid: u32, group: u32, me: u32, depth: 
             continue;
         };
         let mode = if meta.is_dir() {
-            0o700 | group | meta.mode() & 0o2000
+            0o700 | group | setgid
         } else if meta.is_file() && meta.nlink() == 1 {
             0o600 | group & 0o060
         } else {
@@ -732,7 +735,7 @@ fn share_under(dir: std::os::fd::OwnedFd, gid: u32, group: u32, me: u32, depth: 
             let _ = give_access(&file, mode, Some(gid));
         }
         if meta.is_dir() && depth < 8 {
-            share_under(file.into(), gid, group, me, depth + 1);
+            share_under(file.into(), gid, group, setgid, me, depth + 1);
         }
     }
 }
@@ -955,9 +958,6 @@ mod tests {
         }
     }
 
-    /// A new file is shared with its directory's group only where the
-    /// directory is open to that group and closed to others; a replaced
-    /// one keeps its own mode and group.
     /// A count store its group shares: what is in it is opened to the
     /// group, and nothing a link in it leads to (a symbolic link to a
     /// private directory or file, a second name of a private file).
@@ -991,6 +991,11 @@ mod tests {
 
         assert_eq!(mode(&store.join("db")), 0o660);
         assert_eq!(mode(&store.join("blobs")), 0o770);
+        // A store whose new files take its group (set-group-id) gives its
+        // directories the same.
+        set(&store, 0o2770);
+        share_tree(&store);
+        assert_eq!(mode(&store.join("blobs")), 0o2770);
         assert_eq!(mode(&store.join("blobs/1")), 0o660);
         assert_eq!(mode(&d.join("private")), 0o700);
         assert_eq!(mode(&d.join("private/key")), 0o600);
@@ -1001,8 +1006,13 @@ mod tests {
         share_tree(&store);
         assert_eq!(mode(&store.join("db")), 0o640);
         assert_eq!(mode(&store.join("blobs")), 0o750);
+        assert_eq!(mode(&d.join("private")), 0o700);
+        assert_eq!(mode(&d.join("secret")), 0o600);
     }
 
+    /// A new file is shared with its directory's group only where the
+    /// directory is open to that group and closed to others; a replaced
+    /// one keeps its own mode and group.
     #[test]
     fn a_new_file_takes_its_directorys_permissions_a_replacement_its_own() {
         let dir = tempfile::tempdir().unwrap();
