@@ -986,8 +986,19 @@ mod tests {
         std::os::unix::fs::symlink(d.join("private"), store.join("to-dir")).unwrap();
         std::os::unix::fs::symlink(d.join("secret"), store.join("to-file")).unwrap();
         fs::hard_link(d.join("secret"), store.join("second-name")).unwrap();
+        // Another member's file (root could change it, and must not).
+        let root = nix::unistd::geteuid().is_root();
+        if root {
+            fs::write(store.join("theirs"), b"theirs").unwrap();
+            set(&store.join("theirs"), 0o600);
+            std::os::unix::fs::chown(store.join("theirs"), Some(65534), None).unwrap();
+        }
 
         share_tree(&store);
+
+        if root {
+            assert_eq!(mode(&store.join("theirs")), 0o600);
+        }
 
         assert_eq!(mode(&store.join("db")), 0o660);
         assert_eq!(mode(&store.join("blobs")), 0o770);
