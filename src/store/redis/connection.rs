@@ -76,7 +76,17 @@ impl RedisUrl {
         let mut rest = Vec::new();
         for (k, v) in parsed.query_pairs() {
             match &*k {
-                "prefix" => prefix = check_name(&v, true)?.to_string(),
+                "prefix" => {
+                    prefix = check_name(&v, true)?.to_string();
+                    // `{P:u:NAME}` is user NAME's model under prefix P:
+                    // a prefix holding `:u:` would be another's user.
+                    if prefix.contains(":u:") {
+                        return Err(bad(format!(
+                            "prefix={prefix}: a prefix may not hold \":u:\" (the keys of \
+                             user NAME under prefix P are {{P:u:NAME}})"
+                        )));
+                    }
+                }
                 "ca" if tls => {
                     let read = std::fs::read(&*v)
                         .map_err(|e| bad(format!("ca={v}: {}", crate::fsutil::words(&e))))?;

@@ -213,30 +213,40 @@ impl RedisStore {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos())
         );
-        let locked: Option<String> = self.query(
+        let locked: Result<Option<String>> = self.query(
             redis::cmd("SET")
                 .arg(&self.keys.lock)
                 .arg(&token)
                 .arg("NX")
                 .arg("PX")
                 .arg(LOCK_MS),
-        )?;
-        if locked.is_none() {
-            // A SET that landed but whose answer was lost is tried again
-            // on a new connection and finds its own lock.
-            let holder: Option<String> = self.query(redis::cmd("GET").arg(&self.keys.lock))?;
-            if holder.as_deref() != Some(token.as_str()) {
-                return Ok(None);
+        );
+        let held = match locked {
+            Ok(Some(_)) => true,
+            Ok(None) => {
+                // A SET that landed but whose answer was lost is tried
+                // again on a new connection and finds its own lock.
+                let holder: Option<String> = self.query(redis::cmd("GET").arg(&self.keys.lock))?;
+                if holder.as_deref() != Some(token.as_str()) {
+                    return Ok(None);
+                }
+                true
             }
-        }
+            // A Redis full to its `maxmemory` (noeviction) refuses even the
+            // lock's one small key, and removing words is what frees it:
+            // that runs without the lock (hosts trimming at once remove a
+            // little more than the cap asks, never a count in use).
+            Err(e) if e.to_string().contains("OOM") => false,
+            Err(e) => return Err(e),
+        };
         let capped = self.capped(max);
-        let unlock = Script::new(UNLOCK);
-        let unlocked = self.redis.with(&self.shown, |con| {
-            unlock.key(&self.keys.lock).arg(&token).invoke::<i64>(con)
-        });
-        let capped = capped?;
-        unlocked?;
-        Ok(Some(capped))
+        if held {
+            let unlock = Script::new(UNLOCK);
+            self.redis.with(&self.shown, |con| {
+                unlock.key(&self.keys.lock).arg(&token).invoke::<i64>(con)
+            })?;
+        }
+        Ok(Some(capped?))
     }
 
     /// [`RedisStore::cap`], the lock held.
@@ -460,5 +470,51 @@ mod tests {
         assert_eq!(after.totals, before.totals);
         assert_eq!(after.labels, before.labels);
         assert_eq!(after.token_count, before.token_count - capped.removed);
+    }
+
+    /// A Redis full to its `maxmemory` under noeviction refuses every
+    /// write, the cap's lock included; the cap still frees it. Before, it
+    /// failed on its lock, and the model stayed full until someone
+    /// stepped in.
+    #[test]
+    fn a_cap_frees_a_redis_that_is_full() {
+        let server = RedisServer::start();
+        let mut store = open(&server, "full");
+        learn(&mut store, &words("once", 6000), 100, 1);
+        let full = store.memory(false).unwrap().total();
+        let used = |store: &RedisStore| -> u64 {
+            let info: String = store.query(redis::cmd("INFO").arg("memory")).unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("used_memory:"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        let _: () = store
+            .query(
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("maxmemory-policy")
+                    .arg("noeviction"),
+            )
+            .unwrap();
+        let _: () = store
+            .query(
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("maxmemory")
+                    .arg(used(&store)),
+            )
+            .unwrap();
+        let refused =
+            store.query::<()>(redis::cmd("SET").arg("{full}:probe").arg(vec![b'x'; 4096]));
+        assert!(refused.unwrap_err().to_string().contains("OOM"));
+        let capped = store.cap(full / 2).unwrap().unwrap();
+        assert!(capped.removed > 0, "{capped:?}");
+        assert!(capped.after <= full / 2, "{capped:?}");
+        let _: () = store
+            .query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0))
+            .unwrap();
     }
 }

@@ -1081,6 +1081,17 @@ mod tests {
         for bad in ["http://127.0.0.1/", "redis://127.0.0.1/x", "not a url"] {
             assert!(RedisUrl::parse(bad).is_err(), "{bad}");
         }
+        // A prefix that would name another prefix's user's model.
+        let err = RedisUrl::parse("redis://127.0.0.1/0?prefix=pc:u:alice")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(":u:"), "{err}");
+        assert_eq!(
+            RedisUrl::parse("redis://127.0.0.1/0?prefix=site:mail")
+                .unwrap()
+                .prefix(),
+            "site:mail"
+        );
         // Refused with the password still hidden, and a password with
         // characters a URL reads as its own (a generator's, unescaped)
         // as well, with what to do.
