@@ -159,9 +159,16 @@ pub struct Models {
 /// said again (a flood of names cannot grow the set without bound).
 const NOTES: usize = 10_000;
 
-/// Models in Redis kept at once, at most (each is its totals and the
-/// tables made from them: a few tens of kilobytes).
+/// Models in Redis kept at once, at most (each is its totals, the tables
+/// made from them, and counts it read lately: see [`USER_RECENT_MAX`]).
 const SHARED_MODELS: usize = 1024;
+
+/// Features of the counts read lately that a user's model in Redis holds,
+/// at most (some hundreds of kilobytes): any client may name users, and
+/// every model named holds what it read, so all of them together stay
+/// within some hundreds of megabytes. The global model, which judges
+/// most mail, holds as many as a model holds unless told.
+const USER_RECENT_MAX: usize = 8_192;
 
 impl std::fmt::Debug for Models {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -288,9 +295,12 @@ impl Models {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .shared_window;
-        let model = Arc::new(
-            SharedModel::new(redis.store(user).map_err(db::Error::from)?).with_window(window),
-        );
+        let mut model =
+            SharedModel::new(redis.store(user).map_err(db::Error::from)?).with_window(window);
+        if user.is_some() {
+            model = model.with_recent_max(USER_RECENT_MAX);
+        }
+        let model = Arc::new(model);
         if models.len() >= SHARED_MODELS {
             models.clear();
         }

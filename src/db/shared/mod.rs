@@ -117,6 +117,8 @@ pub struct SharedModel {
     /// How long counts read from Redis are used again (zero: never).
     window: Duration,
     recent: RwLock<Recent>,
+    /// Features `recent` holds at most ([`RECENT_MAX`] unless told).
+    recent_max: usize,
     /// The prequential record as this host last read or wrote it, and its
     /// version: read again only when another host changed it.
     record: Mutex<Option<(u64, Prequential)>>,
@@ -192,6 +194,7 @@ impl SharedModel {
             built: Mutex::new(None),
             window: Duration::ZERO,
             recent: RwLock::new(Recent::new()),
+            recent_max: RECENT_MAX,
             record: Mutex::new(None),
         }
     }
@@ -201,6 +204,14 @@ impl SharedModel {
     /// this one's verdicts within `window`, and this host's own at once.
     pub fn with_window(mut self, window: Duration) -> SharedModel {
         self.window = window;
+        self
+    }
+
+    /// The same model, holding at most `features` of the counts it read
+    /// (a daemon keeps a model for each user a request names, and each
+    /// holds what it read: their sum must stay small).
+    pub fn with_recent_max(mut self, features: usize) -> SharedModel {
+        self.recent_max = features;
         self
     }
 
@@ -277,7 +288,7 @@ impl SharedModel {
                 .began
                 .as_ref()
                 .is_some_and(|(g, t)| *g == now.generation && *t == now.totals);
-            if unchanged && recent.words.len() + recent.grams.len() <= RECENT_MAX {
+            if unchanged && recent.words.len() + recent.grams.len() <= self.recent_max {
                 recent.since = Instant::now();
             } else {
                 *recent = Recent::new();
@@ -311,6 +322,41 @@ impl SharedModel {
         };
         let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = &fetched {
+            let held = recent.words.len() + recent.grams.len();
+            if held + missing_words.len() + missing_grams.len() > self.recent_max {
+                // Full: answered from what was read and what is held,
+                // nothing more kept.
+                let read: HashMap<&str, Option<TokenCounts>> = missing_words
+                    .iter()
+                    .copied()
+                    .zip(f.words.iter().copied())
+                    .collect();
+                let read_grams: HashMap<u32, Option<TokenCounts>> = missing_grams
+                    .iter()
+                    .copied()
+                    .zip(f.grams.iter().copied())
+                    .collect();
+                let found: Option<Vec<_>> = words
+                    .iter()
+                    .map(|w| read.get(w).or_else(|| recent.words.get(*w)).copied())
+                    .collect();
+                let found_grams: Option<Vec<_>> = grams
+                    .iter()
+                    .map(|g| read_grams.get(g).or_else(|| recent.grams.get(g)).copied())
+                    .collect();
+                let (Some(found), Some(found_grams)) = (found, found_grams) else {
+                    // Some of it was let go meanwhile (a window's end).
+                    drop(recent);
+                    return self.store.lookup(words, grams);
+                };
+                return Ok(Lookup {
+                    words: found,
+                    grams: found_grams,
+                    totals: f.totals.clone(),
+                    generation: f.generation,
+                    header: f.header.clone(),
+                });
+            }
             for (w, c) in missing_words.iter().zip(&f.words) {
                 recent.words.insert((*w).to_string(), *c);
             }
@@ -1030,6 +1076,30 @@ mod tests {
         assert!(matches!(err, Error::Redis { .. }), "{err}");
         server.restart();
         cached.judge(&unseen.features, &decider()).unwrap();
+    }
+
+    /// A model told to hold few of the counts it read holds no more, and
+    /// judges as reading everything does.
+    #[test]
+    fn a_model_holds_no_more_counts_than_it_is_told_and_judges_the_same() {
+        let server = RedisServer::start();
+        let url = RedisUrl::parse(&server.url("/0")).unwrap();
+        let teacher = SharedModel::open(&url, None, WAIT).unwrap();
+        for m in &corpus("sample") {
+            teacher.learn(&m.features, &m.identity, m.label).unwrap();
+        }
+        let most = 300;
+        let small = SharedModel::open(&url, None, WAIT)
+            .unwrap()
+            .with_window(Duration::from_secs(60))
+            .with_recent_max(most);
+        for m in &corpus("scripts/test") {
+            let (want, _) = teacher.judge(&m.features, &decider()).unwrap();
+            let (got, _) = small.judge(&m.features, &decider()).unwrap();
+            assert_eq!(got, want);
+            let recent = small.recent.read().unwrap();
+            assert!(recent.words.len() + recent.grams.len() <= most);
+        }
     }
 
     #[test]
