@@ -20,6 +20,7 @@
 
 use std::io::{self, Read, Write};
 use std::panic::{self, AssertUnwindSafe};
+use std::time::Duration;
 
 use bayesmail::config::DEFAULT_FILTER_MAX_SIZE;
 use bayesmail::db::{Reason, Status};
@@ -405,9 +406,8 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
         Ok(None) => ctx.database().status(raw, &decider),
         Ok(Some(redis)) => match redis.store(None) {
             Ok(store) => {
-                let model = bayesmail::db::shared::SharedModel::new(store);
-                let stamped = bayesmail::db::stamp_shared(&model, None, raw, &decider).0;
-                (stamped.status, stamped.why)
+                let timeout = ctx.store.as_ref().map_or(Duration::ZERO, |(_, t)| *t);
+                judge_shared_within(store, raw, decider, 2 * timeout)
             }
             Err(err) => (Status::Unknown(Reason::Config), Some(err.to_string())),
         },
@@ -417,6 +417,49 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
         warn(&why);
     }
     status
+}
+
+/// Judges `raw` with the global model in Redis, on a thread of its own,
+/// and gives up on it after `within`. Each wait for Redis is bounded by
+/// the store's timeout, but an answer that keeps arriving a few bytes at
+/// a time is waited for until it ends, and the message must go on: then
+/// it goes on with `reason=store-unavailable`, and the thread still
+/// waiting ends with the process.
+fn judge_shared_within(
+    store: bayesmail::store::redis::RedisStore,
+    raw: &[u8],
+    decider: bayesmail::decision::Decider,
+    within: Duration,
+) -> (Status, Option<String>) {
+    let (sender, answer) = std::sync::mpsc::channel();
+    let raw = raw.to_vec();
+    let spawned = std::thread::Builder::new()
+        .name("judge".into())
+        .spawn(move || {
+            let model = bayesmail::db::shared::SharedModel::new(store);
+            let stamped = bayesmail::db::stamp_shared(&model, None, &raw, &decider).0;
+            let _ = sender.send((stamped.status, stamped.why));
+        });
+    if spawned.is_err() {
+        return (
+            Status::Unknown(Reason::Internal),
+            Some("no thread to judge the message on".into()),
+        );
+    }
+    match answer.recv_timeout(within) {
+        Ok(judged) => judged,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => (
+            Status::Unknown(Reason::StoreUnavailable),
+            Some(format!(
+                "the store gave no whole answer within {} ms",
+                within.as_millis()
+            )),
+        ),
+        // The thread ended without an answer: it panicked.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            (Status::Unknown(Reason::Internal), None)
+        }
+    }
 }
 
 /// Reports on stderr. Writing there must never cost the message: a closed

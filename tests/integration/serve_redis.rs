@@ -824,3 +824,54 @@ fn a_redis_that_may_evict_keys_is_refused_for_learning() {
         assert_exit(&learn(&db), 0, &["learn", policy]);
     }
 }
+
+/// A "Redis" that answers a byte at a time, one every 100 ms, without end:
+/// no wait for it is long, and its answer never ends. `filter` passes the
+/// message on unchanged with no verdict (`store-unavailable`), within
+/// twice `--store-timeout`, instead of waiting with the message. Before,
+/// it waited for as long as the answer kept coming (here: some fifty
+/// seconds; the test gives up after twenty).
+#[test]
+fn filter_passes_the_message_on_when_the_store_trickles_its_answer() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut request = [0u8; 4096];
+                let _ = conn.read(&mut request);
+                let _ = conn.write_all(b"$100000000\r\n");
+                while conn.write_all(b"a").is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    let db = Db::new();
+    let raw = std::fs::read(&files(sample_ham())[0]).unwrap();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args())
+        .args(["--store", &url, "--store-timeout", "300", "filter"]);
+    let (mut child, writer) = crate::common::spawn_with_stdin(cmd, &raw);
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("filter still held the message after twenty seconds");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let _ = writer.join().unwrap();
+    assert_exit(&out, 0, &["filter"]);
+    assert!(out.stdout.ends_with(&raw), "the message was altered");
+    let text = String::from_utf8_lossy(&out.stdout[..out.stdout.len() - raw.len()]).into_owned();
+    assert!(
+        text.starts_with("X-Spam-Status: Unknown, reason=store-unavailable"),
+        "{text}"
+    );
+}
