@@ -8,12 +8,14 @@
 //! it. Only when the message cannot be passed on (stdin unreadable, stdout
 //! closed) does the exit status tell the delivery agent to keep it and try
 //! again. Runs on one thread and reads only the model snapshot, so it starts
-//! fast and many can run at once while a training run holds the database.
+//! fast and many can run at once while a training run holds the database
+//! (with `--store`, the model in Redis is asked on a second thread, given
+//! up on after twice the store's timeout).
 //!
 //! Its arguments, one call of [`bayesmail::db::Database::status`] (the
 //! verdict and its fields, or why there is none; with `--store`, of
-//! [`bayesmail::db::stamp_shared`] on the global model in Redis), and the
-//! message written
+//! [`bayesmail::db::stamp_shared_parsed`] on the global model in Redis),
+//! and the message written
 //! out through [`bayesmail::headers::write_with_fields`]; the rest is the
 //! process's plumbing: standard streams that may be closed or
 //! non-blocking, a size cap, a spool for the rest of a large message.
@@ -419,25 +421,26 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
     status
 }
 
-/// Judges `raw` with the global model in Redis, on a thread of its own,
-/// and gives up on it after `within`. Each wait for Redis is bounded by
-/// the store's timeout, but an answer that keeps arriving a few bytes at
-/// a time is waited for until it ends, and the message must go on: then
-/// it goes on with `reason=store-unavailable`, and the thread still
-/// waiting ends with the process.
+/// Judges `raw` with the global model in Redis: the message is read
+/// here, and the model asked on a thread of its own, given up on after
+/// `within`. Each wait for Redis is bounded by the store's timeout, but an
+/// answer that keeps arriving a few bytes at a time is waited for until
+/// it ends, and the message must go on: then it goes on with
+/// `reason=store-unavailable`, and the thread still waiting ends with the
+/// process.
 fn judge_shared_within(
     store: bayesmail::store::redis::RedisStore,
     raw: &[u8],
     decider: bayesmail::decision::Decider,
     within: Duration,
 ) -> (Status, Option<String>) {
+    let parsed = bayesmail::db::Parsed::of(raw);
     let (sender, answer) = std::sync::mpsc::channel();
-    let raw = raw.to_vec();
     let spawned = std::thread::Builder::new()
         .name("judge".into())
         .spawn(move || {
             let model = bayesmail::db::shared::SharedModel::new(store);
-            let stamped = bayesmail::db::stamp_shared(&model, None, &raw, &decider).0;
+            let stamped = bayesmail::db::stamp_shared_parsed(&model, None, &parsed, &decider).0;
             let _ = sender.send((stamped.status, stamped.why));
         });
     if spawned.is_err() {

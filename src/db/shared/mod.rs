@@ -130,8 +130,11 @@ pub struct SharedModel {
 /// host asks Redis only for the rest. When the window is over they are
 /// kept for another if the model's generation has not moved since the
 /// window began (nothing changed: they are exact), and forgotten
-/// otherwise; also forgotten past [`RECENT_MAX`] features and after this
-/// host's own changes.
+/// otherwise; also forgotten after this host's own changes. They are at
+/// most the model's limit ([`RECENT_MAX`] unless told): a message whose
+/// counts would pass it is answered from what was read and what is held,
+/// and at the window's end a store more than nine tenths full is
+/// forgotten, to fill again with what is read now.
 struct Recent {
     since: Instant,
     words: HashMap<String, Option<TokenCounts>, Hasher>,
@@ -288,7 +291,8 @@ impl SharedModel {
                 .began
                 .as_ref()
                 .is_some_and(|(g, t)| *g == now.generation && *t == now.totals);
-            if unchanged && recent.words.len() + recent.grams.len() <= self.recent_max {
+            let held = recent.words.len() + recent.grams.len();
+            if unchanged && held <= self.recent_max / 10 * 9 {
                 recent.since = Instant::now();
             } else {
                 *recent = Recent::new();
@@ -1088,18 +1092,40 @@ mod tests {
         for m in &corpus("sample") {
             teacher.learn(&m.features, &m.identity, m.label).unwrap();
         }
-        let most = 300;
+        let judged = corpus("scripts/test");
+        // Room for a few messages' counts, not for all of them: some are
+        // answered partly from what is held and partly from what was just
+        // read, with nothing more kept.
+        let largest = judged
+            .iter()
+            .map(|m| m.features.tokens.len() + m.features.grams.len())
+            .max()
+            .unwrap();
+        let most = largest * 3;
         let small = SharedModel::open(&url, None, WAIT)
             .unwrap()
             .with_window(Duration::from_secs(60))
             .with_recent_max(most);
-        for m in &corpus("scripts/test") {
+        let (mut held_most, mut mixed) = (0, 0);
+        for m in &judged {
+            let before = {
+                let recent = small.recent.read().unwrap();
+                recent.words.len() + recent.grams.len()
+            };
             let (want, _) = teacher.judge(&m.features, &decider()).unwrap();
             let (got, _) = small.judge(&m.features, &decider()).unwrap();
             assert_eq!(got, want);
             let recent = small.recent.read().unwrap();
-            assert!(recent.words.len() + recent.grams.len() <= most);
+            let held = recent.words.len() + recent.grams.len();
+            assert!(held <= most, "{held} > {most}");
+            held_most = held_most.max(held);
+            mixed += usize::from(before > 0 && held == before);
         }
+        assert!(
+            held_most > largest,
+            "it held too little to be tried: {held_most}"
+        );
+        assert!(mixed > 0, "no message was answered from a full store");
     }
 
     #[test]

@@ -234,22 +234,29 @@ impl RedisStore {
             }
             // A Redis full to its `maxmemory` (noeviction) refuses even the
             // lock's one small key, and removing words is what frees it:
-            // that runs without the lock (hosts trimming at once remove a
-            // little more than the cap asks, never a count in use).
-            Err(e) if e.to_string().contains("OOM") => false,
+            // that runs without the lock (hosts trimming at once may each
+            // remove what the cap asks, so more goes than one would take;
+            // never a count in use).
+            Err(e) if out_of_memory(&e) => false,
             Err(e) => return Err(e),
         };
         let capped = self.capped(max);
-        if held {
+        let unlocked = if held {
             let unlock = Script::new(UNLOCK);
-            self.redis.with(&self.shown, |con| {
-                unlock.key(&self.keys.lock).arg(&token).invoke::<i64>(con)
-            })?;
-        }
-        Ok(Some(capped?))
+            self.redis
+                .with(&self.shown, |con| {
+                    unlock.key(&self.keys.lock).arg(&token).invoke::<i64>(con)
+                })
+                .map(|_| ())
+        } else {
+            Ok(())
+        };
+        let capped = capped?;
+        unlocked?;
+        Ok(Some(capped))
     }
 
-    /// [`RedisStore::cap`], the lock held.
+    /// [`RedisStore::cap`], the lock held (or refused for want of memory).
     fn capped(&self, max: u64) -> Result<Capped> {
         let mut memory = self.memory(false)?;
         let before = memory.total();
@@ -315,6 +322,15 @@ impl RedisStore {
         }
         Ok(last)
     }
+}
+
+/// Whether Redis refused a command for want of memory (`OOM`, a full
+/// `maxmemory` under noeviction).
+fn out_of_memory(err: &Error) -> bool {
+    matches!(err, Error::Redis { source, .. }
+        if source
+            .downcast_ref::<redis::RedisError>()
+            .is_some_and(|e| e.code() == Some("OOM")))
 }
 
 #[cfg(test)]
