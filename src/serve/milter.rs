@@ -15,11 +15,11 @@
 //!
 //! The users are the envelope recipients (RCPT): the address Postfix
 //! resolved (its `{rcpt_addr}` macro), else the argument as sent, angle
-//! brackets and a source route taken off. One message gets one verdict for all its recipients: each
-//! recipient's model judges it (or the global one, when that user has no
-//! model of its own or too young a one, or its name is refused, or its
-//! model cannot be read: see [`super::Models::judge_for_all`]) and the judgment
-//! least harmful to any of them is kept
+//! brackets and a source route taken off. One message gets one verdict
+//! for all its recipients: each recipient's model judges it (or the
+//! global one, when that user has no model of its own or too young a
+//! one, or its name is refused, or its model cannot be read) and the
+//! judgment least harmful to any of them is kept
 //! ([`super::Models::judge_for_all`]), so spam is refused, dropped or held
 //! only when every recipient's model says spam; more than
 //! [`JUDGED_RECIPIENTS`] users are judged by the global model. With users'
@@ -222,12 +222,13 @@ impl Bayes {
 
 /// How many fields named like ours a message may have renamed (and no
 /// more than `--max-size` bytes of them: from the first that would pass
-/// that, none is held); those after them stay as they came. Each is two changes for the MTA to make,
-/// and an MTA takes only so many to one message: Postfix, given about
-/// 20,000, accepts the message and then cannot read its own queue file,
-/// and the message is never delivered. No mail sends more than a few of
-/// these fields but to forge them, and a forged flag after the first
-/// hundred only files its own message in Junk.
+/// that, none is held); those after them stay as they came. Each is two
+/// changes for the MTA to make, and an MTA takes only so many to one
+/// message: Postfix, given about 20,000, accepts the message and then
+/// cannot read its own queue file, and the message is never delivered. No
+/// mail sends more than a few of these fields but to forge them, and a
+/// forged flag after the first hundred only files its own message in
+/// Junk.
 pub const RENAMED_FIELDS: usize = 100;
 
 /// A field named like one of ours, as the MTA sent it.
