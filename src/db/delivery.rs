@@ -199,21 +199,11 @@ impl Reader {
     }
 }
 
-/// Judges the raw message `raw` as delivered (see [`Reader::stamp`]) with
-/// models in Redis: with `user`'s model when it has learned at least the
-/// given number of messages of each class, else with `global`. Also says
-/// whether the user's model judged. Never fails: Redis down or slow gives
-/// [`Reason::StoreUnavailable`].
-pub fn stamp_shared(
-    global: &SharedModel,
-    user: Option<(&SharedModel, u64)>,
-    raw: &[u8],
-    decider: &Decider,
-) -> (Stamped, bool) {
-    stamp_shared_parsed(global, user, &Parsed::of(raw), decider)
-}
-
-/// [`stamp_shared`] of a message already read.
+/// Judges a message read as delivered ([`Parsed::of`], see
+/// [`Reader::stamp`]) with models in Redis: with `user`'s model when it
+/// has learned at least the given number of messages of each class, else
+/// with `global`. Also says whether the user's model judged. Never fails:
+/// Redis down or slow gives [`Reason::StoreUnavailable`].
 pub fn stamp_shared_parsed(
     global: &SharedModel,
     user: Option<(&SharedModel, u64)>,

@@ -41,7 +41,7 @@ mod train;
 mod writer;
 
 pub use database::{Database, ModelAfter, Reader, Unlearned};
-pub use delivery::{Parsed, Reason, Stamped, Status, stamp_shared, stamp_shared_parsed};
+pub use delivery::{Parsed, Reason, Stamped, Status, stamp_shared_parsed};
 pub use learnlog::Origin;
 
 pub use lock::WriterLock;

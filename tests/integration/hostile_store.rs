@@ -479,6 +479,25 @@ fn links_at_the_database_files_are_never_written_through() {
     }
 }
 
+/// Whether `setpriv` can run a command as `nobody` (what a test run as
+/// root needs to be another user); says why not when it cannot.
+fn can_drop_privileges() -> bool {
+    let usable = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "true",
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !usable {
+        eprintln!("running as root without setpriv to drop privileges: test skipped");
+    }
+    usable
+}
+
 /// Issue 26, D4: a reader who may not enter the database directory (a
 /// delivery agent running as another user) is told that the model cannot
 /// be read and why, not that there is none; `filter` says
@@ -508,18 +527,7 @@ fn a_reader_who_cannot_enter_the_database_is_told_so() {
     };
     let dir_mode = |mode| fs::set_permissions(db.dir(), fs::Permissions::from_mode(mode)).unwrap();
     if root {
-        let usable = Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--",
-                "true",
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !usable {
-            eprintln!("running as root without setpriv to drop privileges: test skipped");
+        if !can_drop_privileges() {
             return;
         }
         let top = db.path("config.toml");
@@ -592,18 +600,7 @@ fn each_writer_of_a_group_learns_into_the_database_its_group_shares() {
         fs::metadata(top).unwrap().gid()
     };
     let writers: Vec<Option<u32>> = if root {
-        let usable = Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--",
-                "true",
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !usable {
-            eprintln!("running as root without setpriv to drop privileges: test skipped");
+        if !can_drop_privileges() {
             return;
         }
         vec![Some(65534), Some(65533)]

@@ -834,19 +834,44 @@ fn a_redis_that_may_evict_keys_is_refused_for_learning() {
 #[test]
 fn filter_passes_the_message_on_when_the_store_trickles_its_answer() {
     use std::io::{Read, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            std::thread::spawn(move || {
-                let mut request = [0u8; 4096];
-                let _ = conn.read(&mut request);
-                let _ = conn.write_all(b"$100000000\r\n");
-                while conn.write_all(b"a").is_ok() {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            });
+    listener.set_nonblocking(true).unwrap();
+    // Stopped, with every connection it trickles to, when the test ends,
+    // however it ends.
+    struct Stop(Arc<AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = Stop(Arc::clone(&stop));
+    let server = std::thread::spawn({
+        let stop = Arc::clone(&stop);
+        move || {
+            let mut trickles = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                let stop = Arc::clone(&stop);
+                trickles.push(std::thread::spawn(move || {
+                    let _ = conn.set_nonblocking(false);
+                    let mut request = [0u8; 4096];
+                    let _ = conn.read(&mut request);
+                    let _ = conn.write_all(b"$100000000\r\n");
+                    while !stop.load(Ordering::SeqCst) && conn.write_all(b"a").is_ok() {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }));
+            }
+            for t in trickles {
+                let _ = t.join();
+            }
         }
     });
     let db = Db::new();
@@ -874,4 +899,6 @@ fn filter_passes_the_message_on_when_the_store_trickles_its_answer() {
         text.starts_with("X-Spam-Status: Unknown, reason=store-unavailable"),
         "{text}"
     );
+    drop(stopping);
+    server.join().unwrap();
 }
