@@ -439,6 +439,12 @@ fn judge_shared_within(
     let spawned = std::thread::Builder::new()
         .name("judge".into())
         .spawn(move || {
+            // Debug builds can be told to panic here: the message still
+            // goes on (the tests show it).
+            #[cfg(debug_assertions)]
+            if std::env::var_os("BAYESMAIL_TEST_PANIC").is_some_and(|v| v == "judge-shared") {
+                panic!("BAYESMAIL_TEST_PANIC=judge-shared");
+            }
             let model = bayesmail::db::shared::SharedModel::new(store);
             let stamped = bayesmail::db::stamp_shared_parsed(&model, None, &parsed, &decider).0;
             let _ = sender.send((stamped.status, stamped.why));

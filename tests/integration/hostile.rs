@@ -485,6 +485,32 @@ fn a_panic_while_judging_still_passes_the_message_on() {
     );
 }
 
+/// With the counts in Redis the model is asked on a thread of its own: a
+/// panic there also passes the message on, at once. Nothing listens at the
+/// store's address; the thread panics before it would connect.
+#[test]
+fn a_panic_while_judging_from_the_store_still_passes_the_message_on() {
+    let db = trained();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args())
+        .args([
+            "--store",
+            "redis://127.0.0.1:9/0",
+            "--store-timeout",
+            "60000",
+        ])
+        .arg("filter")
+        .env("BAYESMAIL_TEST_PANIC", "judge-shared");
+    let run = run_measured(cmd, PLAIN);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let status = assert_passed_on(&run.stdout, PLAIN, "panic");
+    assert!(
+        status.starts_with("Unknown, reason=internal-error,"),
+        "{status}"
+    );
+    assert!(run.stderr.contains("judge-shared"), "{}", run.stderr);
+}
+
 #[test]
 fn bad_arguments_and_environment_fail_open() {
     let db = trained();
