@@ -423,51 +423,38 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
 
 /// Judges `raw` with the global model in Redis: the message is read
 /// here, and the model asked on a thread of its own, given up on after
-/// `within`. Each wait for Redis is bounded by the store's timeout, but an
-/// answer that keeps arriving a few bytes at a time is waited for until
-/// it ends, and the message must go on: then it goes on with
-/// `reason=store-unavailable`, and the thread still waiting ends with the
-/// process.
+/// `within` (see [`bayesmail::store::redis::within`]): the message must go
+/// on, with `reason=store-unavailable`.
 fn judge_shared_within(
     store: bayesmail::store::redis::RedisStore,
     raw: &[u8],
     decider: bayesmail::decision::Decider,
     within: Duration,
 ) -> (Status, Option<String>) {
+    use bayesmail::store::redis::Unanswered;
     let parsed = bayesmail::db::Parsed::of(raw);
-    let (sender, answer) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("judge".into())
-        .spawn(move || {
-            // Debug builds can be told to panic here: the message still
-            // goes on (the tests show it).
-            #[cfg(debug_assertions)]
-            if std::env::var_os("BAYESMAIL_TEST_PANIC").is_some_and(|v| v == "judge-shared") {
-                panic!("BAYESMAIL_TEST_PANIC=judge-shared");
-            }
-            let model = bayesmail::db::shared::SharedModel::new(store);
-            let stamped = bayesmail::db::stamp_shared_parsed(&model, None, &parsed, &decider).0;
-            let _ = sender.send((stamped.status, stamped.why));
-        });
-    if spawned.is_err() {
-        return (
-            Status::Unknown(Reason::Internal),
-            Some("no thread to judge the message on".into()),
-        );
-    }
-    match answer.recv_timeout(within) {
+    let judged = bayesmail::store::redis::within(within, move || {
+        // Debug builds can be told to panic here: the message still
+        // goes on (the tests show it).
+        #[cfg(debug_assertions)]
+        if std::env::var_os("BAYESMAIL_TEST_PANIC").is_some_and(|v| v == "judge-shared") {
+            panic!("BAYESMAIL_TEST_PANIC=judge-shared");
+        }
+        let model = bayesmail::db::shared::SharedModel::new(store);
+        let stamped = bayesmail::db::stamp_shared_parsed(&model, None, &parsed, &decider).0;
+        (stamped.status, stamped.why)
+    });
+    match judged {
         Ok(judged) => judged,
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => (
+        Err(Unanswered::Late) => (
             Status::Unknown(Reason::StoreUnavailable),
             Some(format!(
                 "the store gave no whole answer within {} ms",
                 within.as_millis()
             )),
         ),
-        // The thread ended without an answer: it panicked.
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            (Status::Unknown(Reason::Internal), None)
-        }
+        // No thread, or it panicked (which said so on stderr).
+        Err(Unanswered::Failed) => (Status::Unknown(Reason::Internal), None),
     }
 }
 

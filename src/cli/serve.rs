@@ -193,7 +193,8 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
         .user_db
         .as_deref()
         .or(ctx.config.serve.user_db.as_deref());
-    let shared = ctx.shared_for_changes()?;
+    let shared = ctx.shared()?;
+    let shared_checked = shared.as_ref().map_or(Ok(true), eviction_at_start)?;
     if user_db.is_some() && shared.is_some() {
         bail!("--user-db and --store: users' models are in Redis with --store, not in directories");
     }
@@ -234,12 +235,47 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
                 .unwrap_or(500),
         ),
         shared_cap,
+        shared_checked,
         recipient_delimiter: args
             .recipient_delimiter
             .clone()
             .or_else(|| ctx.config.serve.recipient_delimiter.clone())
             .unwrap_or_default(),
     })
+}
+
+/// Whether the eviction policy of the Redis the counts are in was found
+/// safe for learning ([`Redis::refuse_eviction`]): one that may evict
+/// counts is an error. A Redis that cannot be asked now (down, or its
+/// answer not whole within twice the store's timeout) does not stop serve
+/// starting: mail is judged once it answers, and the policy is asked
+/// before the first change.
+///
+/// [`Redis::refuse_eviction`]: bayesmail::store::redis::Redis::refuse_eviction
+fn eviction_at_start(redis: &bayesmail::store::redis::Redis) -> Result<bool> {
+    use bayesmail::store::Error;
+    let asked = redis.clone();
+    let later = |why: String| {
+        serve::log_line(&format!(
+            "store: {why}; messages are judged once it answers, and its eviction policy \
+             is asked before the first learn"
+        ));
+        Ok(false)
+    };
+    match bayesmail::store::redis::within(2 * redis.timeout(), move || asked.refuse_eviction()) {
+        Ok(Ok(None)) => Ok(true),
+        Ok(Ok(Some(why))) => {
+            serve::log_line(&format!("warning: {why}"));
+            Ok(true)
+        }
+        Ok(Err(refused @ Error::Invalid(_))) => Err(refused.into()),
+        Ok(Err(err)) => later(err.to_string()),
+        Err(_) => later(format!(
+            "Redis at {} gave no whole answer within {} ms",
+            redis.url().shown(),
+            (2 * redis.timeout()).as_millis()
+        )),
+    }
 }
 
 /// The id of a group given by name or number.

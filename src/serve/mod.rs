@@ -146,16 +146,38 @@ impl State {
                 which: None,
             }
         } else {
+            let bound = self.models.judging_bound(users.len());
             let users = users.clone();
-            tokio::task::spawn_blocking(move || state.models.judge_for_all(&users, &raw))
-                .await
-                .unwrap_or_else(|_| Judged {
+            let judging =
+                tokio::task::spawn_blocking(move || state.models.judge_for_all(&users, &raw));
+            let judged = match bound {
+                None => Ok(judging.await),
+                // The thread still waiting holds its connection until the
+                // answer ends; the others take the rest.
+                Some(bound) => tokio::time::timeout(bound, judging)
+                    .await
+                    .map_err(|_| bound),
+            };
+            match judged {
+                Ok(Ok(judged)) => judged,
+                Ok(Err(_)) => Judged {
                     stamped: crate::db::Stamped::unknown(
                         crate::db::Reason::Internal,
                         "internal error while judging".to_string(),
                     ),
                     which: None,
-                })
+                },
+                Err(bound) => Judged {
+                    stamped: crate::db::Stamped::unknown(
+                        crate::db::Reason::StoreUnavailable,
+                        format!(
+                            "the store gave no whole answer within {} ms",
+                            bound.as_millis()
+                        ),
+                    ),
+                    which: None,
+                },
+            }
         };
         let took = started.elapsed();
         self.metrics.judged(&judged.stamped.status, took);

@@ -52,6 +52,11 @@ pub struct ModelSettings {
     /// one and each user's) is kept under, in bytes (see
     /// [`Models::keep_under_cap`]).
     pub shared_cap: Option<u64>,
+    /// With the counts in Redis: whether its eviction policy has been
+    /// found safe for learning (see [`Redis::refuse_eviction`]). Where it
+    /// could not be asked (Redis down when serve started), it is before
+    /// the first change.
+    pub shared_checked: bool,
     /// The characters that start an address extension in a user name's
     /// local part (Postfix's `recipient_delimiter`): whichever protocol
     /// names `alice+lists@example.org` (a milter's recipient, spamd's
@@ -153,6 +158,8 @@ pub struct Models {
     /// What the log has said once already (a user's model judged by the
     /// global one, and why; a database found where it used to be).
     noted: Mutex<std::collections::HashSet<String>>,
+    /// [`ModelSettings::shared_checked`], or checked since.
+    shared_checked: std::sync::atomic::AtomicBool,
 }
 
 /// Notes kept at once, at most: past it they are forgotten and may be
@@ -185,6 +192,7 @@ impl Models {
     /// Models under `settings`; nothing is opened yet.
     pub fn new(settings: ModelSettings) -> Models {
         Models {
+            shared_checked: settings.shared_checked.into(),
             settings: RwLock::new(settings),
             cache: Mutex::new(Cache::default()),
             shared: Mutex::new(HashMap::new()),
@@ -206,6 +214,8 @@ impl Models {
 
     /// Replaces the settings and forgets every open reader (a reload).
     pub(crate) fn reload(&self, settings: ModelSettings) {
+        self.shared_checked
+            .store(settings.shared_checked, std::sync::atomic::Ordering::SeqCst);
         *self.settings.write().unwrap_or_else(|e| e.into_inner()) = settings;
         *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Cache::default();
         self.shared
@@ -275,6 +285,22 @@ impl Models {
     pub fn per_user(&self) -> bool {
         let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
         settings.user_db.is_some() || settings.shared.is_some()
+    }
+
+    /// Before a change to the counts in Redis: its eviction policy, if it
+    /// could not be asked when serve started or was last reloaded. A
+    /// policy that may evict counts refuses the change (and every later
+    /// one until it is mended); a Redis that does not say is warned of once.
+    fn check_eviction(&self, redis: &Redis) -> Result<(), LearnError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.shared_checked.load(SeqCst) {
+            return Ok(());
+        }
+        if let Some(why) = redis.refuse_eviction().map_err(db::Error::from)? {
+            super::log_line(&format!("warning: {why}"));
+        }
+        self.shared_checked.store(true, SeqCst);
+        Ok(())
     }
 
     /// The model in Redis of `user` (None: the global one). Opening one
@@ -627,6 +653,17 @@ impl Models {
         }
     }
 
+    /// With the counts in Redis, how long judging for `users` may take in
+    /// all: each wait for Redis is bounded by its timeout, but an answer
+    /// that keeps arriving a few bytes at a time is waited for until it
+    /// ends. Each model may ask once, and a message must go on.
+    pub fn judging_bound(&self, users: usize) -> Option<std::time::Duration> {
+        let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
+        let redis = settings.shared.as_ref()?;
+        let asks = u32::try_from(users.max(1)).map_or(u32::MAX, |n| n.saturating_add(1));
+        Some(redis.timeout().saturating_mul(asks))
+    }
+
     /// Judges `raw` for each of `users` (each with the user's own model
     /// when it holds the minimum of each class, else the global one; no
     /// users: for no one) and keeps the judgment least harmful to any of
@@ -693,6 +730,7 @@ impl Models {
             label,
         };
         if let Some(redis) = self.settings().shared {
+            self.check_eviction(&redis)?;
             let model = self.shared_model(&redis, user)?;
             let summary = model.learn_all(std::slice::from_ref(&message))?;
             return Ok((summary, ModelAfter::UpToDate));
@@ -722,6 +760,7 @@ impl Models {
             .read(raw)
             .map_err(|e| LearnError::Message(e.to_string()))?;
         if let Some(redis) = self.settings().shared {
+            self.check_eviction(&redis)?;
             let model = self.shared_model(&redis, user)?;
             return model
                 .unlearn(&features, &identity)

@@ -663,6 +663,7 @@ mod tests {
                 shared: None,
                 shared_window: Duration::ZERO,
                 shared_cap: None,
+                shared_checked: true,
                 recipient_delimiter: String::new(),
             },
             max_message: 2000,

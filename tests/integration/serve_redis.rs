@@ -825,58 +825,82 @@ fn a_redis_that_may_evict_keys_is_refused_for_learning() {
     }
 }
 
-/// A "Redis" that answers a byte at a time, one every 100 ms, without end:
-/// no wait for it is long, and its answer never ends. `filter` passes the
-/// message on unchanged with no verdict (`store-unavailable`), within
-/// twice `--store-timeout`, instead of waiting with the message. Before,
-/// it waited for as long as the answer kept coming (here: some fifty
-/// seconds; the test gives up after twenty).
-#[test]
-fn filter_passes_the_message_on_when_the_store_trickles_its_answer() {
-    use std::io::{Read, Write};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    listener.set_nonblocking(true).unwrap();
-    // Stopped, with every connection it trickles to, when the test ends,
-    // however it ends.
-    struct Stop(Arc<AtomicBool>);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
+/// A "Redis" on a loopback port that answers each connection's first
+/// request with a long string a byte at a time, one every 100 ms, without
+/// end: no wait for it is long, and its answer never ends. Stopped, with
+/// every connection it trickles to, when dropped.
+struct TrickleRedis {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    server: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TrickleRedis {
+    fn start() -> TrickleRedis {
+        use std::io::{Read, Write};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = std::thread::spawn({
+            let stop = Arc::clone(&stop);
+            move || {
+                let mut trickles = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    let Ok((mut conn, _)) = listener.accept() else {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    };
+                    let stop = Arc::clone(&stop);
+                    trickles.push(std::thread::spawn(move || {
+                        let _ = conn.set_nonblocking(false);
+                        let mut request = [0u8; 4096];
+                        let _ = conn.read(&mut request);
+                        let _ = conn.write_all(b"$100000000\r\n");
+                        while !stop.load(Ordering::SeqCst) && conn.write_all(b"a").is_ok() {
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    }));
+                }
+                for t in trickles {
+                    let _ = t.join();
+                }
+            }
+        });
+        TrickleRedis {
+            port,
+            stop,
+            server: Some(server),
         }
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopping = Stop(Arc::clone(&stop));
-    let server = std::thread::spawn({
-        let stop = Arc::clone(&stop);
-        move || {
-            let mut trickles = Vec::new();
-            while !stop.load(Ordering::SeqCst) {
-                let Ok((mut conn, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                };
-                let stop = Arc::clone(&stop);
-                trickles.push(std::thread::spawn(move || {
-                    let _ = conn.set_nonblocking(false);
-                    let mut request = [0u8; 4096];
-                    let _ = conn.read(&mut request);
-                    let _ = conn.write_all(b"$100000000\r\n");
-                    while !stop.load(Ordering::SeqCst) && conn.write_all(b"a").is_ok() {
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }));
-            }
-            for t in trickles {
-                let _ = t.join();
-            }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for TrickleRedis {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(server) = self.server.take() {
+            let _ = server.join();
         }
-    });
+    }
+}
+
+/// `filter` passes the message on unchanged with no verdict
+/// (`store-unavailable`) within twice `--store-timeout` of a
+/// [`TrickleRedis`], instead of waiting with the message. Before, it waited
+/// for as long as the answer kept coming (here: some fifty seconds; the
+/// test gives up after twenty).
+#[test]
+fn filter_passes_the_message_on_when_the_store_trickles_its_answer() {
+    let trickling = TrickleRedis::start();
     let db = Db::new();
     let raw = std::fs::read(&files(sample_ham())[0]).unwrap();
-    let url = format!("redis://127.0.0.1:{port}/0");
+    let url = trickling.url();
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bayesmail"));
     cmd.args(db.global_args())
         .args(["--store", &url, "--store-timeout", "300", "filter"]);
@@ -899,6 +923,82 @@ fn filter_passes_the_message_on_when_the_store_trickles_its_answer() {
         text.starts_with("X-Spam-Status: Unknown, reason=store-unavailable"),
         "{text}"
     );
-    drop(stopping);
-    server.join().unwrap();
+}
+
+/// serve started on a [`TrickleRedis`] starts (the log says that Redis
+/// gave no whole answer), and judges each message within its bound:
+/// passed on with no verdict. Before, serve never started (its first
+/// question to Redis, the eviction policy, was waited for as long as the
+/// answer came), and a message judged was held as long.
+#[test]
+fn serve_starts_and_answers_when_the_store_trickles_its_answer() {
+    let trickling = TrickleRedis::start();
+    let db = Db::new();
+    let url = trickling.url();
+    let server = Server::start(&db, &["--store", &url, "--store-timeout", "300"]);
+    let log = server.log_after("no whole answer");
+    assert!(
+        log.contains("gave no whole answer within 600 ms")
+            && log.contains("its eviction policy is asked before the first learn"),
+        "{log}"
+    );
+    let started = Instant::now();
+    let (code, answer) = post(&server.url("/check"), &files(sample_ham())[0], &[]);
+    assert_eq!(code, 503, "{answer}");
+    assert_eq!(answer["reason"], "store-unavailable", "{answer}");
+    // One user: each of the two models it may ask (the user's, the
+    // global one) has the timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    let log = server.log_after("why=the store gave no whole answer");
+    assert!(log.contains("reason=store-unavailable model=none"), "{log}");
+}
+
+/// serve started while its Redis is down starts, and asks Redis's
+/// eviction policy before the first learn once it is back: a policy that
+/// may evict counts refuses the learn, and learning goes on once it is
+/// mended. Before, serve would not start while Redis was down (and
+/// systemd soon stops restarting a unit that fails at once).
+#[test]
+fn serve_started_while_redis_is_down_checks_its_eviction_policy_before_learning() {
+    let mut redis = RedisServer::start();
+    let url = redis.url("/0");
+    redis.kill();
+    let db = Db::new();
+    let server = Server::start(&db, &["--store", &url, "--store-timeout", "300"]);
+    let log = server.log_after("before the first learn");
+    assert!(log.contains("Connection refused"), "{log}");
+    redis.restart();
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let set = |con: &mut redis::Connection, key: &str, value: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(key)
+            .arg(value)
+            .query(con)
+            .unwrap();
+    };
+    set(&mut con, "maxmemory", "100mb");
+    set(&mut con, "maxmemory-policy", "allkeys-lru");
+    let message = &files(sample_spam())[0];
+    for _ in 0..2 {
+        let (code, answer) = post(&server.url("/learn?class=spam"), message, &[]);
+        assert_ne!(code, 200, "{answer}");
+        assert!(answer.to_string().contains("allkeys-lru"), "{answer}");
+    }
+    set(&mut con, "maxmemory-policy", "noeviction");
+    let (code, answer) = post(&server.url("/learn?class=spam"), message, &[]);
+    assert_eq!(
+        (code, answer["action"].as_str()),
+        (200, Some("learned")),
+        "{answer}"
+    );
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert!(!keys.is_empty(), "nothing learned into Redis");
 }

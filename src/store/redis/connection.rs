@@ -185,6 +185,38 @@ fn hide_password(url: &str) -> String {
     }
 }
 
+/// Why [`within`] has no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unanswered {
+    /// None came within the bound.
+    Late,
+    /// No thread could be started, or it ended without one (it panicked).
+    Failed,
+}
+
+/// Runs `f` on a thread of its own and waits for its answer `bound` at
+/// most. Each wait for Redis is bounded by the store's timeout, but an
+/// answer that keeps arriving a few bytes at a time is read until it
+/// ends: where the caller must go on (a message waits, a daemon starts),
+/// this bounds the whole. A thread given up on ends when its answer does,
+/// or with the process.
+pub fn within<T: Send + 'static>(
+    bound: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, Unanswered> {
+    let (sender, answer) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("redis".into())
+        .spawn(move || {
+            let _ = sender.send(f());
+        })
+        .map_err(|_| Unanswered::Failed)?;
+    answer.recv_timeout(bound).map_err(|e| match e {
+        std::sync::mpsc::RecvTimeoutError::Timeout => Unanswered::Late,
+        std::sync::mpsc::RecvTimeoutError::Disconnected => Unanswered::Failed,
+    })
+}
+
 /// The connections to one Redis ([`CONNECTIONS`]), shared by the models of
 /// every user: each connects again, within the timeout, on its first use
 /// after a failure (Redis restarted, the network was down), so everything
@@ -293,6 +325,17 @@ impl Redis {
             }
             _ => Ok(None),
         }
+    }
+
+    /// Where it is.
+    pub fn url(&self) -> &RedisUrl {
+        &self.inner.url
+    }
+
+    /// How long each connection attempt and each wait for an answer may
+    /// take.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
     }
 
     /// Asks Redis whether it answers.
