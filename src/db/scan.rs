@@ -168,28 +168,31 @@ impl SpamAction {
         {
             return Action::Failed(format!("not moved: {why}"));
         }
-        if self.dry_run {
-            let to = self.maildir.target(source, &raw.bytes);
-            return if self.moving {
-                Action::WouldMove(to)
-            } else {
-                Action::WouldCopy(to)
-            };
-        }
-        let done = match source {
-            Some(src) if self.moving => self.maildir.move_in(src),
-            _ => self
+        // A dry run looks as the run would, and stops short of acting.
+        let done = match (source, self.dry_run) {
+            (Some(src), false) if self.moving => self.maildir.move_in(src, &raw.bytes),
+            (Some(src), true) if self.moving => self.maildir.would_move(src, &raw.bytes),
+            (_, false) => self
                 .maildir
                 .copy_in(source, &raw.bytes)
                 .map_err(MoveError::from),
+            (_, true) => self
+                .maildir
+                .would_copy(source, &raw.bytes)
+                .map_err(MoveError::from),
         };
         match done {
+            Ok(Delivered::New(to)) if self.dry_run && self.moving => Action::WouldMove(to),
+            Ok(Delivered::New(to)) if self.dry_run => Action::WouldCopy(to),
             Ok(Delivered::New(to)) if self.moving => Action::Moved(to),
             Ok(Delivered::New(to)) => Action::Copied(to),
             Ok(Delivered::Already(to)) => Action::Already(to),
-            Err(err @ MoveError::SourceKept { .. }) => {
+            Err(MoveError::NotJudged { mbox: true, .. }) => Action::NotMoved,
+            Err(err @ (MoveError::SourceKept { .. } | MoveError::SourceGone { .. })) => {
                 let why = err.to_string();
-                let MoveError::SourceKept { target, .. } = err else {
+                let (MoveError::SourceKept { target, .. } | MoveError::SourceGone { target, .. }) =
+                    err
+                else {
                     unreachable!("matched above")
                 };
                 Action::Kept { to: target, why }

@@ -86,6 +86,35 @@ pub enum MoveError {
         /// Why the removal failed (its text names `original`).
         error: io::Error,
     },
+    /// Copied into the target, but the source had gone from its folder
+    /// meanwhile: another program moved or deleted it.
+    #[error(
+        "copied to {}, but {} had gone from its folder meanwhile (moved or deleted by another \
+         program): if it was moved, it is in both places",
+        .target.display(),
+        .original.display()
+    )]
+    SourceGone {
+        /// The file that had gone.
+        original: PathBuf,
+        /// Where the message is in the target.
+        target: PathBuf,
+    },
+    /// The file is not the message that was judged, and stays where it
+    /// is: an mbox (a file starting with a `From ` line, whose messages
+    /// are copied, never moved: a mail program may be adding to it), or a
+    /// file that changed since it was read.
+    #[error("{}: {}; left where it is", .path.display(), if *.mbox {
+        "an mbox file (it starts with a From line): its messages are copied, never moved"
+    } else {
+        "changed since it was read"
+    })]
+    NotJudged {
+        /// The file.
+        path: PathBuf,
+        /// Whether it is an mbox.
+        mbox: bool,
+    },
 }
 
 /// A Maildir to deliver into.
@@ -165,13 +194,10 @@ impl Maildir {
         }
     }
 
-    /// Moves the message file at `source` into this Maildir.
-    pub fn move_in(&self, source: &Path) -> Result<Delivered, MoveError> {
-        let is_link = fs::symlink_metadata(source)
-            .map_err(|e| annotate(e, source))?
-            .file_type()
-            .is_symlink();
-        let bytes = fs::read(source).map_err(|e| annotate(e, source))?;
+    /// Moves the message file at `source`, judged as `judged`, into this
+    /// Maildir. Only a file that holds exactly what was judged is moved.
+    pub fn move_in(&self, source: &Path, judged: &[u8]) -> Result<Delivered, MoveError> {
+        let (bytes, is_link) = read_judged(source, judged)?;
         let target = self.target(Some(source), &bytes);
         if let Some(existing) = self.existing(&target)? {
             if same_file(source, &existing) {
@@ -180,15 +206,25 @@ impl Maildir {
             if !holds(&existing, &bytes)? {
                 return Err(exists_error(&existing).into());
             }
-            remove_source(source, &existing)?;
-            return Ok(Delivered::Already(existing));
+            return match remove_source(source, &existing) {
+                // Gone meanwhile (another program moved or deleted it):
+                // the message is here all the same.
+                Err(MoveError::SourceKept { error, .. })
+                    if error.kind() == io::ErrorKind::NotFound =>
+                {
+                    Ok(Delivered::Already(existing))
+                }
+                removed => removed.map(|()| Delivered::Already(existing)),
+            };
         }
         if !is_link {
             match fs::rename(source, &target) {
                 Ok(()) => {
                     self.remember(&target);
-                    sync_parent(&target)?;
-                    sync_parent(source)?;
+                    // Moved: a folder that cannot be synced (one its owner
+                    // may write but not read) changes nothing of that.
+                    let _ = sync_parent(&target);
+                    let _ = sync_parent(source);
                     return Ok(Delivered::New(target));
                 }
                 Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {}
@@ -196,6 +232,30 @@ impl Maildir {
             }
         }
         self.copy_then_delete(source, &target, &bytes)
+    }
+
+    /// What [`Maildir::move_in`] would do, done: where the message would
+    /// go ([`Delivered::New`]) or is already.
+    pub fn would_move(&self, source: &Path, judged: &[u8]) -> Result<Delivered, MoveError> {
+        let (bytes, _) = read_judged(source, judged)?;
+        let target = self.target(Some(source), &bytes);
+        match self.existing(&target)? {
+            Some(existing) if same_file(source, &existing) || holds(&existing, &bytes)? => {
+                Ok(Delivered::Already(existing))
+            }
+            Some(existing) => Err(exists_error(&existing).into()),
+            None => Ok(Delivered::New(target)),
+        }
+    }
+
+    /// What [`Maildir::copy_in`] would do, done.
+    pub fn would_copy(&self, source: Option<&Path>, bytes: &[u8]) -> io::Result<Delivered> {
+        let target = self.target(source, bytes);
+        match self.existing(&target)? {
+            Some(existing) if holds(&existing, bytes)? => Ok(Delivered::Already(existing)),
+            Some(existing) => Err(exists_error(&existing)),
+            None => Ok(Delivered::New(target)),
+        }
     }
 
     /// The cross-filesystem move (and the move of a symlink): a durable
@@ -208,8 +268,15 @@ impl Maildir {
     ) -> Result<Delivered, MoveError> {
         self.write_new(target, bytes, received(source))?;
         self.remember(target);
-        remove_source(source, target)?;
-        Ok(Delivered::New(target.to_path_buf()))
+        match remove_source(source, target) {
+            Err(MoveError::SourceKept {
+                original, error, ..
+            }) if error.kind() == io::ErrorKind::NotFound => Err(MoveError::SourceGone {
+                original,
+                target: target.to_path_buf(),
+            }),
+            removed => removed.map(|()| Delivered::New(target.to_path_buf())),
+        }
     }
 
     /// Copies a message into this Maildir; `source` is the file it was read
@@ -365,8 +432,30 @@ fn remove_source(source: &Path, target: &Path) -> Result<(), MoveError> {
         target: target.to_path_buf(),
         error: annotate(e, source),
     })?;
-    sync_parent(source)?;
+    // Removed: a folder that cannot be synced changes nothing of that.
+    let _ = sync_parent(source);
     Ok(())
+}
+
+/// The file at `source` for a move, and whether it is a link: an error
+/// unless it holds exactly `judged`. Opened without blocking, so a FIFO
+/// put under the name since it was read is refused, not waited on.
+fn read_judged(source: &Path, judged: &[u8]) -> Result<(Vec<u8>, bool), MoveError> {
+    let is_link = fs::symlink_metadata(source)
+        .map_err(|e| annotate(e, source))?
+        .file_type()
+        .is_symlink();
+    let mut bytes = Vec::with_capacity(judged.len());
+    crate::fsutil::open_regular(source)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|e| annotate(e, source))?;
+    if bytes != judged {
+        return Err(MoveError::NotJudged {
+            path: source.to_path_buf(),
+            mbox: bytes.starts_with(b"From "),
+        });
+    }
+    Ok((bytes, is_link))
 }
 
 /// Whether the file at `path` holds exactly `bytes`.
@@ -457,7 +546,7 @@ mod tests {
             b"A: 1\n\nx\n",
         );
         let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
-        let moved = junk.move_in(&src).unwrap();
+        let moved = junk.move_in(&src, b"A: 1\n\nx\n").unwrap();
         let target = junk.root().join("cur/1.a.host:2,S");
         assert_eq!(moved, Delivered::New(target.clone()));
         assert!(!src.exists());
@@ -467,7 +556,7 @@ mod tests {
         // there. Moving again removes it and writes nothing new.
         fs::write(&src, b"A: 1\n\nx\n").unwrap();
         assert_eq!(
-            junk.move_in(&src).unwrap(),
+            junk.move_in(&src, b"A: 1\n\nx\n").unwrap(),
             Delivered::Already(target.clone())
         );
         assert!(!src.exists());
@@ -501,7 +590,10 @@ mod tests {
             b"A: 1\n\nx\n",
         );
         let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
-        assert_eq!(junk.move_in(&src).unwrap(), Delivered::Already(src.clone()));
+        assert_eq!(
+            junk.move_in(&src, b"A: 1\n\nx\n").unwrap(),
+            Delivered::Already(src.clone())
+        );
         assert_eq!(fs::read(&src).unwrap(), b"A: 1\n\nx\n");
     }
 
@@ -516,7 +608,7 @@ mod tests {
         );
         let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
         fs::write(junk.root().join("new/2.b.host"), b"A: 1\n\nother\n").unwrap();
-        let Err(MoveError::Io(err)) = junk.move_in(&src) else {
+        let Err(MoveError::Io(err)) = junk.move_in(&src, b"A: 1\n\nmine\n") else {
             panic!("moved over a different message")
         };
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
@@ -569,7 +661,7 @@ mod tests {
     fn missing_source_is_an_error_and_nothing_is_written() {
         let tmp = tempfile::tempdir().unwrap();
         let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
-        let Err(MoveError::Io(err)) = junk.move_in(&tmp.path().join("inbox/cur/gone")) else {
+        let Err(MoveError::Io(err)) = junk.move_in(&tmp.path().join("inbox/cur/gone"), b"") else {
             panic!("moved a missing file")
         };
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
@@ -631,7 +723,7 @@ mod tests {
         let link = inbox.root().join("cur/6.f.host:2,");
         std::os::unix::fs::symlink("../../store/m", &link).unwrap();
         let junk = Maildir::create(&tmp.path().join("a/b/junk")).unwrap();
-        let moved = junk.move_in(&link).unwrap();
+        let moved = junk.move_in(&link, b"A: 1\n\nlinked\n").unwrap();
         let target = junk.root().join("cur/6.f.host:2,");
         assert_eq!(moved, Delivered::New(target.clone()));
         assert!(fs::symlink_metadata(&target).unwrap().is_file());
@@ -680,7 +772,7 @@ mod tests {
             return;
         }
         let first = junk.copy_then_delete(&src, &target, bytes);
-        let again = junk.move_in(&src);
+        let again = junk.move_in(&src, bytes);
         make_deletable(new);
         for result in [first, again] {
             let Err(MoveError::SourceKept {
@@ -697,7 +789,104 @@ mod tests {
         }
         assert!(src.exists());
         assert_eq!(fs::read_dir(junk.root().join("new")).unwrap().count(), 1);
-        assert_eq!(junk.move_in(&src).unwrap(), Delivered::Already(target));
+        assert_eq!(
+            junk.move_in(&src, bytes).unwrap(),
+            Delivered::Already(target)
+        );
         assert!(!src.exists());
+    }
+
+    /// Only a file that holds exactly what was judged is moved: one that
+    /// starts with an mbox `From ` line (read as the message after it, and
+    /// a folder a mail program may be adding to) stays, as does one that
+    /// changed since it was read, and a FIFO put under its name is refused
+    /// without waiting. A dry run says what the run would.
+    #[test]
+    fn only_the_file_judged_is_moved_and_a_dry_run_says_what_a_run_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
+        let folder = tmp.path().join("mail");
+        fs::create_dir(&folder).unwrap();
+        let message = b"Subject: x\n\nspam\n";
+        let mbox = folder.join("inbox");
+        let mut with_envelope = b"From a@b Thu Jan  1 00:00:00 1970\n".to_vec();
+        with_envelope.extend_from_slice(message);
+        fs::write(&mbox, &with_envelope).unwrap();
+        for result in [
+            junk.would_move(&mbox, message),
+            junk.move_in(&mbox, message),
+        ] {
+            assert!(
+                matches!(result, Err(MoveError::NotJudged { mbox: true, .. })),
+                "{result:?}"
+            );
+        }
+        assert_eq!(fs::read(&mbox).unwrap(), with_envelope);
+        let changed = folder.join("changed.eml");
+        fs::write(&changed, b"Subject: x\n\nspam, and more since\n").unwrap();
+        let result = junk.move_in(&changed, message);
+        let Err(err @ MoveError::NotJudged { mbox: false, .. }) = result else {
+            panic!("{result:?}")
+        };
+        assert!(
+            err.to_string().contains("changed since it was read"),
+            "{err}"
+        );
+        assert!(changed.exists());
+        let fifo = folder.join("fifo.eml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let result = junk.move_in(&fifo, message);
+        assert!(matches!(result, Err(MoveError::Io(_))), "{result:?}");
+        for sub in ["cur", "new", "tmp"] {
+            assert_eq!(fs::read_dir(junk.root().join(sub)).unwrap().count(), 0);
+        }
+
+        // The dry run finds what is in the target as the run does.
+        let src = maildir_with(&tmp.path().join("inbox"), "cur", "8.h.host:2,", message);
+        let copy = junk.copy_in(Some(&src), message).unwrap();
+        assert_eq!(
+            junk.would_move(&src, message).unwrap(),
+            Delivered::Already(copy.path().to_path_buf())
+        );
+        assert_eq!(
+            junk.would_copy(Some(&src), message).unwrap(),
+            Delivered::Already(copy.path().to_path_buf())
+        );
+        let other = maildir_with(
+            &tmp.path().join("inbox"),
+            "cur",
+            "8.h.host:2,S",
+            b"A: 2\n\n",
+        );
+        let err = junk.would_move(&other, b"A: 2\n\n").unwrap_err();
+        assert!(err.to_string().contains("a different message"), "{err}");
+        let fresh = maildir_with(&tmp.path().join("inbox"), "new", "9.i.host", message);
+        assert_eq!(
+            junk.would_move(&fresh, message).unwrap(),
+            Delivered::New(junk.root().join("new/9.i.host"))
+        );
+        assert!(fresh.exists());
+    }
+
+    /// A source gone from its folder while it was copied (another program
+    /// moved or deleted it) is said to be that, not "could not be
+    /// removed"; a copy already in the target with the source gone is
+    /// simply there.
+    #[test]
+    fn a_source_gone_meanwhile_is_said_to_be_gone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bytes = b"A: 1\n\ngone\n";
+        let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
+        let src = tmp.path().join("inbox/new/10.j.host");
+        let target = junk.target(Some(&src), bytes);
+        let result = junk.copy_then_delete(&src, &target, bytes);
+        let Err(err @ MoveError::SourceGone { .. }) = result else {
+            panic!("{result:?}")
+        };
+        assert!(
+            err.to_string().contains("had gone from its folder"),
+            "{err}"
+        );
+        assert_eq!(fs::read(&target).unwrap(), bytes);
     }
 }

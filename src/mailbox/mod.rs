@@ -244,10 +244,15 @@ pub fn detect(path: &Path) -> Result<MailboxKind> {
         if in_maildir(path) {
             return Ok(MailboxKind::File);
         }
-        Ok(match sniff(path, MboxEscaping::default())? {
-            Sniffed::Mbox(..) => MailboxKind::Mbox,
-            Sniffed::Message(_) => MailboxKind::File,
-        })
+        match sniff(path, MboxEscaping::default())? {
+            Sniffed::Mbox(..) => Ok(MailboxKind::Mbox),
+            Sniffed::Message(_) => Ok(MailboxKind::File),
+            // Emptied since.
+            Sniffed::Empty => Err(Error::NotAMailbox {
+                path: path.to_path_buf(),
+                reason: "empty file",
+            }),
+        }
     } else {
         Ok(MailboxKind::File)
     }
@@ -317,7 +322,7 @@ pub fn open_as(path: &Path, kind: MailboxKind, opts: &Options) -> Result<Message
             if meta.is_dir() {
                 return Err(Error::io_path(path, io::ErrorKind::IsADirectory.into()));
             }
-            messages.tasks.push(Task::File(path.to_path_buf()));
+            messages.tasks.push(Task::Named(path.to_path_buf()));
         }
         MailboxKind::Mbox => {
             let file = File::open(path).map_err(|e| Error::io_path(path, e))?;
@@ -379,8 +384,13 @@ pub struct Messages {
 enum Task {
     /// Detect and open a path given by the caller ([`open_all`]).
     Open(PathBuf),
-    /// A file that is one message, whatever its first bytes.
+    /// A file that is one message, whatever its first bytes: found in a
+    /// Maildir, so read only if it is a regular file when opened (one
+    /// swapped for a FIFO since the listing is refused, not waited on).
     File(PathBuf),
+    /// A file the caller named as one message: read whatever it is (a
+    /// FIFO, `/dev/stdin`).
+    Named(PathBuf),
     /// A file in a directory tree: an mbox if it starts with `From `,
     /// otherwise one message.
     Sniff(PathBuf),
@@ -452,13 +462,19 @@ impl Messages {
                     Err(e) => Some(Err(e)),
                 }
             }
-            Task::File(path) => Some(read_file(&path)),
+            Task::File(path) => Some(read_file(&path, true)),
+            Task::Named(path) => Some(read_file(&path, false)),
             Task::Sniff(path) => match sniff(&path, self.opts.escaping) {
                 Ok(Sniffed::Mbox(reader, first)) => {
                     self.mbox = Some(reader);
                     Some(first)
                 }
                 Ok(Sniffed::Message(message)) => Some(Ok(message)),
+                // In a tree, an empty file is a folder with nothing in it
+                // (what a mail client leaves of an mbox emptied): no
+                // message, and nothing wrong. Named, it is refused
+                // ([`detect`]).
+                Ok(Sniffed::Empty) => None,
                 Err(e) => Some(Err(e)),
             },
             Task::Maildir(dir) => self.list(&dir, MailboxKind::Maildir),
@@ -525,8 +541,18 @@ fn non_empty(id: MessageId, bytes: Vec<u8>) -> Result<RawMessage> {
     }
 }
 
-fn read_file(path: &Path) -> Result<RawMessage> {
-    let bytes = fs::read(path).map_err(|e| Error::io_path(path, e))?;
+/// Reads the message file `path`; `regular`: only if it is a regular
+/// file, opened without blocking.
+fn read_file(path: &Path, regular: bool) -> Result<RawMessage> {
+    let bytes = if regular {
+        let mut bytes = Vec::new();
+        crate::fsutil::open_regular(path)
+            .and_then(|mut f| f.read_to_end(&mut bytes))
+            .map(|_| bytes)
+    } else {
+        fs::read(path)
+    };
+    let bytes = bytes.map_err(|e| Error::io_path(path, e))?;
     non_empty(MessageId::Path(path.to_path_buf()), bytes)
 }
 
@@ -654,6 +680,8 @@ enum Sniffed {
     /// positioned at the second.
     Mbox(MboxReader<BufReader<File>>, Result<RawMessage>),
     Message(RawMessage),
+    /// An empty file: an mbox whose last message was deleted.
+    Empty,
 }
 
 /// Open a file found in a directory tree (or named on its own) and decide
@@ -661,8 +689,12 @@ enum Sniffed {
 /// that holds one message is that message, under its plain path.
 fn sniff(path: &Path, escaping: MboxEscaping) -> Result<Sniffed> {
     let fail = |e| Error::io_path(path, e);
-    let mut file = File::open(path).map_err(fail)?;
+    // Without blocking: a FIFO swapped in since the listing is refused.
+    let mut file = crate::fsutil::open_regular(path).map_err(fail)?;
     let mut bytes = read_prefix(&mut file).map_err(fail)?;
+    if bytes.is_empty() {
+        return Ok(Sniffed::Empty);
+    }
     if bytes == *b"From " {
         // The reader wants the whole file, separator line included; chaining
         // the prefix back in front avoids needing a seekable file.
@@ -871,6 +903,39 @@ mod tests {
         assert_eq!(split, 2);
     }
 
+    /// A folder called `tmp` in a tree of saved mail is read (it made the
+    /// tree a Maildir, whose `tmp/` is never read, and every message went
+    /// unread); an empty file in a tree, an mbox emptied, is no message
+    /// and no error.
+    #[test]
+    fn a_tree_with_a_tmp_folder_is_read_and_an_empty_file_in_it_is_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let saved = tmp.path().join("saved");
+        fs::create_dir_all(saved.join("tmp")).unwrap();
+        write(&saved.join("tmp/a.eml"), b"Subject: a\n\nx\n");
+        write(&saved.join("inbox"), b"");
+        let got: Vec<_> = open(&saved, &Options::default()).unwrap().collect();
+        assert_eq!(got.len(), 1, "{got:?}");
+        let message = got.into_iter().next().unwrap().unwrap();
+        assert_eq!(message.id, MessageId::Path(saved.join("tmp/a.eml")));
+    }
+
+    /// A message file a listing found, swapped for a FIFO before it is
+    /// read, is an error item at once, not a read that waits for ever; so
+    /// is a file of a tree.
+    #[test]
+    fn a_fifo_swapped_in_after_the_listing_is_refused_not_waited_on() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("m");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for task in [Task::File(fifo.clone()), Task::Sniff(fifo.clone())] {
+            let got: Vec<_> = Messages::new(Options::default(), vec![task]).collect();
+            assert_eq!(got.len(), 1);
+            let err = got.into_iter().next().unwrap().unwrap_err().to_string();
+            assert!(err.contains("not a regular file"), "{err}");
+        }
+    }
+
     #[test]
     fn detects_each_kind() {
         let tmp = tempfile::tempdir().unwrap();
@@ -894,7 +959,7 @@ mod tests {
         let kind = |name: &str| detect(&root.join(name)).unwrap();
         assert_eq!(detect(Path::new("-")).unwrap(), MailboxKind::Stdin);
         assert_eq!(kind("maildir"), MailboxKind::Maildir);
-        assert_eq!(kind("only-tmp"), MailboxKind::Maildir);
+        assert_eq!(kind("only-tmp"), MailboxKind::Dir);
         assert_eq!(kind("link"), MailboxKind::Maildir);
         assert_eq!(kind("plain"), MailboxKind::Dir);
         assert_eq!(kind("box"), MailboxKind::Mbox);

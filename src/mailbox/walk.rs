@@ -14,10 +14,11 @@ use super::{Error, Task};
 /// The Maildir subdirectories; `tmp/` holds messages still being delivered.
 const MAILDIR_SUBDIRS: [&str; 3] = ["cur", "new", "tmp"];
 
-/// Whether `dir` is a Maildir: it has a `cur/`, `new/` or `tmp/`
-/// subdirectory (symlinks followed).
+/// Whether `dir` is a Maildir: it has a `cur/` or `new/` subdirectory
+/// (symlinks followed). A `tmp/` alone is not one: it is what many a tree
+/// of saved mail holds, and every message under it would go unread.
 pub(super) fn is_maildir(dir: &Path) -> bool {
-    MAILDIR_SUBDIRS.iter().any(|sub| dir.join(sub).is_dir())
+    ["cur", "new"].iter().any(|sub| dir.join(sub).is_dir())
 }
 
 /// Whether `dir` has all of a Maildir's subdirectories: what a message
