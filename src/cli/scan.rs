@@ -87,6 +87,11 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
         )?;
     }
     let mut messages = 0usize;
+    // A sweep that moves or copies goes on when its reader stops reading
+    // (`… | head`): the lines are a report, the moves are the work, and a
+    // run cut short would exit 0 with spam left in place.
+    let acting = action.as_ref().is_some_and(|a| !a.dry_run());
+    let mut closed = false;
     let (summary, result) = reader.scan(
         &args.paths,
         &opts,
@@ -128,7 +133,16 @@ pub(super) fn scan(ctx: &Context, args: &ScanArgs) -> Result<Outcome> {
                 to: to.as_deref(),
                 ..Line::new(&id, &judgment)
             };
-            write_line(&mut out, format, &line)
+            if closed {
+                return Ok(());
+            }
+            match write_line(&mut out, format, &line) {
+                Err(err) if acting && super::is_broken_pipe(&err) => {
+                    closed = true;
+                    Ok(())
+                }
+                written => written,
+            }
         },
     );
     progress.finish_and_clear();

@@ -402,3 +402,36 @@ fn the_summary_counts_what_could_not_be_read_and_what_is_not_mail() {
     assert!(summary.contains("; 1 skipped: not mail"), "{summary}");
     assert!(err.contains("3.eml"), "{err}");
 }
+
+/// A sweep that moves spam goes on when whoever reads its lines stops
+/// (`scan --move-spam-to … | head -1`), and its exit status says how the
+/// sweep went. Before, it stopped at the first line that could not be
+/// written, with most spam left in place, and exited 0.
+#[test]
+fn a_sweep_goes_on_when_its_output_is_closed() {
+    let db = trained();
+    let tmp = tempfile::tempdir().unwrap();
+    let inbox = tmp.path().join("inbox");
+    make_maildir(&inbox);
+    let spam = spam();
+    // Lines enough to fill any pipe's buffer several times over.
+    let n = 3000;
+    for i in 0..n {
+        let mut message = spam.clone();
+        message.extend_from_slice(format!("\n{i}\n").as_bytes());
+        fs::write(inbox.join(format!("new/{i}.m.host")), message).unwrap();
+    }
+    let junk = tmp.path().join("junk");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args())
+        .args(["scan", "--move-spam-to", utf8(&junk), utf8(&inbox)])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 0, &["scan with its output closed"]);
+    assert_eq!(listing(&inbox), Vec::<String>::new(), "spam left in place");
+    assert_eq!(listing(&junk).len(), n);
+}
