@@ -17,6 +17,86 @@ const DEFAULT_SENDER: &str = "MAILER-DAEMON";
 /// The date on every separator line [`write_mbox_message`] writes.
 const SEPARATOR_DATE: &str = "Thu Jan  1 00:00:00 1970";
 
+/// How long a reader waits for a mail program that holds an mbox to
+/// change it (a delivery appending, a client rewriting it) before leaving
+/// it unread: such programs hold it for moments.
+pub(super) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Takes the locks a mail program takes to read the mbox `file` at
+/// `path` (a shared `flock` and an `fcntl` read lock, held until the file
+/// is closed), waiting while one is writing to it: it holds either lock,
+/// or its dotlock (`PATH.lock`) is there. So a message being delivered is
+/// never read half-written. A filesystem without such locks is read as it
+/// is; one locked [`LOCK_WAIT`] and more is an error.
+pub(super) fn lock_for_reading(file: &std::fs::File, path: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let started = std::time::Instant::now();
+    let mut dotlock = path.as_os_str().to_os_string();
+    dotlock.push(".lock");
+    let dotlock = PathBuf::from(dotlock);
+    let whole = |kind: i32| libc::flock {
+        l_type: kind as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    // SAFETY: fcntl on the descriptor `file` owns, with a lock description
+    // that lives across the call.
+    let fcntl_lock =
+        |kind: i32| unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &whole(kind)) == 0 };
+    let unsupported = |e: &io::Error| {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
+        )
+    };
+    loop {
+        let shared = match file.try_lock_shared() {
+            Ok(()) => true,
+            Err(std::fs::TryLockError::WouldBlock) => false,
+            Err(std::fs::TryLockError::Error(e)) if unsupported(&e) => true,
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        };
+        let read = shared
+            && (fcntl_lock(libc::F_RDLCK) || {
+                let e = io::Error::last_os_error();
+                if !unsupported(&e)
+                    && !matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES))
+                {
+                    return Err(e);
+                }
+                unsupported(&e)
+            });
+        if read && std::fs::symlink_metadata(&dotlock).is_err() {
+            return Ok(());
+        }
+        // Nothing held while waiting: a writer that takes its locks in
+        // another order must not wait on this reader.
+        if read {
+            fcntl_lock(libc::F_UNLCK);
+        }
+        if shared {
+            let _ = file.unlock();
+        }
+        if started.elapsed() >= LOCK_WAIT {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "another program has held it to change it for {} s{}: left unread",
+                    LOCK_WAIT.as_secs(),
+                    if read {
+                        format!(" (its dotlock {} is there)", dotlock.display())
+                    } else {
+                        String::new()
+                    }
+                ),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Streams the messages of one mbox file.
 pub(super) struct MboxReader<R> {
     reader: R,

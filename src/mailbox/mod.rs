@@ -326,6 +326,9 @@ pub fn open_as(path: &Path, kind: MailboxKind, opts: &Options) -> Result<Message
         }
         MailboxKind::Mbox => {
             let file = File::open(path).map_err(|e| Error::io_path(path, e))?;
+            if file.metadata().is_ok_and(|m| m.is_file()) {
+                mbox::lock_for_reading(&file, path).map_err(|e| Error::io_path(path, e))?;
+            }
             messages.mbox = Some(MboxReader::new(BufReader::new(file), path, opts.escaping)?);
         }
         MailboxKind::Maildir | MailboxKind::Dir => {
@@ -696,6 +699,7 @@ fn sniff(path: &Path, escaping: MboxEscaping) -> Result<Sniffed> {
         return Ok(Sniffed::Empty);
     }
     if bytes == *b"From " {
+        mbox::lock_for_reading(&file, path).map_err(fail)?;
         // The reader wants the whole file, separator line included; chaining
         // the prefix back in front avoids needing a seekable file.
         let mut reader = BufReader::new(file);
@@ -861,6 +865,50 @@ mod tests {
             write_mbox_message(&mut out, None, m).unwrap();
         }
         out
+    }
+
+    /// An mbox a delivery holds locked (its `flock`, or its dotlock) while
+    /// it appends a message is read once the delivery is done: the last
+    /// message whole, never cut where the delivery had got to.
+    #[test]
+    fn an_mbox_being_delivered_to_is_read_once_the_delivery_is_done() {
+        let whole = mbox_of(&[b"Subject: a\n\none\n", b"Subject: b\n\ntwo, all of it\n"]);
+        let half = whole.len() - 8;
+        for dotlock in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let path = tmp.path().join("inbox");
+            fs::write(&path, &whole[..half]).unwrap();
+            let lock = tmp.path().join("inbox.lock");
+            let delivery = fs::OpenOptions::new().append(true).open(&path).unwrap();
+            if dotlock {
+                fs::write(&lock, b"").unwrap();
+            } else {
+                delivery.lock().unwrap();
+            }
+            let rest = whole[half..].to_vec();
+            let finishing = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                let mut delivery = delivery;
+                std::io::Write::write_all(&mut delivery, &rest).unwrap();
+                if dotlock {
+                    fs::remove_file(&lock).unwrap();
+                }
+                // Closing the file lets its lock go.
+            });
+            let got: Vec<_> = open(&path, &Options::default())
+                .unwrap()
+                .map(|m| m.unwrap().bytes)
+                .collect();
+            finishing.join().unwrap();
+            assert_eq!(
+                got,
+                vec![
+                    b"Subject: a\n\none\n".to_vec(),
+                    b"Subject: b\n\ntwo, all of it\n".to_vec()
+                ],
+                "dotlock {dotlock}"
+            );
+        }
     }
 
     /// A Maildir's message file that starts with an envelope line and
