@@ -82,6 +82,17 @@ impl SpamAction {
                 }
             }
         }
+        // A target that is a file (an mbox, as mutt's `=Junk` may be) is
+        // said to be that first, whoever runs this.
+        if std::fs::metadata(target).is_ok_and(|m| !m.is_dir()) {
+            return Err(ActionError::Target {
+                path: target.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotADirectory,
+                    "not a directory (spam goes into a Maildir)",
+                ),
+            });
+        }
         // The target and the folders the messages go through, each a
         // directory root writes in.
         for dir in [
@@ -407,5 +418,31 @@ impl Reader {
             None => result.map(|_| ()),
         };
         (summary, result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A target that is a file (an mbox such as mutt's `=Junk`) is said to
+    /// be no directory, whoever runs the sweep: as root the checks of where
+    /// root writes came first and spoke of links.
+    #[test]
+    fn a_target_that_is_a_file_is_said_to_be_no_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let junk = tmp.path().join("Junk");
+        std::fs::write(
+            &junk,
+            b"From a Mon Jan  1 10:00:00 2024\nSubject: x\n\nhi\n",
+        )
+        .unwrap();
+        for (moving, dry_run) in [(true, false), (false, false), (true, true)] {
+            let Err(err) = SpamAction::new(&junk, moving, dry_run, &[]) else {
+                panic!("a file taken for a Maildir")
+            };
+            assert!(err.to_string().contains("not a directory"), "{err}");
+        }
+        assert!(std::fs::metadata(&junk).unwrap().is_file());
     }
 }
