@@ -378,9 +378,10 @@ pub struct Messages {
     /// next task.
     mbox: Option<MboxReader<BufReader<File>>>,
     opts: Options,
-    /// Canonical paths of the directories already listed under the current
-    /// root, so that directory symlinks are followed without looping.
-    visited: HashSet<PathBuf>,
+    /// The directories already listed under the current root, by device
+    /// and inode (links followed), so that directory symlinks are followed
+    /// without looping.
+    visited: HashSet<(u64, u64)>,
 }
 
 /// One step of work for [`Messages`].
@@ -427,8 +428,12 @@ impl Messages {
     /// Note `dir` as listed; `false` if it was listed before (a symlink loop
     /// or a second way to the same directory).
     fn first_visit(&mut self, dir: &Path) -> Result<bool> {
-        let canonical = fs::canonicalize(dir).map_err(|e| Error::io_path(dir, e))?;
-        Ok(self.visited.insert(canonical))
+        // By identity, not by canonical path: working that out walks every
+        // directory up to the root, which grows with the cube of the depth
+        // over a deep tree.
+        use std::os::unix::fs::MetadataExt;
+        let meta = fs::metadata(dir).map_err(|e| Error::io_path(dir, e))?;
+        Ok(self.visited.insert((meta.dev(), meta.ino())))
     }
 
     /// List a Maildir or a plain directory and queue what it holds.
