@@ -287,10 +287,9 @@ impl Models {
         settings.user_db.is_some() || settings.shared.is_some()
     }
 
-    /// Before a change to the counts in Redis: its eviction policy, if it
-    /// could not be asked when serve started or was last reloaded. A
-    /// policy that may evict counts refuses the change (and every later
-    /// one until it is mended); a Redis that does not say is warned of once.
+    /// Before a change to the counts in Redis: its eviction policy, if not
+    /// asked at the start or last reload. One that may evict counts refuses
+    /// the change (and each later one until mended).
     fn check_eviction(&self, redis: &Redis) -> Result<(), LearnError> {
         use std::sync::atomic::Ordering::SeqCst;
         if self.shared_checked.load(SeqCst) {
@@ -654,9 +653,7 @@ impl Models {
     }
 
     /// With the counts in Redis, how long judging for `users` may take in
-    /// all: each wait for Redis is bounded by its timeout, but an answer
-    /// that keeps arriving a few bytes at a time is waited for until it
-    /// ends. Each model may ask once, and a message must go on.
+    /// all ([`crate::store::redis::within`]): each model may ask once.
     pub fn judging_bound(&self, users: usize) -> Option<std::time::Duration> {
         let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
         let redis = settings.shared.as_ref()?;

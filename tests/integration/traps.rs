@@ -238,9 +238,12 @@ fn filter_judges_input_that_looks_like_an_mbox_as_one_message() {
 }
 
 /// Trap 3: a file with one envelope line and one message is a message: its
-/// id is its path, and `scan --move-spam-to` moves it.
+/// id is its path. `scan --move-spam-to` leaves it where it is and says
+/// so, and `--copy-spam-to` copies it: such a file is also an mbox folder
+/// of one message, which a delivery may be adding to (moved, the mail
+/// delivered into it went to Junk inside the spam's file).
 #[test]
-fn one_message_with_an_envelope_line_is_a_movable_message() {
+fn one_message_with_an_envelope_line_is_a_message_copied_not_moved() {
     let db = Db::new();
     db.train_sample();
     let dir = db.path("saved");
@@ -253,10 +256,16 @@ fn one_message_with_an_envelope_line_is_a_movable_message() {
     assert_eq!(lines[0]["verdict"], "spam", "{lines:?}");
 
     let junk = db.path("Junk");
+    let before = fs::read(&file).unwrap();
     let out = db.run(&["scan", "--move-spam-to", utf8(&junk), utf8(&file)], None);
-    assert_exit(&out, 0, &["scan", "--move-spam-to"]);
-    assert!(!file.exists(), "moved away: {}", stderr(&out));
+    assert_exit(&out, 1, &["scan", "--move-spam-to"]);
+    assert!(stderr(&out).contains("not moved"), "{}", stderr(&out));
+    assert_eq!(fs::read(&file).unwrap(), before, "left as it was");
+    assert_eq!(fs::read_dir(junk.join("new")).unwrap().count(), 0);
+    let out = db.run(&["scan", "--copy-spam-to", utf8(&junk), utf8(&file)], None);
+    assert_exit(&out, 0, &["scan", "--copy-spam-to"]);
     assert_eq!(fs::read_dir(junk.join("new")).unwrap().count(), 1);
+    assert_eq!(fs::read(&file).unwrap(), before);
 }
 
 /// Trap 4: a bad path stops `train` before anything is written; no model
