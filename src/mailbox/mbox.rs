@@ -22,14 +22,29 @@ const SEPARATOR_DATE: &str = "Thu Jan  1 00:00:00 1970";
 /// it unread: such programs hold it for moments.
 pub(super) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Takes the locks a mail program takes to read the mbox `file` at
-/// `path` (a shared `flock` and an `fcntl` read lock, held until the file
-/// is closed), waiting while one is writing to it: it holds either lock,
-/// or its dotlock (`PATH.lock`) is there. So a message being delivered is
-/// never read half-written. A filesystem without such locks is read as it
-/// is; one locked [`LOCK_WAIT`] and more is an error.
-pub(super) fn lock_for_reading(file: &std::fs::File, path: &Path) -> io::Result<()> {
+/// How long one process waits for locked mboxes in all: past it, each
+/// one found locked is left unread at once, so that a user's locks (or
+/// stale dotlocks) cannot hold a sweep of many mailboxes for hours.
+const LOCK_WAIT_ALL: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// A dotlock older than this is one a crashed program left, and is not
+/// waited on (mail programs take one for moments, and break older ones).
+const STALE_DOTLOCK: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Milliseconds this process has waited for locked mboxes.
+static WAITED_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The length of the mbox `file` at `path` once no mail program is
+/// changing it: the reader reads that much, and messages appended after
+/// are left for the next read. Waits while a program holds the mbox to
+/// write it (its `flock` or `fcntl` lock, taken shared here for a moment,
+/// or a dotlock `PATH.lock` younger than five minutes), [`LOCK_WAIT`] at
+/// most and [`LOCK_WAIT_ALL`] in all; a filesystem without such locks is
+/// read as it is. Holds no lock after: a reader whose output waits (`scan
+/// … | less`) must not hold up deliveries.
+pub(super) fn settled_length(file: &std::fs::File, path: &Path) -> io::Result<u64> {
     use std::os::fd::AsRawFd;
+    use std::sync::atomic::Ordering::Relaxed;
     let started = std::time::Instant::now();
     let mut dotlock = path.as_os_str().to_os_string();
     dotlock.push(".lock");
@@ -51,6 +66,11 @@ pub(super) fn lock_for_reading(file: &std::fs::File, path: &Path) -> io::Result<
             Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
         )
     };
+    let dotlocked = || {
+        std::fs::symlink_metadata(&dotlock)
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at.elapsed().map_or(true, |age| age < STALE_DOTLOCK))
+    };
     loop {
         let shared = match file.try_lock_shared() {
             Ok(()) => true,
@@ -68,23 +88,27 @@ pub(super) fn lock_for_reading(file: &std::fs::File, path: &Path) -> io::Result<
                 }
                 unsupported(&e)
             });
-        if read && std::fs::symlink_metadata(&dotlock).is_err() {
-            return Ok(());
-        }
-        // Nothing held while waiting: a writer that takes its locks in
-        // another order must not wait on this reader.
+        let settled = read && !dotlocked();
+        let length = if settled {
+            Some(file.metadata().map(|m| m.len()))
+        } else {
+            None
+        };
         if read {
             fcntl_lock(libc::F_UNLCK);
         }
         if shared {
             let _ = file.unlock();
         }
-        if started.elapsed() >= LOCK_WAIT {
+        if let Some(length) = length {
+            return length;
+        }
+        let waited = WAITED_MS.fetch_add(50, Relaxed);
+        if started.elapsed() >= LOCK_WAIT || waited >= LOCK_WAIT_ALL.as_millis() as u64 {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!(
-                    "another program has held it to change it for {} s{}: left unread",
-                    LOCK_WAIT.as_secs(),
+                    "another program holds it to change it{}: left unread",
                     if read {
                         format!(" (its dotlock {} is there)", dotlock.display())
                     } else {

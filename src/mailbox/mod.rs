@@ -199,7 +199,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Detect the kind of mailbox at `path`.
 ///
 /// - `-` is [`MailboxKind::Stdin`];
-/// - a directory with a `cur/`, `new/` or `tmp/` subdirectory is a
+/// - a directory with a `cur/` or `new/` subdirectory is a
 ///   [`MailboxKind::Maildir`], any other directory a [`MailboxKind::Dir`];
 /// - a file whose first five bytes are `From ` is a [`MailboxKind::Mbox`]
 ///   if it holds more than one message, else a [`MailboxKind::File`] (one
@@ -210,7 +210,8 @@ pub type Result<T> = std::result::Result<T, Error>;
 ///
 /// Symlinks are followed. An empty file is an error ("not a mailbox: X (empty
 /// file)"): it could be an empty mbox or an empty message, and reading it as
-/// either would silently give nothing; use [`open_as`] to say which.
+/// either would silently give nothing; use [`open_as`] to say which. (In a
+/// directory tree an empty file is an mbox with nothing in it.)
 /// Anything that is neither a regular file nor a directory (a FIFO, a device)
 /// is an error too, since sniffing it would consume its data; [`open_as`]
 /// reads those as [`MailboxKind::File`] or [`MailboxKind::Mbox`].
@@ -244,7 +245,7 @@ pub fn detect(path: &Path) -> Result<MailboxKind> {
         if in_maildir(path) {
             return Ok(MailboxKind::File);
         }
-        match sniff(path, MboxEscaping::default())? {
+        match sniff(path, MboxEscaping::default(), false)? {
             Sniffed::Mbox(..) => Ok(MailboxKind::Mbox),
             Sniffed::Message(_) => Ok(MailboxKind::File),
             // Emptied since.
@@ -326,10 +327,16 @@ pub fn open_as(path: &Path, kind: MailboxKind, opts: &Options) -> Result<Message
         }
         MailboxKind::Mbox => {
             let file = File::open(path).map_err(|e| Error::io_path(path, e))?;
-            if file.metadata().is_ok_and(|m| m.is_file()) {
-                mbox::lock_for_reading(&file, path).map_err(|e| Error::io_path(path, e))?;
-            }
-            messages.mbox = Some(MboxReader::new(BufReader::new(file), path, opts.escaping)?);
+            let length = if file.metadata().is_ok_and(|m| m.is_file()) {
+                mbox::settled_length(&file, path).map_err(|e| Error::io_path(path, e))?
+            } else {
+                u64::MAX
+            };
+            messages.mbox = Some(MboxReader::new(
+                BufReader::new(file.take(length)),
+                path,
+                opts.escaping,
+            )?);
         }
         MailboxKind::Maildir | MailboxKind::Dir => {
             let meta = fs::metadata(path).map_err(|e| Error::io_path(path, e))?;
@@ -376,7 +383,7 @@ pub struct Messages {
     pending: std::collections::VecDeque<Result<RawMessage>>,
     /// The mbox being read, if any; drained (after `pending`) before the
     /// next task.
-    mbox: Option<MboxReader<BufReader<File>>>,
+    mbox: Option<MboxReader<BufReader<io::Take<File>>>>,
     opts: Options,
     /// The directories already listed under the current root, by device
     /// and inode (links followed), so that directory symlinks are followed
@@ -472,7 +479,7 @@ impl Messages {
             }
             Task::File(path) => Some(read_file(&path, true)),
             Task::Named(path) => Some(read_file(&path, false)),
-            Task::Sniff(path) => match sniff(&path, self.opts.escaping) {
+            Task::Sniff(path) => match sniff(&path, self.opts.escaping, true) {
                 Ok(Sniffed::Mbox(reader, first)) => {
                     self.mbox = Some(reader);
                     Some(first)
@@ -686,7 +693,7 @@ fn is_header_like(line: &[u8]) -> bool {
 enum Sniffed {
     /// An mbox of more than one message: the first one, and the reader
     /// positioned at the second.
-    Mbox(MboxReader<BufReader<File>>, Result<RawMessage>),
+    Mbox(MboxReader<BufReader<io::Take<File>>>, Result<RawMessage>),
     Message(RawMessage),
     /// An empty file: an mbox whose last message was deleted.
     Empty,
@@ -695,7 +702,10 @@ enum Sniffed {
 /// Open a file found in a directory tree (or named on its own) and decide
 /// whether it is an mbox or a single message: a file starting with `From `
 /// that holds one message is that message, under its plain path.
-fn sniff(path: &Path, escaping: MboxEscaping) -> Result<Sniffed> {
+/// `settled`: an mbox is read as far as it was once no mail program was
+/// changing it ([`mbox::settled_length`]); else as it is (to tell its
+/// kind).
+fn sniff(path: &Path, escaping: MboxEscaping, settled: bool) -> Result<Sniffed> {
     let fail = |e| Error::io_path(path, e);
     // Without blocking: a FIFO swapped in since the listing is refused.
     let mut file = crate::fsutil::open_regular(path).map_err(fail)?;
@@ -704,10 +714,14 @@ fn sniff(path: &Path, escaping: MboxEscaping) -> Result<Sniffed> {
         return Ok(Sniffed::Empty);
     }
     if bytes == *b"From " {
-        mbox::lock_for_reading(&file, path).map_err(fail)?;
+        let length = if settled {
+            mbox::settled_length(&file, path).map_err(fail)?
+        } else {
+            u64::MAX
+        };
         // The reader wants the whole file, separator line included; chaining
         // the prefix back in front avoids needing a seekable file.
-        let mut reader = BufReader::new(file);
+        let mut reader = BufReader::new(file.take(length.saturating_sub(5)));
         let prefix_len = bytes.len();
         let mut first_line = bytes;
         io::BufRead::read_until(&mut reader, b'\n', &mut first_line).map_err(fail)?;
@@ -864,6 +878,10 @@ mod tests {
         fs::write(path, bytes).unwrap();
     }
 
+    fn utf8_path(path: &Path) -> &str {
+        path.to_str().unwrap()
+    }
+
     fn mbox_of(messages: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
         for m in messages {
@@ -914,6 +932,97 @@ mod tests {
                 "dotlock {dotlock}"
             );
         }
+    }
+
+    /// A delivery by another process that holds the mbox with an `fcntl`
+    /// write lock (Postfix's local, Dovecot and procmail lock so) is
+    /// waited for too; the lock is a child's, since a process's own
+    /// `fcntl` locks never stand in its way.
+    #[test]
+    fn an_mbox_another_process_holds_with_fcntl_is_read_once_it_is_done() {
+        let whole = mbox_of(&[b"Subject: a\n\none\n", b"Subject: b\n\ntwo, all of it\n"]);
+        let half = whole.len() - 8;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("inbox");
+        fs::write(&path, &whole[..half]).unwrap();
+        let rest = tmp.path().join("rest");
+        fs::write(&rest, &whole[half..]).unwrap();
+        let held = tmp.path().join("held");
+        // Perl is in every Debian system (perl-base): struct flock on
+        // Linux x86_64 and arm64 is two shorts, padding, two off_t, a pid.
+        let mut child = std::process::Command::new("perl")
+            .args([
+                "-e",
+                r#"use Fcntl; open(my $f, ">>", $ARGV[0]) or die;
+                   my $lk = pack("s s x4 q q i x4", F_WRLCK, 0, 0, 0, 0);
+                   fcntl($f, F_SETLKW, $lk) or die "lock: $!";
+                   open(my $h, ">", $ARGV[2]) or die; close($h);
+                   select(undef, undef, undef, 0.4);
+                   open(my $r, "<", $ARGV[1]) or die; local $/; my $rest = <$r>;
+                   syswrite($f, $rest) or die; close($f);"#,
+                utf8_path(&path),
+                utf8_path(&rest),
+                utf8_path(&held),
+            ])
+            .spawn()
+            .expect("perl runs");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !held.exists() {
+            assert!(std::time::Instant::now() < deadline, "perl took no lock");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let got: Vec<_> = open(&path, &Options::default())
+            .unwrap()
+            .map(|m| m.unwrap().bytes)
+            .collect();
+        assert!(child.wait().unwrap().success());
+        assert_eq!(
+            got,
+            vec![
+                b"Subject: a\n\none\n".to_vec(),
+                b"Subject: b\n\ntwo, all of it\n".to_vec()
+            ]
+        );
+    }
+
+    /// A reader holds no lock while it reads, so a reader whose output
+    /// waits (`scan … | less`) holds up no delivery: what is appended
+    /// after it began is left for the next read. A dotlock a crashed
+    /// program left (older than five minutes) is not waited on.
+    #[test]
+    fn a_reader_holds_up_no_delivery_and_waits_on_no_stale_dotlock() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("inbox");
+        fs::write(
+            &path,
+            mbox_of(&[b"Subject: a\n\none\n", b"Subject: b\n\ntwo\n"]),
+        )
+        .unwrap();
+        let lock = tmp.path().join("inbox.lock");
+        fs::write(&lock, b"").unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+        fs::File::options()
+            .write(true)
+            .open(&lock)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let started = std::time::Instant::now();
+        let mut reading = open(&path, &Options::default()).unwrap();
+        let first = reading.next().unwrap().unwrap();
+        assert_eq!(first.bytes, b"Subject: a\n\none\n");
+        assert!(
+            started.elapsed() < super::mbox::LOCK_WAIT / 2,
+            "waited on a stale dotlock"
+        );
+        // A delivery now: its lock is free, and what it adds is not read.
+        let mut delivery = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        delivery.try_lock().expect("the reader holds no lock");
+        std::io::Write::write_all(&mut delivery, &mbox_of(&[b"Subject: c\n\nthree\n"])).unwrap();
+        drop(delivery);
+        let rest: Vec<_> = reading.map(|m| m.unwrap().bytes).collect();
+        assert_eq!(rest, vec![b"Subject: b\n\ntwo\n".to_vec()]);
+        assert_eq!(open(&path, &Options::default()).unwrap().count(), 3);
     }
 
     /// A Maildir's message file that starts with an envelope line and
@@ -982,9 +1091,19 @@ mod tests {
         let fifo = tmp.path().join("m");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         for task in [Task::File(fifo.clone()), Task::Sniff(fifo.clone())] {
-            let got: Vec<_> = Messages::new(Options::default(), vec![task]).collect();
+            // On a thread, so that a read that waits fails the test.
+            let (sender, got) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let read: Vec<_> = Messages::new(Options::default(), vec![task])
+                    .map(|m| m.map(|_| ()).map_err(|e| e.to_string()))
+                    .collect();
+                let _ = sender.send(read);
+            });
+            let got = got
+                .recv_timeout(std::time::Duration::from_secs(20))
+                .expect("the read waited on the FIFO");
             assert_eq!(got.len(), 1);
-            let err = got.into_iter().next().unwrap().unwrap_err().to_string();
+            let err = got.into_iter().next().unwrap().unwrap_err();
             assert!(err.contains("not a regular file"), "{err}");
         }
     }
