@@ -246,14 +246,14 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
 
 /// Whether the eviction policy of the Redis the counts are in was found
 /// safe for learning ([`Redis::refuse_eviction`]): one that may evict
-/// counts is an error. A Redis that cannot be asked now (down, or its
-/// answer not whole within twice the store's timeout) does not stop serve
-/// starting: mail is judged once it answers, and the policy is asked
-/// before the first change.
+/// counts is an error, as is a Redis that refuses to answer (a password
+/// missing or wrong). One out of reach now (down, or its answer not whole
+/// within twice the store's timeout) does not stop serve starting: mail
+/// is judged once it answers, and the policy is asked before the first
+/// change.
 ///
 /// [`Redis::refuse_eviction`]: bayesmail::store::redis::Redis::refuse_eviction
 fn eviction_at_start(redis: &bayesmail::store::redis::Redis) -> Result<bool> {
-    use bayesmail::store::Error;
     let asked = redis.clone();
     let later = |why: String| {
         serve::log_line(&format!(
@@ -268,8 +268,10 @@ fn eviction_at_start(redis: &bayesmail::store::redis::Redis) -> Result<bool> {
             serve::log_line(&format!("warning: {why}"));
             Ok(true)
         }
-        Ok(Err(refused @ Error::Invalid(_))) => Err(refused.into()),
-        Ok(Err(err)) => later(err.to_string()),
+        Ok(Err(err)) if bayesmail::store::redis::out_of_reach(&err) => later(err.to_string()),
+        // Refused (a password, an eviction policy that loses counts): it
+        // will not work by waiting.
+        Ok(Err(refused)) => Err(refused.into()),
         Err(_) => later(format!(
             "Redis at {} gave no whole answer within {} ms",
             redis.url().shown(),

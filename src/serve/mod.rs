@@ -364,7 +364,7 @@ pub fn run(
         .enable_all()
         .thread_name("bayesmail-serve")
         .build()?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
@@ -414,7 +414,12 @@ pub fn run(
             let _ = std::fs::remove_file(path);
         }
         Ok(())
-    })
+    });
+    // A judging or learning thread still waiting for Redis (an answer
+    // that trickles in for ever) is one its request gave up on already:
+    // it must not keep the process from ending.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
 }
 
 /// Accepts connections on one listener, each served on its own task, at

@@ -946,8 +946,7 @@ fn serve_starts_and_answers_when_the_store_trickles_its_answer() {
     let (code, answer) = post(&server.url("/check"), &files(sample_ham())[0], &[]);
     assert_eq!(code, 503, "{answer}");
     assert_eq!(answer["reason"], "store-unavailable", "{answer}");
-    // One user: each of the two models it may ask (the user's, the
-    // global one) has the timeout.
+    // No user named: twice the timeout.
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "answered after {:?}",
@@ -955,6 +954,10 @@ fn serve_starts_and_answers_when_the_store_trickles_its_answer() {
     );
     let log = server.log_after("why=the store gave no whole answer");
     assert!(log.contains("reason=store-unavailable model=none"), "{log}");
+    // The thread still waiting for that answer does not keep serve from
+    // stopping (before, it waited for it for ever).
+    let mut server = server;
+    assert!(server.terminate(), "serve stopped, but not cleanly");
 }
 
 /// serve started while its Redis is down starts, and asks Redis's
@@ -1001,4 +1004,41 @@ fn serve_started_while_redis_is_down_checks_its_eviction_policy_before_learning(
     );
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
     assert!(!keys.is_empty(), "nothing learned into Redis");
+}
+
+/// serve refuses to start on a Redis that refuses it (a password the URL
+/// lacks): that is not mended by waiting, unlike a Redis that is down.
+#[test]
+fn serve_refuses_to_start_on_a_redis_that_wants_a_password() {
+    let redis = RedisServer::start();
+    let url = redis.url("/0");
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("secret")
+        .query(&mut con)
+        .unwrap();
+    let db = Db::new();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(db.global_args())
+        .args(["--store", &url, "serve", "--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve started on a Redis that wants a password it lacks");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 2, &["serve", "no password"]);
+    assert!(stderr(&out).contains("password"), "{}", stderr(&out));
 }

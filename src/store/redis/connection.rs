@@ -185,6 +185,19 @@ fn hide_password(url: &str) -> String {
     }
 }
 
+/// Whether `err` is Redis out of reach (not listening, the network down,
+/// no whole answer in time) rather than Redis refusing something (a
+/// password, a command): what a daemon may start without, and works once
+/// Redis answers.
+pub fn out_of_reach(err: &Error) -> bool {
+    let Error::Redis { source, .. } = err else {
+        return false;
+    };
+    source
+        .downcast_ref::<redis::RedisError>()
+        .is_some_and(redis::RedisError::is_io_error)
+}
+
 /// Why [`within`] has no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unanswered {
