@@ -271,10 +271,14 @@ impl Maildir {
         match remove_source(source, target) {
             Err(MoveError::SourceKept {
                 original, error, ..
-            }) if error.kind() == io::ErrorKind::NotFound => Err(MoveError::SourceGone {
-                original,
-                target: target.to_path_buf(),
-            }),
+            }) if error.kind() == io::ErrorKind::NotFound => match renamed(source, bytes) {
+                // A mail client renamed it meanwhile (read it, flagged it).
+                Some(now) => remove_source(&now, target).map(|()| Delivered::New(target.into())),
+                None => Err(MoveError::SourceGone {
+                    original,
+                    target: target.to_path_buf(),
+                }),
+            },
             removed => removed.map(|()| Delivered::New(target.to_path_buf())),
         }
     }
@@ -435,6 +439,26 @@ fn remove_source(source: &Path, target: &Path) -> Result<(), MoveError> {
     // Removed: a folder that cannot be synced changes nothing of that.
     let _ = sync_parent(source);
     Ok(())
+}
+
+/// What the Maildir message `source` is called now, if a mail client
+/// renamed it since it was read (its flags changed, or it went from
+/// `new/` to `cur/`): the file of its Maildir with the same unique name
+/// and exactly `bytes`.
+fn renamed(source: &Path, bytes: &[u8]) -> Option<PathBuf> {
+    let (_, name) = maildir_parts(source)?;
+    let unique = unique_name(name);
+    let maildir = source.parent()?.parent()?;
+    ["cur", "new"].iter().find_map(|sub| {
+        fs::read_dir(maildir.join(sub))
+            .ok()?
+            .flatten()
+            .map(|entry| entry.path())
+            .find(|path| {
+                path.file_name().is_some_and(|n| unique_name(n) == unique)
+                    && holds(path, bytes).unwrap_or(false)
+            })
+    })
 }
 
 /// The file at `source` for a move, and whether it is a link: an error
@@ -866,6 +890,26 @@ mod tests {
             Delivered::New(junk.root().join("new/9.i.host"))
         );
         assert!(fresh.exists());
+    }
+
+    /// A source a mail client renamed while it was copied (read, so moved
+    /// from `new/` to `cur/` with a flag) is found under its new name and
+    /// removed: the message ends in the target alone.
+    #[test]
+    fn a_source_renamed_meanwhile_is_removed_under_its_new_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bytes = b"A: 1\n\nread meanwhile\n";
+        let inbox = tmp.path().join("inbox");
+        let now = maildir_with(&inbox, "cur", "11.k.host:2,S", bytes);
+        let other = maildir_with(&inbox, "cur", "11.k.hostname:2,S", bytes);
+        let junk = Maildir::create(&tmp.path().join("junk")).unwrap();
+        let src = inbox.join("new/11.k.host");
+        let target = junk.target(Some(&src), bytes);
+        let moved = junk.copy_then_delete(&src, &target, bytes).unwrap();
+        assert_eq!(moved, Delivered::New(target.clone()));
+        assert!(!now.exists());
+        assert!(other.exists(), "another message left alone");
+        assert_eq!(fs::read(&target).unwrap(), bytes);
     }
 
     /// A source gone from its folder while it was copied (another program
