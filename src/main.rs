@@ -55,6 +55,7 @@ extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc:
             debug_assert!(!closed(fd));
         }
     }
+    one_arena_under_an_address_limit();
     // A panic must not unwind out of a C function (that aborts): it ends
     // the process as Rust's own start-up would, with status 101.
     // The arguments are taken from `argv` itself: only some C libraries
@@ -73,4 +74,29 @@ extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc:
     // Rust's start-up would flush stdout at exit; nothing else does here.
     let _ = std::io::Write::flush(&mut std::io::stdout());
     libc::c_int::from(code)
+}
+
+/// Under a limit on the address space (Dovecot gives its mail processes,
+/// and the programs they run, 256 MB: `default_vsz_limit`), each malloc
+/// arena of glibc reserves 64 MB of it whatever it holds, and the count
+/// store's threads each take one: `learn` from IMAP moves ran out of
+/// memory at 256 MB and failed for good once its journal was full. There
+/// one arena serves every thread. Called before any thread is started.
+fn one_arena_under_an_address_limit() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct given; mallopt changes
+        // the allocator's settings, with no thread running yet.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_AS, &mut limit) == 0
+                && limit.rlim_cur != libc::RLIM_INFINITY
+            {
+                libc::mallopt(libc::M_ARENA_MAX, 1);
+            }
+        }
+    }
 }

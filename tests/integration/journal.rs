@@ -556,3 +556,30 @@ fn a_journal_lost_after_a_fold_loses_no_later_learn() {
     drop(trainer);
     assert_model_matches_store(&db);
 }
+
+/// Learning within an address-space limit of 256 MB, Dovecot's
+/// `default_vsz_limit`, which learning from IMAP moves runs under, also
+/// where the count store is opened (a full journal, forced here): before,
+/// glibc's malloc arenas for the store's threads reserved more than the
+/// limit, and every such `learn` aborted, so IMAP learning stopped for
+/// good once the journal was full. A new database too.
+#[test]
+fn learn_works_within_dovecots_address_space_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = extra_messages(tmp.path(), 4);
+    let trained = Db::new();
+    trained.train_sample();
+    let new = Db::new();
+    for db in [&trained, &new] {
+        for (path, label) in &extra {
+            let mut cmd = Command::new("prlimit");
+            cmd.arg("--as=268435456")
+                .arg(env!("CARGO_BIN_EXE_bayesmail"))
+                .args(db.global_args())
+                .args(["learn", "--wait", WAIT, flag(*label), utf8(path)])
+                .env("BAYESMAIL_JOURNAL_LIMIT", "1");
+            let out = cmd.output().expect("prlimit runs (util-linux)");
+            assert_exit(&out, 0, &["learn under 256 MB", utf8(path)]);
+        }
+    }
+}
