@@ -132,6 +132,7 @@ impl SledStore {
     /// with the next delta applied.
     pub fn open(path: &Path, wait: Duration) -> Result<SledStore> {
         check_files(path)?;
+        check_room(path)?;
         let start = Instant::now();
         let watched = || super::stall::watch(call_named(path));
         let db = loop {
@@ -839,6 +840,43 @@ fn remove_interrupted_snapshots(path: &Path) {
 /// files, and directories for the store and its `blobs`), before sled opens
 /// them: sled follows links and blocks on a FIFO, so a link at `db` would
 /// be written through and a FIFO at `conf` would hang the writer.
+/// Bytes that must be free on the store's filesystem to open it: on a
+/// filesystem all but full, sled 0.34 hangs in opening (its writes wait
+/// for room for good) instead of failing, holding the writers' lock until
+/// the watchdog ends it; with a little room it fails cleanly, "no space
+/// left on device", and the counts stay whole.
+const ROOM: u64 = 4 << 20;
+
+/// An error, "no space left on device", if the filesystem holding `path`
+/// (or the directory it is to be made in) has less than [`ROOM`] free.
+/// One whose free space cannot be read is not refused.
+fn check_room(path: &Path) -> Result<()> {
+    let at = if path.exists() {
+        path
+    } else {
+        path.parent().unwrap_or(path)
+    };
+    let Ok(fs) = nix::sys::statvfs::statvfs(at) else {
+        return Ok(());
+    };
+    let free = u64::from(fs.blocks_available()).saturating_mul(u64::from(fs.fragment_size()));
+    if free >= ROOM {
+        return Ok(());
+    }
+    Err(Error::Io {
+        path: path.to_owned(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!(
+                "no space left on device ({} KB free; changing the counts needs {} MB): nothing \
+                 was changed",
+                free >> 10,
+                ROOM >> 20
+            ),
+        ),
+    })
+}
+
 fn check_files(path: &Path) -> Result<()> {
     let io = |path: &Path| {
         let path = path.to_owned();

@@ -862,3 +862,49 @@ fn a_learn_through_serve_whose_store_write_hangs_ends_serve_and_frees_the_databa
     assert!(server.terminate());
     assert_eq!(db.counts(), [before[0], before[1] + 1]);
 }
+
+/// On a filesystem all but full, changing the counts is refused at once,
+/// "no space left on device", and changes nothing; once there is room it
+/// works. Before, sled hung in opening the count store (holding the
+/// writers' lock until the watchdog ended it ten minutes later), and a
+/// kill then could leave a training run half applied. The filesystem is a
+/// small tmpfs mounted in a mount namespace of the test's own.
+#[test]
+fn a_full_disk_refuses_a_change_to_the_counts_at_once_and_changes_nothing() {
+    let db = Db::new();
+    db.train_sample();
+    let tmp = tempfile::tempdir().unwrap();
+    let message = tmp.path().join("new.eml");
+    fs::write(&message, unseen(0, "full disk")).unwrap();
+    let full = tmp.path().join("full");
+    fs::create_dir(&full).unwrap();
+    let script = format!(
+        "set -e\n\
+         mount -t tmpfs -o size=32m tmpfs {full}\n\
+         cp -a {db} {full}/db\n\
+         before=$({bin} --db {full}/db stats --json)\n\
+         fallocate -l $(( $(stat -f -c '%a*%S' {full}) )) {full}/filler\n\
+         set +e\n\
+         BAYESMAIL_JOURNAL_LIMIT=1 timeout -s KILL 60 {bin} --db {full}/db learn --wait 8 \
+         --spam {message}\n\
+         echo \"full: $?\"\n\
+         [ \"$({bin} --db {full}/db stats --json)\" = \"$before\" ] && echo unchanged\n\
+         rm {full}/filler\n\
+         BAYESMAIL_JOURNAL_LIMIT=1 {bin} --db {full}/db learn --wait 8 --spam {message}\n\
+         echo \"room: $?\"\n",
+        full = utf8(&full),
+        db = utf8(&db.dir()),
+        bin = env!("CARGO_BIN_EXE_bayesmail"),
+        message = utf8(&message),
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = stderr(&out);
+    assert!(text.contains("full: 2\n"), "{text}\n{err}");
+    assert!(err.contains("no space left on device"), "{err}");
+    assert!(text.contains("unchanged"), "{text}\n{err}");
+    assert!(text.contains("room: 0\n"), "{text}\n{err}");
+}
