@@ -859,7 +859,7 @@ fn check_room(path: &Path) -> Result<()> {
     let Ok(fs) = nix::sys::statvfs::statvfs(at) else {
         return Ok(());
     };
-    let free = u64::from(fs.blocks_available()).saturating_mul(u64::from(fs.fragment_size()));
+    let free = fs.blocks_available().saturating_mul(fs.fragment_size());
     if free >= ROOM {
         return Ok(());
     }
