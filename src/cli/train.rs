@@ -118,14 +118,11 @@ fn hint(ctx: &Context, verb: &str, err: bayesmail::db::Error) -> anyhow::Error {
 }
 
 /// Says, once, that counts of `what` could not be taken back exactly.
-/// Says that the learn log could not be written, when it could not (the
-/// counts changed all the same).
+/// Says that the learn log could not be written, when it could not (and
+/// whether the counts changed all the same).
 fn log_failure_note(failure: Option<&str>) {
     if let Some(failure) = failure {
-        note!(
-            "bayesmail: note: {}; the counts changed all the same",
-            for_terminal(failure)
-        );
+        note!("bayesmail: note: {}", for_terminal(failure));
     }
 }
 

@@ -95,8 +95,8 @@ pub struct Unlearned {
     pub inexact: u64,
     /// What the model is now.
     pub model: ModelAfter,
-    /// Why the learn log could not be written, if it could not: the counts
-    /// changed all the same (see [`TrainSummary::log_failure`]).
+    /// Why the learn log could not be written, if it could not, and whether
+    /// the counts changed all the same (see [`TrainSummary::log_failure`]).
     pub log_failure: Option<String>,
 }
 
@@ -140,13 +140,21 @@ impl Database {
     /// learn that happened into an error, so that failure is returned in
     /// words, for the caller to note.
     fn log(&self, changes: &[(crate::vocab::Digest, Change)]) -> Option<String> {
+        let changed = changes
+            .iter()
+            .any(|(_, change)| !matches!(change, Change::Already(_)));
         learnlog::append(&self.paths, self.origin, changes)
             .err()
             .map(|e| {
                 format!(
-                    "learn log {} not written: {}",
+                    "learn log {} not written: {}; {}",
                     learnlog::path(&self.paths).display(),
-                    crate::fsutil::words(&e)
+                    crate::fsutil::words(&e),
+                    if changed {
+                        "the counts changed all the same"
+                    } else {
+                        "nothing else changed"
+                    }
                 )
             })
     }

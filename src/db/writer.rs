@@ -77,7 +77,8 @@ pub struct TrainSummary {
     #[serde(skip)]
     pub(crate) changes: Vec<(Digest, Change)>,
     /// Why the learn log could not be written after a learn, if it could
-    /// not: the counts changed all the same.
+    /// not, and whether the counts changed all the same (they did unless
+    /// every message was already learned so).
     #[serde(skip)]
     pub log_failure: Option<String>,
 }
