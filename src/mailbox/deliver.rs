@@ -234,8 +234,9 @@ impl Maildir {
         self.copy_then_delete(source, &target, &bytes)
     }
 
-    /// What [`Maildir::move_in`] would do, done: where the message would
-    /// go ([`Delivered::New`]) or is already.
+    /// What [`Maildir::move_in`] would do, found out without doing it:
+    /// where the message would go ([`Delivered::New`]), or where it is
+    /// already, or the error the move would meet.
     pub fn would_move(&self, source: &Path, judged: &[u8]) -> Result<Delivered, MoveError> {
         let (bytes, _) = read_judged(source, judged)?;
         let target = self.target(Some(source), &bytes);
@@ -248,8 +249,8 @@ impl Maildir {
         }
     }
 
-    /// What [`Maildir::copy_in`] would do, done.
-    pub fn would_copy(&self, source: Option<&Path>, bytes: &[u8]) -> io::Result<Delivered> {
+    /// What [`Maildir::copy_in`] would do, found out without doing it.
+    pub(crate) fn would_copy(&self, source: Option<&Path>, bytes: &[u8]) -> io::Result<Delivered> {
         let target = self.target(source, bytes);
         match self.existing(&target)? {
             Some(existing) if holds(&existing, bytes)? => Ok(Delivered::Already(existing)),
