@@ -843,8 +843,9 @@ fn remove_interrupted_snapshots(path: &Path) {
 /// Bytes that must be free on the store's filesystem to open it: on a
 /// filesystem all but full, sled 0.34 hangs in opening (its writes wait
 /// for room for good) instead of failing, holding the writers' lock until
-/// the watchdog ends it; with a little room it fails cleanly, "no space
-/// left on device", and the counts stay whole.
+/// the watchdog ends it, and a training run so ended may leave part of
+/// its change applied; with a little room it fails with "no space left
+/// on device".
 const ROOM: u64 = 4 << 20;
 
 /// An error, "no space left on device", if the filesystem holding `path`
