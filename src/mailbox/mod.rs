@@ -710,6 +710,13 @@ fn sniff(path: &Path, escaping: MboxEscaping, settled: bool) -> Result<Sniffed> 
     // Without blocking: a FIFO swapped in since the listing is refused.
     let mut file = crate::fsutil::open_regular(path).map_err(fail)?;
     let mut bytes = read_prefix(&mut file).map_err(fail)?;
+    if settled && bytes.len() < 5 && !bytes.is_empty() && b"From ".starts_with(&bytes) {
+        // The first message of an mbox being delivered, its envelope line
+        // not whole yet: read once the delivery is done.
+        mbox::settled_length(&file, path).map_err(fail)?;
+        io::Seek::rewind(&mut file).map_err(fail)?;
+        bytes = read_prefix(&mut file).map_err(fail)?;
+    }
     if bytes.is_empty() {
         return Ok(Sniffed::Empty);
     }
@@ -932,6 +939,36 @@ mod tests {
                 "dotlock {dotlock}"
             );
         }
+    }
+
+    /// An mbox whose first message is being delivered, not even its
+    /// envelope line whole yet ("Fr"), is read once the delivery is done,
+    /// not as a message of two bytes that is no mail.
+    #[test]
+    fn an_mbox_whose_first_envelope_line_is_being_written_is_read_once_done() {
+        let whole = mbox_of(&[b"Subject: a\n\none\n"]);
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("inbox");
+        fs::write(&path, &whole[..2]).unwrap();
+        let lock = tmp.path().join("inbox.lock");
+        fs::write(&lock, b"").unwrap();
+        let rest = whole[2..].to_vec();
+        let delivering = path.clone();
+        let finishing = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let mut delivery = fs::OpenOptions::new()
+                .append(true)
+                .open(&delivering)
+                .unwrap();
+            std::io::Write::write_all(&mut delivery, &rest).unwrap();
+            fs::remove_file(&lock).unwrap();
+        });
+        let got: Vec<_> = open(&path, &Options::default())
+            .unwrap()
+            .map(|m| m.unwrap().bytes)
+            .collect();
+        finishing.join().unwrap();
+        assert_eq!(got, vec![b"Subject: a\n\none\n".to_vec()]);
     }
 
     /// A delivery by another process that holds the mbox with an `fcntl`
