@@ -1318,7 +1318,6 @@ fn mutt_macro(
         }
         pause();
     }
-    tmux(&socket, &["send-keys", "-t", "mutt", key]);
     let cur = home.dir().join("Maildir").join(target).join("cur");
     let files = || -> Vec<PathBuf> {
         fs::read_dir(&cur)
@@ -1326,7 +1325,10 @@ fn mutt_macro(
             .map(|e| e.unwrap().path())
             .collect()
     };
+    // What is there before the keys are sent: a loaded machine may run
+    // the whole macro before this thread looks again.
     let there = files();
+    tmux(&socket, &["send-keys", "-t", "mutt", key]);
     let mut saved = Vec::new();
     for _ in 0..600 {
         saved = files();
