@@ -423,17 +423,17 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
 
 /// Judges `raw` with the global model in Redis: the message is read
 /// here, and the model asked on a thread of its own, given up on after
-/// `within` (see [`bayesmail::store::redis::within`]): the message must go
+/// `bound` (see [`bayesmail::store::redis::within`]): the message must go
 /// on, with `reason=store-unavailable`.
 fn judge_shared_within(
     store: bayesmail::store::redis::RedisStore,
     raw: &[u8],
     decider: bayesmail::decision::Decider,
-    within: Duration,
+    bound: Duration,
 ) -> (Status, Option<String>) {
     use bayesmail::store::redis::Unanswered;
     let parsed = bayesmail::db::Parsed::of(raw);
-    let judged = bayesmail::store::redis::within(within, move || {
+    let judged = bayesmail::store::redis::within(bound, move || {
         // Debug builds can be told to panic here: the message still
         // goes on (the tests show it).
         #[cfg(debug_assertions)]
@@ -450,7 +450,7 @@ fn judge_shared_within(
             Status::Unknown(Reason::StoreUnavailable),
             Some(format!(
                 "the store gave no whole answer within {} ms",
-                within.as_millis()
+                bound.as_millis()
             )),
         ),
         // No thread, or it panicked (which said so on stderr).

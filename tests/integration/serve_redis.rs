@@ -12,6 +12,21 @@ use crate::common::redis_server::RedisServer;
 use crate::common::{Db, assert_exit, json_lines, root, sample_ham, sample_spam, stderr, utf8};
 use crate::serve_http::{Server, post};
 
+/// A connection to the Redis at `url`, for a test to set it up.
+fn connect(url: &str) -> redis::Connection {
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
+/// `CONFIG SET key value` on `con`.
+fn config_set(con: &mut redis::Connection, key: &str, value: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(key)
+        .arg(value)
+        .query(con)
+        .unwrap();
+}
+
 /// `train` of the sample corpus (`spam`, `ham`) into the Redis at `url`.
 fn train_sample<'a>(
     url: &'a str,
@@ -771,20 +786,9 @@ fn a_fleets_training_run_steps_the_discriminative_view_as_a_directorys_does() {
 fn a_redis_that_may_evict_keys_is_refused_for_learning() {
     let redis = RedisServer::start();
     let url = redis.url("/0");
-    let mut con = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let set = |con: &mut redis::Connection, key: &str, value: &str| {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(key)
-            .arg(value)
-            .query(con)
-            .unwrap();
-    };
-    set(&mut con, "maxmemory", "100mb");
-    set(&mut con, "maxmemory-policy", "allkeys-lru");
+    let mut con = connect(&url);
+    config_set(&mut con, "maxmemory", "100mb");
+    config_set(&mut con, "maxmemory-policy", "allkeys-lru");
     let db = Db::new();
     let message = files(sample_spam()).remove(0);
     let learn = |db: &Db| db.run(&["--store", &url, "learn", "--spam", utf8(&message)], None);
@@ -820,7 +824,7 @@ fn a_redis_that_may_evict_keys_is_refused_for_learning() {
     let out = db.run(&["--store", &limited, "unlearn", utf8(&message)], None);
     assert_exit(&out, 0, &["unlearn as a limited user"]);
     for policy in ["volatile-lru", "noeviction"] {
-        set(&mut con, "maxmemory-policy", policy);
+        config_set(&mut con, "maxmemory-policy", policy);
         assert_exit(&learn(&db), 0, &["learn", policy]);
     }
 }
@@ -975,27 +979,16 @@ fn serve_started_while_redis_is_down_checks_its_eviction_policy_before_learning(
     let log = server.log_after("before the first learn");
     assert!(log.contains("Connection refused"), "{log}");
     redis.restart();
-    let mut con = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let set = |con: &mut redis::Connection, key: &str, value: &str| {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(key)
-            .arg(value)
-            .query(con)
-            .unwrap();
-    };
-    set(&mut con, "maxmemory", "100mb");
-    set(&mut con, "maxmemory-policy", "allkeys-lru");
+    let mut con = connect(&url);
+    config_set(&mut con, "maxmemory", "100mb");
+    config_set(&mut con, "maxmemory-policy", "allkeys-lru");
     let message = &files(sample_spam())[0];
     for _ in 0..2 {
         let (code, answer) = post(&server.url("/learn?class=spam"), message, &[]);
         assert_ne!(code, 200, "{answer}");
         assert!(answer.to_string().contains("allkeys-lru"), "{answer}");
     }
-    set(&mut con, "maxmemory-policy", "noeviction");
+    config_set(&mut con, "maxmemory-policy", "noeviction");
     let (code, answer) = post(&server.url("/learn?class=spam"), message, &[]);
     assert_eq!(
         (code, answer["action"].as_str()),
@@ -1012,16 +1005,7 @@ fn serve_started_while_redis_is_down_checks_its_eviction_policy_before_learning(
 fn serve_refuses_to_start_on_a_redis_that_wants_a_password() {
     let redis = RedisServer::start();
     let url = redis.url("/0");
-    let mut con = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg("secret")
-        .query(&mut con)
-        .unwrap();
+    config_set(&mut connect(&url), "requirepass", "secret");
     let db = Db::new();
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bayesmail"));
     cmd.args(db.global_args())
