@@ -25,6 +25,7 @@ use bayesmail::model::Label;
 use bayesmail::sanitize::for_terminal;
 use bayesmail::sources::{self, FileMessage, Skipped, planned_bytes};
 use bayesmail::store::DEFAULT_JOURNAL_LIMIT;
+use bayesmail::store::redis::Redis;
 
 /// Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report).
 const EXIT_INTERRUPTED: u8 = 130;
@@ -464,6 +465,42 @@ pub(super) fn journal_limit() -> u64 {
         .unwrap_or(DEFAULT_JOURNAL_LIMIT)
 }
 
+/// Runs `change` (learning or unlearning `messages` messages in Redis,
+/// after the check that Redis keeps what it is given) on a thread of its
+/// own, given up on after `wait` seconds or the store's
+/// [`Redis::change_bound`], whichever is longer, for each message: an
+/// answer that trickles in for ever must not hold Dovecot's pipe program
+/// or a cron job for ever. Whether a change given up on was stored is not
+/// known, and making it again is safe: every change goes by the message's
+/// identity.
+fn within_store<T: Send + 'static>(
+    redis: Redis,
+    wait: u64,
+    messages: usize,
+    change: impl FnOnce(&Redis) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    use bayesmail::store::redis::{Unanswered, within};
+    let each = Duration::from_secs(wait).max(redis.change_bound());
+    let bound = each.saturating_mul(u32::try_from(messages.max(1)).unwrap_or(u32::MAX));
+    let at = redis.url().shown().to_string();
+    let changed = within(bound, move || {
+        if let Some(why) = redis.refuse_eviction()? {
+            complain!("bayesmail: warning: {why}");
+        }
+        change(&redis)
+    });
+    match changed {
+        Ok(result) => result,
+        Err(Unanswered::Late) => bail!(
+            "Redis at {at} gave no whole answer within {} ms: whether the change was stored is \
+             not known, and making it again is safe",
+            bound.as_millis()
+        ),
+        // The thread panicked (and said so on stderr), or none started.
+        Err(Unanswered::Failed) => bail!("internal error while changing the counts in {at}"),
+    }
+}
+
 /// Why there is no model after `learn` or `unlearn`, if there is none.
 fn no_model_now(model: ModelAfter) -> Option<String> {
     match model {
@@ -484,11 +521,14 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
             label,
         })
         .collect();
+    let count = labelled.len();
     let wait = Duration::from_secs(args.wait);
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let (summary, model) = match ctx.shared_for_changes()? {
+    let (summary, model) = match ctx.shared()? {
         Some(redis) => (
-            SharedModel::new(redis.store(None)?).learn_all(&labelled)?,
+            within_store(redis, args.wait, count, move |redis| {
+                Ok(SharedModel::new(redis.store(None)?).learn_all(&labelled)?)
+            })?,
             ModelAfter::UpToDate,
         ),
         None => ctx
@@ -531,7 +571,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     }
     // One message: what became of it is the result, on stdout. Several:
     // a summary of the run, on stderr.
-    if !args.json && labelled.len() == 1 {
+    if !args.json && count == 1 {
         say(match action {
             "moved" => format!("moved to {label}"),
             "learned" => format!("learned as {label}"),
@@ -541,7 +581,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         note!(
             "{} messages: {} learned as {label}, {} moved to {label}, {} already learned as \
              {label}{}",
-            labelled.len(),
+            count,
             summary.learned,
             summary.relearned,
             summary.unchanged,
@@ -569,8 +609,17 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
     let wait = Duration::from_secs(args.wait);
     let given: Vec<_> = messages.iter().map(|m| (&m.features, m.identity)).collect();
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let unlearned = match ctx.shared_for_changes()? {
-        Some(redis) => SharedModel::new(redis.store(None)?).unlearn_all(&given),
+    let unlearned = match ctx.shared()? {
+        Some(redis) => {
+            let owned: Vec<_> = messages
+                .iter()
+                .map(|m| (m.features.clone(), m.identity))
+                .collect();
+            within_store(redis, args.wait, owned.len(), move |redis| {
+                let given: Vec<_> = owned.iter().map(|(f, i)| (f, *i)).collect();
+                Ok(SharedModel::new(redis.store(None)?).unlearn_all(&given))
+            })?
+        }
         None => ctx
             .database_to_change()?
             .with_origin(args.origin)

@@ -146,7 +146,12 @@ impl State {
                 which: None,
             }
         } else {
-            let bound = self.models.judging_bound(users.len());
+            // Each model may ask once, and one more time is allowed.
+            let bound = self.models.shared().map(|redis| {
+                let asks =
+                    u32::try_from(users.len().max(1)).map_or(u32::MAX, |n| n.saturating_add(1));
+                redis.timeout().saturating_mul(asks)
+            });
             let users = users.clone();
             let judging =
                 tokio::task::spawn_blocking(move || state.models.judge_for_all(&users, &raw));
@@ -228,7 +233,9 @@ impl State {
         origin: crate::db::Origin,
     ) -> Result<Learned, LearnError> {
         let state = self.clone();
-        let result = tokio::task::spawn_blocking(move || match label {
+        let bound = (self.models.shared())
+            .map(|redis| (redis.change_bound(), redis.url().shown().to_string()));
+        let learning = tokio::task::spawn_blocking(move || match label {
             Some(label) => state
                 .models
                 .learn(user.as_deref(), &raw, label, origin)
@@ -245,13 +252,33 @@ impl State {
                 .models
                 .unlearn(user.as_deref(), &raw, origin)
                 .map(Learned::Unlearned),
-        })
-        .await
-        .unwrap_or_else(|_| {
-            Err(LearnError::Message(
-                "internal error while learning".to_string(),
-            ))
         });
+        // The thread still waiting on a trickling answer holds its
+        // connection until the answer ends; whether it stored the change
+        // is not known, and telling it again is safe.
+        let learned = match bound {
+            None => Ok(learning.await),
+            Some((bound, at)) => tokio::time::timeout(bound, learning)
+                .await
+                .map_err(|_| (bound, at)),
+        };
+        let result = match learned {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(LearnError::Message(
+                "internal error while learning".to_string(),
+            )),
+            Err((bound, at)) => Err(LearnError::Db(crate::db::Error::Store(
+                crate::store::Error::Redis {
+                    at,
+                    source: format!(
+                        "no whole answer within {} ms: whether the change was stored is not \
+                         known, and making it again is safe",
+                        bound.as_millis()
+                    )
+                    .into(),
+                },
+            ))),
+        };
         // A learn that changed nothing (already learned) is neither a learn
         // nor an error.
         if !matches!(result, Ok(Learned::Already(_))) {

@@ -652,13 +652,10 @@ impl Models {
         }
     }
 
-    /// With the counts in Redis, how long judging for `users` may take in
-    /// all ([`crate::store::redis::within`]): each model may ask once.
-    pub fn judging_bound(&self, users: usize) -> Option<std::time::Duration> {
+    /// The Redis that holds the counts, if they are there.
+    pub fn shared(&self) -> Option<Redis> {
         let settings = self.settings.read().unwrap_or_else(|e| e.into_inner());
-        let redis = settings.shared.as_ref()?;
-        let asks = u32::try_from(users.max(1)).map_or(u32::MAX, |n| n.saturating_add(1));
-        Some(redis.timeout().saturating_mul(asks))
+        settings.shared.clone()
     }
 
     /// Judges `raw` for each of `users` (each with the user's own model

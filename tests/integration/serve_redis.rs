@@ -929,6 +929,49 @@ fn filter_passes_the_message_on_when_the_store_trickles_its_answer() {
     );
 }
 
+/// `learn` and `unlearn` with the counts in a [`TrickleRedis`] give up
+/// after `--wait` or the timeout for each of the questions a change may
+/// ask, whichever is longer, and say that learning again is safe. Before,
+/// they waited as long as the answer came (Dovecot's pipe program until
+/// Dovecot killed it; the test gives up after twenty seconds).
+#[test]
+fn learn_and_unlearn_give_up_on_a_store_that_trickles_its_answer() {
+    let trickling = TrickleRedis::start();
+    let db = Db::new();
+    let url = trickling.url();
+    let message = files(sample_spam())[0].clone();
+    let message = utf8(&message);
+    for command in [
+        vec!["learn", "--wait", "1", "--spam", message],
+        vec!["unlearn", "--wait", "1", message],
+    ] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(db.global_args())
+            .args(["--store", &url, "--store-timeout", "300"])
+            .args(&command)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let started = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{} still waited after twenty seconds", command[0]);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_exit(&out, 2, &command);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("gave no whole answer within 2400 ms")
+                && err.contains("making it again is safe"),
+            "{err}"
+        );
+    }
+}
+
 /// serve started on a [`TrickleRedis`] starts (the log says that Redis
 /// gave no whole answer), and judges each message within its bound:
 /// passed on with no verdict. Before, serve never started (its first
@@ -958,6 +1001,27 @@ fn serve_starts_and_answers_when_the_store_trickles_its_answer() {
     );
     let log = server.log_after("why=the store gave no whole answer");
     assert!(log.contains("reason=store-unavailable model=none"), "{log}");
+    // A learn is given up on too, after the timeout for each of the
+    // questions a change may ask; before, it waited as long as the answer
+    // came.
+    let started = Instant::now();
+    let (code, answer) = post(
+        &server.url("/learn?class=spam"),
+        &files(sample_spam())[0],
+        &[],
+    );
+    assert_eq!(code, 503, "{answer}");
+    assert_eq!(answer["reason"], "store-unavailable", "{answer}");
+    assert!(
+        answer.to_string().contains("within 2400 ms")
+            && answer.to_string().contains("making it again is safe"),
+        "{answer}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered after {:?}",
+        started.elapsed()
+    );
     // The thread still waiting for that answer does not keep serve from
     // stopping (before, it waited for it for ever).
     let mut server = server;

@@ -250,6 +250,11 @@ pub(super) struct Shared {
     next: std::sync::atomic::AtomicUsize,
 }
 
+/// Questions one change to a model is given time for: a learn asks a
+/// handful (the registry, the counts, the change itself, the totals);
+/// the rest is room for a retry when another host's change comes between.
+pub const ASKS_PER_CHANGE: u32 = 8;
+
 /// Connections to one Redis, at most: threads judging at once each get one
 /// while there are enough (Redis answers them in turn, but none waits for
 /// another's round trip).
@@ -349,6 +354,13 @@ impl Redis {
     /// take.
     pub fn timeout(&self) -> Duration {
         self.inner.timeout
+    }
+
+    /// How long one change to a model (learning or unlearning one message)
+    /// may take in all, where the caller must go on (see [`within`]): the
+    /// store's timeout for each of [`ASKS_PER_CHANGE`] questions.
+    pub fn change_bound(&self) -> Duration {
+        self.inner.timeout.saturating_mul(ASKS_PER_CHANGE)
     }
 
     /// Asks Redis whether it answers.

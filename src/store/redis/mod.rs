@@ -59,7 +59,9 @@ mod connection;
 mod expiry;
 mod scripts;
 
-pub use connection::{CONNECTIONS, Redis, RedisUrl, Unanswered, check_name, out_of_reach, within};
+pub use connection::{
+    ASKS_PER_CHANGE, CONNECTIONS, Redis, RedisUrl, Unanswered, check_name, out_of_reach, within,
+};
 use expiry::EXPIRE;
 pub use expiry::{Capped, Expiry};
 use scripts::{APPLY, READ};
