@@ -274,7 +274,9 @@ impl Database {
             }
             return Ok(ModelAfter::Removed(totals));
         }
-        writer.publish(params)?;
+        writer
+            .publish(params)
+            .map_err(super::Error::model_not_written)?;
         Ok(ModelAfter::UpToDate)
     }
 }

@@ -157,6 +157,28 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// The counts hold the change, but the model that follows them could
+    /// not be written (a disk full, say). Nothing is half done: readers
+    /// keep the model they had, and the next writer that finds it behind
+    /// the counts writes it, even one that learns nothing new.
+    #[error(
+        "{source}: the counts hold this change, but the model could not be written to follow \
+         them; the next learn or training run writes it"
+    )]
+    ModelNotWritten {
+        /// Why.
+        source: Box<Error>,
+    },
+}
+
+impl Error {
+    /// `self`, as the error of a model that could not be written after
+    /// the counts changed.
+    pub(crate) fn model_not_written(self) -> Error {
+        Error::ModelNotWritten {
+            source: Box::new(self),
+        }
+    }
 }
 
 /// The first few of `items` joined, and how many more: one line however

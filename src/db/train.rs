@@ -421,7 +421,9 @@ impl Database {
             || trainer.model_is_stale()?
             || self.paths().journal().exists();
         if changed && no_model.is_none() {
-            trainer.compile(chosen, fitted.as_ref().map(|f| (f.calibrator, f.messages)))?;
+            trainer
+                .compile(chosen, fitted.as_ref().map(|f| (f.calibrator, f.messages)))
+                .map_err(Error::model_not_written)?;
             summary.snapshot_written = true;
             // The learns after this run refit on the scores its stacker
             // was fitted on, and then on theirs.

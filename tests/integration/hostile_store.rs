@@ -908,3 +908,73 @@ fn a_full_disk_refuses_a_change_to_the_counts_at_once_and_changes_nothing() {
     assert!(text.contains("unchanged"), "{text}\n{err}");
     assert!(text.contains("room: 0\n"), "{text}\n{err}");
 }
+
+/// A disk that fills after the counts are stored, while the model is
+/// written: the training run fails saying that the counts hold its
+/// change and the next learn or training run writes the model; once
+/// there is room, running it again writes the model and the database is
+/// the one a run with room would have made. (A disk that fills while
+/// the counts are stored changes nothing: the guard of the test above.)
+#[test]
+fn a_disk_that_fills_while_the_model_is_written_leaves_the_counts_whole_and_the_next_run_writes_it()
+{
+    let clean = Db::new();
+    clean.train_sample();
+    let tmp = tempfile::tempdir().unwrap();
+    let full = tmp.path().join("full");
+    fs::create_dir(&full).unwrap();
+    // Room for the count store and its 4 MB guard, not for the model too
+    // (some 4 MB for a database this size).
+    let script = format!(
+        "mount -t tmpfs -o size=6m tmpfs {full}\n\
+         mkdir -m 700 {full}/d\n\
+         {bin} --db {full}/d/db train --spam {spam} --ham {ham}\n\
+         echo \"full: $?\"\n\
+         [ -e {full}/d/db/model.bin ] || echo \"no model\"\n\
+         mount -o remount,size=64m {full}\n\
+         {bin} --db {full}/d/db train --json --spam {spam} --ham {ham}\n\
+         echo \"room: $?\"\n\
+         {bin} --db {full}/d/db stats --json\n",
+        full = utf8(&full),
+        bin = env!("CARGO_BIN_EXE_bayesmail"),
+        spam = utf8(&sample_spam()),
+        ham = utf8(&sample_ham()),
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = stderr(&out);
+    assert!(text.contains("full: 2\n"), "{text}\n{err}");
+    assert!(text.contains("no model\n"), "{text}\n{err}");
+    assert!(
+        err.contains("no space left on device: the counts hold this change")
+            && err.contains("the next learn or training run writes it"),
+        "{err}"
+    );
+    assert!(text.contains("room: 0\n"), "{text}\n{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    let again: serde_json::Value = lines
+        .iter()
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &serde_json::Value| v.get("unchanged").is_some())
+        })
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(
+        (
+            &again["learned"],
+            &again["unchanged"],
+            &again["snapshot_written"]
+        ),
+        (&0.into(), &48.into(), &true.into()),
+        "{again}"
+    );
+    let stats: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let want = clean.stats();
+    for key in ["ham_messages", "spam_messages", "vocabulary", "weights"] {
+        assert_eq!(stats[key], want[key], "{key}: {stats} against {want}");
+    }
+}
