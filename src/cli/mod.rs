@@ -222,10 +222,13 @@ impl Context {
         self.database().reader().map_err(|e| match e {
             bayesmail::db::Error::NoModel(_) => {
                 // A database that learned one class so far has counts but
-                // no model: the model needs both.
+                // no model: the model needs both. One whose model could
+                // not be written (a full disk) has it written by the next
+                // change.
                 anyhow::anyhow!(
                     "{e}: a model is written once both ham and spam are learned \
-                     (`bayesmail learn`, or `bayesmail train`)"
+                     (`bayesmail learn`, or `bayesmail train`); where both are, the last \
+                     change could not write it, and the next learn or training run will"
                 )
             }
             e => e.into(),

@@ -931,6 +931,7 @@ fn a_disk_that_fills_while_the_model_is_written_leaves_the_counts_whole_and_the_
          {bin} --db {full}/d/db train --spam {spam} --ham {ham}\n\
          echo \"full: $?\"\n\
          [ -e {full}/d/db/model.bin ] || echo \"no model\"\n\
+         {bin} --db {full}/d/db stats\n\
          mount -o remount,size=64m {full}\n\
          {bin} --db {full}/d/db train --json --spam {spam} --ham {ham}\n\
          echo \"room: $?\"\n\
@@ -952,6 +953,10 @@ fn a_disk_that_fills_while_the_model_is_written_leaves_the_counts_whole_and_the_
         err.contains("no space left on device: the counts hold this change")
             && err.contains("the next learn or training run writes it"),
         "{err}"
+    );
+    assert!(
+        err.contains("where both are, the last change could not write it"),
+        "stats: {err}"
     );
     assert!(text.contains("room: 0\n"), "{text}\n{err}");
     let lines: Vec<&str> = text.lines().collect();
