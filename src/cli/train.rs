@@ -118,15 +118,16 @@ fn hint(ctx: &Context, verb: &str, err: bayesmail::db::Error) -> anyhow::Error {
     }
 }
 
-/// Says, once, that counts of `what` could not be taken back exactly.
-/// Says that the learn log could not be written, when it could not (and
-/// whether the counts changed all the same).
-fn log_failure_note(failure: Option<&str>) {
-    if let Some(failure) = failure {
-        note!("bayesmail: note: {}", for_terminal(failure));
+/// Says `what` as a note, if there is one: that the learn log could not
+/// be written (and whether the counts changed all the same), or that the
+/// model was rebuilt from the counts.
+fn learn_note(what: Option<&str>) {
+    if let Some(what) = what {
+        note!("bayesmail: note: {}", for_terminal(what));
     }
 }
 
+/// Says, once, that counts of `what` could not be taken back exactly.
 fn inexact_note(what: &str, inexact: u64) {
     if inexact > 0 {
         note!(
@@ -543,7 +544,8 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         _ => format!("the messages moved to {label}"),
     };
     inexact_note(&moved, summary.inexact);
-    log_failure_note(summary.log_failure.as_deref());
+    learn_note(summary.log_failure.as_deref());
+    learn_note(summary.rebuilt.as_deref());
     let action = if summary.relearned > 0 {
         "moved"
     } else if summary.learned > 0 {
@@ -632,7 +634,8 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         _ => "the messages unlearned".to_string(),
     };
     inexact_note(&what, unlearned.inexact);
-    log_failure_note(unlearned.log_failure.as_deref());
+    learn_note(unlearned.log_failure.as_deref());
+    learn_note(unlearned.rebuilt.as_deref());
     let results = unlearned.results;
     let single = messages.len() == 1 && failed == 0;
     let mut lines = Vec::new();

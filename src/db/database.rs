@@ -98,6 +98,24 @@ pub struct Unlearned {
     /// Why the learn log could not be written, if it could not, and whether
     /// the counts changed all the same (see [`TrainSummary::log_failure`]).
     pub log_failure: Option<String>,
+    /// Why the model was rebuilt from the counts, if it was (see
+    /// [`TrainSummary::rebuilt`]).
+    pub rebuilt: Option<String>,
+}
+
+/// What to say of a model `writer` found unreadable (`unreadable`, why)
+/// and rebuilt from the counts, if it did.
+fn rebuilt(writer: &Trainer, unreadable: Option<String>) -> Option<String> {
+    let why = unreadable?;
+    let header = writer.current_header()?;
+    let stacker = match header.calibrated_on {
+        0 => "no stacker fitted yet (too few messages judged of a class)".to_string(),
+        n => format!("its stacker refitted on the last {n} messages judged"),
+    };
+    Some(format!(
+        "{why}: the model was rebuilt from the counts, {stacker}; a training run over your \
+         folders makes again the choices only a training run makes"
+    ))
 }
 
 impl Database {
@@ -122,11 +140,13 @@ impl Database {
             None => {
                 let mut writer = self.writer(wait)?;
                 writer.first_params(params);
+                let unreadable = writer.unreadable_model().map(str::to_owned);
                 restack.judge_again(&self.paths, messages, None);
-                let summary = writer.learn(messages, &mut |_| {})?;
+                let mut summary = writer.learn(messages, &mut |_| {})?;
                 writer.refitted(restack.refit(&summary.changes));
                 let model = self.follow(&mut writer, params)?;
                 restack.commit();
+                summary.rebuilt = rebuilt(&writer, unreadable);
                 (summary, model)
             }
         };
@@ -187,9 +207,11 @@ impl Database {
                 inexact,
                 log_failure,
                 model: ModelAfter::UpToDate,
+                rebuilt: None,
             });
         }
         let mut writer = self.writer(wait)?;
+        let unreadable = writer.unreadable_model().map(str::to_owned);
         let mut results = Vec::new();
         let mut inexact = 0;
         for (features, identity) in messages {
@@ -217,6 +239,7 @@ impl Database {
             inexact,
             log_failure,
             model,
+            rebuilt: rebuilt(&writer, unreadable),
         })
     }
 

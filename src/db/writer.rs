@@ -81,6 +81,10 @@ pub struct TrainSummary {
     /// every message was already learned so).
     #[serde(skip)]
     pub log_failure: Option<String>,
+    /// Why the model was rebuilt from the counts, if a learn or unlearn
+    /// found it unreadable (see [`Trainer::unreadable_model`]).
+    #[serde(skip)]
+    pub rebuilt: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -145,6 +149,9 @@ pub struct Trainer {
     /// The parameters of a first model, for a database without one
     /// ([`Trainer::first_params`]).
     first: Params,
+    /// Why the snapshot there could not be read (damaged, or of a format
+    /// this version does not read), if there is one.
+    unreadable: Option<String>,
 }
 
 impl Trainer {
@@ -241,9 +248,12 @@ impl Trainer {
                 crate::fsutil::remove_stale_temps(paths.dir(), &name.to_string_lossy());
             }
         }
-        let header: Option<ModelHeader> = Snapshot::open(&paths.snapshot())
-            .ok()
-            .and_then(|s| s.header().ok());
+        let (header, unreadable) = match Snapshot::open(&paths.snapshot()).and_then(|s| s.header())
+        {
+            Ok(header) => (Some(header), None),
+            Err(_) if std::fs::symlink_metadata(paths.snapshot()).is_err() => (None, None),
+            Err(e) => (None, Some(e.to_string())),
+        };
         let mut set_aside = None;
         let journal = match Journal::read(&paths.journal()) {
             Err(store::Error::Corrupt { path, reason }) if set_aside_damage => {
@@ -290,6 +300,7 @@ impl Trainer {
             journal,
             refitted: None,
             first: Params::default(),
+            unreadable,
         };
         trainer.check_history()?;
         Ok((trainer, set_aside))
@@ -444,6 +455,9 @@ impl Trainer {
     /// before writing the snapshot or the journal): the next write must
     /// bring it up to date even if it learns nothing new.
     pub(crate) fn model_is_stale(&self) -> Result<bool> {
+        if self.unreadable.is_some() {
+            return Ok(true);
+        }
         match self.model_identity()? {
             Some(model) => Ok(model != self.store.identity()?),
             // A model from before stores had an identity: compare counts.
@@ -452,6 +466,17 @@ impl Trainer {
                 Ok(self.header.as_ref().is_none_or(|h| h.totals != totals))
             }
         }
+    }
+
+    /// Why the model there could not be read when this writer opened the
+    /// database (damaged, or of a format this version does not read):
+    /// the next snapshot is built from the counts, with the parameters of
+    /// a first model and the stacker refitted from the record of
+    /// prequential samples ([`crate::store::samples`]) where that holds
+    /// enough of each class; the choices only a training run makes are
+    /// not there.
+    pub fn unreadable_model(&self) -> Option<&str> {
+        self.unreadable.as_deref()
     }
 
     /// Makes the model reflect the counts after `learn` or `unlearn`,
@@ -630,10 +655,16 @@ impl Trainer {
         calibration: Option<(Calibrator, usize)>,
     ) -> Result<()> {
         let previous = self.current_header();
-        let refitted = self
-            .refitted
-            .take()
-            .map(|(c, n)| (c, usize::try_from(n).unwrap_or(usize::MAX)));
+        // A model that did not read takes its stacker from the record.
+        let recorded = || {
+            let record = store::samples::read(&self.paths.samples()).ok()??;
+            record.fit_if_enough().map(|(c, n)| (c, n as u64))
+        };
+        let refitted = match (&self.unreadable, &previous) {
+            (Some(_), None) => self.refitted.take().or_else(recorded),
+            _ => self.refitted.take(),
+        }
+        .map(|(c, n)| (c, usize::try_from(n).unwrap_or(usize::MAX)));
         let (params, calibrator, calibrated_on) = match (calibration, &previous) {
             (Some((c, n)), _) => (params, c, n),
             (None, Some(prev)) if let Some((c, n)) = refitted => (prev.params, c, n),
@@ -675,6 +706,7 @@ impl Trainer {
         store::journal::remove(&self.paths.journal())?;
         self.journal = None;
         self.header = Some(header);
+        self.unreadable = None;
         Ok(())
     }
 }

@@ -123,6 +123,15 @@ impl Prequential {
         Calibrator::fit(&samples)
     }
 
+    /// The stacker fitted on the samples kept, and how many, if they hold
+    /// at least [`MIN_PER_CLASS`] of each class: for a model rebuilt
+    /// without the stacker it had.
+    pub fn fit_if_enough(&self) -> Option<(Calibrator, usize)> {
+        let kept = self.samples.len();
+        let spam = self.samples.iter().filter(|s| s.spam).count();
+        (spam.min(kept - spam) >= MIN_PER_CLASS).then(|| (self.fit(), kept))
+    }
+
     /// The samples kept, oldest first.
     pub fn samples(&self) -> impl ExactSizeIterator<Item = &Sample> {
         self.samples.iter()

@@ -315,6 +315,13 @@ impl Learned {
     }
 }
 
+/// Logs each of `notes` that there is, as a note.
+fn log_notes(notes: &[&Option<String>]) {
+    for note in notes.iter().copied().flatten() {
+        log_line(&format!("note: {note}"));
+    }
+}
+
 /// One line on stderr (where a service manager's journal takes it). A
 /// closed or full stderr is ignored.
 pub fn log_line(line: &str) {

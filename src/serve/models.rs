@@ -736,9 +736,7 @@ impl Models {
             settings.journal_limit,
             settings.params,
         )?;
-        if let Some(failure) = &summary.log_failure {
-            super::log_line(&format!("note: {failure}"));
-        }
+        super::log_notes(&[&summary.log_failure, &summary.rebuilt]);
         Ok((summary, model))
     }
 
@@ -768,9 +766,7 @@ impl Models {
             settings.journal_limit,
             settings.params,
         )?;
-        if let Some(failure) = &unlearned.log_failure {
-            super::log_line(&format!("note: {failure}"));
-        }
+        super::log_notes(&[&unlearned.log_failure, &unlearned.rebuilt]);
         Ok(unlearned.results.remove(0)?)
     }
 }

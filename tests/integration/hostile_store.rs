@@ -983,3 +983,59 @@ fn a_disk_that_fills_while_the_model_is_written_leaves_the_counts_whole_and_the_
         assert_eq!(stats[key], want[key], "{key}: {stats} against {want}");
     }
 }
+
+/// A model file damaged (truncated) is rebuilt by the next `learn` from the
+/// counts, which hold everything, with its stacker refitted from the
+/// record of judged messages kept beside it, and the learn says so. Before,
+/// the learn said nothing, and the model it wrote had no stacker at all
+/// (every view weighing 1, "calibrated on 0 messages").
+#[test]
+fn a_damaged_model_is_rebuilt_by_the_next_learn_with_its_stacker_and_said_so() {
+    let db = Db::new();
+    db.train_sample();
+    let trained = db.stats();
+    assert!(
+        trained["calibrated_on"].as_u64().unwrap() >= 40,
+        "{trained}"
+    );
+    fs::OpenOptions::new()
+        .write(true)
+        .open(db.model())
+        .unwrap()
+        .set_len(1000)
+        .unwrap();
+    let message = db.path("new.eml");
+    fs::write(&message, unseen(0, "after the damage")).unwrap();
+    let out = db.run(&["classify", utf8(&message)], None);
+    assert_exit(&out, 2, &["classify", "a damaged model"]);
+    let out = db.run(&["learn", "--ham", utf8(&message)], None);
+    assert_exit(&out, 0, &["learn"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("is corrupt")
+            && err.contains(
+                "the model was rebuilt from the counts, its stacker refitted on the last"
+            ),
+        "{err}"
+    );
+    let rebuilt = db.stats();
+    assert_eq!(
+        rebuilt["calibrated_on"], trained["calibrated_on"],
+        "{rebuilt}"
+    );
+    // The same samples, the same fit (to rounding).
+    for (view, weight) in trained["weights"].as_object().unwrap() {
+        let now = rebuilt["weights"][view].as_f64().unwrap();
+        assert!(
+            (now - weight.as_f64().unwrap()).abs() < 1e-9,
+            "{view}: {rebuilt}"
+        );
+    }
+    assert_eq!(rebuilt["ham_messages"], 25, "{rebuilt}");
+    // The next learn has nothing to say.
+    let again = db.path("again.eml");
+    fs::write(&again, unseen(1, "after the rebuild")).unwrap();
+    let out = db.run(&["learn", "--spam", utf8(&again)], None);
+    assert_exit(&out, 0, &["learn"]);
+    assert!(!stderr(&out).contains("rebuilt"), "{}", stderr(&out));
+}

@@ -736,6 +736,7 @@ impl SharedModel {
             inexact: 0,
             model: super::ModelAfter::UpToDate,
             log_failure: None,
+            rebuilt: None,
         }
     }
 
