@@ -290,11 +290,27 @@ async fn judge(
             &judged.fields(state.models.per_user()),
         )
         .map_err(|e| Failure::new(Code::Software, format!("writing the answer: {e}")))?;
+        if verb == Verb::Headers {
+            // spamc puts after the answer what follows the end of the
+            // header in its own copy, as it finds it: the answer is the
+            // rest. Where our fields or renames are not all before that
+            // (a message whose header spamc sees end elsewhere than we
+            // do), no answer keeps the message whole: an error, and
+            // spamc passes it on as it came.
+            let body = &raw[header_end(&raw)..];
+            if !message.ends_with(body) {
+                return Err(Failure::new(
+                    Code::DataErr,
+                    "HEADERS cannot give this message back whole (spamc would take its body \
+                     from where our header is): passed on unscored; ask with PROCESS"
+                        .to_string(),
+                )
+                .into());
+            }
+            message.truncate(message.len() - body.len());
+        }
         // At most two copies of a message at a time.
         drop(raw);
-        if verb == Verb::Headers {
-            message.truncate(header_end(&message));
-        }
         if version >= 1.3 {
             out.extend_from_slice(
                 format!(
@@ -514,8 +530,8 @@ fn report(judged: &Judged) -> String {
     )
 }
 
-/// Where the header ends in `message` as spamc finds it when it puts the
-/// original body after HEADERS' answer: after the first `\r\n\r\n` or
+/// Where the header ends in `message` as spamc finds it when it puts its
+/// copy's body after HEADERS' answer: after the first `\r\n\r\n` or
 /// `\n\n`; the whole message when there is neither.
 fn header_end(message: &[u8]) -> usize {
     let mut at = 0;

@@ -247,6 +247,30 @@ fn spamc_process_and_headers_give_filters_output() {
         assert_eq!(headers.status.code(), Some(0));
         assert_eq!(headers.stdout, out.stdout, "{i}: HEADERS gives the same");
     }
+    // A message with no header: spamc takes its body from after the first
+    // empty line, so HEADERS' answer holds what comes before it; before,
+    // the first paragraph was lost.
+    let headless = b"\nfirst paragraph line 1\nline 2\n\nsecond paragraph\n";
+    let out = server.spamc(&[], headless);
+    assert_eq!(strip_ours(&out.stdout).0, headless, "PROCESS");
+    let headers = server.spamc(&["--headers"], headless);
+    assert_eq!(headers.status.code(), Some(0));
+    assert_eq!(
+        headers.stdout, out.stdout,
+        "HEADERS of a message with no header"
+    );
+    // A header whose end spamc finds after ours: no answer keeps it whole,
+    // so serve refuses, and spamc passes the message on as it came.
+    let split = b"Subject: a\n\r\n\r\n\r\nFrom: x@y\r\nX-Spam-Flag: YES\r\n\r\nbody\n";
+    let headers = server.spamc(&["--headers"], split);
+    assert_eq!(headers.stdout, split, "HEADERS passes it on whole");
+    assert!(
+        server
+            .log()
+            .contains("HEADERS cannot give this message back whole"),
+        "{}",
+        server.log()
+    );
     // -E: spamc's exit code says spam, the message still comes out.
     let e = server.spamc(&["-E"], &read(&s));
     assert_eq!(e.status.code(), Some(1));
