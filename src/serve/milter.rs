@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use miltr_common::actions::{Action, Continue, Discard, Replycode};
-use miltr_common::commands::{Body, Header, Macro, Recipient};
+use miltr_common::commands::{Body, Header, Macro, Mail, Recipient};
 use miltr_common::encoding::Writable;
 use miltr_common::modifications::ModificationResponse;
 use miltr_common::modifications::headers::{ChangeHeader, InsertHeader};
@@ -102,15 +102,9 @@ const SESSION_IDLE: Duration = Duration::from_secs(600);
 
 /// Serves one milter connection.
 pub(super) async fn serve(conn: BoxConn, _peer: &Peer, state: &Arc<State>) -> std::io::Result<()> {
-    let in_message = Arc::new(AtomicBool::new(false));
-    let negotiated = Arc::new(AtomicBool::new(false));
-    let timed = Timed::new(
-        conn,
-        state.clone(),
-        [in_message.clone(), negotiated.clone()],
-        SESSION_IDLE,
-    );
-    let mut milter = Bayes::new(state.clone(), in_message, negotiated);
+    let flags: [Arc<AtomicBool>; 3] = Default::default();
+    let timed = Timed::new(conn, state.clone(), flags.clone(), SESSION_IDLE);
+    let mut milter = Bayes::new(state.clone(), flags);
     let mut server = miltr_server::Server::new(&mut milter, false, MAX_PACKET);
     server
         .handle_connection(timed.compat())
@@ -124,12 +118,17 @@ pub(super) async fn serve(conn: BoxConn, _peer: &Peer, state: &Arc<State>) -> st
 /// One connection's milter: the message being collected.
 struct Bayes {
     state: Arc<State>,
-    /// Set from the first field of a message to its answer: what tells the
-    /// reads' timeout and the shutdown apart between messages.
+    /// Set from the first field of a message to its answer: the reads'
+    /// timeout is then the one inside a message.
     in_message: Arc<AtomicBool>,
     /// Set once the options are negotiated: until then the reads' timeout
     /// is the one inside a message.
     negotiated: Arc<AtomicBool>,
+    /// Set from the transaction's MAIL FROM (or first RCPT) to its
+    /// message's answer or its abort: a server stopping meanwhile waits
+    /// for the message rather than end the connection, which the MTA
+    /// would take as leave to pass the message on unjudged.
+    in_transaction: Arc<AtomicBool>,
     /// Whether header values come and go with their leading space
     /// (SMFIP_HDR_LEADSPC), so a renamed field keeps its bytes.
     leading_space: bool,
@@ -168,11 +167,15 @@ struct Bayes {
 }
 
 impl Bayes {
-    fn new(state: Arc<State>, in_message: Arc<AtomicBool>, negotiated: Arc<AtomicBool>) -> Bayes {
+    fn new(
+        state: Arc<State>,
+        [in_message, negotiated, in_transaction]: [Arc<AtomicBool>; 3],
+    ) -> Bayes {
         Bayes {
             state,
             in_message,
             negotiated,
+            in_transaction,
             leading_space: false,
             hidden: 0,
             postfix: false,
@@ -191,6 +194,7 @@ impl Bayes {
     /// Forgets the message (not the connection's negotiation).
     fn reset(&mut self) {
         self.in_message.store(false, Ordering::SeqCst);
+        self.in_transaction.store(false, Ordering::SeqCst);
         self.recipients.clear();
         self.crowded = false;
         self.queue_id = None;
@@ -423,7 +427,13 @@ impl miltr_server::Milter for Bayes {
         Ok(())
     }
 
+    async fn mail(&mut self, _mail: Mail) -> Result<Action, Self::Error> {
+        self.in_transaction.store(true, Ordering::SeqCst);
+        Ok(Continue.into())
+    }
+
     async fn rcpt(&mut self, recipient: Recipient) -> Result<Action, Self::Error> {
+        self.in_transaction.store(true, Ordering::SeqCst);
         // Postfix's reading of the address (`{rcpt_addr}`): the sender's
         // spelling may route or quote it (`<@relay:bob@…>`, `"b\ob"@…`),
         // which Postfix delivers to bob, and must not choose whose model
@@ -573,13 +583,14 @@ impl miltr_server::Milter for Bayes {
 /// A connection whose reads time out (after the read timeout until the
 /// options are negotiated and when a message is being received, after
 /// `between` otherwise) and that reads as
-/// closed once the server is stopping and no message is being received:
+/// closed once the server is stopping and no transaction is open:
 /// a read is only asked for once the last answer has been written, so a
 /// message in flight is answered before the connection ends.
 struct Timed {
     conn: BoxConn,
     in_message: Arc<AtomicBool>,
     negotiated: Arc<AtomicBool>,
+    in_transaction: Arc<AtomicBool>,
     inside: Duration,
     between: Duration,
     /// When the MTA last sent something: the deadline is this plus the
@@ -596,7 +607,7 @@ impl Timed {
     fn new(
         conn: BoxConn,
         state: Arc<State>,
-        [in_message, negotiated]: [Arc<AtomicBool>; 2],
+        [in_message, negotiated, in_transaction]: [Arc<AtomicBool>; 3],
         between: Duration,
     ) -> Self {
         let inside = state.settings.read_timeout;
@@ -604,6 +615,7 @@ impl Timed {
             conn,
             in_message,
             negotiated,
+            in_transaction,
             inside,
             between,
             last: tokio::time::Instant::now(),
@@ -639,7 +651,10 @@ impl AsyncRead for Timed {
         if !this.stopping && this.stop.as_mut().poll(cx).is_ready() {
             this.stopping = true;
         }
-        if this.stopping && !this.in_message.load(Ordering::SeqCst) {
+        if this.stopping
+            && !this.in_message.load(Ordering::SeqCst)
+            && !this.in_transaction.load(Ordering::SeqCst)
+        {
             // Read as the end of the connection: the MTA goes on without
             // the milter (its milter_default_action).
             return Poll::Ready(Ok(()));

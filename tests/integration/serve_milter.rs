@@ -1038,6 +1038,11 @@ fn the_readmes_postfix_lines_are_the_contrib_file() {
     assert!(docs.contains(&format!("]({CONTRIB})")));
 }
 
+/// A message is in flight from its MAIL FROM: told to stop after the
+/// recipients (before the first field; before, the connection was ended
+/// there and the MTA passed the message on unjudged, a forged flag with
+/// it) or between the header and the body, serve answers it, then ends
+/// the connection.
 #[test]
 fn miltertest_sigterm_lets_the_message_in_flight_finish_then_ends_the_connection() {
     if !have("miltertest", "miltertest") {
@@ -1045,12 +1050,17 @@ fn miltertest_sigterm_lets_the_message_in_flight_finish_then_ends_the_connection
     }
     let db = Db::new();
     db.train_sample();
-    let mut serve = Serve::start(&db, &[]);
     let raw = std::fs::read(&sample_files()[2]).unwrap();
-    let pid = serve.child.id();
-    // The server is told to stop between the header and the body.
     let message = lua_message(&raw, "<user@example.org>");
-    let (head, tail) = message.split_at(message.find("check(mt.eoh(conn))").unwrap());
+    for stop_before in ["check(mt.header(conn,", "check(mt.eoh(conn))"] {
+        sigterm_before(&db, &raw, &message, stop_before);
+    }
+}
+
+fn sigterm_before(db: &Db, raw: &[u8], message: &str, stop_before: &str) {
+    let mut serve = Serve::start(db, &[]);
+    let pid = serve.child.id();
+    let (head, tail) = message.split_at(message.find(stop_before).unwrap());
     let mut script = lua_head(&serve.addr);
     script.push_str(head);
     script.push_str(&format!(
@@ -1068,8 +1078,8 @@ fn miltertest_sigterm_lets_the_message_in_flight_finish_then_ends_the_connection
     let out = miltertest(tmp.path(), &script);
     assert_eq!(
         tagged(&out, "STATUS"),
-        vec![format!(" {}", filter_status(&db, &raw))],
-        "{out}"
+        vec![format!(" {}", filter_status(db, raw))],
+        "stopped before {stop_before}: {out}"
     );
     assert_eq!(tagged(&out, "NEXT"), vec!["refused"], "{out}");
     let (ok, log) = serve.finish();
