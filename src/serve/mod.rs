@@ -315,6 +315,13 @@ impl Learned {
     }
 }
 
+/// The device and inode of the file at `path` (not followed), if any.
+fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
 /// Logs each of `notes` that there is, as a note.
 fn log_notes(notes: &[&Option<String>]) {
     for note in notes.iter().copied().flatten() {
@@ -405,10 +412,13 @@ pub fn run(
         let mut hup = signal(SignalKind::hangup())?;
         let state = Arc::new(State::new(settings));
         let bound: Vec<_> = listeners.iter().map(|(p, l)| (*p, l.local())).collect();
-        let sockets: Vec<std::path::PathBuf> = listeners
+        // Each socket file as bound (device and inode): removed at the end
+        // only if it is still that one, not one a serve started since
+        // bound at the path once this one stopped listening.
+        let sockets: Vec<_> = listeners
             .iter()
             .filter_map(|(_, l)| match l {
-                Listener::Unix(_, path) => Some(path.clone()),
+                Listener::Unix(_, path) => Some((path.clone(), file_identity(path)?)),
                 Listener::Tcp(_) => None,
             })
             .collect();
@@ -444,8 +454,10 @@ pub fn run(
         if left > 0 {
             log_line(&format!("stopped with {left} connections still open"));
         }
-        for path in sockets {
-            let _ = std::fs::remove_file(path);
+        for (path, bound) in sockets {
+            if file_identity(&path) == Some(bound) {
+                let _ = std::fs::remove_file(path);
+            }
         }
         Ok(())
     });

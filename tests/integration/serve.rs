@@ -63,6 +63,47 @@ fn a_unix_socket_has_its_mode_and_goes_away_on_sigterm() {
     assert!(!sock.exists(), "the socket is removed when serve stops");
 }
 
+/// A serve that stops while a client keeps it waiting leaves alone the
+/// socket a serve started meanwhile bound at the same path: it removes
+/// only the file it made. Before, it removed the new one's, which then
+/// ran on and no client could reach.
+#[test]
+fn a_stopping_serve_leaves_the_socket_of_the_one_started_after_it() {
+    use std::io::Write;
+    let db = Db::new();
+    let sock = db.path("spamd.sock");
+    let addr = format!("unix:{}", sock.display());
+    let (old, _) = start_serve(&db, &["--spamd", &addr, "--timeout", "2"], 1);
+    // Half a request: the old serve waits for it up to its timeout.
+    let mut slow = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    slow.write_all(b"CHECK SPAMC/1.5\r\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: kill(2) on a child this test started.
+    unsafe {
+        libc::kill(old.id() as i32, libc::SIGTERM);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Once it no longer listens, a new serve takes the path.
+    let started = std::time::Instant::now();
+    let new = loop {
+        let (child, watch) = start_watched(&db, &["--spamd", &addr]);
+        if watch.listening(1, 10).is_some() {
+            break child;
+        }
+        let _ = stop(child);
+        assert!(started.elapsed().as_secs() < 20, "{}", watch.log());
+    };
+    let mut old = old;
+    assert!(old.wait().unwrap().success());
+    drop(slow);
+    assert!(
+        std::os::unix::net::UnixStream::connect(&sock).is_ok(),
+        "the new serve's socket is gone"
+    );
+    assert!(stop(new).success());
+    assert!(!sock.exists(), "the new serve removes its own socket");
+}
+
 #[test]
 fn the_systemd_unit_verifies() {
     let unit = std::fs::read_to_string(root().join("contrib/bayesmail.service")).unwrap();
