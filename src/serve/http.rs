@@ -163,7 +163,10 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
 /// can destroy the answer before the client reads it. So it lingers, as
 /// web servers do: once dropped, what still comes is read and thrown away
 /// until the client closes, for at most `linger_for` (the read timeout, up
-/// to 5 s; outside the connection limit, so kept short).
+/// to 5 s; outside the connection limit, so kept short), and by at most
+/// [`MAX_LINGERING`] connections at once: past that, one is closed at
+/// once, so that clients sent too much cannot hold the server's file
+/// descriptors.
 struct Watched {
     inner: Option<BoxConn>,
     mid_request: Arc<AtomicBool>,
@@ -213,19 +216,48 @@ impl Watched {
     }
 }
 
+/// Connections lingering after a refused body, at most, in the process.
+const MAX_LINGERING: usize = 64;
+
+/// Connections lingering now.
+static LINGERING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One of [`LINGERING`], given back when dropped.
+struct Lingering;
+
+impl Lingering {
+    fn take() -> Option<Lingering> {
+        LINGERING
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_LINGERING).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Lingering)
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        LINGERING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Drop for Watched {
     fn drop(&mut self) {
         if !self.linger.load(Ordering::Relaxed) {
             return;
         }
-        let (Some(mut conn), Ok(runtime)) =
-            (self.inner.take(), tokio::runtime::Handle::try_current())
-        else {
+        let (Some(mut conn), Ok(runtime), Some(slot)) = (
+            self.inner.take(),
+            tokio::runtime::Handle::try_current(),
+            Lingering::take(),
+        ) else {
             return;
         };
         let deadline = tokio::time::Instant::now() + self.linger_for;
         runtime.spawn(async move {
             use tokio::io::AsyncReadExt;
+            let _slot = slot;
             let mut sink = vec![0u8; 16 * 1024];
             while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, conn.read(&mut sink)).await {
                 if n == 0 {
