@@ -541,11 +541,13 @@ fn link_default_db(home: &std::path::Path, db: &Db) {
     std::os::unix::fs::symlink(db.dir(), share.join("bayesmail")).unwrap();
 }
 
-/// The macros of contrib/muttrc: (key, macro text), comments skipped.
+/// The macros of contrib/muttrc: (key, macro text), comments and settings
+/// skipped.
 fn mutt_macros() -> Vec<(String, String)> {
     contrib("muttrc")
         .lines()
         .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .filter(|l| !l.starts_with("set "))
         .map(|l| {
             let rest = l.strip_prefix("macro index,pager ").expect(l);
             let (key, rest) = rest.split_once(' ').unwrap();
@@ -1259,8 +1261,9 @@ fn tmux(socket: &str, args: &[&str]) -> std::process::Output {
 }
 
 /// Runs mutt under tmux (a terminal of its own) on `folder` of `home`'s
-/// Maildir, with contrib/muttrc and nothing else but the README's
-/// `folder=~/Maildir` (mutt's questions at their defaults), presses `key`
+/// Maildir, with contrib/muttrc (which sets the folder and the mailbox
+/// type) and nothing else but the inbox and the deletion of what is
+/// moved (mutt's questions at their defaults), presses `key`
 /// once the index shows `subject`, and waits for a message to be saved into
 /// `target`'s `cur/`. Returns the files new there and the screen once the
 /// macro's last line shows (or after a bounded wait).
@@ -1275,8 +1278,7 @@ fn mutt_macro(
     fs::write(
         &rc,
         format!(
-            "set folder=~/Maildir\nset spoolfile=~/Maildir\nset mbox_type=Maildir\n\
-             set delete=yes\nsource {}\n",
+            "set spoolfile=~/Maildir\nset delete=yes\nsource {}\n",
             utf8(&root().join("contrib/muttrc"))
         ),
     )
