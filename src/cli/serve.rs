@@ -131,6 +131,21 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
             }
         }
     }
+    // A server without a global model judges nothing a user's model does
+    // not: said once, at the start, rather than by every message's line.
+    if settings.models.shared.is_none() {
+        let model = bayesmail::db::DbPaths::new(&settings.models.global).snapshot();
+        if matches!(std::fs::symlink_metadata(&model), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        {
+            serve::log_line(&format!(
+                "no model at {} yet: every message no user's model judges gets no verdict \
+                 (reason=no-model) until it holds ham and spam (`bayesmail --db {} train`, or \
+                 learning through serve)",
+                settings.models.global.display(),
+                settings.models.global.display()
+            ));
+        }
+    }
     // SIGHUP: the configuration read again (the models' settings: the
     // databases, the users' pattern, the verdict rule), every model
     // reopened; a configuration that no longer reads keeps the old one.

@@ -470,10 +470,10 @@ where
     }
 }
 
-/// The answer to a body that was not read whole (too large: the caller's).
+/// The answer to a body that was not read whole (too large: one to learn).
 fn body_error(err: BodyError, peer: &Peer, state: &State) -> Answer {
     match err {
-        BodyError::TooLarge => too_large(state),
+        BodyError::TooLarge => too_large_to_learn(state),
         BodyError::TimedOut => {
             let why = format!(
                 "the client sent nothing for {} s while sending the body",
@@ -499,12 +499,15 @@ fn body_error(err: BodyError, peer: &Peer, state: &State) -> Answer {
     }
 }
 
-/// 413 for a body over the cap.
-fn too_large(state: &State) -> Answer {
+/// 413 for a body over the cap given to learn (`/check` answers its own).
+fn too_large_to_learn(state: &State) -> Answer {
     error(
         StatusCode::PAYLOAD_TOO_LARGE,
         Reason::TooLarge.name(),
-        &too_large_why(state),
+        &format!(
+            "message larger than {} bytes: not learned",
+            state.settings.max_message
+        ),
     )
 }
 

@@ -63,6 +63,22 @@ fn a_unix_socket_has_its_mode_and_goes_away_on_sigterm() {
     assert!(!sock.exists(), "the socket is removed when serve stops");
 }
 
+/// serve started on a database with no model says so once, at the start
+/// (every message would get no verdict), and not when there is one.
+#[test]
+fn serve_without_a_model_says_so_at_the_start() {
+    let db = Db::new();
+    let (child, watch) = start_watched(&db, &["--http", "127.0.0.1:0"]);
+    let line = wait_for(&watch, "no model at");
+    assert!(line.contains("reason=no-model") && line.contains(" train`"), "{line}");
+    assert!(stop(child).success());
+    db.train_sample();
+    let (child, watch) = start_watched(&db, &["--http", "127.0.0.1:0"]);
+    assert!(watch.listening(1, 10).is_some(), "{}", watch.log());
+    assert!(stop(child).success());
+    assert!(!watch.log().contains("no model"), "{}", watch.log());
+}
+
 /// A serve that stops while a client keeps it waiting leaves alone the
 /// socket a serve started meanwhile bound at the same path: it removes
 /// only the file it made. Before, it removed the new one's, which then

@@ -712,6 +712,10 @@ fn bodies_over_the_cap_are_refused_and_slow_clients_dropped() {
     }
     let (code, got) = post(&server.url("/learn?class=spam"), &big, &[]);
     assert_eq!((code, &got["reason"]), (413, &Value::from("too-large")));
+    assert!(
+        got["why"].as_str().unwrap().ends_with(": not learned"),
+        "{got}"
+    );
     assert_eq!(db.counts(), [24, 24]);
 
     // A request whose header comes a byte every 3 s is dropped before it
