@@ -149,6 +149,8 @@ pub struct ServeConfig {
     pub user: Option<String>,
     /// Largest message judged.
     pub max_size: Option<Size>,
+    /// Bytes of messages held at once.
+    pub max_held: Option<Size>,
     /// Connections served at once on each listener.
     pub max_connections: Option<usize>,
     /// Megabytes of models kept in memory.

@@ -64,6 +64,19 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
                 .map_err(anyhow::Error::msg)?,
         },
     };
+    let max_held = match (args.max_held, &conf.max_held) {
+        (Some(n), _) => n,
+        (None, Some(size)) => size
+            .bytes()
+            .map_err(|e| anyhow::anyhow!("[serve] max_held: {e}"))?,
+        (None, None) => DEFAULT_MAX_HELD.max(max_message),
+    };
+    if max_held < max_message {
+        bail!(
+            "--max-held ({max_held} bytes) is less than --max-size ({max_message} bytes): a \
+             message of the largest size judged could never be held"
+        );
+    }
     let timeout = args
         .timeout
         .or(conf.timeout)
@@ -76,6 +89,7 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
         socket_group,
         models,
         max_message,
+        max_held,
         max_connections: args.max_connections.or(conf.max_connections).unwrap_or(256),
         read_timeout: Duration::from_secs(timeout),
         request_timeout: Duration::from_secs(timeout * REQUEST_TIMEOUTS),
@@ -189,6 +203,11 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
 /// now and then gives its connection back, a large message on a slow link
 /// is still read.
 const REQUEST_TIMEOUTS: u64 = 4;
+
+/// Bytes of messages held at once unless told (or `--max-size`, if
+/// larger): some memory a small server has, and room for 32 messages of the
+/// default size cap at once.
+const DEFAULT_MAX_HELD: u64 = 512 << 20;
 
 /// The longest `--timeout` taken (a day); a larger one is this.
 const MAX_TIMEOUT: u64 = 86_400;

@@ -31,6 +31,8 @@ pub enum Reason {
     /// The shared store that holds the counts (Redis) did not answer in
     /// time or refused.
     StoreUnavailable,
+    /// The server held as many bytes of messages as it may.
+    Busy,
 }
 
 impl Reason {
@@ -45,6 +47,7 @@ impl Reason {
             Reason::Unparseable => "unparseable",
             Reason::Internal => "internal-error",
             Reason::StoreUnavailable => "store-unavailable",
+            Reason::Busy => "busy",
         }
     }
 

@@ -27,7 +27,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{BoxConn, Judged, LearnError, Peer, RequestClock, Settings, State, log_line};
+use super::budget::Held;
+use super::{BoxConn, Judged, LearnError, Peer, RequestClock, State, log_line};
 use crate::db::{self, Origin, Reason, Stamped, Status};
 use crate::model::Label;
 use crate::sanitize::for_terminal;
@@ -79,7 +80,9 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
                     });
                 if matches!(
                     answered.status(),
-                    StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+                    StatusCode::PAYLOAD_TOO_LARGE
+                        | StatusCode::REQUEST_TIMEOUT
+                        | StatusCode::SERVICE_UNAVAILABLE
                 ) {
                     // The rest of the body may still be coming: see Watched.
                     linger.store(true, Ordering::Relaxed);
@@ -426,18 +429,23 @@ enum BodyError {
     Late,
     /// The client broke off, or sent a body that does not frame.
     Broken(String),
+    /// The server holds as many bytes of messages as it may.
+    Busy,
 }
 
 /// Reads a request's body whole, up to the message cap: a larger one is
 /// refused from its `Content-Length` before any of it is read, or as soon
 /// as what came passes the cap. Each read waits at most the read timeout,
 /// and the whole body must come by the request's deadline
-/// ([`RequestClock`]).
-async fn read_body<B>(req: Request<B>, settings: &Settings) -> Result<Vec<u8>, BodyError>
+/// ([`RequestClock`]). Its bytes are held of the server's budget (what
+/// is declared, before it is read), until the caller drops what is
+/// returned with them.
+async fn read_body<B>(req: Request<B>, state: &State) -> Result<(Vec<u8>, Held), BodyError>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
+    let settings = &state.settings;
     let max = settings.max_message;
     let mut clock = RequestClock::start(settings.request_timeout);
     let declared = req
@@ -448,6 +456,10 @@ where
     if declared.is_some_and(|n| n > max) {
         return Err(BodyError::TooLarge);
     }
+    let mut held = state
+        .budget
+        .hold(declared.unwrap_or(0))
+        .ok_or(BodyError::Busy)?;
     let mut body = req.into_body();
     // What is declared, up to the cap, but never a large guess up front.
     let mut raw = Vec::with_capacity(declared.unwrap_or(0).min(max).min(1 << 20) as usize);
@@ -456,7 +468,7 @@ where
         let frame = match tokio::time::timeout(wait, body.frame()).await {
             Err(_) if late => return Err(BodyError::Late),
             Err(_) => return Err(BodyError::TimedOut),
-            Ok(None) => return Ok(raw),
+            Ok(None) => return Ok((raw, held)),
             Ok(Some(Err(err))) => return Err(BodyError::Broken(err.to_string())),
             Ok(Some(Ok(frame))) => frame,
         };
@@ -464,6 +476,9 @@ where
             clock.received(data.len());
             if (raw.len() + data.len()) as u64 > max {
                 return Err(BodyError::TooLarge);
+            }
+            if !held.at_least((raw.len() + data.len()) as u64) {
+                return Err(BodyError::Busy);
             }
             raw.extend_from_slice(&data);
         }
@@ -495,6 +510,11 @@ fn body_error(err: BodyError, peer: &Peer, state: &State) -> Answer {
             StatusCode::BAD_REQUEST,
             "bad-body",
             &format!("the body could not be read: {why}"),
+        ),
+        BodyError::Busy => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Reason::Busy.name(),
+            &super::budget::busy_why(&state.budget),
         ),
     }
 }
@@ -535,9 +555,13 @@ where
         .unwrap_or("")
         .to_string();
     let started = Instant::now();
-    let settings = &state.settings;
-    let judged = match read_body(req, settings).await {
-        Ok(raw) => state.judge(user.clone(), raw, &id).await,
+    let judged = match read_body(req, state).await {
+        // The judging holds the bytes again, as it holds every message's.
+        Ok((raw, held)) => {
+            drop(held);
+            state.judge(user.clone(), raw, &id).await
+        }
+        Err(BodyError::Busy) => state.busy(&user.iter().cloned().collect::<Vec<_>>(), &id),
         Err(BodyError::TooLarge) => {
             // Counted and logged as any message without a verdict is.
             let judged = Judged {
@@ -600,7 +624,8 @@ fn judged_json(judged: &Judged, user: Option<&str>) -> (StatusCode, Value) {
                 Reason::NoModel
                 | Reason::ModelVersion
                 | Reason::ModelUnreadable
-                | Reason::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+                | Reason::StoreUnavailable
+                | Reason::Busy => StatusCode::SERVICE_UNAVAILABLE,
                 Reason::Config | Reason::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             };
             (
@@ -640,10 +665,12 @@ where
         Err(err) => return error(StatusCode::BAD_REQUEST, "bad-user", &err.to_string()),
     };
     let settings = &state.settings;
-    let raw = match read_body(req, settings).await {
-        Ok(raw) => raw,
+    let (raw, held) = match read_body(req, state).await {
+        Ok(read) => read,
         Err(err) => return body_error(err, peer, state),
     };
+    // Held while learned.
+    let _held = held;
     let result = state.learn(user.clone(), raw, label, origin).await;
     let shown_user = for_terminal(user.as_deref().unwrap_or("-")).into_owned();
     let done = match result {
@@ -803,6 +830,7 @@ mod tests {
                 recipient_delimiter: String::new(),
             },
             max_message,
+            max_held: 1 << 30,
             max_connections: 4,
             read_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(4),

@@ -14,7 +14,7 @@ pub(crate) const LATENCY_BUCKETS: [f64; 12] = [
 ];
 
 /// Every reason there can be no verdict, in the order they are counted.
-const REASONS: [Reason; 8] = [
+const REASONS: [Reason; 9] = [
     Reason::Config,
     Reason::NoModel,
     Reason::ModelVersion,
@@ -23,6 +23,7 @@ const REASONS: [Reason; 8] = [
     Reason::Unparseable,
     Reason::Internal,
     Reason::StoreUnavailable,
+    Reason::Busy,
 ];
 
 /// The counters.

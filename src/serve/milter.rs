@@ -164,6 +164,10 @@ struct Bayes {
     /// The message rebuilt: header block, empty line, body; at most
     /// `max_message + 1` bytes.
     raw: Vec<u8>,
+    /// `raw`'s bytes, held of the server's budget.
+    held: Option<super::budget::Held>,
+    /// Whether the budget had no room for the message: it is dropped.
+    busy: bool,
 }
 
 impl Bayes {
@@ -188,11 +192,15 @@ impl Bayes {
             rcpt_addr: None,
             message_id: None,
             raw: Vec::new(),
+            held: None,
+            busy: false,
         }
     }
 
     /// Forgets the message (not the connection's negotiation).
     fn reset(&mut self) {
+        self.busy = false;
+        self.held = None;
         self.in_message.store(false, Ordering::SeqCst);
         self.in_transaction.store(false, Ordering::SeqCst);
         self.recipients.clear();
@@ -212,7 +220,25 @@ impl Bayes {
         let cap = usize::try_from(self.state.settings.max_message.saturating_add(1))
             .unwrap_or(usize::MAX);
         let room = cap.saturating_sub(self.raw.len());
-        self.raw.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        let kept = &bytes[..bytes.len().min(room)];
+        if self.busy || kept.is_empty() {
+            return;
+        }
+        // Held of the server's budget as they come; past it, the message
+        // is dropped and gets no verdict.
+        let budget = &self.state.budget;
+        let want = (self.raw.len() + kept.len()) as u64;
+        let fits = match &mut self.held {
+            Some(held) => held.at_least(want),
+            None => budget.hold(want).map(|h| self.held = Some(h)).is_some(),
+        };
+        if fits {
+            self.raw.extend_from_slice(kept);
+        } else {
+            self.busy = true;
+            self.raw = Vec::new();
+            self.held = None;
+        }
     }
 
     /// The log's name for the message: the queue id, else its Message-ID.
@@ -521,6 +547,8 @@ impl miltr_server::Milter for Bayes {
 
     async fn end_of_body(&mut self) -> Result<ModificationResponse, Self::Error> {
         let raw = std::mem::take(&mut self.raw);
+        // The judging holds the bytes again, as it holds every message's.
+        self.held = None;
         let id = self.id();
         let per_user = self.state.models.per_user();
         // Without users' models every recipient is judged by the global
@@ -532,7 +560,11 @@ impl miltr_server::Milter for Bayes {
             (true, true) => Vec::new(),
             (false, _) => self.recipients.drain(..).take(1).collect(),
         };
-        let judged = self.state.judge_for_all(users, raw, &id).await;
+        let judged = if self.busy {
+            self.state.busy(&users, &id)
+        } else {
+            self.state.judge_for_all(users, raw, &id).await
+        };
         let fields = judged.fields(per_user);
         let spam = matches!(
             judged.stamped.status,

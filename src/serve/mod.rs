@@ -7,6 +7,7 @@
 //! ([`Models`]), run on tokio's blocking threads. Every failure to judge is
 //! an answer without a verdict, never a lost or altered message.
 
+pub mod budget;
 pub mod listen;
 pub mod metrics;
 mod models;
@@ -63,6 +64,9 @@ pub struct Settings {
     /// Messages larger than this get no verdict (and are passed on
     /// unchanged).
     pub max_message: u64,
+    /// Bytes of messages held at once, over every connection: a message
+    /// that would pass it gets no verdict (`busy`) and is passed on.
+    pub max_held: u64,
     /// Connections served at once on each listener; more wait to be
     /// accepted. Each has its own, so that clients of one protocol cannot
     /// take the MTA's milter connections.
@@ -92,6 +96,8 @@ pub(crate) struct State {
     pub models: Models,
     /// The counters.
     pub metrics: Metrics,
+    /// The bytes of messages held at once.
+    pub budget: Arc<budget::Budget>,
     /// Connections open now.
     pub open: AtomicUsize,
     /// Told when the server is stopping: a kept-alive connection ends after
@@ -106,6 +112,7 @@ impl State {
     pub fn new(settings: Settings) -> State {
         State {
             models: Models::new(settings.models.clone()),
+            budget: budget::Budget::new(settings.max_held),
             settings,
             metrics: Metrics::default(),
             open: AtomicUsize::new(0),
@@ -133,6 +140,15 @@ impl State {
     ) -> Judged {
         let started = Instant::now();
         let too_large = raw.len() as u64 > self.settings.max_message;
+        // Held until judged: the parsed copies are made meanwhile.
+        let held = if too_large {
+            None
+        } else {
+            match self.budget.hold(raw.len() as u64) {
+                Some(held) => Some(held),
+                None => return self.busy(&users, id),
+            }
+        };
         let state = self.clone();
         let judged = if too_large {
             Judged {
@@ -184,7 +200,13 @@ impl State {
                 },
             }
         };
-        let took = started.elapsed();
+        drop(held);
+        self.record(&users, id, &judged, started.elapsed());
+        judged
+    }
+
+    /// Counts `judged` and logs it (when asked to, or when it has a why).
+    fn record(&self, users: &[String], id: &str, judged: &Judged, took: Duration) {
         self.metrics.judged(&judged.stamped.status, took);
         if self.settings.log_messages || judged.stamped.why.is_some() {
             log_line(&format!(
@@ -220,6 +242,20 @@ impl State {
                     )),
             ));
         }
+    }
+
+    /// No verdict for `users` because the server holds as many bytes of
+    /// messages as it may ([`budget::Budget`]): counted and logged as any
+    /// message without a verdict is.
+    pub fn busy(&self, users: &[String], id: &str) -> Judged {
+        let judged = Judged {
+            stamped: crate::db::Stamped::unknown(
+                crate::db::Reason::Busy,
+                budget::busy_why(&self.budget),
+            ),
+            which: None,
+        };
+        self.record(users, id, &judged, Duration::ZERO);
         judged
     }
 

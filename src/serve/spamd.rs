@@ -230,9 +230,29 @@ async fn request(conn: &mut BoxConn, state: &Arc<State>) -> Result<Vec<u8>, Stop
         return Err(Failure::protocol("(Set: local needs a Message-class: spam or ham)").into());
     }
     let max = state.settings.max_message;
+    // The bytes a message says it has are held before they are read (the
+    // compressed ones; the judging holds what they inflate to): a server
+    // with as many held as it may reads and drops them, and answers busy.
+    let held = match headers.length.filter(|&n| n <= max) {
+        Some(n) => match state.budget.hold(n) {
+            Some(held) => Some(held),
+            None => {
+                input.drop_up_to(Some(n)).await?;
+                let users: Vec<String> = headers.user.iter().cloned().collect();
+                let busy = if verb == Verb::Tell {
+                    Failure::new(Code::TempFail, super::budget::busy_why(&state.budget))
+                } else {
+                    no_verdict(&state.busy(&users, ""))
+                };
+                return Err(busy.into());
+            }
+        },
+        None => None,
+    };
     let Some(raw) = input.message(&headers, max).await? else {
         return Err(too_large(state, &headers, max).into());
     };
+    drop(held);
     if verb == Verb::Tell {
         tell(state, headers, raw).await
     } else {
@@ -364,6 +384,7 @@ fn no_verdict(judged: &Judged) -> Failure {
         | Reason::ModelVersion
         | Reason::ModelUnreadable
         | Reason::StoreUnavailable => Code::Unavailable,
+        Reason::Busy => Code::TempFail,
         Reason::TooLarge | Reason::Unparseable => Code::DataErr,
         Reason::Internal => Code::Software,
     };
@@ -683,6 +704,7 @@ mod tests {
                 recipient_delimiter: String::new(),
             },
             max_message: 2000,
+            max_held: 1 << 30,
             max_connections: 1,
             read_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(20),

@@ -63,6 +63,80 @@ fn a_unix_socket_has_its_mode_and_goes_away_on_sigterm() {
     assert!(!sock.exists(), "the socket is removed when serve stops");
 }
 
+/// The bytes of messages held at once are bounded over every connection
+/// and protocol (`--max-held`): while one client holds the budget with a
+/// message it is sending, the next message gets no verdict (spamd
+/// EX_TEMPFAIL, HTTP 503 `busy`), and once it is let go messages are
+/// judged again. Before, each listener took its connection limit times
+/// the size limit (a client sending 256 large messages at once drove
+/// serve to gigabytes).
+#[test]
+fn the_bytes_of_messages_held_at_once_are_bounded() {
+    use std::io::{Read, Write};
+    let db = Db::new();
+    db.train_sample();
+    let (child, bound) = start_serve(
+        &db,
+        &[
+            "--spamd",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--max-size",
+            "100K",
+            "--max-held",
+            "150K",
+        ],
+        2,
+    );
+    let spamd = &bound[0];
+    let http = &bound[1];
+    let message = std::fs::read(&sample_files()[0]).unwrap();
+    let process = |message: &[u8]| {
+        let mut conn = std::net::TcpStream::connect(spamd).unwrap();
+        let head = format!(
+            "PROCESS SPAMC/1.5\r\nContent-length: {}\r\n\r\n",
+            message.len()
+        );
+        conn.write_all(head.as_bytes()).unwrap();
+        conn.write_all(message).unwrap();
+        let mut answer = String::new();
+        let _ = conn.read_to_string(&mut answer);
+        answer
+    };
+    let check = |message: &[u8]| {
+        let mut conn = std::net::TcpStream::connect(http).unwrap();
+        let head = format!(
+            "POST /check HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            message.len()
+        );
+        conn.write_all(head.as_bytes()).unwrap();
+        conn.write_all(message).unwrap();
+        let mut answer = String::new();
+        let _ = conn.read_to_string(&mut answer);
+        answer
+    };
+    assert!(process(&message).starts_with("SPAMD/1.1 0 EX_OK"));
+    // A message of 100 KB on its way: held from its first byte.
+    let mut slow = std::net::TcpStream::connect(spamd).unwrap();
+    slow.write_all(b"PROCESS SPAMC/1.5\r\nContent-length: 100000\r\n\r\nFrom: a@b\r\n")
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let big = [&message[..], &vec![b'x'; 60_000]].concat();
+    let answer = process(&big);
+    assert!(answer.starts_with("SPAMD/1.0 75 EX_TEMPFAIL"), "{answer}");
+    let answer = check(&big);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("\"reason\":\"busy\""), "{answer}");
+    // A small one still fits.
+    assert!(process(&message).starts_with("SPAMD/1.1 0 EX_OK"));
+    drop(slow);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(process(&big).starts_with("SPAMD/1.1 0 EX_OK"));
+    assert!(check(&big).starts_with("HTTP/1.1 200"));
+    assert!(stop(child).success());
+}
+
 /// serve started on a database with no model says so once, at the start
 /// (every message would get no verdict), and not when there is one.
 #[test]
@@ -70,7 +144,10 @@ fn serve_without_a_model_says_so_at_the_start() {
     let db = Db::new();
     let (child, watch) = start_watched(&db, &["--http", "127.0.0.1:0"]);
     let line = wait_for(&watch, "no model at");
-    assert!(line.contains("reason=no-model") && line.contains(" train`"), "{line}");
+    assert!(
+        line.contains("reason=no-model") && line.contains(" train`"),
+        "{line}"
+    );
     assert!(stop(child).success());
     db.train_sample();
     let (child, watch) = start_watched(&db, &["--http", "127.0.0.1:0"]);

@@ -265,7 +265,7 @@ impl<'a> Input<'a> {
     /// most the read timeout in all (less if the request's deadline comes
     /// first): the client's write completes, so it reads our answer rather
     /// than a reset, and nothing is kept.
-    async fn drop_up_to(&mut self, limit: Option<u64>) -> Result<(), Stop> {
+    pub(super) async fn drop_up_to(&mut self, limit: Option<u64>) -> Result<(), Stop> {
         let until = Instant::now() + self.timeout;
         let mut left = limit.unwrap_or(u64::MAX);
         loop {

@@ -1,0 +1,112 @@
+//! The bytes of messages `serve` holds at once, over every connection and
+//! protocol: each message's bytes are held from when they are read (or
+//! declared, where the protocol says its length first) until its answer.
+//! A message that would take the total past the bound gets no verdict
+//! (`busy`) and is passed on, rather than many clients sending large
+//! messages at once driving the server out of memory (each listener's
+//! connection limit times the size limit is gigabytes).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The bound and what is held now.
+#[derive(Debug)]
+pub struct Budget {
+    held: AtomicU64,
+    max: u64,
+}
+
+/// Bytes held of a [`Budget`], given back when dropped.
+#[derive(Debug)]
+pub struct Held {
+    budget: Arc<Budget>,
+    bytes: u64,
+}
+
+impl Budget {
+    /// A budget of `max` bytes.
+    pub fn new(max: u64) -> Arc<Budget> {
+        Arc::new(Budget {
+            held: AtomicU64::new(0),
+            max,
+        })
+    }
+
+    /// The bound.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// Holds `bytes`, if they fit.
+    pub fn hold(self: &Arc<Self>, bytes: u64) -> Option<Held> {
+        let mut held = Held {
+            budget: self.clone(),
+            bytes: 0,
+        };
+        held.grow(bytes).then_some(held)
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
+    }
+}
+
+impl Held {
+    /// Holds at least `bytes` in all, if they fit; else holds what it held.
+    pub fn at_least(&mut self, bytes: u64) -> bool {
+        bytes <= self.bytes || self.grow(bytes - self.bytes)
+    }
+
+    /// Holds `more` bytes besides, if they fit; else holds what it held.
+    pub fn grow(&mut self, more: u64) -> bool {
+        let max = self.budget.max;
+        let grown = self
+            .budget
+            .held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                n.checked_add(more).filter(|&t| t <= max)
+            })
+            .is_ok();
+        if grown {
+            self.bytes += more;
+        }
+        grown
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.held.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
+}
+
+/// Why a message got no verdict for the budget, in words.
+pub fn busy_why(budget: &Budget) -> String {
+    format!(
+        "the server holds as many bytes of messages as it may ({} bytes, --max-held): passed \
+         on unscored",
+        budget.max()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_held_is_bounded_and_given_back() {
+        let budget = Budget::new(100);
+        let mut a = budget.hold(60).unwrap();
+        assert!(budget.hold(50).is_none(), "60 + 50 > 100");
+        let b = budget.hold(40).unwrap();
+        assert!(!a.grow(1));
+        assert_eq!(budget.held(), 100);
+        drop(b);
+        assert!(a.grow(30));
+        assert_eq!(budget.held(), 90);
+        drop(a);
+        assert_eq!(budget.held(), 0);
+        assert!(budget.hold(101).is_none());
+    }
+}
