@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use miltr_common::actions::{Action, Continue, Discard, Replycode};
-use miltr_common::commands::{Body, Header, Macro, Mail, Recipient};
+use miltr_common::commands::{Body, Connect, Header, Macro, Mail, Recipient};
 use miltr_common::encoding::Writable;
 use miltr_common::modifications::ModificationResponse;
 use miltr_common::modifications::headers::{ChangeHeader, InsertHeader};
@@ -121,8 +121,11 @@ struct Bayes {
     /// Set from the first field of a message to its answer: the reads'
     /// timeout is then the one inside a message.
     in_message: Arc<AtomicBool>,
-    /// Set once the options are negotiated: until then the reads' timeout
-    /// is the one inside a message.
+    /// Set once the SMTP session has begun (the MTA's CONNECT, which it
+    /// sends as soon as the options are negotiated): until then the reads'
+    /// timeout is the one inside a message, so that a client that
+    /// negotiates and then says nothing gives its connection back rather
+    /// than hold it for [`SESSION_IDLE`].
     negotiated: Arc<AtomicBool>,
     /// Set from the transaction's MAIL FROM (or first RCPT) to its
     /// message's answer or its abort: a server stopping meanwhile waits
@@ -433,8 +436,12 @@ impl miltr_server::Milter for Bayes {
             ..OptNeg::default()
         };
         self.leading_space = ours.protocol.contains(Protocol::SMFIP_HDR_LEADSPC);
-        self.negotiated.store(true, Ordering::SeqCst);
         Ok(ours)
+    }
+
+    async fn connect(&mut self, _connect: Connect) -> Result<Action, Self::Error> {
+        self.negotiated.store(true, Ordering::SeqCst);
+        Ok(Continue.into())
     }
 
     async fn macro_(&mut self, macro_: Macro) -> Result<(), Self::Error> {

@@ -1208,6 +1208,25 @@ fn a_milter_client_that_never_negotiates_is_dropped_after_the_timeout() {
         crate::serve_http::closed_within(&mut partial, std::time::Duration::from_secs(20)),
         "still open after a byte"
     );
+    // Nor one that negotiates and then says nothing (an MTA starts the
+    // session at once): before, it held its connection for ten minutes,
+    // and a loopback client holding them all left Postfix without the
+    // milter.
+    let mut negotiated = std::net::TcpStream::connect(&serve.addr).unwrap();
+    std::io::Write::write_all(
+        &mut negotiated,
+        &[
+            0, 0, 0, 13, b'O', 0, 0, 0, 6, 0, 0, 1, 0xff, 0, 0x1f, 0xff, 0xff,
+        ],
+    )
+    .unwrap();
+    let mut answer = [0u8; 5];
+    std::io::Read::read_exact(&mut negotiated, &mut answer).unwrap();
+    assert_eq!(answer[4], b'O', "the options are negotiated");
+    assert!(
+        crate::serve_http::closed_within(&mut negotiated, std::time::Duration::from_secs(20)),
+        "still open after negotiating"
+    );
     let (_, log) = serve.finish();
     assert!(log.contains("sent nothing for too long"), "{log}");
 }
