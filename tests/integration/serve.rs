@@ -148,6 +148,8 @@ fn serve_without_a_model_says_so_at_the_start() {
         line.contains("reason=no-model") && line.contains(" train`"),
         "{line}"
     );
+    // Told to stop once it listens (and so heeds SIGTERM).
+    assert!(watch.listening(1, 10).is_some(), "{}", watch.log());
     assert!(stop(child).success());
     db.train_sample();
     let (child, watch) = start_watched(&db, &["--http", "127.0.0.1:0"]);
