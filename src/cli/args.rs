@@ -648,9 +648,10 @@ pub(super) struct ServeArgs {
     /// and are passed on unchanged. Default: filter's cap.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub(super) max_size: Option<u64>,
-    /// Bytes of messages held at once over every connection (K, M, G
-    /// suffixes; at least --max-size): a message that would pass it gets no
-    /// verdict (reason=busy) and is passed on. Default 512M.
+    /// Bytes of messages held at once by each protocol's connections, as
+    /// they arrive (K, M, G suffixes; at least --max-size): a message that
+    /// would pass it gets no verdict (reason=busy) and is passed on.
+    /// Default 512M.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub(super) max_held: Option<u64>,
     /// Connections served at once on each listener; more wait to be

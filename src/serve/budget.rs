@@ -1,10 +1,12 @@
-//! The bytes of messages `serve` holds at once, over every connection and
-//! protocol: each message's bytes are held from when they are read (or
-//! declared, where the protocol says its length first) until its answer.
-//! A message that would take the total past the bound gets no verdict
-//! (`busy`) and is passed on, rather than many clients sending large
-//! messages at once driving the server out of memory (each listener's
-//! connection limit times the size limit is gigabytes).
+//! The bytes of messages `serve` holds at once, over the connections of
+//! one protocol (each has its own bound, so that clients of one cannot
+//! leave another, the MTA's milter, without room): each message's bytes
+//! are held as they arrive (and, for a compressed one, its inflated size
+//! before it is inflated) until its answer. A message that would take the
+//! total past the bound gets no verdict (`busy`) and is passed on, rather
+//! than many clients sending large messages at once driving the server
+//! out of memory (each listener's connection limit times the size limit is
+//! gigabytes).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +39,14 @@ impl Budget {
         self.max
     }
 
+    /// Nothing held yet, to grow as bytes arrive.
+    pub fn empty(self: &Arc<Self>) -> Held {
+        Held {
+            budget: self.clone(),
+            bytes: 0,
+        }
+    }
+
     /// Holds `bytes`, if they fit.
     pub fn hold(self: &Arc<Self>, bytes: u64) -> Option<Held> {
         let mut held = Held {
@@ -53,6 +63,11 @@ impl Budget {
 }
 
 impl Held {
+    /// The bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Holds at least `bytes` in all, if they fit; else holds what it held.
     pub fn at_least(&mut self, bytes: u64) -> bool {
         bytes <= self.bytes || self.grow(bytes - self.bytes)
@@ -81,11 +96,11 @@ impl Drop for Held {
     }
 }
 
-/// Why a message got no verdict for the budget, in words.
-pub fn busy_why(budget: &Budget) -> String {
+/// Why a message was not judged (or learned: `done` says which) for the
+/// budget, in words.
+pub fn busy_why(budget: &Budget, done: &str) -> String {
     format!(
-        "the server holds as many bytes of messages as it may ({} bytes, --max-held): passed \
-         on unscored",
+        "the server holds as many bytes of messages as it may ({} bytes, --max-held): {done}",
         budget.max()
     )
 }

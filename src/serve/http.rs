@@ -80,10 +80,9 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
                     });
                 if matches!(
                     answered.status(),
-                    StatusCode::PAYLOAD_TOO_LARGE
-                        | StatusCode::REQUEST_TIMEOUT
-                        | StatusCode::SERVICE_UNAVAILABLE
-                ) {
+                    StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+                ) || answered.extensions().get::<Unread>().is_some()
+                {
                     // The rest of the body may still be coming: see Watched.
                     linger.store(true, Ordering::Relaxed);
                 }
@@ -437,9 +436,8 @@ enum BodyError {
 /// refused from its `Content-Length` before any of it is read, or as soon
 /// as what came passes the cap. Each read waits at most the read timeout,
 /// and the whole body must come by the request's deadline
-/// ([`RequestClock`]). Its bytes are held of the server's budget (what
-/// is declared, before it is read), until the caller drops what is
-/// returned with them.
+/// ([`RequestClock`]). Its bytes are held of HTTP's budget as they
+/// arrive, until the caller drops what is returned with them.
 async fn read_body<B>(req: Request<B>, state: &State) -> Result<(Vec<u8>, Held), BodyError>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -456,10 +454,7 @@ where
     if declared.is_some_and(|n| n > max) {
         return Err(BodyError::TooLarge);
     }
-    let mut held = state
-        .budget
-        .hold(declared.unwrap_or(0))
-        .ok_or(BodyError::Busy)?;
+    let mut held = state.budget(super::Protocol::Http).empty();
     let mut body = req.into_body();
     // What is declared, up to the cap, but never a large guess up front.
     let mut raw = Vec::with_capacity(declared.unwrap_or(0).min(max).min(1 << 20) as usize);
@@ -511,11 +506,15 @@ fn body_error(err: BodyError, peer: &Peer, state: &State) -> Answer {
             "bad-body",
             &format!("the body could not be read: {why}"),
         ),
-        BodyError::Busy => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Reason::Busy.name(),
-            &super::budget::busy_why(&state.budget),
-        ),
+        BodyError::Busy => {
+            let mut answer = error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Reason::Busy.name(),
+                &super::budget::busy_why(state.budget(super::Protocol::Http), "not learned"),
+            );
+            answer.extensions_mut().insert(Unread);
+            answer
+        }
     }
 }
 
@@ -555,13 +554,15 @@ where
         .unwrap_or("")
         .to_string();
     let started = Instant::now();
+    let mut unread = false;
     let judged = match read_body(req, state).await {
-        // The judging holds the bytes again, as it holds every message's.
-        Ok((raw, held)) => {
-            drop(held);
-            state.judge(user.clone(), raw, &id).await
+        // Its bytes stay held while it is judged.
+        Ok((raw, _held)) => state.judge(user.clone(), raw, &id).await,
+        Err(BodyError::Busy) => {
+            let users: Vec<String> = user.iter().cloned().collect();
+            unread = true;
+            state.busy(super::Protocol::Http, &users, &id)
         }
-        Err(BodyError::Busy) => state.busy(&user.iter().cloned().collect::<Vec<_>>(), &id),
         Err(BodyError::TooLarge) => {
             // Counted and logged as any message without a verdict is.
             let judged = Judged {
@@ -582,8 +583,17 @@ where
         Err(err) => return body_error(err, peer, state),
     };
     let (status, body) = judged_json(&judged, user.as_deref());
-    json_answer(status, &body)
+    let mut answer = json_answer(status, &body);
+    if unread {
+        answer.extensions_mut().insert(Unread);
+    }
+    answer
 }
+
+/// Marks an answer given before the body was read whole: its connection
+/// lingers (see [`Watched`]).
+#[derive(Clone, Copy)]
+struct Unread;
 
 /// The JSON of a message judged, and the HTTP status that goes with it:
 /// 200 with a verdict; without one, 413 (too large), 422 (not a message

@@ -167,7 +167,7 @@ struct Bayes {
     /// The message rebuilt: header block, empty line, body; at most
     /// `max_message + 1` bytes.
     raw: Vec<u8>,
-    /// `raw`'s bytes, held of the server's budget.
+    /// `raw`'s bytes, held of the milter's budget.
     held: Option<super::budget::Held>,
     /// Whether the budget had no room for the message: it is dropped.
     busy: bool,
@@ -227,10 +227,11 @@ impl Bayes {
         if self.busy || kept.is_empty() {
             return;
         }
-        // Held of the server's budget as they come; past it, the message
-        // is dropped and gets no verdict.
-        let budget = &self.state.budget;
-        let want = (self.raw.len() + kept.len()) as u64;
+        // Held of the milter's budget as they come (at most the size
+        // limit: the byte past it only marks the message too large); past
+        // the budget, the message is dropped and gets no verdict.
+        let budget = self.state.budget(super::Protocol::Milter);
+        let want = ((self.raw.len() + kept.len()) as u64).min(self.state.settings.max_message);
         let fits = match &mut self.held {
             Some(held) => held.at_least(want),
             None => budget.hold(want).map(|h| self.held = Some(h)).is_some(),
@@ -553,9 +554,8 @@ impl miltr_server::Milter for Bayes {
     }
 
     async fn end_of_body(&mut self) -> Result<ModificationResponse, Self::Error> {
+        // Its bytes stay held until the message is reset after its answer.
         let raw = std::mem::take(&mut self.raw);
-        // The judging holds the bytes again, as it holds every message's.
-        self.held = None;
         let id = self.id();
         let per_user = self.state.models.per_user();
         // Without users' models every recipient is judged by the global
@@ -568,7 +568,7 @@ impl miltr_server::Milter for Bayes {
             (false, _) => self.recipients.drain(..).take(1).collect(),
         };
         let judged = if self.busy {
-            self.state.busy(&users, &id)
+            self.state.busy(super::Protocol::Milter, &users, &id)
         } else {
             self.state.judge_for_all(users, raw, &id).await
         };

@@ -64,8 +64,9 @@ pub struct Settings {
     /// Messages larger than this get no verdict (and are passed on
     /// unchanged).
     pub max_message: u64,
-    /// Bytes of messages held at once, over every connection: a message
-    /// that would pass it gets no verdict (`busy`) and is passed on.
+    /// Bytes of messages held at once by each protocol's connections: a
+    /// message that would pass it gets no verdict (`busy`) and is passed
+    /// on.
     pub max_held: u64,
     /// Connections served at once on each listener; more wait to be
     /// accepted. Each has its own, so that clients of one protocol cannot
@@ -96,8 +97,9 @@ pub(crate) struct State {
     pub models: Models,
     /// The counters.
     pub metrics: Metrics,
-    /// The bytes of messages held at once.
-    pub budget: Arc<budget::Budget>,
+    /// The bytes of messages held at once, for each protocol
+    /// ([`State::budget`]).
+    budgets: [Arc<budget::Budget>; 3],
     /// Connections open now.
     pub open: AtomicUsize,
     /// Told when the server is stopping: a kept-alive connection ends after
@@ -112,7 +114,7 @@ impl State {
     pub fn new(settings: Settings) -> State {
         State {
             models: Models::new(settings.models.clone()),
-            budget: budget::Budget::new(settings.max_held),
+            budgets: [(); 3].map(|()| budget::Budget::new(settings.max_held)),
             settings,
             metrics: Metrics::default(),
             open: AtomicUsize::new(0),
@@ -140,15 +142,6 @@ impl State {
     ) -> Judged {
         let started = Instant::now();
         let too_large = raw.len() as u64 > self.settings.max_message;
-        // Held until judged: the parsed copies are made meanwhile.
-        let held = if too_large {
-            None
-        } else {
-            match self.budget.hold(raw.len() as u64) {
-                Some(held) => Some(held),
-                None => return self.busy(&users, id),
-            }
-        };
         let state = self.clone();
         let judged = if too_large {
             Judged {
@@ -200,7 +193,6 @@ impl State {
                 },
             }
         };
-        drop(held);
         self.record(&users, id, &judged, started.elapsed());
         judged
     }
@@ -244,14 +236,20 @@ impl State {
         }
     }
 
-    /// No verdict for `users` because the server holds as many bytes of
-    /// messages as it may ([`budget::Budget`]): counted and logged as any
-    /// message without a verdict is.
-    pub fn busy(&self, users: &[String], id: &str) -> Judged {
+    /// The bytes of messages held at once by the connections of
+    /// `protocol`: a message's, as they arrive, until its answer is made.
+    pub fn budget(&self, protocol: Protocol) -> &Arc<budget::Budget> {
+        &self.budgets[protocol as usize]
+    }
+
+    /// No verdict for `users` because the connections of `protocol` hold as
+    /// many bytes of messages as they may ([`State::budget`]): counted and
+    /// logged as any message without a verdict is.
+    pub fn busy(&self, protocol: Protocol, users: &[String], id: &str) -> Judged {
         let judged = Judged {
             stamped: crate::db::Stamped::unknown(
                 crate::db::Reason::Busy,
-                budget::busy_why(&self.budget),
+                budget::busy_why(self.budget(protocol), "passed on unscored"),
             ),
             which: None,
         };

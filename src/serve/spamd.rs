@@ -35,7 +35,7 @@ use crate::decision::Verdict;
 
 mod request;
 
-use request::{Headers, Input, Verb, request_line};
+use request::{Headers, Input, Read, Verb, request_line};
 
 /// The threshold said to spamc, in SpamAssassin points.
 pub const THRESHOLD: f64 = 5.0;
@@ -230,29 +230,25 @@ async fn request(conn: &mut BoxConn, state: &Arc<State>) -> Result<Vec<u8>, Stop
         return Err(Failure::protocol("(Set: local needs a Message-class: spam or ham)").into());
     }
     let max = state.settings.max_message;
-    // The bytes a message says it has are held before they are read (the
-    // compressed ones; the judging holds what they inflate to): a server
-    // with as many held as it may reads and drops them, and answers busy.
-    let held = match headers.length.filter(|&n| n <= max) {
-        Some(n) => match state.budget.hold(n) {
-            Some(held) => Some(held),
-            None => {
-                input.drop_up_to(Some(n)).await?;
-                let users: Vec<String> = headers.user.iter().cloned().collect();
-                let busy = if verb == Verb::Tell {
-                    Failure::new(Code::TempFail, super::budget::busy_why(&state.budget))
-                } else {
-                    no_verdict(&state.busy(&users, ""))
-                };
-                return Err(busy.into());
-            }
-        },
-        None => None,
+    // Its bytes are held of spamd's budget as they arrive, until answered.
+    let mut held = state.budget(super::Protocol::Spamd).empty();
+    let raw = match input.message(&headers, max, &mut held).await? {
+        Read::Message(raw) => raw,
+        Read::TooLarge => return Err(too_large(state, &headers, max).into()),
+        Read::Busy if verb == Verb::Tell => {
+            let budget = state.budget(super::Protocol::Spamd);
+            return Err(Failure::new(
+                Code::TempFail,
+                super::budget::busy_why(budget, "not learned"),
+            )
+            .into());
+        }
+        Read::Busy => {
+            let users: Vec<String> = headers.user.iter().cloned().collect();
+            let judged = state.busy(super::Protocol::Spamd, &users, "");
+            return Err(no_verdict(&judged).into());
+        }
     };
-    let Some(raw) = input.message(&headers, max).await? else {
-        return Err(too_large(state, &headers, max).into());
-    };
-    drop(held);
     if verb == Verb::Tell {
         tell(state, headers, raw).await
     } else {
@@ -302,33 +298,25 @@ async fn judge(
     );
     let mut out = Vec::new();
     if rewrite {
-        let mut message = Vec::with_capacity(raw.len() + 256);
+        // HEADERS: spamc puts after the answer what follows the end of the
+        // header in its own copy, as it finds it (the first empty line):
+        // the answer is what comes before that, written as PROCESS writes
+        // the whole. Where our own reading of the header ends later (a
+        // sender's `\n\r\n`), a field named like ours past spamc's end
+        // stays as it came, as in any body; the verdict is the whole
+        // message's.
+        let given = match verb {
+            Verb::Headers => &raw[..header_end(&raw)],
+            _ => &raw[..],
+        };
+        let mut message = Vec::with_capacity(given.len() + 256);
         crate::headers::write_with_fields(
             &mut message,
-            &raw,
+            given,
             None,
             &judged.fields(state.models.per_user()),
         )
         .map_err(|e| Failure::new(Code::Software, format!("writing the answer: {e}")))?;
-        if verb == Verb::Headers {
-            // spamc puts after the answer what follows the end of the
-            // header in its own copy, as it finds it: the answer is the
-            // rest. Where our fields or renames are not all before that
-            // (a message whose header spamc sees end elsewhere than we
-            // do), no answer keeps the message whole: an error, and
-            // spamc passes it on as it came.
-            let body = &raw[header_end(&raw)..];
-            if !message.ends_with(body) {
-                return Err(Failure::new(
-                    Code::DataErr,
-                    "HEADERS cannot give this message back whole (spamc would take its body \
-                     from where our header is): passed on unscored; ask with PROCESS"
-                        .to_string(),
-                )
-                .into());
-            }
-            message.truncate(message.len() - body.len());
-        }
         // At most two copies of a message at a time.
         drop(raw);
         if version >= 1.3 {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::{Code, Failure, Stop};
 use crate::model::Label;
+use crate::serve::budget::Held;
 use crate::serve::{BoxConn, RequestClock, read_some};
 
 /// The longest request or header line read, in bytes (spamc's own buffer).
@@ -244,19 +245,28 @@ impl<'a> Input<'a> {
         Err(Failure::protocol("(too many headers)").into())
     }
 
-    /// Up to `limit` bytes more, and whether the client ended before.
-    async fn up_to(&mut self, limit: u64) -> Result<(Vec<u8>, bool), Stop> {
+    /// Up to `limit` bytes more, and whether the client ended before;
+    /// `None` once they pass what `held` can hold (each byte is held as it
+    /// is taken).
+    async fn up_to(
+        &mut self,
+        limit: u64,
+        held: &mut Held,
+    ) -> Result<Option<(Vec<u8>, bool)>, Stop> {
         let mut out = Vec::new();
         loop {
             let have = &self.buf[self.taken..];
             let want = (limit - out.len() as u64).min(have.len() as u64) as usize;
+            if !held.at_least((out.len() + want) as u64) {
+                return Ok(None);
+            }
             out.extend_from_slice(&have[..want]);
             self.taken += want;
             if out.len() as u64 == limit {
-                return Ok((out, false));
+                return Ok(Some((out, false)));
             }
             if self.fill().await? == 0 {
-                return Ok((out, true));
+                return Ok(Some((out, true)));
             }
         }
     }
@@ -292,7 +302,8 @@ impl<'a> Input<'a> {
         &mut self,
         headers: &Headers,
         max: u64,
-    ) -> Result<Option<Vec<u8>>, Stop> {
+        held: &mut Held,
+    ) -> Result<Read, Stop> {
         if headers.compressed && headers.length.is_none() {
             return Err(
                 Failure::new(Code::Unavailable, "Compress requires Content-length header").into(),
@@ -307,10 +318,14 @@ impl<'a> Input<'a> {
         let body = match headers.length {
             Some(n) if n > limit => {
                 self.drop_up_to(Some(n)).await?;
-                return Ok(None);
+                return Ok(Read::TooLarge);
             }
             Some(n) => {
-                let (body, ended) = self.up_to(n).await?;
+                let Some((body, ended)) = self.up_to(n, held).await? else {
+                    self.drop_up_to(Some(n.saturating_sub(held.bytes())))
+                        .await?;
+                    return Ok(Read::Busy);
+                };
                 if ended {
                     return Err(Failure::protocol(format!(
                         "(Content-Length mismatch: Expected {n} bytes, got {} bytes)",
@@ -321,16 +336,23 @@ impl<'a> Input<'a> {
                 body
             }
             None => {
-                let (body, ended) = self.up_to(limit.saturating_add(1)).await?;
+                let Some((body, ended)) = self.up_to(limit.saturating_add(1), held).await? else {
+                    self.drop_up_to(None).await?;
+                    return Ok(Read::Busy);
+                };
                 if !ended {
                     self.drop_up_to(None).await?;
-                    return Ok(None);
+                    return Ok(Read::TooLarge);
                 }
                 body
             }
         };
         if !headers.compressed {
-            return Ok(Some(body));
+            return Ok(Read::Message(body));
+        }
+        // What it may inflate to is held before it is inflated.
+        if !held.at_least((body.len() as u64).saturating_add(max)) {
+            return Ok(Read::Busy);
         }
         // Inflating megabytes is work for a blocking thread, not the
         // runtime's; what inflates past `max` stops there.
@@ -344,8 +366,22 @@ impl<'a> Input<'a> {
         .await
         .map_err(|_| Failure::new(Code::Software, "internal error while inflating"))?;
         let raw = inflated.map_err(|e| Failure::new(Code::Unavailable, format!("zlib: {e}")))?;
-        Ok((raw.len() as u64 <= max).then_some(raw))
+        Ok(if raw.len() as u64 <= max {
+            Read::Message(raw)
+        } else {
+            Read::TooLarge
+        })
     }
+}
+
+/// What [`Input::message`] read.
+pub(super) enum Read {
+    /// The message.
+    Message(Vec<u8>),
+    /// Larger than the size limit: read and dropped.
+    TooLarge,
+    /// More than the budget held could take: the rest read and dropped.
+    Busy,
 }
 
 #[cfg(test)]
