@@ -349,11 +349,13 @@ impl Learned {
     }
 }
 
-/// The device and inode of the file at `path` (not followed), if any.
-fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+/// The device, inode and change time of the file at `path` (not
+/// followed), if any: a filesystem may give a new file the inode number of
+/// one just removed (ext4 does), not the same change time.
+fn file_identity(path: &std::path::Path) -> Option<(u64, u64, i64, i64)> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::symlink_metadata(path).ok()?;
-    Some((meta.dev(), meta.ino()))
+    Some((meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec()))
 }
 
 /// Logs each of `notes` that there is, as a note.
@@ -446,7 +448,7 @@ pub fn run(
         let mut hup = signal(SignalKind::hangup())?;
         let state = Arc::new(State::new(settings));
         let bound: Vec<_> = listeners.iter().map(|(p, l)| (*p, l.local())).collect();
-        // Each socket file as bound (device and inode): removed at the end
+        // Each socket file as bound (device, inode, change time): removed at the end
         // only if it is still that one, not one a serve started since
         // bound at the path once this one stopped listening.
         let sockets: Vec<_> = listeners

@@ -189,10 +189,18 @@ fn a_stopping_serve_leaves_the_socket_of_the_one_started_after_it() {
     let db = Db::new();
     let sock = db.path("spamd.sock");
     let addr = format!("unix:{}", sock.display());
-    let (old, _) = start_serve(&db, &["--spamd", &addr, "--timeout", "2"], 1);
-    // Half a request: the old serve waits for it up to its timeout.
-    let mut slow = std::os::unix::net::UnixStream::connect(&sock).unwrap();
-    slow.write_all(b"CHECK SPAMC/1.5\r\n").unwrap();
+    let (old, bound) = start_serve(
+        &db,
+        &["--spamd", &addr, "--http", "127.0.0.1:0", "--timeout", "2"],
+        2,
+    );
+    // Half a request, on another listener (a connection on the socket
+    // would keep its inode from being used again): the old serve waits
+    // for it up to its timeout.
+    let http = bound.iter().find(|a| !a.starts_with("unix:")).unwrap();
+    let mut slow = std::net::TcpStream::connect(http).unwrap();
+    slow.write_all(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nFrom:")
+        .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
     // SAFETY: kill(2) on a child this test started.
     unsafe {
