@@ -248,10 +248,15 @@ impl Trainer {
                 crate::fsutil::remove_stale_temps(paths.dir(), &name.to_string_lossy());
             }
         }
+        // A model that is damaged, of another format or not a regular file
+        // (a FIFO, a link) is rebuilt from the counts; one that cannot be
+        // read now (permissions, no file descriptor or memory left) is an
+        // error, not a reason to replace the choices it holds.
         let (header, unreadable) = match Snapshot::open(&paths.snapshot()).and_then(|s| s.header())
         {
             Ok(header) => (Some(header), None),
             Err(_) if std::fs::symlink_metadata(paths.snapshot()).is_err() => (None, None),
+            Err(e @ store::Error::Io { .. }) if passing(&e) => return Err(e.into()),
             Err(e) => (None, Some(e.to_string())),
         };
         let mut set_aside = None;
@@ -709,6 +714,21 @@ impl Trainer {
         self.unreadable = None;
         Ok(())
     }
+}
+
+/// Whether `err` is a failure to read that may pass (permissions, no file
+/// descriptor or memory left), rather than something wrong with the file.
+fn passing(err: &store::Error) -> bool {
+    let store::Error::Io { source, .. } = err else {
+        return false;
+    };
+    matches!(
+        source.kind(),
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::OutOfMemory
+    ) || matches!(
+        source.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EACCES | libc::EPERM)
+    )
 }
 
 /// Hands memory freed by the process back to the system, where the
@@ -1235,6 +1255,29 @@ pub(crate) mod tests {
         std::fs::remove_dir_all(paths.counts()).unwrap();
         let err = lost_history(&paths);
         assert!(err.contains("fewer messages (0)"), "{err}");
+    }
+
+    #[test]
+    fn a_model_that_cannot_be_read_for_now_is_not_one_to_rebuild() {
+        let io = |source: std::io::Error| store::Error::Io {
+            path: "model.bin".into(),
+            source,
+        };
+        for now in [
+            std::io::ErrorKind::PermissionDenied.into(),
+            std::io::Error::from_raw_os_error(libc::EMFILE),
+            std::io::Error::from_raw_os_error(libc::ENOMEM),
+        ] {
+            assert!(passing(&io(now)));
+        }
+        // A link or a FIFO at its name, or damage: rebuilt.
+        assert!(!passing(&io(std::io::Error::from_raw_os_error(
+            libc::ELOOP
+        ))));
+        assert!(!passing(&store::Error::Corrupt {
+            path: "model.bin".into(),
+            reason: "truncated".into(),
+        }));
     }
 
     #[test]
