@@ -248,15 +248,13 @@ impl Trainer {
                 crate::fsutil::remove_stale_temps(paths.dir(), &name.to_string_lossy());
             }
         }
-        // A model that is damaged, of another format or not a regular file
-        // (a FIFO, a link) is rebuilt from the counts; one that cannot be
-        // read now (permissions, no file descriptor or memory left) is an
-        // error, not a reason to replace the choices it holds.
+        // A model damaged, of another format or not a regular file is
+        // rebuilt; one unreadable for now is an error (its choices kept).
         let (header, unreadable) = match Snapshot::open(&paths.snapshot()).and_then(|s| s.header())
         {
             Ok(header) => (Some(header), None),
             Err(_) if std::fs::symlink_metadata(paths.snapshot()).is_err() => (None, None),
-            Err(e @ store::Error::Io { .. }) if passing(&e) => return Err(e.into()),
+            Err(e) if e.may_pass() => return Err(e.into()),
             Err(e) => (None, Some(e.to_string())),
         };
         let mut set_aside = None;
@@ -714,21 +712,6 @@ impl Trainer {
         self.unreadable = None;
         Ok(())
     }
-}
-
-/// Whether `err` is a failure to read that may pass (permissions, no file
-/// descriptor or memory left), rather than something wrong with the file.
-fn passing(err: &store::Error) -> bool {
-    let store::Error::Io { source, .. } = err else {
-        return false;
-    };
-    matches!(
-        source.kind(),
-        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::OutOfMemory
-    ) || matches!(
-        source.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EACCES | libc::EPERM)
-    )
 }
 
 /// Hands memory freed by the process back to the system, where the
@@ -1268,16 +1251,15 @@ pub(crate) mod tests {
             std::io::Error::from_raw_os_error(libc::EMFILE),
             std::io::Error::from_raw_os_error(libc::ENOMEM),
         ] {
-            assert!(passing(&io(now)));
+            assert!(io(now).may_pass());
         }
         // A link or a FIFO at its name, or damage: rebuilt.
-        assert!(!passing(&io(std::io::Error::from_raw_os_error(
-            libc::ELOOP
-        ))));
-        assert!(!passing(&store::Error::Corrupt {
+        assert!(!io(std::io::Error::from_raw_os_error(libc::ELOOP)).may_pass());
+        let damaged = store::Error::Corrupt {
             path: "model.bin".into(),
             reason: "truncated".into(),
-        }));
+        };
+        assert!(!damaged.may_pass());
     }
 
     #[test]

@@ -166,7 +166,7 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
 /// web servers do: once dropped, what still comes is read and thrown away
 /// until the client closes, for at most `linger_for` (the read timeout, up
 /// to 5 s; outside the connection limit, so kept short), and by at most
-/// [`MAX_LINGERING`] connections at once: past that, one is closed at
+/// [`super::listen::MAX_LINGERING`] connections at once: past that, one is closed at
 /// once, so that clients sent too much cannot hold the server's file
 /// descriptors.
 struct Watched {
@@ -218,32 +218,6 @@ impl Watched {
     }
 }
 
-/// Connections lingering after a refused body, at most, in the process.
-const MAX_LINGERING: usize = 64;
-
-/// Connections lingering now.
-static LINGERING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// One of [`LINGERING`], given back when dropped.
-struct Lingering;
-
-impl Lingering {
-    fn take() -> Option<Lingering> {
-        LINGERING
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < MAX_LINGERING).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Lingering)
-    }
-}
-
-impl Drop for Lingering {
-    fn drop(&mut self) {
-        LINGERING.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 impl Drop for Watched {
     fn drop(&mut self) {
         if !self.linger.load(Ordering::Relaxed) {
@@ -252,7 +226,7 @@ impl Drop for Watched {
         let (Some(mut conn), Ok(runtime), Some(slot)) = (
             self.inner.take(),
             tokio::runtime::Handle::try_current(),
-            Lingering::take(),
+            super::listen::Lingering::take(),
         ) else {
             return;
         };

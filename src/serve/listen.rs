@@ -241,6 +241,36 @@ impl Accepting {
     }
 }
 
+/// Connections lingering after an answer given before their request was
+/// read whole (HTTP's 413, 408 or busy), at most, in the process.
+pub const MAX_LINGERING: usize = 64;
+
+/// Connections lingering now.
+static LINGERING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One of the connections lingering, given back when dropped.
+pub struct Lingering;
+
+impl Lingering {
+    /// One, if fewer than [`MAX_LINGERING`] are taken.
+    pub fn take() -> Option<Lingering> {
+        LINGERING
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| (n < MAX_LINGERING).then_some(n + 1),
+            )
+            .ok()
+            .map(|_| Lingering)
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        LINGERING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -163,6 +163,24 @@ fn version_remedy(what: &str) -> &'static str {
     }
 }
 
+impl Error {
+    /// Whether this is a failure to read that may pass (permissions, no
+    /// file descriptor or memory left), rather than something wrong with
+    /// the file.
+    pub fn may_pass(&self) -> bool {
+        let Error::Io { source, .. } = self else {
+            return false;
+        };
+        matches!(
+            source.kind(),
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::OutOfMemory
+        ) || matches!(
+            source.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EACCES | libc::EPERM)
+        )
+    }
+}
+
 /// Result of store operations.
 pub type Result<T> = std::result::Result<T, Error>;
 
