@@ -1231,6 +1231,63 @@ fn a_milter_client_that_never_negotiates_is_dropped_after_the_timeout() {
     assert!(log.contains("sent nothing for too long"), "{log}");
 }
 
+/// The milter holds a message's bytes of its budget (`--max-held`) as
+/// they come: while another connection holds it with a message not yet
+/// ended, a message that does not fit gets no verdict (`reason=busy`) and
+/// goes on, its forged fields renamed as ever; once that message is
+/// answered, messages are judged again.
+#[test]
+fn miltertest_a_message_past_the_budget_is_passed_on_busy() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let mut serve = Serve::start(&db, &["--max-size", "100K", "--max-held", "150K"]);
+    let filler = vec![b'x'; 60_000];
+    let mut raw = b"X-Spam-Flag: YES\n".to_vec();
+    raw.extend_from_slice(&std::fs::read(&sample_files()[0]).unwrap());
+    raw.extend_from_slice(&filler);
+    raw.push(b'\n');
+    let mut script = lua_head(&serve.addr)
+        .replace("conn = ", "holder = ")
+        .replace("conn == nil", "holder == nil")
+        .replace("(conn,", "(holder,");
+    script.push_str(
+        "check(mt.mailfrom(holder, \"<a@example.org>\"))\n\
+         check(mt.rcptto(holder, \"<user@example.org>\"))\n\
+         check(mt.header(holder, \"Subject\", \"held\"))\n\
+         check(mt.eoh(holder))\n",
+    );
+    for _ in 0..2 {
+        script.push_str(&format!("check(mt.bodystring(holder, {}))\n", lua(&filler)));
+    }
+    script.push_str(&lua_head(&serve.addr));
+    script.push_str(&lua_message(&raw, "<user@example.org>"));
+    script.push_str(&lua_echo_header("BUSY", "X-Spam-Status"));
+    script.push_str(
+        "if mt.eom_check(conn, MT_HDRCHANGE, \"X-Spam-Flag\", \"\") then mt.echo(\"RENAMED yes\") end\n\
+         check(mt.eom(holder))\n",
+    );
+    script.push_str(&lua_message(&raw, "<user@example.org>"));
+    script.push_str(&lua_echo_header("AFTER", "X-Spam-Status"));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    let busy = tagged(&out, "BUSY");
+    assert!(
+        busy.len() == 1 && busy[0].trim_start().starts_with("Unknown, reason=busy"),
+        "{out}"
+    );
+    assert_eq!(tagged(&out, "RENAMED"), vec!["yes"], "{out}");
+    let after = tagged(&out, "AFTER");
+    assert!(
+        after.len() == 1 && !after[0].starts_with("Unknown"),
+        "{out}"
+    );
+    let (ok, log) = serve.finish();
+    assert!(ok && log.contains("reason=busy"), "{log}");
+}
+
 /// One copy of a message goes to all its recipients: with users' models
 /// and a spam action that loses mail (`discard`), one recipient's model
 /// calling it spam must not drop another's copy, whichever comes first.
