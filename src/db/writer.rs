@@ -248,14 +248,15 @@ impl Trainer {
                 crate::fsutil::remove_stale_temps(paths.dir(), &name.to_string_lossy());
             }
         }
-        // A model damaged, of another format or not a regular file is
-        // rebuilt; one unreadable for now is an error (its choices kept).
-        let (header, unreadable) = match Snapshot::open(&paths.snapshot()).and_then(|s| s.header())
-        {
+        // Damaged, of another format, not a regular file: rebuilt. Unreadable for now: an error.
+        let snapshot = Snapshot::open(&paths.snapshot()).and_then(|s| s.header());
+        let (header, unreadable) = match snapshot {
             Ok(header) => (Some(header), None),
-            Err(_) if std::fs::symlink_metadata(paths.snapshot()).is_err() => (None, None),
-            Err(e) if e.may_pass() => return Err(e.into()),
-            Err(e) => (None, Some(e.to_string())),
+            Err(e) => match std::fs::symlink_metadata(paths.snapshot()) {
+                Err(_) => (None, None),
+                Ok(m) if m.is_file() && e.may_pass() => return Err(e.into()),
+                Ok(_) => (None, Some(e.to_string())),
+            },
         };
         let mut set_aside = None;
         let journal = match Journal::read(&paths.journal()) {
@@ -1249,10 +1250,11 @@ pub(crate) mod tests {
         for now in [
             std::io::ErrorKind::PermissionDenied.into(),
             std::io::Error::from_raw_os_error(libc::EMFILE),
-            std::io::Error::from_raw_os_error(libc::ENOMEM),
         ] {
             assert!(io(now).may_pass());
         }
+        // A file of garbage too large to map: rebuilt.
+        assert!(!io(std::io::Error::from_raw_os_error(libc::ENOMEM)).may_pass());
         // A link or a FIFO at its name, or damage: rebuilt.
         assert!(!io(std::io::Error::from_raw_os_error(libc::ELOOP)).may_pass());
         let damaged = store::Error::Corrupt {

@@ -73,6 +73,21 @@ impl Held {
         bytes <= self.bytes || self.grow(bytes - self.bytes)
     }
 
+    /// What it holds, moved to a hold of its own (it holds nothing after).
+    pub fn take(&mut self) -> Held {
+        let bytes = std::mem::take(&mut self.bytes);
+        Held {
+            budget: self.budget.clone(),
+            bytes,
+        }
+    }
+
+    /// Gives back all it holds (it holds nothing after).
+    pub fn release(&mut self) {
+        self.budget.held.fetch_sub(self.bytes, Ordering::SeqCst);
+        self.bytes = 0;
+    }
+
     /// Holds `more` bytes besides, if they fit; else holds what it held.
     pub fn grow(&mut self, more: u64) -> bool {
         let max = self.budget.max;

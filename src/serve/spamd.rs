@@ -144,7 +144,10 @@ pub(super) async fn serve(
     _peer: &Peer,
     state: &Arc<State>,
 ) -> std::io::Result<()> {
-    let (answer, complaint) = match request(&mut conn, state).await {
+    // The message's bytes, held of spamd's budget as they arrive, until
+    // its answer (which holds them again) is written.
+    let mut held = state.budget(super::Protocol::Spamd).empty();
+    let (answer, complaint) = match request(&mut conn, state, &mut held).await {
         Ok(answer) => (answer, None),
         Err(Stop::Fail(f)) => {
             let complaint = (!f.logged).then(|| f.line().trim_end().to_string());
@@ -185,6 +188,7 @@ pub(super) async fn serve(
             ));
         }
     }
+    drop(held);
     match complaint {
         Some(c) => Err(std::io::Error::other(c)),
         None => Ok(()),
@@ -196,7 +200,11 @@ pub(super) async fn serve(
 const ANSWER_PART: usize = 64 * 1024;
 
 /// Reads one request and makes its answer.
-async fn request(conn: &mut BoxConn, state: &Arc<State>) -> Result<Vec<u8>, Stop> {
+async fn request(
+    conn: &mut BoxConn,
+    state: &Arc<State>,
+    held: &mut super::budget::Held,
+) -> Result<Vec<u8>, Stop> {
     let settings = &state.settings;
     let mut input = Input::new(conn, settings.read_timeout, settings.request_timeout);
     let Some(line) = input.line().await? else {
@@ -230,9 +238,7 @@ async fn request(conn: &mut BoxConn, state: &Arc<State>) -> Result<Vec<u8>, Stop
         return Err(Failure::protocol("(Set: local needs a Message-class: spam or ham)").into());
     }
     let max = state.settings.max_message;
-    // Its bytes are held of spamd's budget as they arrive, until answered.
-    let mut held = state.budget(super::Protocol::Spamd).empty();
-    let raw = match input.message(&headers, max, &mut held).await? {
+    let raw = match input.message(&headers, max, held).await? {
         Read::Message(raw) => raw,
         Read::TooLarge => return Err(too_large(state, &headers, max).into()),
         Read::Busy if verb == Verb::Tell => {

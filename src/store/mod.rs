@@ -164,20 +164,19 @@ fn version_remedy(what: &str) -> &'static str {
 }
 
 impl Error {
-    /// Whether this is a failure to read that may pass (permissions, no
-    /// file descriptor or memory left), rather than something wrong with
-    /// the file.
+    /// Whether this is a failure to open a file that may pass (its
+    /// permissions, no file descriptor left), rather than something wrong
+    /// with the file. (Memory is not among them: a reader sizes what it
+    /// maps by the file, and a file of garbage may be larger than any.)
     pub fn may_pass(&self) -> bool {
         let Error::Io { source, .. } = self else {
             return false;
         };
-        matches!(
-            source.kind(),
-            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::OutOfMemory
-        ) || matches!(
-            source.raw_os_error(),
-            Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EACCES | libc::EPERM)
-        )
+        source.kind() == std::io::ErrorKind::PermissionDenied
+            || matches!(
+                source.raw_os_error(),
+                Some(libc::EMFILE | libc::ENFILE | libc::EACCES | libc::EPERM)
+            )
     }
 }
 

@@ -554,6 +554,16 @@ fn no_model_or_too_large_is_an_error_answer_and_the_message_goes_on() {
         "{answer:?}"
     );
     assert!(server.log().contains("too-large"), "{}", server.log());
+    // With a message budget no larger than the size limit, a compressed
+    // message is still judged: what it may inflate to is held by
+    // deflate's greatest ratio, not by the limit (before, every one was
+    // busy).
+    let tight = Server::start(&db, &["--max-size", "100000", "--max-held", "100000"]);
+    let answer = tight.raw(&request("CHECK", &["Compress: zlib"], &zlib(&input)));
+    assert!(
+        status_line(&answer).starts_with("SPAMD/1.1 0 EX_OK"),
+        "{answer:?}"
+    );
 }
 
 /// `data` compressed as spamc -z does (zlib).

@@ -322,8 +322,11 @@ impl<'a> Input<'a> {
             }
             Some(n) => {
                 let Some((body, ended)) = self.up_to(n, held).await? else {
-                    self.drop_up_to(Some(n.saturating_sub(held.bytes())))
-                        .await?;
+                    // What was taken is dropped: given back before the
+                    // rest is read and dropped too.
+                    let rest = n.saturating_sub(held.bytes());
+                    held.release();
+                    self.drop_up_to(Some(rest)).await?;
                     return Ok(Read::Busy);
                 };
                 if ended {
@@ -337,10 +340,13 @@ impl<'a> Input<'a> {
             }
             None => {
                 let Some((body, ended)) = self.up_to(limit.saturating_add(1), held).await? else {
+                    held.release();
                     self.drop_up_to(None).await?;
                     return Ok(Read::Busy);
                 };
                 if !ended {
+                    drop(body);
+                    held.release();
                     self.drop_up_to(None).await?;
                     return Ok(Read::TooLarge);
                 }
@@ -350,22 +356,39 @@ impl<'a> Input<'a> {
         if !headers.compressed {
             return Ok(Read::Message(body));
         }
-        // What it may inflate to is held before it is inflated.
-        if !held.at_least((body.len() as u64).saturating_add(max)) {
-            return Ok(Read::Busy);
-        }
         // Inflating megabytes is work for a blocking thread, not the
-        // runtime's; what inflates past `max` stops there.
+        // runtime's; what inflates past `max` stops there, and what it
+        // inflates to is held as it comes (the hold goes with it).
+        let mut moving = held.take();
         let inflated = tokio::task::spawn_blocking(move || {
             let mut raw = Vec::with_capacity(body.len().saturating_mul(3).min(max as usize));
-            flate2::read::ZlibDecoder::new(&body[..])
-                .take(max.saturating_add(1))
-                .read_to_end(&mut raw)
-                .map(|_| raw)
+            let mut decoder = flate2::read::ZlibDecoder::new(&body[..]).take(max.saturating_add(1));
+            let mut chunk = vec![0u8; 64 * 1024];
+            let read = loop {
+                match decoder.read(&mut chunk) {
+                    Ok(0) => break Ok(Some(raw)),
+                    Ok(n) => {
+                        let held = body.len() as u64 + (raw.len() + n) as u64;
+                        if !moving.at_least(held.min(body.len() as u64 + max)) {
+                            break Ok(None);
+                        }
+                        raw.extend_from_slice(&chunk[..n]);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            (read, moving)
         })
         .await
         .map_err(|_| Failure::new(Code::Software, "internal error while inflating"))?;
-        let raw = inflated.map_err(|e| Failure::new(Code::Unavailable, format!("zlib: {e}")))?;
+        let (read, moving) = inflated;
+        *held = moving;
+        let Some(raw) = read.map_err(|e| Failure::new(Code::Unavailable, format!("zlib: {e}")))?
+        else {
+            held.release();
+            return Ok(Read::Busy);
+        };
         Ok(if raw.len() as u64 <= max {
             Read::Message(raw)
         } else {
