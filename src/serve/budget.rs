@@ -1,8 +1,8 @@
 //! The bytes of messages `serve` holds at once, over the connections of
 //! one protocol (each has its own bound, so that clients of one cannot
 //! leave another, the MTA's milter, without room): each message's bytes
-//! are held as they arrive (and, for a compressed one, its inflated size
-//! before it is inflated) until its answer. A message that would take the
+//! are held as they arrive (a compressed one's as it is inflated) until
+//! its answer is made (spamd's: written). A message that would take the
 //! total past the bound gets no verdict (`busy`) and is passed on, rather
 //! than many clients sending large messages at once driving the server
 //! out of memory (each listener's connection limit times the size limit is
