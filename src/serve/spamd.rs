@@ -145,7 +145,7 @@ pub(super) async fn serve(
     state: &Arc<State>,
 ) -> std::io::Result<()> {
     // The message's bytes, held of spamd's budget as they arrive, until
-    // its answer (which holds them again) is written.
+    // its answer (the message again, once it is dropped) is written.
     let mut held = state.budget(super::Protocol::Spamd).empty();
     let (answer, complaint) = match request(&mut conn, state, &mut held).await {
         Ok(answer) => (answer, None),
