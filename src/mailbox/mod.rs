@@ -897,6 +897,22 @@ mod tests {
         out
     }
 
+    /// The messages read from the mbox at `path` while a delivery, started
+    /// and holding its lock, is finished by `finish` 300 ms later, on a
+    /// thread of its own.
+    fn read_while_finished(path: &Path, finish: impl FnOnce() + Send + 'static) -> Vec<Vec<u8>> {
+        let finishing = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            finish();
+        });
+        let got = open(path, &Options::default())
+            .unwrap()
+            .map(|m| m.unwrap().bytes)
+            .collect();
+        finishing.join().unwrap();
+        got
+    }
+
     /// An mbox a delivery holds locked (its `flock`, or its dotlock) while
     /// it appends a message is read once the delivery is done: the last
     /// message whole, never cut where the delivery had got to.
@@ -916,8 +932,7 @@ mod tests {
                 delivery.lock().unwrap();
             }
             let rest = whole[half..].to_vec();
-            let finishing = std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(300));
+            let got = read_while_finished(&path, move || {
                 let mut delivery = delivery;
                 std::io::Write::write_all(&mut delivery, &rest).unwrap();
                 if dotlock {
@@ -925,11 +940,6 @@ mod tests {
                 }
                 // Closing the file lets its lock go.
             });
-            let got: Vec<_> = open(&path, &Options::default())
-                .unwrap()
-                .map(|m| m.unwrap().bytes)
-                .collect();
-            finishing.join().unwrap();
             assert_eq!(
                 got,
                 vec![
@@ -954,8 +964,7 @@ mod tests {
         fs::write(&lock, b"").unwrap();
         let rest = whole[2..].to_vec();
         let delivering = path.clone();
-        let finishing = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(300));
+        let got = read_while_finished(&path, move || {
             let mut delivery = fs::OpenOptions::new()
                 .append(true)
                 .open(&delivering)
@@ -963,11 +972,6 @@ mod tests {
             std::io::Write::write_all(&mut delivery, &rest).unwrap();
             fs::remove_file(&lock).unwrap();
         });
-        let got: Vec<_> = open(&path, &Options::default())
-            .unwrap()
-            .map(|m| m.unwrap().bytes)
-            .collect();
-        finishing.join().unwrap();
         assert_eq!(got, vec![b"Subject: a\n\none\n".to_vec()]);
     }
 

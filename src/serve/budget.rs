@@ -47,15 +47,6 @@ impl Budget {
         }
     }
 
-    /// Holds `bytes`, if they fit.
-    pub fn hold(self: &Arc<Self>, bytes: u64) -> Option<Held> {
-        let mut held = Held {
-            budget: self.clone(),
-            bytes: 0,
-        };
-        held.grow(bytes).then_some(held)
-    }
-
     /// Bytes held now.
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::SeqCst)
@@ -127,16 +118,22 @@ mod tests {
     #[test]
     fn what_is_held_is_bounded_and_given_back() {
         let budget = Budget::new(100);
-        let mut a = budget.hold(60).unwrap();
-        assert!(budget.hold(50).is_none(), "60 + 50 > 100");
-        let b = budget.hold(40).unwrap();
+        let mut a = budget.empty();
+        assert!(a.at_least(60));
+        assert!(!budget.empty().at_least(50), "60 + 50 > 100");
+        let mut b = budget.empty();
+        assert!(b.at_least(40));
         assert!(!a.grow(1));
         assert_eq!(budget.held(), 100);
         drop(b);
-        assert!(a.grow(30));
+        assert!(a.at_least(90) && a.at_least(80), "grows to 90, keeps it");
         assert_eq!(budget.held(), 90);
+        let mut moved = a.take();
+        assert_eq!((a.bytes(), moved.bytes(), budget.held()), (0, 90, 90));
+        moved.release();
+        assert_eq!(budget.held(), 0);
         drop(a);
         assert_eq!(budget.held(), 0);
-        assert!(budget.hold(101).is_none());
+        assert!(!budget.empty().at_least(101));
     }
 }

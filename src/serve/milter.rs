@@ -232,11 +232,11 @@ impl Bayes {
         // the budget, the message is dropped and gets no verdict.
         let budget = self.state.budget(super::Protocol::Milter);
         let want = ((self.raw.len() + kept.len()) as u64).min(self.state.settings.max_message);
-        let fits = match &mut self.held {
-            Some(held) => held.at_least(want),
-            None => budget.hold(want).map(|h| self.held = Some(h)).is_some(),
-        };
-        if fits {
+        if self
+            .held
+            .get_or_insert_with(|| budget.empty())
+            .at_least(want)
+        {
             self.raw.extend_from_slice(kept);
         } else {
             self.busy = true;

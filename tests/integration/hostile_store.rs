@@ -897,12 +897,7 @@ fn a_full_disk_refuses_a_change_to_the_counts_at_once_and_changes_nothing() {
         bin = env!("CARGO_BIN_EXE_bayesmail"),
         message = utf8(&message),
     );
-    let out = Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let err = stderr(&out);
+    let (text, err) = in_own_mounts(&script);
     assert!(text.contains("full: 2\n"), "{text}\n{err}");
     assert!(err.contains("no space left on device"), "{err}");
     assert!(text.contains("unchanged"), "{text}\n{err}");
@@ -941,12 +936,7 @@ fn a_disk_that_fills_while_the_model_is_written_leaves_the_counts_whole_and_the_
         spam = utf8(&sample_spam()),
         ham = utf8(&sample_ham()),
     );
-    let out = Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let err = stderr(&out);
+    let (text, err) = in_own_mounts(&script);
     assert!(text.contains("full: 2\n"), "{text}\n{err}");
     assert!(text.contains("no model\n"), "{text}\n{err}");
     assert!(
@@ -1038,4 +1028,18 @@ fn a_damaged_model_is_rebuilt_by_the_next_learn_with_its_stacker_and_said_so() {
     let out = db.run(&["learn", "--spam", utf8(&again)], None);
     assert_exit(&out, 0, &["learn"]);
     assert!(!stderr(&out).contains("rebuilt"), "{}", stderr(&out));
+}
+
+/// Runs `script` with `sh` as root in a mount namespace of its own (where
+/// it mounts the small filesystems these tests fill); its stdout and
+/// stderr.
+fn in_own_mounts(script: &str) -> (String, String) {
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", script])
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr(&out),
+    )
 }

@@ -908,17 +908,8 @@ fn filter_passes_the_message_on_when_the_store_trickles_its_answer() {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bayesmail"));
     cmd.args(db.global_args())
         .args(["--store", &url, "--store-timeout", "300", "filter"]);
-    let (mut child, writer) = crate::common::spawn_with_stdin(cmd, &raw);
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("filter still held the message after twenty seconds");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+    let (child, writer) = crate::common::spawn_with_stdin(cmd, &raw);
+    let out = ended_within(child, 20, "filter still held the message");
     let _ = writer.join().unwrap();
     assert_exit(&out, 0, &["filter"]);
     assert!(out.stdout.ends_with(&raw), "the message was altered");
@@ -951,17 +942,11 @@ fn learn_and_unlearn_give_up_on_a_store_that_trickles_its_answer() {
             .args(&command)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        let started = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if started.elapsed() > Duration::from_secs(20) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("{} still waited after twenty seconds", command[0]);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let out = child.wait_with_output().unwrap();
+        let out = ended_within(
+            cmd.spawn().unwrap(),
+            20,
+            &format!("{} still waited", command[0]),
+        );
         assert_exit(&out, 2, &command);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -970,6 +955,21 @@ fn learn_and_unlearn_give_up_on_a_store_that_trickles_its_answer() {
             "{err}"
         );
     }
+}
+
+/// `child`'s output once it ends; killed, and `what` said, if it has not
+/// ended after `secs` seconds (a test that fails rather than hangs).
+fn ended_within(mut child: std::process::Child, secs: u64, what: &str) -> std::process::Output {
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} after {secs} seconds");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
 
 /// serve started on a [`TrickleRedis`] starts (the log says that Redis
@@ -1076,17 +1076,11 @@ fn serve_refuses_to_start_on_a_redis_that_wants_a_password() {
         .args(["--store", &url, "serve", "--http", "127.0.0.1:0"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("serve started on a Redis that wants a password it lacks");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = ended_within(
+        cmd.spawn().unwrap(),
+        30,
+        "serve started on a Redis that wants a password it lacks",
+    );
     assert_exit(&out, 2, &["serve", "no password"]);
     assert!(stderr(&out).contains("password"), "{}", stderr(&out));
 }
