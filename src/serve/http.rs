@@ -697,6 +697,11 @@ fn learn_status(err: &LearnError) -> (StatusCode, &'static str) {
         LearnError::Db(db::Error::Store(crate::store::Error::Redis { .. })) => {
             (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable")
         }
+        // The change is in the counts; a retry is safe and the next learn
+        // writes the model.
+        LearnError::Db(db::Error::ModelNotWritten { .. }) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "model-not-written")
+        }
         LearnError::Db(db::Error::Foreign { .. }) => {
             (StatusCode::INTERNAL_SERVER_ERROR, "database-owner")
         }
@@ -1035,6 +1040,23 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
+    }
+
+    #[test]
+    fn a_learn_whose_model_was_not_written_is_a_retry_not_a_failure() {
+        let full = || {
+            db::Error::Store(crate::store::Error::Io {
+                path: "model.bin".into(),
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            })
+        };
+        let status = learn_status(&LearnError::Db(full().model_not_written()));
+        assert_eq!(
+            status,
+            (StatusCode::SERVICE_UNAVAILABLE, "model-not-written")
+        );
+        let status = learn_status(&LearnError::Db(full()));
+        assert_eq!(status, (StatusCode::INTERNAL_SERVER_ERROR, "database"));
     }
 
     #[test]

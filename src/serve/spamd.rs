@@ -49,7 +49,8 @@ enum Code {
     Unavailable = 69,
     /// A bug.
     Software = 70,
-    /// The database is busy (another writer): try again.
+    /// The database is busy (another writer), or took a change it could
+    /// not write the model for: try again.
     TempFail = 75,
     /// A request spamd's protocol does not allow.
     Protocol = 76,
@@ -434,16 +435,8 @@ async fn tell(state: &Arc<State>, headers: Headers, raw: Vec<u8>) -> Result<Vec<
         // Never learned: spamc says "already un/learned".
         Err(_) if never_learned => "",
         Err(e) => {
-            let code = match &e {
-                LearnError::User(_) => Code::Protocol,
-                LearnError::Message(_) => Code::DataErr,
-                LearnError::Db(crate::db::Error::Store(crate::store::Error::Locked { .. })) => {
-                    Code::TempFail
-                }
-                LearnError::Db(_) => Code::Unavailable,
-            };
             return Err(Failure {
-                code,
+                code: tell_code(&e),
                 text: e.to_string(),
                 logged: true,
             }
@@ -451,6 +444,21 @@ async fn tell(state: &Arc<State>, headers: Headers, raw: Vec<u8>) -> Result<Vec<
         }
     };
     Ok(format!("SPAMD/1.1 0 EX_OK\r\n{did}\r\n").into_bytes())
+}
+
+/// The status of a TELL that failed: a retry may do (another writer held
+/// the database, or the counts took the change and the model was not
+/// written), or not.
+fn tell_code(err: &LearnError) -> Code {
+    match err {
+        LearnError::User(_) => Code::Protocol,
+        LearnError::Message(_) => Code::DataErr,
+        LearnError::Db(
+            crate::db::Error::Store(crate::store::Error::Locked { .. })
+            | crate::db::Error::ModelNotWritten { .. },
+        ) => Code::TempFail,
+        LearnError::Db(_) => Code::Unavailable,
+    }
 }
 
 /// Our verdict as spamd's: whether it is spam, and the score against
@@ -600,6 +608,19 @@ mod tests {
             cutoff,
             doubt: None,
         }
+    }
+
+    #[test]
+    fn a_tell_is_tried_again_when_the_database_was_busy_or_its_model_not_written() {
+        let full = || {
+            crate::db::Error::Store(crate::store::Error::Io {
+                path: "model.bin".into(),
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            })
+        };
+        let code = |e| tell_code(&LearnError::Db(e)) as u8;
+        assert_eq!(code(full().model_not_written()), Code::TempFail as u8);
+        assert_eq!(code(full()), Code::Unavailable as u8);
     }
 
     #[test]
