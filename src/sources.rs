@@ -283,6 +283,9 @@ pub struct FileMessage {
     pub features: Features,
     /// Its identity.
     pub identity: Identity,
+    /// The message as it was read (what its features and identity were
+    /// read from).
+    pub raw: Vec<u8>,
 }
 
 /// Reads the messages of one file the way a folder's reader reads the same
@@ -339,6 +342,7 @@ pub fn messages_in_file(path: &Path) -> Result<(Vec<FileMessage>, Vec<Error>), E
                         id,
                         features,
                         identity,
+                        raw: raw.bytes,
                     }),
                     Err(source) => Err(Error::Parse { id, source }),
                 }

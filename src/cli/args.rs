@@ -370,7 +370,9 @@ pub(super) struct LearnArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     pub(super) json: bool,
-    /// Seconds to wait for another process holding the database.
+    /// Seconds to wait for another process holding the database; then
+    /// the message is left in the database's pending/ for that process,
+    /// which takes it in as it ends ("queued").
     #[arg(long, default_value_t = DEFAULT_LOCK_WAIT.as_secs(), value_name = "SECONDS")]
     pub(super) wait: u64,
 }
@@ -387,7 +389,9 @@ pub(super) struct UnlearnArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     pub(super) json: bool,
-    /// Seconds to wait for another process holding the database.
+    /// Seconds to wait for another process holding the database; then
+    /// the message is left in the database's pending/ for that process,
+    /// which takes it in as it ends ("queued").
     #[arg(long, default_value_t = DEFAULT_LOCK_WAIT.as_secs(), value_name = "SECONDS")]
     pub(super) wait: u64,
 }

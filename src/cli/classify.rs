@@ -323,6 +323,24 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
                 _ => "never".to_string(),
             }
         )?;
+        let pending = s.pending;
+        if pending.waiting > 0 {
+            writeln!(
+                out,
+                "waiting to learn    {} messages: another writer held the database; the next \
+                 learn, unlearn or train takes them in",
+                pending.waiting
+            )?;
+        }
+        if pending.failed > 0 {
+            writeln!(
+                out,
+                "set aside           {} messages left to learn that could not be read as mail \
+                 ({}/pending/failed-*)",
+                pending.failed,
+                for_terminal(&s.database)
+            )?;
+        }
     }
     Ok(Outcome::AllOk)
 }

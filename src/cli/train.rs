@@ -18,7 +18,7 @@ use super::{
 };
 use bayesmail::db::shared::SharedModel;
 use bayesmail::db::{
-    Calibration, Interrupted, Labelled, MIN_CALIBRATION_PER_CLASS, ModelAfter, Progress,
+    Calibration, Interrupted, Labelled, MIN_CALIBRATION_PER_CLASS, ModelAfter, Progress, Taught,
     TrainSummary, Training, missing_class,
 };
 use bayesmail::model::Label;
@@ -502,6 +502,51 @@ fn within_store<T: Send + 'static>(
     }
 }
 
+/// Each of `raw` as a slice.
+fn refs(raw: &[Vec<u8>]) -> Vec<&[u8]> {
+    raw.iter().map(Vec::as_slice).collect()
+}
+
+/// Says that `count` messages were left for the writer that held the
+/// database past `wait` seconds, to learn as `label` (`None`: unlearn).
+fn left(
+    ctx: &Context,
+    json: bool,
+    wait: u64,
+    label: Option<Label>,
+    count: usize,
+) -> Result<Outcome> {
+    let action = match label {
+        Some(label) => format!("queued as {label}"),
+        None => "queued to be unlearned".to_string(),
+    };
+    if json {
+        let mut line = serde_json::json!({ "action": "queued", "messages": count });
+        if let Some(label) = label {
+            line["label"] = serde_json::json!(label);
+        }
+        say(line)?;
+    } else {
+        say(match count {
+            1 => action,
+            n => format!("{n} messages {action}"),
+        })?;
+    }
+    let pending = bayesmail::db::DbPaths::new(ctx.db.dir()).pending();
+    note!(
+        "bayesmail: note: another writer held {} past --wait ({wait} s): {} in {}, taken in \
+         when that writer is done (bayesmail stats counts what waits)",
+        ctx.location()?,
+        if count == 1 {
+            "the message waits"
+        } else {
+            "the messages wait"
+        },
+        for_terminal(&pending.display().to_string()),
+    );
+    Ok(Outcome::AllOk)
+}
+
 /// Why there is no model after `learn` or `unlearn`, if there is none.
 fn no_model_now(model: ModelAfter) -> Option<String> {
     match model {
@@ -514,14 +559,17 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     let label = if args.spam { Label::Spam } else { Label::Ham };
     let (messages, failed) = read_messages(&args.file, "learn")?;
     let names: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
-    let labelled: Vec<Labelled> = messages
+    let (labelled, raw): (Vec<Labelled>, Vec<Vec<u8>>) = messages
         .into_iter()
-        .map(|m| Labelled {
-            features: m.features,
-            identity: m.identity,
-            label,
+        .map(|m| {
+            let labelled = Labelled {
+                features: m.features,
+                identity: m.identity,
+                label,
+            };
+            (labelled, m.raw)
         })
-        .collect();
+        .unzip();
     let count = labelled.len();
     let wait = Duration::from_secs(args.wait);
     let (params, _) = ctx.params(&super::ModelArgs::default())?;
@@ -532,11 +580,15 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
             })?,
             ModelAfter::UpToDate,
         ),
-        None => ctx
+        None => match ctx
             .database_to_change()?
             .with_origin(args.origin)
-            .learn(&labelled, wait, journal_limit(), *params.get())
-            .map_err(|e| hint(ctx, "learn", e))?,
+            .learn_or_leave(&labelled, &refs(&raw), wait, journal_limit(), *params.get())
+            .map_err(|e| hint(ctx, "learn", e))?
+        {
+            Taught::Now(done) => done,
+            Taught::Left => return left(ctx, args.json, args.wait, Some(label), count),
+        },
     };
     let no_model = no_model_now(model);
     let moved = match names.as_slice() {
@@ -622,11 +674,18 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
                 Ok(SharedModel::new(redis.store(None)?).unlearn_all(&given))
             })?
         }
-        None => ctx
-            .database_to_change()?
-            .with_origin(args.origin)
-            .unlearn(&given, wait, journal_limit(), *params.get())
-            .map_err(|e| hint(ctx, "unlearn", e))?,
+        None => {
+            let raw: Vec<&[u8]> = messages.iter().map(|m| m.raw.as_slice()).collect();
+            match ctx
+                .database_to_change()?
+                .with_origin(args.origin)
+                .unlearn_or_leave(&given, &raw, wait, journal_limit(), *params.get())
+                .map_err(|e| hint(ctx, "unlearn", e))?
+            {
+                Taught::Now(done) => done,
+                Taught::Left => return left(ctx, args.json, args.wait, None, messages.len()),
+            }
+        }
     };
     let no_model = no_model_now(unlearned.model);
     let what = match messages.as_slice() {

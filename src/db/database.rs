@@ -44,6 +44,11 @@ impl Database {
         &self.paths
     }
 
+    /// Who asks for its learns (see [`Database::with_origin`]).
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
     /// A reader of its model and journal (never of the count store, so it
     /// neither waits for nor blocks a writer).
     pub fn reader(&self) -> Result<Reader> {
@@ -124,7 +129,23 @@ impl Database {
     /// through the count store, then makes the model follow (`params` are
     /// those of a first model). Waits up to `wait` for another writer; the
     /// journal grows to at most `journal_limit` bytes before it is folded.
+    ///
+    /// Messages left pending ([`Database::leave_pending`]) are taken in
+    /// before and after.
     pub fn learn(
+        &self,
+        messages: &[Labelled],
+        wait: Duration,
+        journal_limit: u64,
+        params: Params,
+    ) -> Result<(TrainSummary, ModelAfter)> {
+        self.take_pending(journal_limit, params);
+        let learned = self.learn_now(messages, wait, journal_limit, params);
+        self.take_pending(journal_limit, params);
+        learned
+    }
+
+    pub(super) fn learn_now(
         &self,
         messages: &[Labelled],
         wait: Duration,
@@ -180,8 +201,22 @@ impl Database {
     }
 
     /// Unlearns a few messages (features and identity) as
-    /// [`Database::learn`] learns them.
+    /// [`Database::learn`] learns them, messages left pending taken in
+    /// before and after.
     pub fn unlearn(
+        &self,
+        messages: &[(&Features, Identity)],
+        wait: Duration,
+        journal_limit: u64,
+        params: Params,
+    ) -> Result<Unlearned> {
+        self.take_pending(journal_limit, params);
+        let unlearned = self.unlearn_now(messages, wait, journal_limit, params);
+        self.take_pending(journal_limit, params);
+        unlearned
+    }
+
+    pub(super) fn unlearn_now(
         &self,
         messages: &[(&Features, Identity)],
         wait: Duration,
@@ -249,6 +284,18 @@ impl Database {
     /// (the naive Bayes views' words and byte buckets, as `stats` counts its
     /// vocabulary: the discriminative view's weights are not tokens).
     pub fn prune(
+        &self,
+        max_count: u64,
+        min_age_days: u32,
+        wait: Duration,
+        params: Params,
+    ) -> Result<(usize, u64, ModelAfter)> {
+        let pruned = self.prune_now(max_count, min_age_days, wait, params);
+        self.take_pending(crate::store::DEFAULT_JOURNAL_LIMIT, params);
+        pruned
+    }
+
+    fn prune_now(
         &self,
         max_count: u64,
         min_age_days: u32,

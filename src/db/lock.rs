@@ -9,9 +9,44 @@ use crate::store;
 /// Linux) on `DB/lock`, held by one
 /// writer at a time (`train`, `learn`, `unlearn`), whether or not it opens
 /// the count store. Released when dropped (or when the process dies).
+/// Within a [`Holding`] of the same database on the same thread, taking
+/// it again takes nothing (and letting go of that lets go of nothing).
 #[derive(Debug)]
 pub struct WriterLock {
-    _file: std::fs::File,
+    _file: Option<std::fs::File>,
+}
+
+std::thread_local! {
+    /// The lock files this thread holds through a [`Holding`].
+    static HOLDING: std::cell::RefCell<Vec<std::path::PathBuf>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
+}
+
+/// The writers' lock held across several of the engine's calls on one
+/// thread, each of which takes it in turn (the messages left pending,
+/// taken in one after another, with no other writer between them).
+#[derive(Debug)]
+pub(super) struct Holding {
+    _lock: WriterLock,
+    path: std::path::PathBuf,
+}
+
+impl Holding {
+    /// Takes the lock of the database at `paths` as [`WriterLock::take`]
+    /// does.
+    pub fn take(paths: &DbPaths, wait: Duration) -> Result<Holding> {
+        let lock = WriterLock::take(paths, wait)?;
+        let path = paths.lock();
+        HOLDING.with(|h| h.borrow_mut().push(path.clone()));
+        Ok(Holding { _lock: lock, path })
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        HOLDING.with(|h| h.borrow_mut().retain(|p| *p != self.path));
+    }
 }
 
 impl WriterLock {
@@ -20,6 +55,9 @@ impl WriterLock {
     /// file at `DB/lock` (a FIFO, a link) is refused at once.
     pub fn take(paths: &DbPaths, wait: Duration) -> Result<WriterLock> {
         let path = paths.lock();
+        if HOLDING.with(|h| h.borrow().contains(&path)) {
+            return Ok(WriterLock { _file: None });
+        }
         let io = |source| {
             Error::Store(store::Error::Io {
                 path: path.clone(),
@@ -30,7 +68,7 @@ impl WriterLock {
         let start = std::time::Instant::now();
         loop {
             match file.try_lock() {
-                Ok(()) => return Ok(WriterLock { _file: file }),
+                Ok(()) => return Ok(WriterLock { _file: Some(file) }),
                 Err(std::fs::TryLockError::WouldBlock) => {}
                 Err(std::fs::TryLockError::Error(err)) => return Err(io(err)),
             }

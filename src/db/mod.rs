@@ -18,6 +18,8 @@
 //!                   the database learns (see [`crate::store::samples`])
 //! DB/learn.log      one line per message learn, unlearn or serve taught:
 //!                   when, what, from where (see [`learnlog`])
+//! DB/pending/       messages a learn or unlearn left for the next writer
+//!                   while another held the database (see [`pending`])
 //! ```
 //!
 //! The directory is created private (0700) and the files bayesmail writes
@@ -30,6 +32,7 @@ mod database;
 mod delivery;
 pub mod learnlog;
 mod lock;
+pub mod pending;
 pub(crate) mod quick;
 mod reader;
 mod report;
@@ -43,6 +46,7 @@ mod writer;
 pub use database::{Database, ModelAfter, Reader, Unlearned};
 pub use delivery::{Parsed, Reason, Stamped, Status, stamp_shared_parsed};
 pub use learnlog::Origin;
+pub use pending::Taught;
 
 pub use lock::WriterLock;
 pub use reader::{
@@ -157,6 +161,16 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// A learn or unlearn found the database held by another writer past
+    /// its wait ([`store::Error::Locked`]), and the message could not be
+    /// left for the next writer either ([`pending`]).
+    #[error("{locked}, and the message could not be left for the next writer: {why}")]
+    NotLeft {
+        /// The error of the learn.
+        locked: Box<Error>,
+        /// Why it could not be left.
+        why: String,
+    },
     /// The counts hold the change, but the model that follows them could
     /// not be written (a disk full, say). Nothing is half done: readers
     /// keep the model they had, and the next writer that finds it behind
@@ -242,5 +256,10 @@ impl DbPaths {
     /// The writers' lock file.
     pub fn lock(&self) -> PathBuf {
         self.dir.join("lock")
+    }
+
+    /// The messages left for the next writer (see [`pending`]).
+    pub fn pending(&self) -> PathBuf {
+        self.dir.join("pending")
     }
 }

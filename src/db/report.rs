@@ -85,6 +85,9 @@ pub struct Stats {
     /// Where that came from: `learn`, `imap`, `spamd` (a mail client's move
     /// told through spamc says so) or `http`.
     pub last_learned_from: Option<String>,
+    /// Messages a learn or unlearn left for the next writer (see
+    /// [`super::pending`]).
+    pub pending: super::pending::Waiting,
     /// The directory's permission bits when others may read it (the
     /// counts name every correspondent).
     #[serde(skip)]
@@ -167,6 +170,7 @@ impl Reader {
                 .zip(h.calibrator.weights)
                 .filter(|(name, _)| h.params.logistic || *name != "logistic")
                 .collect(),
+            pending: super::pending::waiting(paths),
             readable_by_others,
         })
     }

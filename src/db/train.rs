@@ -380,8 +380,20 @@ impl Database {
     /// journal left by learn is folded too: a run always leaves one model
     /// holding everything). Paths that are not mailboxes are refused before
     /// anything is read ([`Error::BadPaths`]).
+    ///
+    /// Messages left pending ([`Database::leave_pending`]) are taken in
+    /// before the run and after it: one moved in the mail client while the
+    /// run read its folders ends with the label of the move.
     pub fn train(&self, job: &Training<'_>, progress: &dyn Fn(Progress<'_>)) -> Result<Trained> {
         check_paths(job)?;
+        let limit = crate::store::DEFAULT_JOURNAL_LIMIT;
+        self.take_pending(limit, *job.params.get());
+        let trained = self.train_now(job, progress);
+        self.take_pending(limit, *job.params.get());
+        trained
+    }
+
+    fn train_now(&self, job: &Training<'_>, progress: &dyn Fn(Progress<'_>)) -> Result<Trained> {
         // The lock first: fail fast, before reading any mail.
         let (mut trainer, set_aside) = self.rebuilding_writer(job.wait)?;
         if let Some(aside) = &set_aside {

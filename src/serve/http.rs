@@ -673,15 +673,22 @@ where
         }
     };
     let (action, label) = done.action();
+    let label = label.map_or("-", Label::name);
     if settings.log_messages {
         log_line(&format!(
             "learn user={shown_user} database={database} action={action} label={label}"
         ));
     }
-    json_answer(
-        StatusCode::OK,
-        &json!({ "action": action, "label": label.name(), "database": database }),
-    )
+    let mut answer = json!({ "action": action, "database": database });
+    if label != "-" {
+        answer["label"] = label.into();
+    }
+    // Left for the writer holding the database: accepted, not yet made.
+    let status = match done {
+        super::Learned::Queued(_) => StatusCode::ACCEPTED,
+        _ => StatusCode::OK,
+    };
+    json_answer(status, &answer)
 }
 
 /// The HTTP status and reason of a learn that failed.
@@ -691,9 +698,9 @@ fn learn_status(err: &LearnError) -> (StatusCode, &'static str) {
         LearnError::Message(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not-mail"),
         LearnError::Db(db::Error::NotLearned) => (StatusCode::NOT_FOUND, "not-learned"),
         LearnError::Db(db::Error::NothingLearned(_)) => (StatusCode::NOT_FOUND, "nothing-learned"),
-        LearnError::Db(db::Error::Store(crate::store::Error::Locked { .. })) => {
-            (StatusCode::SERVICE_UNAVAILABLE, "locked")
-        }
+        LearnError::Db(
+            db::Error::Store(crate::store::Error::Locked { .. }) | db::Error::NotLeft { .. },
+        ) => (StatusCode::SERVICE_UNAVAILABLE, "locked"),
         LearnError::Db(db::Error::Store(crate::store::Error::Redis { .. })) => {
             (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable")
         }
@@ -1040,6 +1047,52 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
+    }
+
+    #[test]
+    fn a_learn_while_another_writer_holds_the_database_is_accepted_and_left_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(dir.path(), 10_000);
+        let post = |uri: &str, body: &[u8]| {
+            with(Request::post(uri).header("User", "dan@example.org"), body)
+        };
+        let (status, _) = ask(&state, post("/learn?class=ham", MAIL));
+        assert_eq!(status, StatusCode::OK);
+        let db = dir.path().join("users/dan@example.org");
+        let lock = std::fs::File::options()
+            .write(true)
+            .open(db.join("lock"))
+            .unwrap();
+        lock.lock().unwrap();
+        let other = [&b"Subject: other\n"[..], MAIL].concat();
+        let (status, body) = ask(&state, post("/learn?class=spam&origin=imap", &other));
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        assert_eq!(
+            (&body["action"], &body["label"]),
+            (&json!("queued"), &json!("spam"))
+        );
+        let (status, body) = ask(&state, post("/unlearn", MAIL));
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        assert_eq!(body["action"], "queued");
+        assert!(body.get("label").is_none(), "{body}");
+        lock.unlock().unwrap();
+        let third = [&b"Subject: third\n"[..], MAIL].concat();
+        let (status, _) = ask(&state, post("/learn?class=spam", &third));
+        assert_eq!(status, StatusCode::OK);
+        let log = std::fs::read_to_string(db.join("learn.log")).unwrap();
+        let said: Vec<String> = log
+            .lines()
+            .map(|l| l.split(' ').skip(1).take(3).collect::<Vec<_>>().join(" "))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "learned ham http",
+                "learned spam imap",
+                "unlearned ham http",
+                "learned spam http"
+            ]
+        );
     }
 
     #[test]

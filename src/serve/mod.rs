@@ -273,19 +273,18 @@ impl State {
             Some(label) => state
                 .models
                 .learn(user.as_deref(), &raw, label, origin)
-                .map(|(summary, _)| {
-                    if summary.relearned > 0 {
+                .map(|taught| match taught {
+                    crate::db::Taught::Now((summary, _)) if summary.relearned > 0 => {
                         Learned::Moved(label)
-                    } else if summary.learned > 0 {
-                        Learned::Learned(label)
-                    } else {
-                        Learned::Already(label)
                     }
+                    crate::db::Taught::Now((summary, _)) if summary.learned > 0 => {
+                        Learned::Learned(label)
+                    }
+                    crate::db::Taught::Now(_) => Learned::Already(label),
+                    crate::db::Taught::Left => Learned::Queued(Some(label)),
                 }),
-            None => state
-                .models
-                .unlearn(user.as_deref(), &raw, origin)
-                .map(Learned::Unlearned),
+            None => (state.models.unlearn(user.as_deref(), &raw, origin))
+                .map(|had| had.map_or(Learned::Queued(None), Learned::Unlearned)),
         });
         // The thread still waiting on a trickling answer holds its
         // connection until the answer ends; whether it stored the change
@@ -334,17 +333,21 @@ pub enum Learned {
     Already(Label),
     /// Unlearned; it had this label.
     Unlearned(Label),
+    /// Another writer held the database past the wait: left for it to
+    /// learn under this label (`None`: to unlearn) when it lets go.
+    Queued(Option<Label>),
 }
 
 impl Learned {
     /// What was done, in the word the logs and HTTP's answer use, and the
     /// label.
-    pub fn action(self) -> (&'static str, Label) {
+    pub fn action(self) -> (&'static str, Option<Label>) {
         match self {
-            Learned::Learned(l) => ("learned", l),
-            Learned::Moved(l) => ("moved", l),
-            Learned::Already(l) => ("already", l),
-            Learned::Unlearned(l) => ("unlearned", l),
+            Learned::Learned(l) => ("learned", Some(l)),
+            Learned::Moved(l) => ("moved", Some(l)),
+            Learned::Already(l) => ("already", Some(l)),
+            Learned::Unlearned(l) => ("unlearned", Some(l)),
+            Learned::Queued(l) => ("queued", l),
         }
     }
 }

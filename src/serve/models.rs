@@ -12,7 +12,8 @@ use std::time::Duration;
 use super::users::{UserDbPattern, UserError};
 use crate::db::shared::SharedModel;
 use crate::db::{
-    self, Database, Labelled, ModelAfter, Origin, Reader, Reason, Stamped, Status, TrainSummary,
+    self, Database, Labelled, ModelAfter, Origin, Reader, Reason, Stamped, Status, Taught,
+    TrainSummary,
 };
 use crate::decision::Decider;
 use crate::features::Extractor;
@@ -711,7 +712,7 @@ impl Models {
         raw: &[u8],
         label: Label,
         origin: Origin,
-    ) -> Result<(TrainSummary, ModelAfter), LearnError> {
+    ) -> Result<Taught<(TrainSummary, ModelAfter)>, LearnError> {
         if !crate::message::looks_like_mail(raw) {
             return Err(LearnError::Message(crate::sources::NOT_MAIL.to_string()));
         }
@@ -727,47 +728,47 @@ impl Models {
             self.check_eviction(&redis)?;
             let model = self.shared_model(&redis, user)?;
             let summary = model.learn_all(std::slice::from_ref(&message))?;
-            return Ok((summary, ModelAfter::UpToDate));
+            return Ok(Taught::Now((summary, ModelAfter::UpToDate)));
         }
         let (db, settings) = self.learning_db(user, origin)?;
-        let (summary, model) = db.learn(
-            &[message],
-            settings.learn_wait,
-            settings.journal_limit,
-            settings.params,
-        )?;
-        super::log_notes(&[&summary.log_failure, &summary.rebuilt]);
-        Ok((summary, model))
+        let (wait, limit) = (settings.learn_wait, settings.journal_limit);
+        let taught = db.learn_or_leave(&[message], &[raw], wait, limit, settings.params)?;
+        if let Taught::Now((summary, _)) = &taught {
+            super::log_notes(&[&summary.log_failure, &summary.rebuilt]);
+        }
+        Ok(taught)
     }
 
-    /// Unlearns `raw` for `user`: returns the label it had. The learn log
-    /// says it came from `origin`.
+    /// Unlearns `raw` for `user`: returns the label it had (`None`: left
+    /// for the writer holding the database). The learn log says it came
+    /// from `origin`.
     pub fn unlearn(
         &self,
         user: Option<&str>,
         raw: &[u8],
         origin: Origin,
-    ) -> Result<Label, LearnError> {
+    ) -> Result<Option<Label>, LearnError> {
         let (features, identity) = Extractor::new()
             .read(raw)
             .map_err(|e| LearnError::Message(e.to_string()))?;
         if let Some(redis) = self.settings().shared {
             self.check_eviction(&redis)?;
             let model = self.shared_model(&redis, user)?;
-            return model
-                .unlearn(&features, &identity)
+            return (model.unlearn(&features, &identity))
                 .map_err(db::Error::from)?
+                .map(Some)
                 .ok_or(LearnError::Db(db::Error::NotLearned));
         }
         let (db, settings) = self.learning_db(user, origin)?;
-        let mut unlearned = db.unlearn(
-            &[(&features, identity)],
-            settings.learn_wait,
-            settings.journal_limit,
-            settings.params,
-        )?;
-        super::log_notes(&[&unlearned.log_failure, &unlearned.rebuilt]);
-        Ok(unlearned.results.remove(0)?)
+        let (wait, limit) = (settings.learn_wait, settings.journal_limit);
+        let given = [(&features, identity)];
+        match db.unlearn_or_leave(&given, &[raw], wait, limit, settings.params)? {
+            Taught::Now(mut unlearned) => {
+                super::log_notes(&[&unlearned.log_failure, &unlearned.rebuilt]);
+                Ok(Some(unlearned.results.remove(0)?))
+            }
+            Taught::Left => Ok(None),
+        }
     }
 }
 

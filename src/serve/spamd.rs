@@ -49,8 +49,9 @@ enum Code {
     Unavailable = 69,
     /// A bug.
     Software = 70,
-    /// The database is busy (another writer), or took a change it could
-    /// not write the model for: try again.
+    /// The database is busy (another writer, and the message could not be
+    /// left for it), or took a change it could not write the model for:
+    /// try again.
     TempFail = 75,
     /// A request spamd's protocol does not allow.
     Protocol = 76,
@@ -410,7 +411,10 @@ async fn tell(state: &Arc<State>, headers: Headers, raw: Vec<u8>) -> Result<Vec<
     let said = match &result {
         Ok(learned) => {
             let (action, label) = learned.action();
-            format!("action={action} label={label}")
+            format!(
+                "action={action} label={}",
+                label.map_or("-", crate::model::Label::name)
+            )
         }
         Err(e) => e.to_string(),
     };
@@ -429,8 +433,11 @@ async fn tell(state: &Arc<State>, headers: Headers, raw: Vec<u8>) -> Result<Vec<
         ));
     }
     let did = match result {
-        Ok(Learned::Learned(_) | Learned::Moved(_)) => "DidSet: local\r\n",
-        Ok(Learned::Unlearned(_)) => "DidRemove: local\r\n",
+        // Queued: made when the writer holding the database lets go.
+        Ok(Learned::Learned(_) | Learned::Moved(_) | Learned::Queued(Some(_))) => {
+            "DidSet: local\r\n"
+        }
+        Ok(Learned::Unlearned(_) | Learned::Queued(None)) => "DidRemove: local\r\n",
         Ok(Learned::Already(_)) => "",
         // Never learned: spamc says "already un/learned".
         Err(_) if never_learned => "",
@@ -455,6 +462,7 @@ fn tell_code(err: &LearnError) -> Code {
         LearnError::Message(_) => Code::DataErr,
         LearnError::Db(
             crate::db::Error::Store(crate::store::Error::Locked { .. })
+            | crate::db::Error::NotLeft { .. }
             | crate::db::Error::ModelNotWritten { .. },
         ) => Code::TempFail,
         LearnError::Db(_) => Code::Unavailable,

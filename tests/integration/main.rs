@@ -24,6 +24,7 @@ mod imap;
 mod journal;
 mod layers;
 mod learning;
+mod pending;
 mod promises;
 mod properties;
 mod prune;

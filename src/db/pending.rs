@@ -1,0 +1,429 @@
+//! Messages left for the next writer: a `learn` or `unlearn` (the
+//! command's or serve's) that finds another writer holding the database
+//! past its wait (a training run over large folders, say) leaves each
+//! message here rather than fail, and the writers take them in, in the
+//! order they came, before and after their own change
+//! ([`super::Database::take_pending`]). A move the user made in their mail
+//! client while a training run held the database is learned when the run
+//! ends, not lost.
+//!
+//! ```text
+//! DB/pending/NANOS-PID-N.ORIGIN.WHAT   the message as it was read; WHAT is
+//!                                      spam, ham or unlearn
+//! DB/pending/failed-NAME               one that could not be read as mail
+//! ```
+//!
+//! Each entry is written whole (a temporary name, synced, renamed), so a
+//! writer never sees part of one. They are taken in under the writers'
+//! lock, held across all of them, so in order and by one process at a
+//! time; each is removed once its change is made. A process killed in
+//! between leaves it to be made again, which changes nothing (learning and
+//! unlearning go by the message's identity).
+//!
+//! Taking them in never waits for the writers' lock, and none is left
+//! behind: every writer looks for them after it lets the lock go, and one
+//! that leaves a message tries the lock after it has; so either it gets
+//! the lock, or whoever holds it looks after letting go.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::learnlog::Origin;
+use super::lock::Holding;
+use super::{Database, DbPaths, Error, Labelled, Result};
+use crate::features::Extractor;
+use crate::model::{Label, Params};
+
+/// What was asked of a message left pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// Learn it under this label.
+    Learn(Label),
+    /// Unlearn it.
+    Unlearn,
+}
+
+impl Asked {
+    fn name(self) -> &'static str {
+        match self {
+            Asked::Learn(l) => l.name(),
+            Asked::Unlearn => "unlearn",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Asked> {
+        match name {
+            "unlearn" => Some(Asked::Unlearn),
+            _ => name.parse().ok().map(Asked::Learn),
+        }
+    }
+}
+
+/// At most this many messages wait at once: past it, a learn fails as it
+/// would without the queue, rather than fill the disk.
+pub const MAX_PENDING: usize = 10_000;
+
+/// At most this many bytes of messages wait at once (see [`MAX_PENDING`]).
+pub const MAX_PENDING_BYTES: u64 = 256 << 20;
+
+/// The prefix of an entry set aside.
+const FAILED: &str = "failed-";
+
+/// One message waiting.
+#[derive(Debug)]
+pub(super) struct Entry {
+    /// Its file.
+    pub path: PathBuf,
+    /// What was asked.
+    pub asked: Asked,
+    /// Who asked.
+    pub origin: Origin,
+}
+
+/// How many messages wait, and how many were set aside.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Waiting {
+    /// Messages waiting for the writers' lock.
+    pub waiting: usize,
+    /// Messages set aside: they could not be read as mail when taken in.
+    pub failed: usize,
+}
+
+/// Leaves `raw` for the next writer. Fails if the directory cannot be
+/// made or written, or [`MAX_PENDING`] or [`MAX_PENDING_BYTES`] would be
+/// passed.
+pub(super) fn put(paths: &DbPaths, raw: &[u8], asked: Asked, origin: Origin) -> io::Result<()> {
+    put_within(paths, raw, asked, origin, (MAX_PENDING, MAX_PENDING_BYTES))
+}
+
+/// [`put`] with its bounds: messages and bytes.
+fn put_within(
+    paths: &DbPaths,
+    raw: &[u8],
+    asked: Asked,
+    origin: Origin,
+    (max, max_bytes): (usize, u64),
+) -> io::Result<()> {
+    let dir = paths.pending();
+    if fs::symlink_metadata(&dir).is_err() {
+        super::lock::private_dir(&dir)?;
+        let _ = crate::fsutil::share_new_dir(&dir);
+    }
+    let (count, bytes) = entries(paths)?
+        .iter()
+        .fold((0, 0), |(n, b), e| (n + 1, b + size(&e.path)));
+    if count >= max || bytes + raw.len() as u64 > max_bytes {
+        return Err(io::Error::other(format!(
+            "{} already holds {count} messages ({bytes} bytes) waiting",
+            dir.display()
+        )));
+    }
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = format!(
+        "{nanos:024}-{}-{}.{}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        origin.name(),
+        asked.name()
+    );
+    crate::fsutil::write_atomically(&dir.join(name), raw).map_err(|e| e.source)
+}
+
+fn size(path: &Path) -> u64 {
+    fs::symlink_metadata(path).map_or(0, |m| m.len())
+}
+
+/// The entries waiting, oldest first (none if there is no directory).
+pub(super) fn entries(paths: &DbPaths) -> io::Result<Vec<Entry>> {
+    let listing = match fs::read_dir(paths.pending()) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut found: Vec<Entry> = listing
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let mut parts = name.rsplitn(3, '.');
+            let asked = Asked::from_name(parts.next()?)?;
+            let origin = parts.next()?.parse().ok()?;
+            let stem = parts.next()?;
+            stem.bytes().next()?.is_ascii_digit().then_some(Entry {
+                path: e.path(),
+                asked,
+                origin,
+            })
+        })
+        .collect();
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(found)
+}
+
+/// How many wait and how many were set aside.
+pub(super) fn waiting(paths: &DbPaths) -> Waiting {
+    let failed = fs::read_dir(paths.pending()).map_or(0, |l| {
+        l.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(FAILED))
+            .count()
+    });
+    Waiting {
+        waiting: entries(paths).map_or(0, |e| e.len()),
+        failed,
+    }
+}
+
+/// The message of `entry`; `None` if it is gone (another process took it
+/// in).
+pub(super) fn read(entry: &Entry) -> io::Result<Option<Vec<u8>>> {
+    match crate::fsutil::open_regular_no_follow(&entry.path) {
+        Ok(mut file) => {
+            let mut raw = Vec::new();
+            file.read_to_end(&mut raw)?;
+            Ok(Some(raw))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes `entry`, its change made (gone already is fine).
+pub(super) fn done(entry: &Entry) -> io::Result<()> {
+    match fs::remove_file(&entry.path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Sets `entry` aside: it will never be taken in (not mail, say).
+pub(super) fn set_aside(entry: &Entry) -> io::Result<()> {
+    let name = entry.path.file_name().unwrap_or_default().to_string_lossy();
+    fs::rename(
+        &entry.path,
+        entry.path.with_file_name(format!("{FAILED}{name}")),
+    )
+}
+
+/// What a learn or unlearn that may leave its messages pending did.
+#[derive(Debug)]
+pub enum Taught<T> {
+    /// Made now: what [`Database::learn`] or [`Database::unlearn`] says.
+    Now(T),
+    /// Another writer held the database past the wait: the messages were
+    /// left for it, which takes them in when it lets go.
+    Left,
+}
+
+impl Database {
+    /// [`Database::learn`], except that when another writer holds the
+    /// database past `wait` the messages (`raw`, as they were read) are
+    /// left for it rather than the learn failing.
+    pub fn learn_or_leave(
+        &self,
+        messages: &[Labelled],
+        raw: &[&[u8]],
+        wait: Duration,
+        journal_limit: u64,
+        params: Params,
+    ) -> Result<Taught<(super::TrainSummary, super::ModelAfter)>> {
+        match self.learn(messages, wait, journal_limit, params) {
+            Err(locked @ Error::Store(crate::store::Error::Locked { .. })) => {
+                let asked: Vec<_> = messages.iter().map(|m| Asked::Learn(m.label)).collect();
+                self.leave_pending(raw, &asked, locked, journal_limit, params)
+            }
+            learned => learned.map(Taught::Now),
+        }
+    }
+
+    /// [`Database::unlearn`], leaving the messages as
+    /// [`Database::learn_or_leave`] does.
+    pub fn unlearn_or_leave(
+        &self,
+        messages: &[(&crate::features::Features, crate::message::Identity)],
+        raw: &[&[u8]],
+        wait: Duration,
+        journal_limit: u64,
+        params: Params,
+    ) -> Result<Taught<super::Unlearned>> {
+        match self.unlearn(messages, wait, journal_limit, params) {
+            Err(locked @ Error::Store(crate::store::Error::Locked { .. })) => {
+                let asked = vec![Asked::Unlearn; raw.len()];
+                self.leave_pending(raw, &asked, locked, journal_limit, params)
+            }
+            unlearned => unlearned.map(Taught::Now),
+        }
+    }
+
+    /// Leaves each of `raw` for the next writer, asked what `asked` says,
+    /// after a learn or unlearn failed with `locked`; then takes in what is
+    /// pending if the lock has come free since (see the module's
+    /// documentation). Fails with [`Error::NotLeft`] if one cannot be
+    /// written or the queue is full (those before it wait all the same).
+    fn leave_pending<T>(
+        &self,
+        raw: &[&[u8]],
+        asked: &[Asked],
+        locked: Error,
+        journal_limit: u64,
+        params: Params,
+    ) -> Result<Taught<T>> {
+        for (i, (message, what)) in raw.iter().zip(asked).enumerate() {
+            if let Err(e) = put(self.paths(), message, *what, self.origin()) {
+                let left = match i {
+                    0 => String::new(),
+                    n => format!(" ({n} of {} were left)", raw.len()),
+                };
+                return Err(Error::NotLeft {
+                    locked: Box::new(locked),
+                    why: format!("{}{left}", crate::fsutil::words(&e)),
+                });
+            }
+        }
+        self.take_pending(journal_limit, params);
+        Ok(Taught::Left)
+    }
+
+    /// How many messages wait for the writers' lock, and how many were
+    /// set aside.
+    pub fn pending(&self) -> Waiting {
+        waiting(self.paths())
+    }
+
+    /// Takes in the messages left pending, oldest first, if the writers'
+    /// lock is free now (else whoever holds it does, after). Best effort:
+    /// one whose change fails (a full disk) is left for the next writer;
+    /// one that cannot be read as mail is set aside.
+    pub(super) fn take_pending(&self, journal_limit: u64, params: Params) {
+        // Again after letting go: what was left while the lock was held.
+        while entries(self.paths()).is_ok_and(|e| !e.is_empty()) {
+            let Ok(_holding) = Holding::take(self.paths(), Duration::ZERO) else {
+                return;
+            };
+            if !self.take_in(journal_limit, params) {
+                return;
+            }
+        }
+    }
+
+    /// [`Database::take_pending`] under the lock: whether all were taken.
+    fn take_in(&self, journal_limit: u64, params: Params) -> bool {
+        let mut extractor = Extractor::new();
+        loop {
+            let Ok(found) = entries(self.paths()) else {
+                return false;
+            };
+            if found.is_empty() {
+                return true;
+            }
+            for entry in found {
+                let raw = match read(&entry) {
+                    Ok(Some(raw)) => raw,
+                    Ok(None) => continue,
+                    Err(_) => return false,
+                };
+                let read = crate::message::looks_like_mail(&raw)
+                    .then(|| extractor.read(&raw).ok())
+                    .flatten();
+                let Some((features, identity)) = read else {
+                    if set_aside(&entry).is_err() {
+                        return false;
+                    }
+                    continue;
+                };
+                let db = self.clone().with_origin(entry.origin);
+                let none = Duration::ZERO;
+                let made = match entry.asked {
+                    Asked::Learn(label) => {
+                        let message = Labelled {
+                            features,
+                            identity,
+                            label,
+                        };
+                        db.learn_now(&[message], none, journal_limit, params)
+                            .map(drop)
+                    }
+                    Asked::Unlearn => db
+                        .unlearn_now(&[(&features, identity)], none, journal_limit, params)
+                        .and_then(|mut u| match u.results.remove(0) {
+                            Ok(_) | Err(Error::NotLearned) => Ok(()),
+                            Err(e) => Err(e),
+                        }),
+                };
+                match made {
+                    Ok(()) | Err(Error::NothingLearned(_)) => {
+                        if done(&entry).is_err() {
+                            return false;
+                        }
+                    }
+                    // Made, but the model is behind: the next writer.
+                    Err(Error::ModelNotWritten { .. }) => {
+                        let _ = done(&entry);
+                        return false;
+                    }
+                    Err(_) => return false,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_come_back_in_the_order_they_were_left_with_what_was_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DbPaths::new(dir.path().join("db"));
+        assert!(entries(&paths).unwrap().is_empty(), "no directory: none");
+        let asked = [
+            (Asked::Learn(Label::Spam), Origin::Imap),
+            (Asked::Unlearn, Origin::Learn),
+            (Asked::Learn(Label::Ham), Origin::Http),
+        ];
+        for (i, (what, origin)) in asked.iter().enumerate() {
+            put(
+                &paths,
+                format!("Subject: {i}\n\nx\n").as_bytes(),
+                *what,
+                *origin,
+            )
+            .unwrap();
+        }
+        // Not an entry: a temporary file, the lock, one set aside, a stray.
+        fs::write(paths.pending().join(".x.1.2.tmp"), "a").unwrap();
+        fs::write(paths.pending().join("notes.txt"), "a").unwrap();
+        let found = entries(&paths).unwrap();
+        let got: Vec<_> = found.iter().map(|e| (e.asked, e.origin)).collect();
+        assert_eq!(got, asked);
+        for (i, e) in found.iter().enumerate() {
+            let raw = read(e).unwrap().unwrap();
+            assert_eq!(raw, format!("Subject: {i}\n\nx\n").as_bytes());
+        }
+        set_aside(&found[1]).unwrap();
+        done(&found[0]).unwrap();
+        done(&found[0]).unwrap();
+        assert_eq!(read(&found[0]).unwrap(), None);
+        let w = waiting(&paths);
+        assert_eq!((w.waiting, w.failed), (1, 1));
+    }
+
+    #[test]
+    fn a_full_queue_refuses_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DbPaths::new(dir.path().join("db"));
+        let small = |raw: &[u8]| put_within(&paths, raw, Asked::Unlearn, Origin::Learn, (3, 100));
+        small(&[b'x'; 50]).unwrap();
+        small(&[b'x'; 40]).unwrap();
+        let err = small(&[b'x'; 11]).unwrap_err();
+        assert!(err.to_string().contains("2 messages (90 bytes)"), "{err}");
+        small(&[b'x'; 10]).unwrap();
+        let err = small(b"x").unwrap_err();
+        assert!(err.to_string().contains("3 messages"), "{err}");
+    }
+}

@@ -1,0 +1,203 @@
+//! A learn or unlearn that finds another writer holding the database past
+//! its wait leaves the message for that writer, which takes it in when it
+//! lets go: a move in the mail client during a long training run is
+//! learned, not lost.
+
+use std::fs;
+use std::io::Write;
+use std::process::Stdio;
+
+use crate::common::{Db, assert_exit, file_names, stderr, unseen, utf8};
+
+/// Holds the database's writers' lock as another writer would.
+fn hold(db: &Db) -> fs::File {
+    let lock = fs::File::options()
+        .read(true)
+        .write(true)
+        .open(db.dir().join("lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    lock
+}
+
+#[test]
+fn learns_left_while_the_database_was_held_are_made_in_order_by_the_next_writer() {
+    let db = Db::new();
+    db.train_sample();
+    let (x, y, z) = (db.path("x.eml"), db.path("y.eml"), db.path("z.eml"));
+    fs::write(&x, unseen(0, "left x")).unwrap();
+    fs::write(&y, unseen(30, "left y")).unwrap();
+    fs::write(&z, unseen(1, "left z")).unwrap();
+    let lock = hold(&db);
+    let queued = |args: &[&str], said: &str| {
+        let out = db.run(args, None);
+        assert_exit(&out, 0, args);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), said);
+        assert!(stderr(&out).contains("/pending, taken in when that writer is done"));
+    };
+    queued(
+        &[
+            "learn",
+            "--wait",
+            "0",
+            "--origin",
+            "imap",
+            "--spam",
+            utf8(&x),
+        ],
+        "queued as spam\n",
+    );
+    queued(
+        &["unlearn", "--wait", "0", utf8(&x)],
+        "queued to be unlearned\n",
+    );
+    queued(
+        &["learn", "--wait", "0", "--ham", utf8(&y)],
+        "queued as ham\n",
+    );
+    let out = db.run(
+        &["learn", "--wait", "0", "--json", "--spam", utf8(&z)],
+        None,
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["action"], "queued");
+    assert_eq!(line["label"], "spam");
+    let stats = db.stats();
+    assert_eq!(stats["pending"]["waiting"], 4, "{stats}");
+    assert_eq!(db.counts(), [24, 24], "nothing learned while it was held");
+    assert!(
+        db.ok(&["stats"], None)
+            .contains("waiting to learn    4 messages")
+    );
+    drop(lock);
+
+    // The next writer takes them in before its own change, in order: x
+    // learned and then unlearned, y learned, z learned.
+    assert_eq!(
+        db.ok(&["learn", "--spam", utf8(&z)], None),
+        "already learned as spam\n"
+    );
+    assert_eq!(db.counts(), [25, 25]);
+    assert_eq!(
+        db.ok(&["learn", "--ham", utf8(&y)], None),
+        "already learned as ham\n"
+    );
+    let out = db.run(&["unlearn", utf8(&x)], None);
+    assert_exit(&out, 2, &["never learned"]);
+    assert!(file_names(&db.dir().join("pending")).is_empty());
+    assert_eq!(db.stats()["pending"]["waiting"], 0);
+    let log = fs::read_to_string(db.dir().join("learn.log")).unwrap();
+    let actions: Vec<String> = log
+        .lines()
+        .map(|l| l.split(' ').skip(1).take(3).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "learned spam imap",
+            "unlearned spam learn",
+            "learned ham learn",
+            "learned spam learn",
+            "already spam learn",
+            "already ham learn"
+        ]
+    );
+}
+
+#[test]
+fn a_training_run_takes_in_what_was_left_while_it_read() {
+    let db = Db::new();
+    db.train_sample();
+    // A run reading an mbox from stdin holds the lock until stdin ends.
+    let mut train = std::process::Command::new(env!("CARGO_BIN_EXE_bayesmail"))
+        .args(db.global_args())
+        .args(["train", "--spam", "-", "--ham"])
+        .arg(crate::common::sample_ham())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let probe = fs::File::options()
+        .read(true)
+        .write(true)
+        .open(db.dir().join("lock"))
+        .unwrap();
+    let start = std::time::Instant::now();
+    while probe.try_lock().is_ok() {
+        probe.unlock().unwrap();
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "the run never took the lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let moved = db.path("moved.eml");
+    fs::write(&moved, unseen(2, "moved during the run")).unwrap();
+    let out = db.run(
+        &[
+            "learn",
+            "--wait",
+            "0",
+            "--origin",
+            "imap",
+            "--spam",
+            utf8(&moved),
+        ],
+        None,
+    );
+    assert_exit(&out, 0, &["queued"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "queued as spam\n");
+    let mut mbox = Vec::new();
+    let mut spam: Vec<_> = fs::read_dir(crate::common::sample_spam())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    spam.sort();
+    for file in &spam {
+        mbox.extend_from_slice(b"From someone@example.org Sat Nov 28 00:00:00 2026\n");
+        mbox.extend_from_slice(&fs::read(file).unwrap());
+        mbox.extend_from_slice(b"\n");
+    }
+    let mut stdin = train.stdin.take().unwrap();
+    stdin.write_all(&mbox).unwrap();
+    drop(stdin);
+    let out = train.wait_with_output().unwrap();
+    assert_exit(&out, 0, &["train"]);
+    // No writer ran after it: the run itself took the message in.
+    assert!(file_names(&db.dir().join("pending")).is_empty());
+    assert_eq!(db.counts(), [24, 25]);
+    let log = fs::read_to_string(db.dir().join("learn.log")).unwrap();
+    let last = log.lines().last().unwrap();
+    assert!(last.contains(" learned spam imap "), "{log}");
+}
+
+#[test]
+fn a_message_left_that_is_not_mail_is_set_aside_and_the_rest_are_taken_in() {
+    let db = Db::new();
+    db.train_sample();
+    let lock = hold(&db);
+    let first = db.path("first.eml");
+    fs::write(&first, unseen(3, "before the damaged one")).unwrap();
+    let out = db.run(&["learn", "--wait", "0", "--spam", utf8(&first)], None);
+    assert_exit(&out, 0, &["queued"]);
+    let pending = db.dir().join("pending");
+    let name = file_names(&pending).into_iter().next().unwrap();
+    let name = name.to_str().unwrap().to_string();
+    // An entry damaged after it was left (what a disk may do).
+    let damaged = name.replacen("-0.", "-1.", 1);
+    fs::write(pending.join(&damaged), b"\x00\x01 not mail").unwrap();
+    drop(lock);
+    let other = db.path("other.eml");
+    fs::write(&other, unseen(4, "the next writer")).unwrap();
+    db.ok(&["learn", "--ham", utf8(&other)], None);
+    assert_eq!(db.counts(), [25, 25]);
+    let left: Vec<_> = file_names(&pending).into_iter().collect();
+    assert_eq!(
+        left,
+        [std::ffi::OsString::from(format!("failed-{damaged}"))]
+    );
+    let stats = db.stats();
+    assert_eq!(stats["pending"]["waiting"], 0, "{stats}");
+    assert_eq!(stats["pending"]["failed"], 1, "{stats}");
+}
