@@ -150,7 +150,7 @@ pub enum Error {
     NotAMailbox {
         /// The path.
         path: PathBuf,
-        /// Why, e.g. "empty file".
+        /// Why, e.g. "not a regular file or directory".
         reason: &'static str,
     },
     /// A message with no bytes at all: an empty file, empty stdin, or two
@@ -208,10 +208,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 ///   `tmp/`), where it is the one message the Maildir reader reads; any
 ///   other non-empty file is a [`MailboxKind::File`].
 ///
-/// Symlinks are followed. An empty file is an error ("not a mailbox: X (empty
-/// file)"): it could be an empty mbox or an empty message, and reading it as
-/// either would silently give nothing; use [`open_as`] to say which. (In a
-/// directory tree an empty file is an mbox with nothing in it.)
+/// Symlinks are followed. An empty file is an mbox with nothing in it (what
+/// a mail client leaves of a folder emptied: a nightly training run over
+/// `~/mail/Junk` must not fail the day it is empty), as it is in a
+/// directory tree; a command that takes one message says there is none.
 /// Anything that is neither a regular file nor a directory (a FIFO, a device)
 /// is an error too, since sniffing it would consume its data; [`open_as`]
 /// reads those as [`MailboxKind::File`] or [`MailboxKind::Mbox`].
@@ -236,10 +236,7 @@ pub fn detect(path: &Path) -> Result<MailboxKind> {
     let mut file = File::open(path).map_err(|e| Error::io_path(path, e))?;
     let prefix = read_prefix(&mut file).map_err(|e| Error::io_path(path, e))?;
     if prefix.is_empty() {
-        Err(Error::NotAMailbox {
-            path: path.to_path_buf(),
-            reason: "empty file",
-        })
+        Ok(MailboxKind::Mbox)
     } else if prefix == *b"From " {
         drop(file);
         if in_maildir(path) {
@@ -249,10 +246,7 @@ pub fn detect(path: &Path) -> Result<MailboxKind> {
             Sniffed::Mbox(..) => Ok(MailboxKind::Mbox),
             Sniffed::Message(_) => Ok(MailboxKind::File),
             // Emptied since.
-            Sniffed::Empty => Err(Error::NotAMailbox {
-                path: path.to_path_buf(),
-                reason: "empty file",
-            }),
+            Sniffed::Empty => Ok(MailboxKind::Mbox),
         }
     } else {
         Ok(MailboxKind::File)
@@ -485,10 +479,9 @@ impl Messages {
                     Some(first)
                 }
                 Ok(Sniffed::Message(message)) => Some(Ok(message)),
-                // In a tree, an empty file is a folder with nothing in it
-                // (what a mail client leaves of an mbox emptied): no
-                // message, and nothing wrong. Named, it is refused
-                // ([`detect`]).
+                // An empty file is a folder with nothing in it (what a mail
+                // client leaves of an mbox emptied): no message, and
+                // nothing wrong.
                 Ok(Sniffed::Empty) => None,
                 Err(e) => Some(Err(e)),
             },
@@ -1180,13 +1173,11 @@ mod tests {
         assert_eq!(kind("one"), MailboxKind::File);
         assert_eq!(kind("msg.eml"), MailboxKind::File);
         assert_eq!(kind("short"), MailboxKind::File);
+        // A folder emptied: an mbox with nothing in it.
+        assert_eq!(kind("empty"), MailboxKind::Mbox);
 
         let err = |name: &str| detect(&root.join(name)).unwrap_err().to_string();
         let path = |name: &str| root.join(name).display().to_string();
-        assert_eq!(
-            err("empty"),
-            format!("not a mailbox: {} (empty file)", path("empty"))
-        );
         assert_eq!(
             err("missing"),
             format!("no such file or directory: {}", path("missing"))
@@ -1421,7 +1412,7 @@ mod tests {
 
         let empty = tmp.path().join("empty");
         write(&empty, b"");
-        assert!(open(&empty, &Options::default()).is_err());
+        assert_eq!(open(&empty, &Options::default()).unwrap().count(), 0);
         let opts = Options::default();
         assert_eq!(
             open_as(&empty, MailboxKind::Mbox, &opts).unwrap().count(),
@@ -1485,7 +1476,7 @@ mod tests {
             .map(|p| d.join(p))
             .collect();
         let got = summary(d, open_all(&paths, &Options::default()));
-        assert_eq!(got.len(), 7);
+        assert_eq!(got.len(), 6);
         assert_eq!(got[0], "box:0");
         assert!(got[1].starts_with("box:"));
         assert_eq!(
@@ -1493,7 +1484,6 @@ mod tests {
             [
                 "ERR no such file or directory: missing",
                 "m/new/3",
-                "ERR not a mailbox: empty (empty file)",
                 "one.eml",
                 "m/new/3",
             ]
