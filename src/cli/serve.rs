@@ -228,7 +228,9 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
         .as_deref()
         .or(ctx.config.serve.user_db.as_deref());
     let shared = ctx.shared()?;
-    let shared_checked = shared.as_ref().map_or(Ok(true), eviction_at_start)?;
+    if let Some(redis) = &shared {
+        eviction_at_start(redis)?;
+    }
     if user_db.is_some() && shared.is_some() {
         bail!("--user-db and --store: users' models are in Redis with --store, not in directories");
     }
@@ -269,7 +271,6 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
                 .unwrap_or(500),
         ),
         shared_cap,
-        shared_checked,
         recipient_delimiter: args
             .recipient_delimiter
             .clone()
@@ -278,29 +279,28 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
     })
 }
 
-/// Whether the eviction policy of the Redis the counts are in was found
-/// safe for learning ([`Redis::refuse_eviction`]): one that may evict
-/// counts is an error, as is a Redis that refuses to answer (a password
-/// missing or wrong). One out of reach now (down, or its answer not whole
-/// within twice the store's timeout) does not stop serve starting: mail
-/// is judged once it answers, and the policy is asked before the first
-/// change.
+/// Checks the eviction policy of the Redis the counts are in
+/// ([`Redis::refuse_eviction`]): one that may evict counts is an error, as
+/// is a Redis that refuses to answer (a password missing or wrong). One
+/// out of reach now (down, or its answer not whole within twice the
+/// store's timeout) does not stop serve starting: mail is judged once it
+/// answers. The policy is asked again before each change.
 ///
 /// [`Redis::refuse_eviction`]: bayesmail::store::redis::Redis::refuse_eviction
-fn eviction_at_start(redis: &bayesmail::store::redis::Redis) -> Result<bool> {
+fn eviction_at_start(redis: &bayesmail::store::redis::Redis) -> Result<()> {
     let asked = redis.clone();
     let later = |why: String| {
         serve::log_line(&format!(
             "store: {why}; messages are judged once it answers, and its eviction policy \
-             is asked before the first learn"
+             is asked before each learn"
         ));
-        Ok(false)
+        Ok(())
     };
     match bayesmail::store::redis::within(2 * redis.timeout(), move || asked.refuse_eviction()) {
-        Ok(Ok(None)) => Ok(true),
+        Ok(Ok(None)) => Ok(()),
         Ok(Ok(Some(why))) => {
             serve::log_line(&format!("warning: {why}"));
-            Ok(true)
+            Ok(())
         }
         Ok(Err(err)) if bayesmail::store::redis::out_of_reach(&err) => later(err.to_string()),
         // Refused (a password, an eviction policy that loses counts): it

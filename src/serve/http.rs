@@ -699,8 +699,14 @@ fn learn_status(err: &LearnError) -> (StatusCode, &'static str) {
         LearnError::Db(db::Error::NotLearned) => (StatusCode::NOT_FOUND, "not-learned"),
         LearnError::Db(db::Error::NothingLearned(_)) => (StatusCode::NOT_FOUND, "nothing-learned"),
         LearnError::Db(
-            db::Error::Store(crate::store::Error::Locked { .. }) | db::Error::NotLeft { .. },
+            db::Error::Store(
+                crate::store::Error::Locked { .. } | crate::store::Error::Contended { .. },
+            )
+            | db::Error::NotLeft { .. },
         ) => (StatusCode::SERVICE_UNAVAILABLE, "locked"),
+        LearnError::Db(db::Error::Store(crate::store::Error::Config(_))) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "store-config")
+        }
         LearnError::Db(db::Error::Store(crate::store::Error::Redis { .. })) => {
             (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable")
         }
@@ -822,7 +828,6 @@ mod tests {
                 shared: None,
                 shared_window: Duration::ZERO,
                 shared_cap: None,
-                shared_checked: true,
                 recipient_delimiter: String::new(),
             },
             max_message,

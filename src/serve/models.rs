@@ -53,11 +53,6 @@ pub struct ModelSettings {
     /// one and each user's) is kept under, in bytes (see
     /// [`Models::keep_under_cap`]).
     pub shared_cap: Option<u64>,
-    /// With the counts in Redis: whether its eviction policy has been
-    /// found safe for learning (see [`Redis::refuse_eviction`]). Where it
-    /// could not be asked (Redis down when serve started), it is before
-    /// the first change.
-    pub shared_checked: bool,
     /// The characters that start an address extension in a user name's
     /// local part (Postfix's `recipient_delimiter`): whichever protocol
     /// names `alice+lists@example.org` (a milter's recipient, spamd's
@@ -159,8 +154,6 @@ pub struct Models {
     /// What the log has said once already (a user's model judged by the
     /// global one, and why; a database found where it used to be).
     noted: Mutex<std::collections::HashSet<String>>,
-    /// [`ModelSettings::shared_checked`], or checked since.
-    shared_checked: std::sync::atomic::AtomicBool,
 }
 
 /// Notes kept at once, at most: past it they are forgotten and may be
@@ -193,7 +186,6 @@ impl Models {
     /// Models under `settings`; nothing is opened yet.
     pub fn new(settings: ModelSettings) -> Models {
         Models {
-            shared_checked: settings.shared_checked.into(),
             settings: RwLock::new(settings),
             cache: Mutex::new(Cache::default()),
             shared: Mutex::new(HashMap::new()),
@@ -215,8 +207,6 @@ impl Models {
 
     /// Replaces the settings and forgets every open reader (a reload).
     pub(crate) fn reload(&self, settings: ModelSettings) {
-        self.shared_checked
-            .store(settings.shared_checked, std::sync::atomic::Ordering::SeqCst);
         *self.settings.write().unwrap_or_else(|e| e.into_inner()) = settings;
         *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Cache::default();
         self.shared
@@ -288,18 +278,14 @@ impl Models {
         settings.user_db.is_some() || settings.shared.is_some()
     }
 
-    /// Before a change to the counts in Redis: its eviction policy, if not
-    /// asked at the start or last reload. One that may evict counts refuses
-    /// the change (and each later one until mended).
+    /// Before each change to the counts in Redis: its eviction policy,
+    /// asked every time (an administrator may set one that evicts while
+    /// serve runs, or Redis restart with one). One that may evict counts
+    /// refuses the change (and each later one until mended).
     fn check_eviction(&self, redis: &Redis) -> Result<(), LearnError> {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.shared_checked.load(SeqCst) {
-            return Ok(());
-        }
         if let Some(why) = redis.refuse_eviction().map_err(db::Error::from)? {
-            super::log_line(&format!("warning: {why}"));
+            self.note_once(format!("warning: {why}"));
         }
-        self.shared_checked.store(true, SeqCst);
         Ok(())
     }
 

@@ -461,7 +461,9 @@ fn tell_code(err: &LearnError) -> Code {
         LearnError::User(_) => Code::Protocol,
         LearnError::Message(_) => Code::DataErr,
         LearnError::Db(
-            crate::db::Error::Store(crate::store::Error::Locked { .. })
+            crate::db::Error::Store(
+                crate::store::Error::Locked { .. } | crate::store::Error::Contended { .. },
+            )
             | crate::db::Error::NotLeft { .. }
             | crate::db::Error::ModelNotWritten { .. },
         ) => Code::TempFail,
@@ -723,7 +725,6 @@ mod tests {
                 shared: None,
                 shared_window: Duration::ZERO,
                 shared_cap: None,
-                shared_checked: true,
                 recipient_delimiter: String::new(),
             },
             max_message: 2000,

@@ -139,6 +139,21 @@ pub enum Error {
     /// The caller passed something that cannot be stored.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// The store is set up in a way that would lose counts (a Redis that
+    /// may evict keys): no change is made until it is mended.
+    #[error("{0}")]
+    Config(String),
+    /// Other changes to the same model came between this one's reads and
+    /// its write every time it was tried: a retry is safe.
+    #[error(
+        "{at}: other learns changed the model {tries} times while this one was applied; try again"
+    )]
+    Contended {
+        /// The Redis URL (no password) and the model.
+        at: String,
+        /// How many times it was tried.
+        tries: usize,
+    },
 }
 
 impl From<crate::fsutil::PathError> for Error {

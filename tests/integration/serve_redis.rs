@@ -986,7 +986,7 @@ fn serve_starts_and_answers_when_the_store_trickles_its_answer() {
     let log = server.log_after("no whole answer");
     assert!(
         log.contains("gave no whole answer within 600 ms")
-            && log.contains("its eviction policy is asked before the first learn"),
+            && log.contains("its eviction policy is asked before each learn"),
         "{log}"
     );
     let started = Instant::now();
@@ -1034,13 +1034,13 @@ fn serve_starts_and_answers_when_the_store_trickles_its_answer() {
 /// mended. Before, serve would not start while Redis was down (and
 /// systemd soon stops restarting a unit that fails at once).
 #[test]
-fn serve_started_while_redis_is_down_checks_its_eviction_policy_before_learning() {
+fn serve_checks_the_eviction_policy_before_each_learn_even_when_started_while_redis_was_down() {
     let mut redis = RedisServer::start();
     let url = redis.url("/0");
     redis.kill();
     let db = Db::new();
     let server = Server::start(&db, &["--store", &url, "--store-timeout", "300"]);
-    let log = server.log_after("before the first learn");
+    let log = server.log_after("before each learn");
     assert!(log.contains("Connection refused"), "{log}");
     redis.restart();
     let mut con = connect(&url);
@@ -1061,6 +1061,16 @@ fn serve_started_while_redis_is_down_checks_its_eviction_policy_before_learning(
     );
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
     assert!(!keys.is_empty(), "nothing learned into Redis");
+    // Switched to evicting while serve runs: asked again before each
+    // learn, refused, and nothing changes.
+    config_set(&mut con, "maxmemory-policy", "allkeys-lru");
+    let other = &files(sample_spam())[1];
+    let (code, answer) = post(&server.url("/learn?class=spam"), other, &[]);
+    assert_eq!(code, 500, "{answer}");
+    assert_eq!(answer["reason"], "store-config", "{answer}");
+    assert!(answer.to_string().contains("allkeys-lru"), "{answer}");
+    let after: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert_eq!(after.len(), keys.len(), "{after:?}");
 }
 
 /// serve refuses to start on a Redis that refuses it (a password the URL
@@ -1083,4 +1093,73 @@ fn serve_refuses_to_start_on_a_redis_that_wants_a_password() {
     );
     assert_exit(&out, 2, &["serve", "no password"]);
     assert!(stderr(&out).contains("password"), "{}", stderr(&out));
+}
+
+/// Many clients learning into one user's model at once, through two
+/// servers: each learn lands (a host's changes to a model go one at a
+/// time, and a thread waiting for one of its connections to Redis is woken
+/// when one is free), none is refused for want of a connection or for the
+/// others' changes.
+#[test]
+fn many_learns_at_once_into_one_model_all_land() {
+    use std::io::{Read, Write};
+    let redis = RedisServer::start();
+    let url = redis.url("/0?prefix=busy");
+    let db = Db::new();
+    let servers: Vec<Server> = (0..2)
+        .map(|_| Server::start(&db, &["--store", &url, "--max-connections", "512"]))
+        .collect();
+    const CLIENTS: usize = 128;
+    const EACH: usize = 4;
+    // One HTTP/1.1 request on a connection of its own; its status.
+    let learn = |server: &Server, body: &[u8]| -> (u16, String) {
+        let addr = server.url("").trim_start_matches("http://").to_string();
+        let mut conn = std::net::TcpStream::connect(addr).unwrap();
+        let head = format!(
+            "POST /learn?class=spam HTTP/1.1\r\nHost: x\r\nUser: busy@example.org\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(&[head.as_bytes(), body].concat()).unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        let code = answer.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (code, answer)
+    };
+    let failed = std::sync::Mutex::new(Vec::new());
+    let start = std::sync::Barrier::new(CLIENTS);
+    std::thread::scope(|scope| {
+        for c in 0..CLIENTS {
+            let (server, failed, start, learn) = (&servers[c % 2], &failed, &start, &learn);
+            scope.spawn(move || {
+                let bodies: Vec<Vec<u8>> = (0..EACH)
+                    .map(|k| crate::common::unseen((c + k) % 48, &format!("busy {c} {k}")))
+                    .collect();
+                start.wait();
+                for body in &bodies {
+                    let (code, answer) = learn(server, body);
+                    if code != 200 {
+                        failed.lock().unwrap().push(answer);
+                    }
+                }
+            });
+        }
+    });
+    let failed = failed.into_inner().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} failed, the first: {}",
+        failed.len(),
+        failed[0]
+    );
+    let args = [
+        "--store",
+        &url,
+        "stats",
+        "--json",
+        "--user",
+        "busy@example.org",
+    ];
+    let stats: serde_json::Value = serde_json::from_str(&db.ok(&args, None)).unwrap();
+    assert_eq!(stats["spam_messages"], (CLIENTS * EACH) as u64, "{stats}");
 }

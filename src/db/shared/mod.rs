@@ -122,6 +122,11 @@ pub struct SharedModel {
     /// The prequential record as this host last read or wrote it, and its
     /// version: read again only when another host changed it.
     record: Mutex<Option<(u64, Prequential)>>,
+    /// Held by each change this host makes to the model, one at a time:
+    /// changes conflict only with other hosts' (each change is one
+    /// transaction on the model's generation, tried again when another
+    /// lands between its reads and its write).
+    changing: Mutex<()>,
 }
 
 /// Counts read from Redis lately, used again while they are younger than
@@ -199,6 +204,7 @@ impl SharedModel {
             recent: RwLock::new(Recent::new()),
             recent_max: RECENT_MAX,
             record: Mutex::new(None),
+            changing: Mutex::new(()),
         }
     }
 
@@ -498,6 +504,7 @@ impl SharedModel {
         inputs: Option<Option<[f64; INPUTS]>>,
         step: Step,
     ) -> Result<Change> {
+        let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
         let held = self.held_record();
         let written = Mutex::new(None);
         let weights = self.weights_of(features, step != Step::None)?;
@@ -565,6 +572,7 @@ impl SharedModel {
     /// Takes a learned message back, and its sample out of the record; the
     /// label it had, or None if it was not learned (nothing changes).
     pub fn unlearn(&self, features: &Features, identity: &Identity) -> Result<Option<Label>> {
+        let _one = self.changing.lock().unwrap_or_else(|e| e.into_inner());
         let held = self.held_record();
         let written = Mutex::new(None);
         let logistic = self.score(features)?.1.header.params.logistic;

@@ -248,6 +248,23 @@ pub(super) struct Shared {
     cons: Vec<Mutex<Option<Connection>>>,
     /// Where the next thread starts looking for a free connection.
     next: std::sync::atomic::AtomicUsize,
+    /// Told each time a connection is let go, so that a thread waiting
+    /// for one is woken rather than polling (a thread that polls loses to
+    /// those that arrive after it).
+    freed: (Mutex<()>, std::sync::Condvar),
+}
+
+/// A connection taken from [`Shared::cons`]; letting it go wakes a thread
+/// waiting for one.
+struct Slot<'a> {
+    con: std::sync::MutexGuard<'a, Option<Connection>>,
+    freed: &'a std::sync::Condvar,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.freed.notify_one();
+    }
 }
 
 /// Questions one change to a model is given time for: a learn asks a
@@ -258,7 +275,7 @@ pub const ASKS_PER_CHANGE: u32 = 8;
 /// Connections to one Redis, at most: threads judging at once each get one
 /// while there are enough (Redis answers them in turn, but none waits for
 /// another's round trip).
-pub const CONNECTIONS: usize = 4;
+pub const CONNECTIONS: usize = 16;
 
 impl std::fmt::Debug for Redis {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -292,6 +309,7 @@ impl Redis {
                 timeout,
                 cons: (0..CONNECTIONS).map(|_| Mutex::new(None)).collect(),
                 next: std::sync::atomic::AtomicUsize::new(0),
+                freed: (Mutex::new(()), std::sync::Condvar::new()),
             }),
         })
     }
@@ -334,7 +352,7 @@ impl Redis {
         let limited = field("maxmemory").is_some_and(|m| m != "0");
         match field("maxmemory_policy") {
             Some(policy) if limited && policy.starts_with("allkeys") => {
-                Err(Error::Invalid(format!(
+                Err(Error::Config(format!(
                     "Redis at {}: maxmemory-policy {policy} would evict counts and the \
                      registry when Redis is full, losing learned messages without a word; \
                      set maxmemory-policy noeviction, and cap the models' memory instead",
@@ -466,27 +484,39 @@ impl Redis {
             .inner
             .next
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut slot = loop {
+        let (freed_lock, freed) = &self.inner.freed;
+        let mut taken = loop {
             let free =
                 (0..cons.len()).find_map(|k| match cons[(start + k) % cons.len()].try_lock() {
                     Ok(slot) => Some(slot),
                     Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
                     Err(std::sync::TryLockError::WouldBlock) => None,
                 });
-            if let Some(slot) = free {
-                break slot;
+            if let Some(con) = free {
+                break Slot { con, freed };
             }
-            if started.elapsed() >= timeout {
+            let waited = started.elapsed();
+            if waited >= timeout {
                 return Err(Error::Redis {
                     at: shown.to_string(),
                     source: Box::new(redis::RedisError::from(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
-                        "every connection is busy with a request Redis has not answered",
+                        format!(
+                            "this process's {} connections to Redis were each busy with \
+                             another request for {} ms",
+                            cons.len(),
+                            timeout.as_millis()
+                        ),
                     ))),
                 });
             }
-            std::thread::sleep(Duration::from_micros(200));
+            // Woken when one is let go; a few milliseconds at most, for a
+            // connection let go between the look above and this wait.
+            let guard = freed_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let nap = (timeout - waited).min(Duration::from_millis(5));
+            drop(freed.wait_timeout(guard, nap));
         };
+        let slot = &mut *taken.con;
         let mut kept = slot.is_some();
         loop {
             // A connection made now had part of the time (its handshake

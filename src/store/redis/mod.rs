@@ -446,10 +446,10 @@ impl RedisStore {
                 return Ok((read.label, Some(inexact + n)));
             }
         }
-        Err(Error::Invalid(format!(
-            "{}: other hosts changed the model {RETRIES} times while a change was applied; try again",
-            self.shown
-        )))
+        Err(Error::Contended {
+            at: self.shown.clone(),
+            tries: RETRIES,
+        })
     }
 
     /// Runs the script: `write` with the new `totals`, if the generation
