@@ -384,6 +384,16 @@ fn user_of<B>(req: &Request<B>) -> Result<Option<String>, Box<Answer>> {
         return Ok(None);
     };
     let refuse = |why: &str| Box::new(error(StatusCode::BAD_REQUEST, "bad-user", why));
+    // Which of two names was meant is not known (a front end adding its
+    // own after the client's, say).
+    if req
+        .headers()
+        .get_all(USER_HEADER)
+        .iter()
+        .any(|v| v != value)
+    {
+        return Err(refuse("two different User headers"));
+    }
     let user = value
         .to_str()
         .map_err(|_| refuse("user name refused: it is not ASCII text"))?;
@@ -1098,6 +1108,25 @@ mod tests {
                 "learned spam http"
             ]
         );
+    }
+
+    #[test]
+    fn two_different_user_names_are_refused_not_one_chosen() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(dir.path(), 10_000);
+        let two = |second: &str| {
+            let req = Request::post("/learn?class=spam")
+                .header("User", "erin@example.org")
+                .header("User", second);
+            ask(&state, with(req, MAIL))
+        };
+        let (status, body) = two("mallory@example.org");
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(body["reason"], "bad-user");
+        assert!(!dir.path().join("users").exists(), "nothing made");
+        let (status, body) = two("erin@example.org");
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["database"], "user:erin@example.org");
     }
 
     #[test]

@@ -97,16 +97,23 @@ impl Headers {
             let n = digits
                 .parse::<u64>()
                 .map_err(|_| Failure::protocol("(Content-Length too large)"))?;
+            if self.length.is_some_and(|was| was != n) {
+                return Err(Failure::protocol("(two different Content-Length headers)"));
+            }
             self.length = Some(n);
         } else if is("User") {
             let user = std::str::from_utf8(value)
                 .map_err(|_| Failure::protocol("(User header refused: not UTF-8)"))?;
             let user = crate::serve::users::check_user(user)
                 .map_err(|e| Failure::protocol(format!("(User header refused: {e})")))?;
-            // Two names for one request: the first, as HTTP takes it.
-            self.user.get_or_insert(user);
+            // Two names for one request: which one was meant is not known
+            // (a front end adding its own after the client's, say).
+            if self.user.as_ref().is_some_and(|was| *was != user) {
+                return Err(Failure::protocol("(two different User headers)"));
+            }
+            self.user = Some(user);
         } else if is("Message-class") {
-            self.class = Some(match value.to_ascii_lowercase().as_slice() {
+            let class = match value.to_ascii_lowercase().as_slice() {
                 b"spam" => Label::Spam,
                 b"ham" => Label::Ham,
                 _ => {
@@ -114,7 +121,11 @@ impl Headers {
                         "(Message-class header contains invalid class)",
                     ));
                 }
-            });
+            };
+            if self.class.is_some_and(|was| was != class) {
+                return Err(Failure::protocol("(two different Message-class headers)"));
+            }
+            self.class = Some(class);
         } else if is("Set") {
             self.set_local = contains_word(value, b"local");
         } else if is("Remove") {
@@ -450,8 +461,20 @@ mod tests {
         }
         assert_eq!(h.length, Some(120));
         assert_eq!(h.user.as_deref(), Some("alice@example.org"));
-        // A second name does not replace the first (HTTP takes the first).
-        h.take(b"User: mallory@example.org").unwrap();
+        // The same again is the same; another name, class or length is
+        // refused rather than one chosen.
+        h.take(b"User: Alice@Example.org").unwrap();
+        h.take(b"Message-class: spam").unwrap();
+        h.take(b"Content-length: 120").unwrap();
+        for other in [
+            &b"User: mallory@example.org"[..],
+            b"Message-class: ham",
+            b"Content-length: 12",
+        ] {
+            let e = h.take(other).unwrap_err();
+            assert_eq!(e.code, Code::Protocol, "{other:?}");
+            assert!(e.text.contains("two different"), "{}", e.text);
+        }
         assert_eq!(h.user.as_deref(), Some("alice@example.org"));
         assert!(h.compressed && h.set_local && !h.remove_local);
         assert_eq!(h.class, Some(Label::Spam));
