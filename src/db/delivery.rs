@@ -205,35 +205,49 @@ impl Reader {
 /// Judges a message read as delivered ([`Parsed::of`], see
 /// [`Reader::stamp`]) with models in Redis: with `user`'s model when it
 /// has learned at least the given number of messages of each class, else
-/// with `global`. Also says whether the user's model judged. Never fails:
-/// Redis down or slow gives [`Reason::StoreUnavailable`].
+/// with `global` (also when the user's cannot be read: why is returned,
+/// for the log). Also says whether the user's model judged. Never fails:
+/// Redis down or slow gives [`Reason::StoreUnavailable`], a global model
+/// that has not learned both classes (a Redis database or prefix that
+/// holds nothing, say) [`Reason::NoModel`], as a directory without a
+/// model does.
 pub fn stamp_shared_parsed(
     global: &SharedModel,
     user: Option<(&SharedModel, u64)>,
     parsed: &Parsed,
     decider: &Decider,
-) -> (Stamped, bool) {
+) -> (Stamped, bool, Option<String>) {
     let features = match parsed.features() {
         Ok(features) => features,
-        Err(stamped) => return (stamped, false),
+        Err(stamped) => return (stamped, false, None),
     };
     let failed = |err: store::Error| {
         let err = Error::from(err);
         Stamped::unknown(Reason::of(&err), err.to_string())
     };
+    let mut unread = None;
     if let Some((model, min_messages)) = user {
         match model.judge(features, decider) {
             Ok((j, [ham, spam])) if ham.min(spam) >= min_messages => {
-                return (Stamped::judged(&j, decider), true);
+                return (Stamped::judged(&j, decider), true, None);
             }
             Ok(_) => {}
-            Err(err) => return (failed(err), false),
+            Err(err) => unread = Some(err.to_string()),
         }
     }
-    match global.judge(features, decider) {
-        Ok((j, _)) => (Stamped::judged(&j, decider), false),
-        Err(err) => (failed(err), false),
-    }
+    let stamped = match global.judge(features, decider) {
+        Ok((_, messages)) if messages.contains(&0) => Stamped::unknown(
+            Reason::NoModel,
+            format!(
+                "no model in {}: {}",
+                global.store().shown(),
+                super::train::missing_class(messages).unwrap_or_default()
+            ),
+        ),
+        Ok((j, _)) => Stamped::judged(&j, decider),
+        Err(err) => failed(err),
+    };
+    (stamped, false, unread)
 }
 
 impl Database {

@@ -353,7 +353,7 @@ impl Models {
             Ok(m) => m,
             Err(err) => return unknown(Reason::Config, err.to_string()),
         };
-        let (stamped, by_user) = db::stamp_shared_parsed(
+        let (stamped, by_user, unread) = db::stamp_shared_parsed(
             &global,
             user_model
                 .as_deref()
@@ -361,6 +361,9 @@ impl Models {
             parsed,
             &settings.decider,
         );
+        if let (Some(why), Some(user)) = (unread, &user) {
+            self.note_once(format!("user {user}: {why}; judged with the global model"));
+        }
         let which = match (&stamped.status, user) {
             (Status::Unknown(_), _) => None,
             (_, Some(user)) if by_user => Some(Which::User(user)),

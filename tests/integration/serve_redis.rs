@@ -167,11 +167,15 @@ fn with_redis_gone_a_message_gets_no_verdict_at_once_and_all_resumes_when_it_is_
         started.elapsed()
     );
 
-    // Back (empty: this Redis persists nothing): judging and learning work.
+    // Back (empty: this Redis persists nothing): it answers (no model
+    // yet), and learning works.
     redis.restart();
     let (code, answer) = post(&server.url("/check"), message, &[]);
-    assert_eq!(code, 200, "{answer}");
-    assert_eq!(answer["reason"], "young-model");
+    assert_eq!(
+        (code, answer["reason"].as_str()),
+        (503, Some("no-model")),
+        "{answer}"
+    );
     let (code, answer) = post(&server.url("/learn?class=spam"), message, &[]);
     assert_eq!((code, answer["action"].as_str()), (200, Some("learned")));
 }
@@ -194,14 +198,12 @@ fn a_users_messages_teach_the_users_model_on_every_server_and_no_one_elses() {
     let probe = &files(sample_spam())[20];
     let (_, answer) = post(&b.url("/check"), probe, &[alice]);
     assert_eq!(answer["model"], "user:alice@example.org", "{answer}");
-    // Bob, and a request naming no one, have the empty global model.
+    // Bob, and a request naming no one, have the empty global model: no
+    // model yet.
     for headers in [&["User: bob@example.org"][..], &[]] {
         let (code, answer) = post(&b.url("/check"), probe, headers);
-        assert_eq!(code, 200, "{answer}");
-        assert_eq!(
-            (answer["model"].as_str(), answer["reason"].as_str()),
-            (Some("global"), Some("young-model"))
-        );
+        assert_eq!(code, 503, "{answer}");
+        assert_eq!(answer["reason"], "no-model", "{answer}");
     }
     // A name that could reach another key is refused, and nothing read.
     let (code, answer) = post(&a.url("/learn?class=spam"), probe, &["User: a}b"]);
@@ -1162,4 +1164,54 @@ fn many_learns_at_once_into_one_model_all_land() {
     ];
     let stats: serde_json::Value = serde_json::from_str(&db.ok(&args, None)).unwrap();
     assert_eq!(stats["spam_messages"], (CLIENTS * EACH) as u64, "{stats}");
+}
+
+/// A store that holds nothing (a mistyped database number or prefix) is
+/// no model, as a directory without one is, not a quiet "unsure" for every
+/// message; and a user's model that cannot be read leaves the verdict to
+/// the global one, logged once.
+#[test]
+fn an_empty_store_is_no_model_and_a_users_unreadable_model_leaves_the_verdict_to_the_global() {
+    let redis = RedisServer::start();
+    let url = redis.url("/0?prefix=t");
+    let db = Db::new();
+    let args = [
+        "--store",
+        &url,
+        "--min-user-messages",
+        "1",
+        "--store-cache-ms",
+        "0",
+    ];
+    let server = Server::start(&db, &args);
+    let ham = &files(sample_ham())[0];
+    let (code, answer) = post(&server.url("/check"), ham, &[]);
+    assert_eq!(
+        (code, answer["reason"].as_str()),
+        (503, Some("no-model")),
+        "{answer}"
+    );
+    let out = db.run(
+        &["--store", &url, "filter"],
+        Some(&std::fs::read(ham).unwrap()),
+    );
+    let delivered = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(delivered.contains("reason=no-model"), "{delivered}");
+    db.ok(&train_sample(&url, &sample_spam(), &sample_ham()), None);
+    let (code, global) = post(&server.url("/check"), ham, &[]);
+    assert_eq!(code, 200, "{global}");
+    // A key of another kind where a user's counts go.
+    let _: () = redis::cmd("SET")
+        .arg("{t:u:carl@example.org}:w")
+        .arg("x")
+        .query(&mut connect(&url))
+        .unwrap();
+    let user = ["User: carl@example.org"];
+    for _ in 0..2 {
+        let (code, got) = post(&server.url("/check"), ham, &user);
+        assert_eq!(code, 200, "{got}");
+        assert_eq!(got["log_odds"], global["log_odds"], "{got}");
+    }
+    let log = server.log_after("judged with the global model");
+    assert_eq!(log.matches("user carl@example.org: ").count(), 1, "{log}");
 }
