@@ -41,6 +41,13 @@ pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
     let evaluation = evaluate(corpus, &settings, &mut |skip| {
         complain!("bayesmail: {}", for_terminal(&skip.to_string()))
     })?;
+    if evaluation.duplicates > 0 {
+        super::note!(
+            "bayesmail: note: {} messages given more than once were evaluated once (a copy in a \
+             training fold would judge itself)",
+            evaluation.duplicates
+        );
+    }
     let costs = &settings.decider.costs;
     let report = evaluation.report(costs);
     if let Some(path) = &args.scores {

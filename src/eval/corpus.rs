@@ -83,6 +83,11 @@ pub enum Error {
     /// The protocol cannot run on this corpus.
     #[error("{0}")]
     Protocol(String),
+    /// Messages given under both labels (the same message as spam and as
+    /// ham): what the filter should have said of them is not known, as a
+    /// training run refuses them.
+    #[error("{}", conflicting(.0))]
+    Conflicting(Vec<String>),
 }
 
 /// One labelled message of a corpus.
@@ -109,6 +114,9 @@ pub struct Evaluation {
     pub online: bool,
     /// How long it took, in seconds.
     pub seconds: f64,
+    /// Messages given again under the same label and left out (cross-
+    /// validation only: a copy in a training fold would judge itself).
+    pub duplicates: usize,
 }
 
 /// The figures of one fold.
@@ -237,10 +245,25 @@ pub fn evaluate(
             Ok((f, identity))
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    let (features, digests): (Vec<_>, Vec<_>) = features
+    let (mut features, mut digests): (Vec<_>, Vec<_>) = features
         .into_iter()
         .map(|(f, identity)| (f, identity.digest))
         .unzip();
+    // The online protocol learns a message seen again as `learn` does.
+    let mut items = items;
+    let duplicates = if online {
+        0
+    } else {
+        let keep = distinct(&items, &digests)?;
+        let left_out = keep.iter().filter(|k| !**k).count();
+        let mut kept = keep.iter().copied();
+        items.retain(|_| kept.next().unwrap_or(true));
+        let mut kept = keep.iter().copied();
+        features.retain(|_| kept.next().unwrap_or(true));
+        let mut kept = keep.iter().copied();
+        digests.retain(|_| kept.next().unwrap_or(true));
+        left_out
+    };
     let data = Dataset::new(features.into_iter().zip(items.iter().map(|i| i.label)));
     let scored = if online {
         protocol::online(&data, &digests, settings).map_err(Error::Protocol)?
@@ -256,7 +279,56 @@ pub fn evaluate(
         scored,
         online,
         seconds: start.elapsed().as_secs_f64(),
+        duplicates,
     })
+}
+
+/// [`Error::Conflicting`] in words: how many, and the first few.
+fn conflicting(pairs: &[String]) -> String {
+    let many = match pairs.len() {
+        1 => "a message is".to_string(),
+        n => format!("{n} messages are"),
+    };
+    let shown = pairs[..pairs.len().min(3)].join("; ");
+    let more = if pairs.len() > 3 { "; …" } else { "" };
+    format!(
+        "{many} given as both spam and ham, so no figure would mean anything: {}{more}",
+        crate::sanitize::for_terminal(&shown)
+    )
+}
+
+/// Which of `items` (with their `digests`) to keep: the first of each
+/// message; [`Error::Conflicting`] if one is given under both labels.
+fn distinct(items: &[Item], digests: &[crate::vocab::Digest]) -> Result<Vec<bool>, Error> {
+    let mut first: std::collections::HashMap<_, usize> = Default::default();
+    let mut conflicts = Vec::new();
+    let keep = digests
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match first.get(d) {
+            None => {
+                first.insert(*d, i);
+                true
+            }
+            Some(&j) => {
+                if items[j].label != items[i].label {
+                    conflicts.push(format!(
+                        "{} ({}) and {} ({})",
+                        items[j].path.display(),
+                        items[j].label,
+                        items[i].path.display(),
+                        items[i].label
+                    ));
+                }
+                false
+            }
+        })
+        .collect();
+    if conflicts.is_empty() {
+        Ok(keep)
+    } else {
+        Err(Error::Conflicting(conflicts))
+    }
 }
 
 /// An error if the figures could say nothing: a class with no message
@@ -418,6 +490,7 @@ mod tests {
                 .collect(),
             online,
             seconds: 1.0,
+            duplicates: 0,
         }
     }
 

@@ -350,3 +350,58 @@ fn the_readme_describes_the_demo_as_it_runs() {
         );
     }
 }
+
+/// eval measures what a training run would learn: a message given under
+/// both labels is refused as `train` refuses it, and a copy of one is
+/// evaluated once (a copy in a training fold would judge itself, and
+/// make the figures perfect).
+#[test]
+fn eval_refuses_a_message_labelled_both_ways_and_counts_a_copy_once() {
+    let db = Db::new();
+    let out = db.run(
+        &[
+            "eval",
+            "--spam",
+            utf8(&sample_spam()),
+            utf8(&sample_ham()),
+            "--ham",
+            utf8(&sample_ham()),
+        ],
+        None,
+    );
+    assert_exit(&out, 2, &["eval, both labels"]);
+    assert!(
+        stderr(&out).contains("24 messages are given as both spam and ham"),
+        "{}",
+        stderr(&out)
+    );
+    let copies = db.path("copies");
+    fs::create_dir(&copies).unwrap();
+    for entry in fs::read_dir(sample_spam()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        fs::copy(&path, copies.join(&name)).unwrap();
+        fs::copy(&path, copies.join(format!("copy-{name}"))).unwrap();
+    }
+    let out = db.run(
+        &[
+            "eval",
+            "--spam",
+            utf8(&copies),
+            "--ham",
+            utf8(&sample_ham()),
+        ],
+        None,
+    );
+    assert_exit(&out, 0, &["eval, copies"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("48 (24 ham, 24 spam)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr(&out).contains("24 messages given more than once"),
+        "{}",
+        stderr(&out)
+    );
+}
