@@ -52,7 +52,7 @@ pub(super) struct GlobalArgs {
     /// Milliseconds a request to Redis may take, connecting included,
     /// before the command gives up (serve and filter: the message gets no
     /// verdict, reason store-unavailable). Default 1000.
-    #[arg(long, global = true, value_name = "MS")]
+    #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub(super) store_timeout: Option<u64>,
     /// Quiet: no progress, notes or summaries on stderr; errors still go
     /// there.

@@ -97,6 +97,15 @@ impl Context {
                 None => config::default_db_dir().map_err(anyhow::Error::msg)?,
             },
         };
+        if config.store_timeout == Some(0) {
+            let file = config_file
+                .as_deref()
+                .unwrap_or(std::path::Path::new("config"));
+            anyhow::bail!(
+                "{}: store_timeout = 0: a request to Redis needs at least 1 millisecond",
+                file.display()
+            );
+        }
         let store = given
             .store
             .clone()

@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::process::{Command, Stdio};
 
-use crate::common::{public_corpus, run, sample_dir};
+use crate::common::{Db, assert_exit, public_corpus, run, sample_dir, stderr};
 
 #[test]
 fn version_and_help() {
@@ -256,4 +256,26 @@ fn a_db_on_the_command_line_is_not_passed_over_for_a_store_from_elsewhere() {
             "{env:?} {args:?}: {err}"
         );
     }
+}
+
+/// A Redis timeout of 0 was taken as 1 ms without a word (then nothing
+/// answered in time): refused, on the command line and in the file.
+#[test]
+fn a_store_timeout_of_zero_is_refused() {
+    let db = Db::new();
+    let out = db.run(&["--store-timeout", "0", "stats"], None);
+    assert_exit(&out, 2, &["--store-timeout 0"]);
+    assert!(
+        stderr(&out).contains("'0' for '--store-timeout"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(db.path("config.toml"), "store_timeout = 0\n").unwrap();
+    let out = db.run(&["stats"], None);
+    assert_exit(&out, 2, &["store_timeout = 0"]);
+    assert!(
+        stderr(&out).contains("config.toml: store_timeout = 0"),
+        "{}",
+        stderr(&out)
+    );
 }
