@@ -371,8 +371,9 @@ pub(super) struct LearnArgs {
     #[arg(long)]
     pub(super) json: bool,
     /// Seconds to wait for another process holding the database; then
-    /// the message is left in the database's pending/ for that process,
-    /// which takes it in as it ends ("queued").
+    /// the message is left in the database's pending/ ("queued"), taken in
+    /// by the next learn, unlearn, train or prune (the one holding it, as
+    /// it ends).
     #[arg(long, default_value_t = DEFAULT_LOCK_WAIT.as_secs(), value_name = "SECONDS")]
     pub(super) wait: u64,
 }
@@ -390,8 +391,9 @@ pub(super) struct UnlearnArgs {
     #[arg(long)]
     pub(super) json: bool,
     /// Seconds to wait for another process holding the database; then
-    /// the message is left in the database's pending/ for that process,
-    /// which takes it in as it ends ("queued").
+    /// the message is left in the database's pending/ ("queued"), taken in
+    /// by the next learn, unlearn, train or prune (the one holding it, as
+    /// it ends).
     #[arg(long, default_value_t = DEFAULT_LOCK_WAIT.as_secs(), value_name = "SECONDS")]
     pub(super) wait: u64,
 }

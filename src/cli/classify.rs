@@ -324,20 +324,24 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
             }
         )?;
         let pending = s.pending;
+        let messages = |n: usize| match n {
+            1 => "1 message".to_string(),
+            n => format!("{n} messages"),
+        };
         if pending.waiting > 0 {
             writeln!(
                 out,
-                "waiting to learn    {} messages: another writer held the database; the next \
-                 learn, unlearn or train takes them in",
-                pending.waiting
+                "waiting             {} to learn or unlearn: another writer held the database; \
+                 the next learn, unlearn, train or prune takes them in",
+                messages(pending.waiting)
             )?;
         }
         if pending.failed > 0 {
             writeln!(
                 out,
-                "set aside           {} messages left to learn that could not be read as mail \
-                 ({}/pending/failed-*)",
-                pending.failed,
+                "set aside           {} left to learn that could not be read as mail \
+                 ({}/pending/failed-*: remove them once looked at)",
+                messages(pending.failed),
                 for_terminal(&s.database)
             )?;
         }

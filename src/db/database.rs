@@ -139,10 +139,9 @@ impl Database {
         journal_limit: u64,
         params: Params,
     ) -> Result<(TrainSummary, ModelAfter)> {
-        self.take_pending(journal_limit, params);
-        let learned = self.learn_now(messages, wait, journal_limit, params);
-        self.take_pending(journal_limit, params);
-        learned
+        self.in_turn(wait, journal_limit, params, || {
+            self.learn_now(messages, wait, journal_limit, params)
+        })
     }
 
     pub(super) fn learn_now(
@@ -210,10 +209,9 @@ impl Database {
         journal_limit: u64,
         params: Params,
     ) -> Result<Unlearned> {
-        self.take_pending(journal_limit, params);
-        let unlearned = self.unlearn_now(messages, wait, journal_limit, params);
-        self.take_pending(journal_limit, params);
-        unlearned
+        self.in_turn(wait, journal_limit, params, || {
+            self.unlearn_now(messages, wait, journal_limit, params)
+        })
     }
 
     pub(super) fn unlearn_now(
@@ -290,9 +288,10 @@ impl Database {
         wait: Duration,
         params: Params,
     ) -> Result<(usize, u64, ModelAfter)> {
-        let pruned = self.prune_now(max_count, min_age_days, wait, params);
-        self.take_pending(crate::store::DEFAULT_JOURNAL_LIMIT, params);
-        pruned
+        let limit = crate::store::DEFAULT_JOURNAL_LIMIT;
+        self.in_turn(wait, limit, params, || {
+            self.prune_now(max_count, min_age_days, wait, params)
+        })
     }
 
     fn prune_now(

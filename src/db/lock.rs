@@ -94,6 +94,14 @@ impl WriterLock {
 /// was tried and dropped: it cannot be done safely for files the store
 /// makes and names itself, nor through a hard link.
 pub(super) fn refuse_foreign(paths: &DbPaths) -> Result<()> {
+    // A file where the directory should be is said as such, whoever runs
+    // (as root it would read as a path that cannot be followed).
+    if std::fs::metadata(paths.dir()).is_ok_and(|m| !m.is_dir()) {
+        return Err(Error::Enter {
+            path: paths.dir().to_path_buf(),
+            source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
+        });
+    }
     match unsafe_for_root(paths) {
         Some(why) => Err(Error::Foreign { why }),
         None => Ok(()),
@@ -103,6 +111,10 @@ pub(super) fn refuse_foreign(paths: &DbPaths) -> Result<()> {
 /// Why a writer running as root must not write the database at `paths`
 /// (see [`refuse_foreign`]), if it must not.
 pub(super) fn unsafe_for_root(paths: &DbPaths) -> Option<crate::fsutil::Unsafe> {
+    // Not a directory at all: [`refuse_foreign`] says so.
+    if std::fs::metadata(paths.dir()).is_ok_and(|m| !m.is_dir()) {
+        return None;
+    }
     let counts = paths.counts();
     [paths.dir(), &counts, &counts.join("blobs")]
         .into_iter()

@@ -112,12 +112,19 @@ fn put_within(
         super::lock::private_dir(&dir)?;
         let _ = crate::fsutil::share_new_dir(&dir);
     }
-    let (count, bytes) = entries(paths)?
-        .iter()
-        .fold((0, 0), |(n, b), e| (n + 1, b + size(&e.path)));
-    if count >= max || bytes + raw.len() as u64 > max_bytes {
+    let len = raw.len() as u64;
+    if len > max_bytes {
         return Err(io::Error::other(format!(
-            "{} already holds {count} messages ({bytes} bytes) waiting",
+            "the message ({len} bytes) is larger than the {max_bytes} bytes that may wait"
+        )));
+    }
+    // What was set aside counts too: it stays until someone removes it.
+    let (count, bytes) = listed(paths)?
+        .iter()
+        .fold((0, 0), |(n, b), (path, _)| (n + 1, b + size(path)));
+    if count >= max || bytes + len > max_bytes {
+        return Err(io::Error::other(format!(
+            "{} already holds {count} messages ({bytes} bytes) waiting or set aside",
             dir.display()
         )));
     }
@@ -139,23 +146,42 @@ fn size(path: &Path) -> u64 {
     fs::symlink_metadata(path).map_or(0, |m| m.len())
 }
 
-/// The entries waiting, oldest first (none if there is no directory).
-pub(super) fn entries(paths: &DbPaths) -> io::Result<Vec<Entry>> {
-    let listing = match fs::read_dir(paths.pending()) {
-        Ok(l) => l,
+/// The names in the directory (none if there is none) that are not
+/// temporary, with their paths. Only a directory itself, never one reached
+/// through a link: what is read and removed there must be the database's.
+fn listed(paths: &DbPaths) -> io::Result<Vec<(PathBuf, String)>> {
+    let dir = paths.pending();
+    match fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(io::Error::other(format!(
+                "{} is not a directory (a link or a file); remove it",
+                dir.display()
+            )));
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
-    };
-    let mut found: Vec<Entry> = listing
+    }
+    Ok(fs::read_dir(&dir)?
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
+            (!name.starts_with('.')).then(|| (e.path(), name))
+        })
+        .collect())
+}
+
+/// The entries waiting, oldest first (none if there is no directory).
+pub(super) fn entries(paths: &DbPaths) -> io::Result<Vec<Entry>> {
+    let mut found: Vec<Entry> = listed(paths)?
+        .into_iter()
+        .filter_map(|(path, name)| {
             let mut parts = name.rsplitn(3, '.');
             let asked = Asked::from_name(parts.next()?)?;
             let origin = parts.next()?.parse().ok()?;
             let stem = parts.next()?;
             stem.bytes().next()?.is_ascii_digit().then_some(Entry {
-                path: e.path(),
+                path,
                 asked,
                 origin,
             })
@@ -167,9 +193,9 @@ pub(super) fn entries(paths: &DbPaths) -> io::Result<Vec<Entry>> {
 
 /// How many wait and how many were set aside.
 pub(super) fn waiting(paths: &DbPaths) -> Waiting {
-    let failed = fs::read_dir(paths.pending()).map_or(0, |l| {
-        l.flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(FAILED))
+    let failed = listed(paths).map_or(0, |l| {
+        l.iter()
+            .filter(|(_, name)| name.starts_with(FAILED))
             .count()
     });
     Waiting {
@@ -294,10 +320,37 @@ impl Database {
         waiting(self.paths())
     }
 
+    /// Runs `change`, one of the engine's writers, holding the writers'
+    /// lock (waited for up to `wait`) from before what is pending is taken
+    /// in to after its own change, so that nothing left before it got the
+    /// lock comes after it; then, the lock let go, takes in what was left
+    /// meanwhile ([`Database::take_pending`]). A database not made yet
+    /// has nothing pending: `change` makes it.
+    pub(super) fn in_turn<T>(
+        &self,
+        wait: Duration,
+        journal_limit: u64,
+        params: Params,
+        change: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let result = if self.paths().dir().is_dir() {
+            super::lock::refuse_foreign(self.paths())
+                .and_then(|()| Holding::take(self.paths(), wait))
+                .and_then(|_holding| {
+                    self.take_in(journal_limit, params);
+                    change()
+                })
+        } else {
+            change()
+        };
+        self.take_pending(journal_limit, params);
+        result
+    }
+
     /// Takes in the messages left pending, oldest first, if the writers'
     /// lock is free now (else whoever holds it does, after). Best effort:
     /// one whose change fails (a full disk) is left for the next writer;
-    /// one that cannot be read as mail is set aside.
+    /// one that cannot be read, or not as mail, is set aside.
     pub(super) fn take_pending(&self, journal_limit: u64, params: Params) {
         // Again after letting go: what was left while the lock was held.
         while entries(self.paths()).is_ok_and(|e| !e.is_empty()) {
@@ -313,25 +366,30 @@ impl Database {
     /// [`Database::take_pending`] under the lock: whether all were taken.
     fn take_in(&self, journal_limit: u64, params: Params) -> bool {
         let mut extractor = Extractor::new();
+        // Those that could not be read nor set aside: passed over, so that
+        // one cannot hold back the others.
+        let mut passed = std::collections::HashSet::new();
         loop {
             let Ok(found) = entries(self.paths()) else {
                 return false;
             };
-            if found.is_empty() {
-                return true;
+            if found.iter().all(|e| passed.contains(&e.path)) {
+                return passed.is_empty();
             }
             for entry in found {
-                let raw = match read(&entry) {
-                    Ok(Some(raw)) => raw,
+                if passed.contains(&entry.path) {
+                    continue;
+                }
+                let read = match read(&entry) {
+                    Ok(Some(raw)) => crate::message::looks_like_mail(&raw)
+                        .then(|| extractor.read(&raw).ok())
+                        .flatten(),
                     Ok(None) => continue,
-                    Err(_) => return false,
+                    Err(_) => None,
                 };
-                let read = crate::message::looks_like_mail(&raw)
-                    .then(|| extractor.read(&raw).ok())
-                    .flatten();
                 let Some((features, identity)) = read else {
                     if set_aside(&entry).is_err() {
-                        return false;
+                        passed.insert(entry.path);
                     }
                     continue;
                 };
@@ -425,5 +483,11 @@ mod tests {
         small(&[b'x'; 10]).unwrap();
         let err = small(b"x").unwrap_err();
         assert!(err.to_string().contains("3 messages"), "{err}");
+        let err = small(&[b'x'; 101]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("(101 bytes) is larger than the 100"),
+            "{err}"
+        );
     }
 }

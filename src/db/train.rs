@@ -387,10 +387,9 @@ impl Database {
     pub fn train(&self, job: &Training<'_>, progress: &dyn Fn(Progress<'_>)) -> Result<Trained> {
         check_paths(job)?;
         let limit = crate::store::DEFAULT_JOURNAL_LIMIT;
-        self.take_pending(limit, *job.params.get());
-        let trained = self.train_now(job, progress);
-        self.take_pending(limit, *job.params.get());
-        trained
+        self.in_turn(job.wait, limit, *job.params.get(), || {
+            self.train_now(job, progress)
+        })
     }
 
     fn train_now(&self, job: &Training<'_>, progress: &dyn Fn(Progress<'_>)) -> Result<Trained> {

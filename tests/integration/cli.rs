@@ -279,3 +279,31 @@ fn a_store_timeout_of_zero_is_refused() {
         stderr(&out)
     );
 }
+
+/// `--db` naming a file: the writers say it is not a directory (as root
+/// they spoke of links that cannot be followed).
+#[test]
+fn a_database_path_that_is_a_file_is_said_to_be_one() {
+    let db = Db::new();
+    let file = db.path("afile");
+    std::fs::write(&file, "x\n").unwrap();
+    let message = sample_dir()
+        .join("spam")
+        .join("01-pharmacy-html-obfuscated.eml");
+    let out = run(
+        &[
+            "--db",
+            file.to_str().unwrap(),
+            "learn",
+            "--spam",
+            message.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_exit(&out, 2, &["learn into a file"]);
+    assert!(
+        stderr(&out).contains("afile: not a directory"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -67,7 +67,7 @@ fn learns_left_while_the_database_was_held_are_made_in_order_by_the_next_writer(
     assert_eq!(db.counts(), [24, 24], "nothing learned while it was held");
     assert!(
         db.ok(&["stats"], None)
-            .contains("waiting to learn    4 messages")
+            .contains("waiting             4 messages to learn or unlearn")
     );
     drop(lock);
 
@@ -200,4 +200,79 @@ fn a_message_left_that_is_not_mail_is_set_aside_and_the_rest_are_taken_in() {
     let stats = db.stats();
     assert_eq!(stats["pending"]["waiting"], 0, "{stats}");
     assert_eq!(stats["pending"]["failed"], 1, "{stats}");
+}
+
+/// A learn that waited for the lock and got it takes in what was left
+/// before it first: the last word on a message is the last asked.
+#[test]
+fn a_learn_that_waits_for_the_lock_comes_after_what_was_left_before_it() {
+    let db = Db::new();
+    db.train_sample();
+    let x = db.path("x.eml");
+    fs::write(&x, unseen(5, "asked twice")).unwrap();
+    let lock = hold(&db);
+    let out = db.run(&["learn", "--wait", "0", "--spam", utf8(&x)], None);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "queued as spam\n");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        drop(lock);
+    });
+    // Waits for the lock, then takes the spam learn in before its own.
+    let out = db.run(&["learn", "--wait", "30", "--ham", utf8(&x)], None);
+    release.join().unwrap();
+    assert_exit(&out, 0, &["learn --ham, waiting"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "moved to ham\n");
+    assert_eq!(
+        db.ok(&["learn", "--ham", utf8(&x)], None),
+        "already learned as ham\n"
+    );
+    assert_eq!(db.counts(), [25, 24]);
+}
+
+/// What cannot be read in the queue (a directory, a FIFO named like an
+/// entry) is set aside and holds back nothing behind it; a queue that is
+/// a link is neither written nor read through.
+#[test]
+fn an_entry_that_cannot_be_read_holds_back_nothing_and_a_linked_queue_is_refused() {
+    let db = Db::new();
+    db.train_sample();
+    let pending = db.dir().join("pending");
+    fs::create_dir(&pending).unwrap();
+    fs::create_dir(pending.join("000000000000000000000001-1-0.learn.spam")).unwrap();
+    nix::unistd::mkfifo(
+        &pending.join("000000000000000000000001-1-1.learn.spam"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let lock = hold(&db);
+    let x = db.path("x.eml");
+    fs::write(&x, unseen(6, "behind the broken ones")).unwrap();
+    let out = db.run(&["learn", "--wait", "0", "--spam", utf8(&x)], None);
+    assert_exit(&out, 0, &["queued behind broken entries"]);
+    drop(lock);
+    let other = db.path("other.eml");
+    fs::write(&other, unseen(9, "the next writer")).unwrap();
+    db.ok(&["learn", "--ham", utf8(&other)], None);
+    assert_eq!(db.counts(), [25, 25]);
+    let stats = db.stats();
+    assert_eq!(stats["pending"]["waiting"], 0, "{stats}");
+    assert_eq!(stats["pending"]["failed"], 2, "{stats}");
+
+    // A link where the queue goes: refused, nothing written there.
+    let elsewhere = db.path("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
+    fs::remove_dir_all(&pending).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &pending).unwrap();
+    let lock = hold(&db);
+    let y = db.path("y.eml");
+    fs::write(&y, unseen(10, "not through a link")).unwrap();
+    let out = db.run(&["learn", "--wait", "0", "--spam", utf8(&y)], None);
+    assert_exit(&out, 2, &["queue is a link"]);
+    assert!(
+        stderr(&out).contains("is not a directory"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(file_names(&elsewhere).is_empty());
+    drop(lock);
 }
