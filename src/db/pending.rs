@@ -333,15 +333,22 @@ impl Database {
         params: Params,
         change: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        let result = if self.paths().dir().is_dir() {
-            super::lock::refuse_foreign(self.paths())
+        let held = match self.paths().dir().is_dir() {
+            true => super::lock::refuse_foreign(self.paths())
                 .and_then(|()| Holding::take(self.paths(), wait))
-                .and_then(|_holding| {
-                    self.take_in(journal_limit, params);
-                    change()
-                })
-        } else {
-            change()
+                .map(Some),
+            false => Ok(None),
+        };
+        let result = match held {
+            Ok(Some(_holding)) => {
+                self.take_in(journal_limit, params);
+                change()
+            }
+            Ok(None) => change(),
+            Err(locked @ Error::Store(crate::store::Error::Locked { .. })) => Err(locked),
+            // Said by the writer itself, in its words (a directory it may
+            // not enter, say).
+            Err(_) => change(),
         };
         self.take_pending(journal_limit, params);
         result

@@ -122,10 +122,7 @@ pub struct SharedModel {
     /// The prequential record as this host last read or wrote it, and its
     /// version: read again only when another host changed it.
     record: Mutex<Option<(u64, Prequential)>>,
-    /// Held by each change this host makes to the model, one at a time:
-    /// changes conflict only with other hosts' (each change is one
-    /// transaction on the model's generation, tried again when another
-    /// lands between its reads and its write).
+    /// Held by each change this host makes: it conflicts only with others'.
     changing: Mutex<()>,
 }
 
@@ -700,52 +697,6 @@ impl SharedModel {
             .transact(|_| Ok(Some(write.clone())), None, None)?;
         self.forget_recent();
         Ok(())
-    }
-
-    /// Learns each of `messages` under its label ([`SharedModel::learn`]),
-    /// one transaction each; the same message twice counts once.
-    pub fn learn_all(&self, messages: &[super::Labelled]) -> super::Result<TrainSummary> {
-        let mut summary = TrainSummary::default();
-        let mut seen = std::collections::HashSet::new();
-        for m in messages {
-            if !seen.insert(m.identity.digest) {
-                summary.duplicates += 1;
-                continue;
-            }
-            match self.learn(&m.features, &m.identity, m.label)? {
-                Change::Learned(_) => summary.learned += 1,
-                Change::Relabelled(_) => summary.relearned += 1,
-                _ => summary.unchanged += 1,
-            }
-        }
-        summary.totals = self.messages()?;
-        Ok(summary)
-    }
-
-    /// Unlearns each of `messages` ([`SharedModel::unlearn`]): per message,
-    /// the label it had or [`super::Error::NotLearned`]; after another
-    /// error, the rest are not tried.
-    pub fn unlearn_all(&self, messages: &[(&Features, Identity)]) -> super::Unlearned {
-        let mut results = Vec::with_capacity(messages.len());
-        for (features, identity) in messages {
-            let result = match self.unlearn(features, identity) {
-                Ok(Some(label)) => Ok(label),
-                Ok(None) => Err(super::Error::NotLearned),
-                Err(err) => Err(err.into()),
-            };
-            let stop = matches!(&result, Err(e) if !matches!(e, super::Error::NotLearned));
-            results.push(result);
-            if stop {
-                break;
-            }
-        }
-        super::Unlearned {
-            results,
-            inexact: 0,
-            model: super::ModelAfter::UpToDate,
-            log_failure: None,
-            rebuilt: None,
-        }
     }
 
     /// What the model holds, and the Redis memory it takes.

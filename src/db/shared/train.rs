@@ -1,4 +1,5 @@
-//! A fleet's training run: [`SharedModel::train`].
+//! A fleet's training run ([`SharedModel::train`]), and the learns and
+//! unlearns of several messages.
 
 use super::*;
 use crate::db::train::{Before, calibrate, check_paths, read_folders, weights_to_step};
@@ -117,5 +118,51 @@ impl SharedModel {
                 .load(std::sync::atomic::Ordering::SeqCst)
                 .then_some(Interrupted::AfterReading),
         })
+    }
+
+    /// Learns each of `messages` under its label ([`SharedModel::learn`]),
+    /// one transaction each; the same message twice counts once.
+    pub fn learn_all(&self, messages: &[crate::db::Labelled]) -> crate::db::Result<TrainSummary> {
+        let mut summary = TrainSummary::default();
+        let mut seen = std::collections::HashSet::new();
+        for m in messages {
+            if !seen.insert(m.identity.digest) {
+                summary.duplicates += 1;
+                continue;
+            }
+            match self.learn(&m.features, &m.identity, m.label)? {
+                Change::Learned(_) => summary.learned += 1,
+                Change::Relabelled(_) => summary.relearned += 1,
+                _ => summary.unchanged += 1,
+            }
+        }
+        summary.totals = self.messages()?;
+        Ok(summary)
+    }
+
+    /// Unlearns each of `messages` ([`SharedModel::unlearn`]): per message,
+    /// the label it had or [`crate::db::Error::NotLearned`]; after another
+    /// error, the rest are not tried.
+    pub fn unlearn_all(&self, messages: &[(&Features, Identity)]) -> crate::db::Unlearned {
+        let mut results = Vec::with_capacity(messages.len());
+        for (features, identity) in messages {
+            let result = match self.unlearn(features, identity) {
+                Ok(Some(label)) => Ok(label),
+                Ok(None) => Err(crate::db::Error::NotLearned),
+                Err(err) => Err(err.into()),
+            };
+            let stop = matches!(&result, Err(e) if !matches!(e, crate::db::Error::NotLearned));
+            results.push(result);
+            if stop {
+                break;
+            }
+        }
+        crate::db::Unlearned {
+            results,
+            inexact: 0,
+            model: crate::db::ModelAfter::UpToDate,
+            log_failure: None,
+            rebuilt: None,
+        }
     }
 }
