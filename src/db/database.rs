@@ -130,8 +130,8 @@ impl Database {
     /// those of a first model). Waits up to `wait` for another writer; the
     /// journal grows to at most `journal_limit` bytes before it is folded.
     ///
-    /// Messages left pending ([`Database::leave_pending`]) are taken in
-    /// before and after.
+    /// Messages left pending ([`Database::learn_or_leave`]) are taken in
+    /// first, under the lock this learn waited for, and again after.
     pub fn learn(
         &self,
         messages: &[Labelled],

@@ -9,7 +9,7 @@ use crate::store;
 /// Linux) on `DB/lock`, held by one
 /// writer at a time (`train`, `learn`, `unlearn`), whether or not it opens
 /// the count store. Released when dropped (or when the process dies).
-/// Within a [`Holding`] of the same database on the same thread, taking
+/// Within a `Holding` of the same database on the same thread, taking
 /// it again takes nothing (and letting go of that lets go of nothing).
 #[derive(Debug)]
 pub struct WriterLock {

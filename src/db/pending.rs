@@ -1,11 +1,10 @@
 //! Messages left for the next writer: a `learn` or `unlearn` (the
 //! command's or serve's) that finds another writer holding the database
 //! past its wait (a training run over large folders, say) leaves each
-//! message here rather than fail, and the writers take them in, in the
-//! order they came, before and after their own change
-//! ([`super::Database::take_pending`]). A move the user made in their mail
-//! client while a training run held the database is learned when the run
-//! ends, not lost.
+//! message here rather than fail (see
+//! [`super::Database::learn_or_leave`]), and the writers take them in, in
+//! the order they came. A move the user made in their mail client while a
+//! training run held the database is learned when the run ends, not lost.
 //!
 //! ```text
 //! DB/pending/NANOS-PID-N.ORIGIN.WHAT   the message as it was read; WHAT is
@@ -14,9 +13,11 @@
 //! ```
 //!
 //! Each entry is written whole (a temporary name, synced, renamed), so a
-//! writer never sees part of one. They are taken in under the writers'
-//! lock, held across all of them, so in order and by one process at a
-//! time; each is removed once its change is made. A process killed in
+//! writer never sees part of one. A writer takes them in once it holds
+//! the lock it waited for, before its own change, so nothing left before
+//! it got the lock comes after it; the lock is held across all of them,
+//! so they are made in order and by one process at a time; each is
+//! removed once its change is made. A process killed in
 //! between leaves it to be made again, which changes nothing (learning and
 //! unlearning go by the message's identity).
 //!

@@ -381,7 +381,7 @@ impl Database {
     /// holding everything). Paths that are not mailboxes are refused before
     /// anything is read ([`Error::BadPaths`]).
     ///
-    /// Messages left pending ([`Database::leave_pending`]) are taken in
+    /// Messages left pending ([`Database::learn_or_leave`]) are taken in
     /// before the run and after it: one moved in the mail client while the
     /// run read its folders ends with the label of the move.
     pub fn train(&self, job: &Training<'_>, progress: &dyn Fn(Progress<'_>)) -> Result<Trained> {
