@@ -284,8 +284,9 @@ pub struct FileMessage {
     /// Its identity.
     pub identity: Identity,
     /// The message as it was read (what its features and identity were
-    /// read from).
-    pub raw: Vec<u8>,
+    /// read from), kept only from standard input, which cannot be read
+    /// again (see [`raw_messages_in_file`]).
+    pub raw: Option<Vec<u8>>,
 }
 
 /// Reads the messages of one file the way a folder's reader reads the same
@@ -302,23 +303,8 @@ pub struct FileMessage {
 /// read or parsed; when the file holds one message and it fails, its error
 /// is the result.
 pub fn messages_in_file(path: &Path) -> Result<(Vec<FileMessage>, Vec<Error>), Error> {
-    if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-        return Err(Error::Directory(path.to_path_buf()));
-    }
-    let regular = path.as_os_str() == "-" || std::fs::metadata(path).is_ok_and(|m| m.is_file());
-    let raws: Vec<mailbox::Result<RawMessage>> = if regular {
-        mailbox::open(path, &mailbox::Options::default())
-            .map_err(|source| Error::Mailbox {
-                path: path.to_path_buf(),
-                source,
-            })?
-            .collect()
-    } else {
-        vec![Ok(RawMessage {
-            id: MessageId::Path(path.to_path_buf()),
-            bytes: read_one(path)?,
-        })]
-    };
+    let raws = raws_in_file(path)?;
+    let stdin = path.as_os_str() == "-";
     let single = raws.len() == 1;
     let mut extractor = Extractor::new();
     let mut messages = Vec::with_capacity(raws.len());
@@ -342,7 +328,7 @@ pub fn messages_in_file(path: &Path) -> Result<(Vec<FileMessage>, Vec<Error>), E
                         id,
                         features,
                         identity,
-                        raw: raw.bytes,
+                        raw: stdin.then_some(raw.bytes),
                     }),
                     Err(source) => Err(Error::Parse { id, source }),
                 }
@@ -358,6 +344,46 @@ pub fn messages_in_file(path: &Path) -> Result<(Vec<FileMessage>, Vec<Error>), E
         return Err(Error::NoMessage(path.to_path_buf()));
     }
     Ok((messages, failed))
+}
+
+/// The messages of the file `path` as [`messages_in_file`] reads them,
+/// unparsed.
+fn raws_in_file(path: &Path) -> Result<Vec<mailbox::Result<RawMessage>>, Error> {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Err(Error::Directory(path.to_path_buf()));
+    }
+    let regular = path.as_os_str() == "-" || std::fs::metadata(path).is_ok_and(|m| m.is_file());
+    Ok(if regular {
+        mailbox::open(path, &mailbox::Options::default())
+            .map_err(|source| Error::Mailbox {
+                path: path.to_path_buf(),
+                source,
+            })?
+            .collect()
+    } else {
+        vec![Ok(RawMessage {
+            id: MessageId::Path(path.to_path_buf()),
+            bytes: read_one(path)?,
+        })]
+    })
+}
+
+/// The bytes of each message of the file `path` that [`messages_in_file`]
+/// read as mail, read again (a learn that leaves its messages for another
+/// writer asks for them only then, rather than keep a large mbox in
+/// memory); a file changed since may give others.
+pub fn raw_messages_in_file(path: &Path) -> Result<Vec<Vec<u8>>, Error> {
+    let mut extractor = Extractor::new();
+    Ok(raws_in_file(path)?
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|raw| raw.bytes)
+        .filter(|b| {
+            !b.iter().all(u8::is_ascii_whitespace)
+                && message::looks_like_mail(b)
+                && extractor.read(b).is_ok()
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -502,9 +502,13 @@ fn within_store<T: Send + 'static>(
     }
 }
 
-/// Each of `raw` as a slice.
-fn refs(raw: &[Vec<u8>]) -> Vec<&[u8]> {
-    raw.iter().map(Vec::as_slice).collect()
+/// The messages of `file` as they were read, for a learn that leaves them
+/// for another writer: kept from standard input, read again from a file.
+fn raw_again(file: &Path, kept: Vec<Option<Vec<u8>>>) -> Result<Vec<Vec<u8>>, String> {
+    match kept.into_iter().collect::<Option<Vec<_>>>() {
+        Some(raw) => Ok(raw),
+        None => sources::raw_messages_in_file(file).map_err(|e| e.to_string()),
+    }
 }
 
 /// Says that `count` messages were left for the writer that held the
@@ -559,7 +563,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     let label = if args.spam { Label::Spam } else { Label::Ham };
     let (messages, failed) = read_messages(&args.file, "learn")?;
     let names: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
-    let (labelled, raw): (Vec<Labelled>, Vec<Vec<u8>>) = messages
+    let (labelled, kept): (Vec<Labelled>, Vec<Option<Vec<u8>>>) = messages
         .into_iter()
         .map(|m| {
             let labelled = Labelled {
@@ -583,7 +587,13 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         None => match ctx
             .database_to_change()?
             .with_origin(args.origin)
-            .learn_or_leave(&labelled, &refs(&raw), wait, journal_limit(), *params.get())
+            .learn_or_leave(
+                &labelled,
+                || raw_again(&args.file, kept),
+                wait,
+                journal_limit(),
+                *params.get(),
+            )
             .map_err(|e| hint(ctx, "learn", e))?
         {
             Taught::Now(done) => done,
@@ -675,11 +685,12 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
             })?
         }
         None => {
-            let raw: Vec<&[u8]> = messages.iter().map(|m| m.raw.as_slice()).collect();
+            let kept: Vec<_> = messages.iter().map(|m| m.raw.clone()).collect();
+            let raw = || raw_again(&args.file, kept);
             match ctx
                 .database_to_change()?
                 .with_origin(args.origin)
-                .unlearn_or_leave(&given, &raw, wait, journal_limit(), *params.get())
+                .unlearn_or_leave(&given, raw, wait, journal_limit(), *params.get())
                 .map_err(|e| hint(ctx, "unlearn", e))?
             {
                 Taught::Now(done) => done,

@@ -248,20 +248,22 @@ pub enum Taught<T> {
 
 impl Database {
     /// [`Database::learn`], except that when another writer holds the
-    /// database past `wait` the messages (`raw`, as they were read) are
-    /// left for it rather than the learn failing.
+    /// database past `wait` the messages are left for it rather than the
+    /// learn failing: `raw` gives them as they were read (asked only then,
+    /// so that a caller need not keep a large mbox in memory; each is
+    /// checked to be the message learned, by its identity).
     pub fn learn_or_leave(
         &self,
         messages: &[Labelled],
-        raw: &[&[u8]],
+        raw: impl FnOnce() -> std::result::Result<Vec<Vec<u8>>, String>,
         wait: Duration,
         journal_limit: u64,
         params: Params,
     ) -> Result<Taught<(super::TrainSummary, super::ModelAfter)>> {
         match self.learn(messages, wait, journal_limit, params) {
             Err(locked @ Error::Store(crate::store::Error::Locked { .. })) => {
-                let asked: Vec<_> = messages.iter().map(|m| Asked::Learn(m.label)).collect();
-                self.leave_pending(raw, &asked, locked, journal_limit, params)
+                let asked = messages.iter().map(|m| (Asked::Learn(m.label), m.identity));
+                self.leave_pending(raw, asked.collect(), locked, journal_limit, params)
             }
             learned => learned.map(Taught::Now),
         }
@@ -272,43 +274,62 @@ impl Database {
     pub fn unlearn_or_leave(
         &self,
         messages: &[(&crate::features::Features, crate::message::Identity)],
-        raw: &[&[u8]],
+        raw: impl FnOnce() -> std::result::Result<Vec<Vec<u8>>, String>,
         wait: Duration,
         journal_limit: u64,
         params: Params,
     ) -> Result<Taught<super::Unlearned>> {
         match self.unlearn(messages, wait, journal_limit, params) {
             Err(locked @ Error::Store(crate::store::Error::Locked { .. })) => {
-                let asked = vec![Asked::Unlearn; raw.len()];
-                self.leave_pending(raw, &asked, locked, journal_limit, params)
+                let asked = messages.iter().map(|(_, id)| (Asked::Unlearn, *id));
+                self.leave_pending(raw, asked.collect(), locked, journal_limit, params)
             }
             unlearned => unlearned.map(Taught::Now),
         }
     }
 
-    /// Leaves each of `raw` for the next writer, asked what `asked` says,
-    /// after a learn or unlearn failed with `locked`; then takes in what is
-    /// pending if the lock has come free since (see the module's
-    /// documentation). Fails with [`Error::NotLeft`] if one cannot be
-    /// written or the queue is full (those before it wait all the same).
+    /// Leaves each message of `raw` for the next writer, asked what
+    /// `asked` says of the message of that identity, after a learn or
+    /// unlearn failed with `locked`; then takes in what is pending if the
+    /// lock has come free since (see the module's documentation). Fails
+    /// with [`Error::NotLeft`] if `raw` does not give those messages, one
+    /// cannot be written, or the queue is full (those before it wait all
+    /// the same).
     fn leave_pending<T>(
         &self,
-        raw: &[&[u8]],
-        asked: &[Asked],
+        raw: impl FnOnce() -> std::result::Result<Vec<Vec<u8>>, String>,
+        asked: Vec<(Asked, crate::message::Identity)>,
         locked: Error,
         journal_limit: u64,
         params: Params,
     ) -> Result<Taught<T>> {
-        for (i, (message, what)) in raw.iter().zip(asked).enumerate() {
+        let not_left = |why: String| Error::NotLeft {
+            locked: Box::new(locked),
+            why,
+        };
+        let raw = match raw() {
+            Ok(raw) if raw.len() == asked.len() => raw,
+            Ok(_) => return Err(not_left("the messages could not be read again".into())),
+            Err(why) => return Err(not_left(why)),
+        };
+        let mut extractor = Extractor::new();
+        for (message, (_, identity)) in raw.iter().zip(&asked) {
+            let same = extractor
+                .read(message)
+                .is_ok_and(|(_, id)| id.digest == identity.digest);
+            if !same {
+                return Err(not_left(
+                    "the message read again is not the one learned (its file changed)".into(),
+                ));
+            }
+        }
+        for (i, (message, (what, _))) in raw.iter().zip(&asked).enumerate() {
             if let Err(e) = put(self.paths(), message, *what, self.origin()) {
                 let left = match i {
                     0 => String::new(),
                     n => format!(" ({n} of {} were left)", raw.len()),
                 };
-                return Err(Error::NotLeft {
-                    locked: Box::new(locked),
-                    why: format!("{}{left}", crate::fsutil::words(&e)),
-                });
+                return Err(not_left(format!("{}{left}", crate::fsutil::words(&e))));
             }
         }
         self.take_pending(journal_limit, params);

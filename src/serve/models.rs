@@ -721,7 +721,8 @@ impl Models {
         }
         let (db, settings) = self.learning_db(user, origin)?;
         let (wait, limit) = (settings.learn_wait, settings.journal_limit);
-        let taught = db.learn_or_leave(&[message], &[raw], wait, limit, settings.params)?;
+        let raw = || Ok(vec![raw.to_vec()]);
+        let taught = db.learn_or_leave(&[message], raw, wait, limit, settings.params)?;
         if let Taught::Now((summary, _)) = &taught {
             super::log_notes(&[&summary.log_failure, &summary.rebuilt]);
         }
@@ -751,7 +752,8 @@ impl Models {
         let (db, settings) = self.learning_db(user, origin)?;
         let (wait, limit) = (settings.learn_wait, settings.journal_limit);
         let given = [(&features, identity)];
-        match db.unlearn_or_leave(&given, &[raw], wait, limit, settings.params)? {
+        let raw = || Ok(vec![raw.to_vec()]);
+        match db.unlearn_or_leave(&given, raw, wait, limit, settings.params)? {
             Taught::Now(mut unlearned) => {
                 super::log_notes(&[&unlearned.log_failure, &unlearned.rebuilt]);
                 Ok(Some(unlearned.results.remove(0)?))

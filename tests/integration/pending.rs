@@ -276,3 +276,42 @@ fn an_entry_that_cannot_be_read_holds_back_nothing_and_a_linked_queue_is_refused
     assert!(file_names(&elsewhere).is_empty());
     drop(lock);
 }
+
+/// What is left is the message as it was read, from standard input (kept)
+/// as from a file of several (read again): each counts as learning it
+/// there and then would have.
+#[test]
+fn messages_left_from_stdin_and_from_an_mbox_count_as_learned_directly() {
+    let db = Db::new();
+    db.train_sample();
+    let mbox = db.path("three.mbox");
+    let mut bytes = Vec::new();
+    for i in 0..3 {
+        bytes.extend_from_slice(b"From someone@example.org Sat Nov 28 00:00:00 2026\n");
+        bytes.extend_from_slice(&unseen(11 + i, &format!("mbox {i}")));
+        bytes.extend_from_slice(b"\n");
+    }
+    fs::write(&mbox, &bytes).unwrap();
+    let piped = unseen(20, "from a pipe");
+    let lock = hold(&db);
+    let out = db.run(&["learn", "--wait", "0", "--spam", utf8(&mbox)], None);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "3 messages queued as spam\n"
+    );
+    let out = db.run(&["learn", "--wait", "0", "--ham", "-"], Some(&piped));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "queued as ham\n");
+    drop(lock);
+    let out = db.run(&["learn", "--spam", utf8(&mbox)], None);
+    assert_exit(&out, 0, &["learn the mbox again"]);
+    assert!(
+        stderr(&out).contains("3 already learned as spam"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        db.ok(&["learn", "--ham", "-"], Some(&piped)),
+        "already learned as ham\n"
+    );
+    assert_eq!(db.counts(), [25, 27]);
+}
