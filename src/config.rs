@@ -226,8 +226,8 @@ pub struct Config {
     pub db: Option<PathBuf>,
     /// The counts in Redis instead: a `redis://` URL.
     pub store: Option<String>,
-    /// Milliseconds a Redis command may take.
-    pub store_timeout: Option<u64>,
+    /// Milliseconds a Redis command may take (at least 1).
+    pub store_timeout: Option<std::num::NonZeroU64>,
     /// Model hyperparameters.
     #[serde(default)]
     pub model: ModelConfig,

@@ -284,8 +284,8 @@ pub struct FileMessage {
     /// Its identity.
     pub identity: Identity,
     /// The message as it was read (what its features and identity were
-    /// read from), kept only from standard input, which cannot be read
-    /// again (see [`raw_messages_in_file`]).
+    /// read from), kept only from what cannot be read again (standard
+    /// input, a pipe; see [`raw_messages_in_file`]).
     pub raw: Option<Vec<u8>>,
 }
 
@@ -304,7 +304,8 @@ pub struct FileMessage {
 /// is the result.
 pub fn messages_in_file(path: &Path) -> Result<(Vec<FileMessage>, Vec<Error>), Error> {
     let raws = raws_in_file(path)?;
-    let stdin = path.as_os_str() == "-";
+    // What cannot be read again: standard input, a pipe.
+    let once = path.as_os_str() == "-" || !std::fs::metadata(path).is_ok_and(|m| m.is_file());
     let single = raws.len() == 1;
     let mut extractor = Extractor::new();
     let mut messages = Vec::with_capacity(raws.len());
@@ -328,7 +329,7 @@ pub fn messages_in_file(path: &Path) -> Result<(Vec<FileMessage>, Vec<Error>), E
                         id,
                         features,
                         identity,
-                        raw: stdin.then_some(raw.bytes),
+                        raw: once.then_some(raw.bytes),
                     }),
                     Err(source) => Err(Error::Parse { id, source }),
                 }

@@ -43,8 +43,8 @@ pub(super) fn run(args: &EvalArgs, settings: Settings) -> Result<Outcome> {
     })?;
     if evaluation.duplicates > 0 {
         super::note!(
-            "bayesmail: note: {} messages given more than once were evaluated once (a copy in a \
-             training fold would judge itself)",
+            "bayesmail: note: {} copies of messages given more than once were left out (a copy \
+             in a training fold would judge itself)",
             evaluation.duplicates
         );
     }

@@ -97,15 +97,6 @@ impl Context {
                 None => config::default_db_dir().map_err(anyhow::Error::msg)?,
             },
         };
-        if config.store_timeout == Some(0) {
-            let file = config_file
-                .as_deref()
-                .unwrap_or(std::path::Path::new("config"));
-            anyhow::bail!(
-                "{}: store_timeout = 0: a request to Redis needs at least 1 millisecond",
-                file.display()
-            );
-        }
         let store = given
             .store
             .clone()
@@ -114,10 +105,11 @@ impl Context {
             .map(|url| {
                 let timeout = given
                     .store_timeout
-                    .or(config.store_timeout)
-                    .map_or(bayesmail::store::redis::DEFAULT_TIMEOUT, |ms| {
-                        std::time::Duration::from_millis(ms.max(1))
-                    });
+                    .or(config.store_timeout.map(u64::from))
+                    .map_or(
+                        bayesmail::store::redis::DEFAULT_TIMEOUT,
+                        std::time::Duration::from_millis,
+                    );
                 (url, timeout)
             });
         Ok(Context {

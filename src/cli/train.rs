@@ -512,13 +512,14 @@ fn raw_again(file: &Path, kept: Vec<Option<Vec<u8>>>) -> Result<Vec<Vec<u8>>, St
 }
 
 /// Says that `count` messages were left for the writer that held the
-/// database past `wait` seconds, to learn as `label` (`None`: unlearn).
+/// database past `wait` seconds, to learn as `label` (`None`: unlearn),
+/// and `failed` others of the file could not be read.
 fn left(
     ctx: &Context,
     json: bool,
     wait: u64,
     label: Option<Label>,
-    count: usize,
+    (count, failed): (usize, usize),
 ) -> Result<Outcome> {
     let action = match label {
         Some(label) => format!("queued as {label}"),
@@ -548,7 +549,11 @@ fn left(
         },
         for_terminal(&pending.display().to_string()),
     );
-    Ok(Outcome::AllOk)
+    Ok(if failed > 0 {
+        Outcome::SomeFailed
+    } else {
+        Outcome::AllOk
+    })
 }
 
 /// Why there is no model after `learn` or `unlearn`, if there is none.
@@ -597,7 +602,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
             .map_err(|e| hint(ctx, "learn", e))?
         {
             Taught::Now(done) => done,
-            Taught::Left => return left(ctx, args.json, args.wait, Some(label), count),
+            Taught::Left => return left(ctx, args.json, args.wait, Some(label), (count, failed)),
         },
     };
     let no_model = no_model_now(model);
@@ -694,7 +699,9 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
                 .map_err(|e| hint(ctx, "unlearn", e))?
             {
                 Taught::Now(done) => done,
-                Taught::Left => return left(ctx, args.json, args.wait, None, messages.len()),
+                Taught::Left => {
+                    return left(ctx, args.json, args.wait, None, (messages.len(), failed));
+                }
             }
         }
     };

@@ -232,6 +232,10 @@ pub fn stamp_shared_parsed(
                 return (Stamped::judged(&j, decider), true, None);
             }
             Ok(_) => {}
+            // Redis out of reach: the global model is no nearer.
+            Err(err) if crate::store::redis::out_of_reach(&err) => {
+                return (failed(err), false, None);
+            }
             Err(err) => unread = Some(err.to_string()),
         }
     }
@@ -245,7 +249,7 @@ pub fn stamp_shared_parsed(
             ),
         ),
         Ok((j, _)) => Stamped::judged(&j, decider),
-        Err(err) => failed(err),
+        Err(err) => return (failed(err), false, None),
     };
     (stamped, false, unread)
 }

@@ -45,7 +45,14 @@ impl Holding {
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        HOLDING.with(|h| h.borrow_mut().retain(|p| *p != self.path));
+        // Its own claim only: a Holding taken inside another leaves the
+        // outer one's.
+        HOLDING.with(|h| {
+            let mut held = h.borrow_mut();
+            if let Some(i) = held.iter().rposition(|p| *p == self.path) {
+                held.remove(i);
+            }
+        });
     }
 }
 
@@ -173,5 +180,29 @@ pub(super) fn privatize(dir: &std::path::Path) {
             };
             let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holding_inside_another_leaves_the_outer_ones_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DbPaths::new(dir.path());
+        let outer = Holding::take(&paths, Duration::ZERO).unwrap();
+        drop(Holding::take(&paths, Duration::ZERO).unwrap());
+        // Still this thread's: taken again without waiting.
+        drop(WriterLock::take(&paths, Duration::ZERO).unwrap());
+        // Another thread's take waits for it.
+        let elsewhere = |paths: DbPaths| {
+            std::thread::spawn(move || WriterLock::take(&paths, Duration::ZERO).is_ok())
+                .join()
+                .unwrap()
+        };
+        assert!(!elsewhere(paths.clone()));
+        drop(outer);
+        assert!(elsewhere(paths));
     }
 }

@@ -134,7 +134,7 @@ fn put_within(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let name = format!(
-        "{nanos:024}-{}-{}.{}.{}",
+        "{nanos:024}-{:010}-{:020}.{}.{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed),
         origin.name(),
@@ -362,10 +362,9 @@ impl Database {
             false => Ok(None),
         };
         let result = match held {
-            Ok(Some(_holding)) => {
-                self.take_in(journal_limit, params);
-                change()
-            }
+            // One left earlier that cannot be made now (a full disk) stops
+            // this change too: it must not come before it.
+            Ok(Some(_holding)) => self.take_in(journal_limit, params).and_then(|()| change()),
             Ok(None) => change(),
             Err(locked @ Error::Store(crate::store::Error::Locked { .. })) => Err(locked),
             // Said by the writer itself, in its words (a directory it may
@@ -386,24 +385,29 @@ impl Database {
             let Ok(_holding) = Holding::take(self.paths(), Duration::ZERO) else {
                 return;
             };
-            if !self.take_in(journal_limit, params) {
+            if self.take_in(journal_limit, params).is_err() {
                 return;
             }
         }
     }
 
-    /// [`Database::take_pending`] under the lock: whether all were taken.
-    fn take_in(&self, journal_limit: u64, params: Params) -> bool {
+    /// [`Database::take_pending`] under the lock: all taken in, or the
+    /// error of the change that stopped it (the entry left for the next
+    /// writer). An entry that is not a regular file or not mail is set
+    /// aside; one that cannot even be set aside is passed over.
+    fn take_in(&self, journal_limit: u64, params: Params) -> Result<()> {
+        let io = |source| {
+            Error::Store(crate::store::Error::Io {
+                path: self.paths().pending(),
+                source,
+            })
+        };
         let mut extractor = Extractor::new();
-        // Those that could not be read nor set aside: passed over, so that
-        // one cannot hold back the others.
         let mut passed = std::collections::HashSet::new();
         loop {
-            let Ok(found) = entries(self.paths()) else {
-                return false;
-            };
+            let found = entries(self.paths()).map_err(io)?;
             if found.iter().all(|e| passed.contains(&e.path)) {
-                return passed.is_empty();
+                return Ok(());
             }
             for entry in found {
                 if passed.contains(&entry.path) {
@@ -414,7 +418,10 @@ impl Database {
                         .then(|| extractor.read(&raw).ok())
                         .flatten(),
                     Ok(None) => continue,
-                    Err(_) => None,
+                    // Not a regular file: never one to take in.
+                    Err(e) if e.kind() == io::ErrorKind::InvalidInput => None,
+                    // Perhaps only for now (no descriptor left, say).
+                    Err(e) => return Err(io(e)),
                 };
                 let Some((features, identity)) = read else {
                     if set_aside(&entry).is_err() {
@@ -442,17 +449,12 @@ impl Database {
                         }),
                 };
                 match made {
-                    Ok(()) | Err(Error::NothingLearned(_)) => {
-                        if done(&entry).is_err() {
-                            return false;
-                        }
+                    // Made (the model behind the counts is written by the
+                    // next writer that changes them).
+                    Ok(()) | Err(Error::NothingLearned(_) | Error::ModelNotWritten { .. }) => {
+                        done(&entry).map_err(io)?;
                     }
-                    // Made, but the model is behind: the next writer.
-                    Err(Error::ModelNotWritten { .. }) => {
-                        let _ = done(&entry);
-                        return false;
-                    }
-                    Err(_) => return false,
+                    Err(e) => return Err(e),
                 }
             }
         }

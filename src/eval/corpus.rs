@@ -114,8 +114,9 @@ pub struct Evaluation {
     pub online: bool,
     /// How long it took, in seconds.
     pub seconds: f64,
-    /// Messages given again under the same label and left out (cross-
-    /// validation only: a copy in a training fold would judge itself).
+    /// Copies of messages given again under the same label, left out
+    /// (cross-validation only: a copy in a training fold would judge
+    /// itself).
     pub duplicates: usize,
 }
 
@@ -255,14 +256,17 @@ pub fn evaluate(
         0
     } else {
         let keep = distinct(&items, &digests)?;
-        let left_out = keep.iter().filter(|k| !**k).count();
-        let mut kept = keep.iter().copied();
-        items.retain(|_| kept.next().unwrap_or(true));
-        let mut kept = keep.iter().copied();
-        features.retain(|_| kept.next().unwrap_or(true));
-        let mut kept = keep.iter().copied();
-        digests.retain(|_| kept.next().unwrap_or(true));
-        left_out
+        let before = items.len();
+        (items, (features, digests)) = items
+            .into_iter()
+            .zip(features.into_iter().zip(digests))
+            .zip(keep)
+            .filter_map(|(all, keep)| keep.then_some(all))
+            .unzip();
+        // What is left may no longer be measurable (copies of one fold
+        // given as another).
+        measurable(&items, online, settings)?;
+        before - items.len()
     };
     let data = Dataset::new(features.into_iter().zip(items.iter().map(|i| i.label)));
     let scored = if online {

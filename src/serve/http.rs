@@ -226,13 +226,15 @@ fn user_of<B>(req: &Request<B>) -> Result<Option<String>, Box<Answer>> {
     };
     let refuse = |why: &str| Box::new(error(StatusCode::BAD_REQUEST, "bad-user", why));
     // Which of two names was meant is not known (a front end adding its
-    // own after the client's, say).
-    if req
-        .headers()
-        .get_all(USER_HEADER)
-        .iter()
-        .any(|v| v != value)
-    {
+    // own after the client's, say); the same name twice, in any case, is
+    // one.
+    let name = |v: &HeaderValue| {
+        v.to_str()
+            .ok()
+            .and_then(|u| super::users::check_user(u).ok())
+    };
+    let names = req.headers().get_all(USER_HEADER);
+    if names.iter().any(|v| name(v) != name(value)) {
         return Err(refuse("two different User headers"));
     }
     let user = value
@@ -965,7 +967,7 @@ mod tests {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
         assert_eq!(body["reason"], "bad-user");
         assert!(!dir.path().join("users").exists(), "nothing made");
-        let (status, body) = two("erin@example.org");
+        let (status, body) = two("Erin@Example.org");
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(body["database"], "user:erin@example.org");
     }

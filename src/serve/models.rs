@@ -128,6 +128,22 @@ pub enum LearnError {
     Db(#[from] db::Error),
 }
 
+impl LearnError {
+    /// Whether asking again may do: another writer held the database, or
+    /// the counts took the change and the model was not written.
+    pub fn retryable(&self) -> bool {
+        use crate::store::Error::{Contended, Locked};
+        matches!(
+            self,
+            LearnError::Db(
+                db::Error::Store(Locked { .. } | Contended { .. })
+                    | db::Error::NotLeft { .. }
+                    | db::Error::ModelNotWritten { .. }
+            )
+        )
+    }
+}
+
 /// One open database: its reader and the bytes its model takes.
 struct Open {
     reader: RwLock<Reader>,

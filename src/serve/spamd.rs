@@ -460,13 +460,7 @@ fn tell_code(err: &LearnError) -> Code {
     match err {
         LearnError::User(_) => Code::Protocol,
         LearnError::Message(_) => Code::DataErr,
-        LearnError::Db(
-            crate::db::Error::Store(
-                crate::store::Error::Locked { .. } | crate::store::Error::Contended { .. },
-            )
-            | crate::db::Error::NotLeft { .. }
-            | crate::db::Error::ModelNotWritten { .. },
-        ) => Code::TempFail,
+        e if e.retryable() => Code::TempFail,
         LearnError::Db(_) => Code::Unavailable,
     }
 }

@@ -274,7 +274,7 @@ fn a_store_timeout_of_zero_is_refused() {
     let out = db.run(&["stats"], None);
     assert_exit(&out, 2, &["store_timeout = 0"]);
     assert!(
-        stderr(&out).contains("config.toml: store_timeout = 0"),
+        stderr(&out).contains("config.toml: line 1") && stderr(&out).contains("nonzero"),
         "{}",
         stderr(&out)
     );

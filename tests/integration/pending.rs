@@ -182,10 +182,8 @@ fn a_message_left_that_is_not_mail_is_set_aside_and_the_rest_are_taken_in() {
     let out = db.run(&["learn", "--wait", "0", "--spam", utf8(&first)], None);
     assert_exit(&out, 0, &["queued"]);
     let pending = db.dir().join("pending");
-    let name = file_names(&pending).into_iter().next().unwrap();
-    let name = name.to_str().unwrap().to_string();
-    // An entry damaged after it was left (what a disk may do).
-    let damaged = name.replacen("-0.", "-1.", 1);
+    // An entry damaged after it was left (what a disk may do), after it.
+    let damaged = format!("{}-1-1.learn.spam", "9".repeat(24));
     fs::write(pending.join(&damaged), b"\x00\x01 not mail").unwrap();
     drop(lock);
     let other = db.path("other.eml");
@@ -291,10 +289,13 @@ fn messages_left_from_stdin_and_from_an_mbox_count_as_learned_directly() {
         bytes.extend_from_slice(&unseen(11 + i, &format!("mbox {i}")));
         bytes.extend_from_slice(b"\n");
     }
+    // And one that is not mail: said, and the exit status says so.
+    bytes.extend_from_slice(b"From someone@example.org Sat Nov 28 00:00:00 2026\nnot mail\n");
     fs::write(&mbox, &bytes).unwrap();
     let piped = unseen(20, "from a pipe");
     let lock = hold(&db);
     let out = db.run(&["learn", "--wait", "0", "--spam", utf8(&mbox)], None);
+    assert_exit(&out, 1, &["an mbox with one that is not mail, queued"]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "3 messages queued as spam\n"
@@ -303,7 +304,7 @@ fn messages_left_from_stdin_and_from_an_mbox_count_as_learned_directly() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "queued as ham\n");
     drop(lock);
     let out = db.run(&["learn", "--spam", utf8(&mbox)], None);
-    assert_exit(&out, 0, &["learn the mbox again"]);
+    assert_exit(&out, 1, &["learn the mbox again"]);
     assert!(
         stderr(&out).contains("3 already learned as spam"),
         "{}",

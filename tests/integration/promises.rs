@@ -400,7 +400,7 @@ fn eval_refuses_a_message_labelled_both_ways_and_counts_a_copy_once() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(
-        stderr(&out).contains("24 messages given more than once"),
+        stderr(&out).contains("24 copies of messages given more than once"),
         "{}",
         stderr(&out)
     );

@@ -731,7 +731,7 @@ fn the_readmes_configuration_reads_with_and_without_its_store_lines() {
         config.store.as_deref(),
         Some("redis://127.0.0.1:6379/0?prefix=bayesmail")
     );
-    assert_eq!(config.store_timeout, Some(1000));
+    assert_eq!(config.store_timeout.map(u64::from), Some(1000));
     assert_eq!(
         config.serve.store_max_memory.map(|s| s.bytes()),
         Some(Ok(512 << 20))

@@ -122,7 +122,7 @@ pub struct SharedModel {
     /// The prequential record as this host last read or wrote it, and its
     /// version: read again only when another host changed it.
     record: Mutex<Option<(u64, Prequential)>>,
-    /// Held by each change this host makes: it conflicts only with others'.
+    /// Held by each learn and unlearn here: they conflict only with hosts'.
     changing: Mutex<()>,
 }
 

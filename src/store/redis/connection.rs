@@ -255,15 +255,18 @@ pub(super) struct Shared {
 }
 
 /// A connection taken from [`Shared::cons`]; letting it go wakes a thread
-/// waiting for one.
+/// waiting for one (once it is free, and under the lock the waiter checks
+/// under, so that no wake-up is lost).
 struct Slot<'a> {
-    con: std::sync::MutexGuard<'a, Option<Connection>>,
-    freed: &'a std::sync::Condvar,
+    con: Option<std::sync::MutexGuard<'a, Option<Connection>>>,
+    freed: &'a (Mutex<()>, std::sync::Condvar),
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.freed.notify_one();
+        drop(self.con.take());
+        let _told = self.freed.0.lock().unwrap_or_else(|e| e.into_inner());
+        self.freed.1.notify_one();
     }
 }
 
@@ -484,7 +487,7 @@ impl Redis {
             .inner
             .next
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (freed_lock, freed) = &self.inner.freed;
+        let freed = &self.inner.freed;
         let mut taken = loop {
             let free =
                 (0..cons.len()).find_map(|k| match cons[(start + k) % cons.len()].try_lock() {
@@ -493,7 +496,10 @@ impl Redis {
                     Err(std::sync::TryLockError::WouldBlock) => None,
                 });
             if let Some(con) = free {
-                break Slot { con, freed };
+                break Slot {
+                    con: Some(con),
+                    freed,
+                };
             }
             let waited = started.elapsed();
             if waited >= timeout {
@@ -512,11 +518,11 @@ impl Redis {
             }
             // Woken when one is let go; a few milliseconds at most, for a
             // connection let go between the look above and this wait.
-            let guard = freed_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let guard = freed.0.lock().unwrap_or_else(|e| e.into_inner());
             let nap = (timeout - waited).min(Duration::from_millis(5));
-            drop(freed.wait_timeout(guard, nap));
+            drop(freed.1.wait_timeout(guard, nap));
         };
-        let slot = &mut *taken.con;
+        let slot = &mut **taken.con.as_mut().expect("taken above");
         let mut kept = slot.is_some();
         loop {
             // A connection made now had part of the time (its handshake
