@@ -594,7 +594,9 @@ pub(super) struct TokensArgs {
     /// single message files, or '-' for one message on standard input.
     #[arg(required = true, value_name = "PATH")]
     pub(super) paths: Vec<PathBuf>,
-    /// Print one JSON object per line: {"id":…, "tokens":[…], "metadata":{…}}.
+    /// Print one JSON object per line: {"id":…, "tokens":[…], "metadata":{…},
+    /// "bytes":[{"bucket":…, "grams":[…]}, …]} (the byte view's buckets and
+    /// the 4-grams in each).
     #[arg(long)]
     pub(super) json: bool,
     #[command(flatten)]

@@ -323,7 +323,15 @@ pub(super) fn stats(ctx: &Context, args: &StatsArgs) -> Result<Outcome> {
                 _ => "never".to_string(),
             }
         )?;
-        let pending = s.pending;
+        let pending = &s.pending;
+        if let Some(why) = &pending.refused {
+            writeln!(
+                out,
+                "waiting             cannot be read ({}): a learn that finds the database \
+                 held fails rather than leave its message there",
+                for_terminal(why)
+            )?;
+        }
         let messages = |n: usize| match n {
             1 => "1 message".to_string(),
             n => format!("{n} messages"),

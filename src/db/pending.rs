@@ -85,12 +85,16 @@ pub(super) struct Entry {
 }
 
 /// How many messages wait, and how many were set aside.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Waiting {
     /// Messages waiting for the writers' lock.
     pub waiting: usize,
     /// Messages set aside: they could not be read as mail when taken in.
     pub failed: usize,
+    /// Why the queue cannot be read, if it cannot (a link where its
+    /// directory should be): nothing can be left there until it is mended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// Leaves `raw` for the next writer. Fails if the directory cannot be
@@ -194,14 +198,19 @@ pub(super) fn entries(paths: &DbPaths) -> io::Result<Vec<Entry>> {
 
 /// How many wait and how many were set aside.
 pub(super) fn waiting(paths: &DbPaths) -> Waiting {
-    let failed = listed(paths).map_or(0, |l| {
-        l.iter()
-            .filter(|(_, name)| name.starts_with(FAILED))
-            .count()
-    });
+    let listed = match listed(paths) {
+        Ok(listed) => listed,
+        Err(e) => {
+            return Waiting {
+                refused: Some(crate::fsutil::words(&e)),
+                ..Waiting::default()
+            };
+        }
+    };
     Waiting {
         waiting: entries(paths).map_or(0, |e| e.len()),
-        failed,
+        failed: listed.iter().filter(|(_, n)| n.starts_with(FAILED)).count(),
+        refused: None,
     }
 }
 

@@ -304,8 +304,9 @@ impl State {
                 crate::store::Error::Redis {
                     at,
                     source: format!(
-                        "no whole answer within {} ms: whether the change was stored is not \
-                         known, and making it again is safe",
+                        "the learn was not done within {} ms (Redis slow, or this server's \
+                         learns of the model queued behind one another): whether the change \
+                         was stored is not known, and making it again is safe",
                         bound.as_millis()
                     )
                     .into(),

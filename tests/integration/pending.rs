@@ -273,6 +273,14 @@ fn an_entry_that_cannot_be_read_holds_back_nothing_and_a_linked_queue_is_refused
     );
     assert!(file_names(&elsewhere).is_empty());
     drop(lock);
+    // stats says so, rather than that nothing waits.
+    let stats = db.stats();
+    let refused = stats["pending"]["refused"].as_str().unwrap_or_default();
+    assert!(refused.contains("is not a directory"), "{stats}");
+    assert!(
+        db.ok(&["stats"], None)
+            .contains("waiting             cannot be read")
+    );
 }
 
 /// What is left is the message as it was read, from standard input (kept)
