@@ -296,7 +296,7 @@ impl Models {
 
     /// Before each change to the counts in Redis: its eviction policy,
     /// asked every time (an administrator may set one that evicts while
-    /// serve runs, or Redis restart with one). One that may evict counts
+    /// serve runs, or Redis restarts with one). One that may evict counts
     /// refuses the change (and each later one until mended).
     fn check_eviction(&self, redis: &Redis) -> Result<(), LearnError> {
         if let Some(why) = redis.refuse_eviction().map_err(db::Error::from)? {

@@ -488,6 +488,9 @@ impl Redis {
             .next
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let freed = &self.inner.freed;
+        // Looked for under the lock a connection let go is told under, so
+        // that none is let go unseen between the look and the wait.
+        let mut told = freed.0.lock().unwrap_or_else(|e| e.into_inner());
         let mut taken = loop {
             let free =
                 (0..cons.len()).find_map(|k| match cons[(start + k) % cons.len()].try_lock() {
@@ -496,6 +499,7 @@ impl Redis {
                     Err(std::sync::TryLockError::WouldBlock) => None,
                 });
             if let Some(con) = free {
+                drop(told);
                 break Slot {
                     con: Some(con),
                     freed,
@@ -516,11 +520,11 @@ impl Redis {
                     ))),
                 });
             }
-            // Woken when one is let go; a few milliseconds at most, for a
-            // connection let go between the look above and this wait.
-            let guard = freed.0.lock().unwrap_or_else(|e| e.into_inner());
-            let nap = (timeout - waited).min(Duration::from_millis(5));
-            drop(freed.1.wait_timeout(guard, nap));
+            // Woken when one is let go.
+            told = match freed.1.wait_timeout(told, timeout - waited) {
+                Ok((told, _)) => told,
+                Err(e) => e.into_inner().0,
+            };
         };
         let slot = &mut **taken.con.as_mut().expect("taken above");
         let mut kept = slot.is_some();
