@@ -710,6 +710,14 @@ mod tests {
         (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
     }
 
+    /// What the learn log of the database at `dir` says of each change:
+    /// what, which label, from where.
+    fn logged(dir: &std::path::Path) -> Vec<String> {
+        let log = std::fs::read_to_string(dir.join("learn.log")).unwrap();
+        let words = |l: &str| l.split(' ').skip(1).take(3).collect::<Vec<_>>().join(" ");
+        log.lines().map(words).collect()
+    }
+
     fn with(builder: hyper::http::request::Builder, body: &[u8]) -> Request<Full<Bytes>> {
         builder
             .body(Full::new(Bytes::copy_from_slice(body)))
@@ -882,12 +890,7 @@ mod tests {
         assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
         assert_eq!(body["reason"], "not-learned");
         // The user's learn log: what, and from where.
-        let log =
-            std::fs::read_to_string(dir.path().join("users/carol@example.org/learn.log")).unwrap();
-        let said: Vec<String> = log
-            .lines()
-            .map(|l| l.split(' ').skip(1).take(3).collect::<Vec<_>>().join(" "))
-            .collect();
+        let said = logged(&dir.path().join("users/carol@example.org"));
         assert_eq!(
             said,
             [
@@ -937,11 +940,7 @@ mod tests {
         let third = [&b"Subject: third\n"[..], MAIL].concat();
         let (status, _) = ask(&state, post("/learn?class=spam", &third));
         assert_eq!(status, StatusCode::OK);
-        let log = std::fs::read_to_string(db.join("learn.log")).unwrap();
-        let said: Vec<String> = log
-            .lines()
-            .map(|l| l.split(' ').skip(1).take(3).collect::<Vec<_>>().join(" "))
-            .collect();
+        let said = logged(&db);
         assert_eq!(
             said,
             [

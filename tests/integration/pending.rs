@@ -9,6 +9,14 @@ use std::process::Stdio;
 
 use crate::common::{Db, assert_exit, file_names, stderr, unseen, utf8};
 
+/// What the database's learn log says of each change: what, which label,
+/// from where.
+fn logged(db: &Db) -> Vec<String> {
+    let log = fs::read_to_string(db.dir().join("learn.log")).unwrap();
+    let words = |l: &str| l.split(' ').skip(1).take(3).collect::<Vec<_>>().join(" ");
+    log.lines().map(words).collect()
+}
+
 /// Holds the database's writers' lock as another writer would.
 fn hold(db: &Db) -> fs::File {
     let lock = fs::File::options()
@@ -86,13 +94,8 @@ fn learns_left_while_the_database_was_held_are_made_in_order_by_the_next_writer(
     assert_exit(&out, 2, &["never learned"]);
     assert!(file_names(&db.dir().join("pending")).is_empty());
     assert_eq!(db.stats()["pending"]["waiting"], 0);
-    let log = fs::read_to_string(db.dir().join("learn.log")).unwrap();
-    let actions: Vec<String> = log
-        .lines()
-        .map(|l| l.split(' ').skip(1).take(3).collect::<Vec<_>>().join(" "))
-        .collect();
     assert_eq!(
-        actions,
+        logged(&db),
         [
             "learned spam imap",
             "unlearned spam learn",
@@ -167,9 +170,12 @@ fn a_training_run_takes_in_what_was_left_while_it_read() {
     // No writer ran after it: the run itself took the message in.
     assert!(file_names(&db.dir().join("pending")).is_empty());
     assert_eq!(db.counts(), [24, 25]);
-    let log = fs::read_to_string(db.dir().join("learn.log")).unwrap();
-    let last = log.lines().last().unwrap();
-    assert!(last.contains(" learned spam imap "), "{log}");
+    let log = logged(&db);
+    assert_eq!(
+        log.last().map(String::as_str),
+        Some("learned spam imap"),
+        "{log:?}"
+    );
 }
 
 #[test]
