@@ -58,11 +58,14 @@ fn weights_line<D: std::fmt::Display>(weights: impl Iterator<Item = (D, f64)>) -
 
 /// `stats --store`: a model in Redis.
 fn shared_stats(redis: &bayesmail::store::redis::Redis, args: &StatsArgs) -> Result<Outcome> {
-    // The name as serve knows it (without case).
+    // The name as serve knows it: without case, and a domain without its
+    // trailing dot (an address extension is the server's setting).
     let user = args
         .user
         .as_deref()
-        .map(bayesmail::serve::users::check_user)
+        .map(|u| {
+            bayesmail::serve::users::check_user(&bayesmail::serve::users::without_extension(u, ""))
+        })
         .transpose()?;
     let model = bayesmail::db::shared::SharedModel::new(redis.store(user.as_deref())?);
     let s = model.stats()?;
