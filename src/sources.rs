@@ -284,107 +284,127 @@ pub struct FileMessage {
     /// Its identity.
     pub identity: Identity,
     /// The message as it was read (what its features and identity were
-    /// read from), kept only from what cannot be read again (standard
-    /// input, a pipe; see [`raw_messages_in_file`]).
-    pub raw: Option<Vec<u8>>,
+    /// read from): a learn that finds the database held leaves it for the
+    /// writer that holds it.
+    pub raw: Vec<u8>,
 }
 
-/// Reads the messages of one file the way a folder's reader reads the same
-/// file, so that both compute the same digests: a file holding one message
-/// after a `From ` envelope line is that message (the envelope line left
-/// out, `>From ` escaping undone), a file holding several (an mbox) is each
-/// of them. Standard input is one message taken verbatim, as a delivery
-/// agent passes one on, unless it is clearly an mbox of several messages
-/// (see [`mailbox::looks_like_several_messages`]); anything else that is not
-/// a regular file (a FIFO) is one message. A directory is
-/// [`Error::Directory`].
-///
-/// Returns the messages read and the errors of those that could not be
-/// read or parsed; when the file holds one message and it fails, its error
-/// is the result.
-pub fn messages_in_file(path: &Path) -> Result<(Vec<FileMessage>, Vec<Error>), Error> {
-    let raws = raws_in_file(path)?;
-    // What cannot be read again: standard input, a pipe.
-    let once = path.as_os_str() == "-" || !std::fs::metadata(path).is_ok_and(|m| m.is_file());
-    let single = raws.len() == 1;
-    let mut extractor = Extractor::new();
-    let mut messages = Vec::with_capacity(raws.len());
-    let mut failed = Vec::new();
-    for raw in raws {
-        let outcome = raw
-            .map_err(|source| Error::Mailbox {
-                path: path.to_path_buf(),
-                source,
-            })
-            .and_then(|raw| {
-                let id = raw.id.to_string();
-                if raw.bytes.iter().all(u8::is_ascii_whitespace) {
-                    return Err(Error::Empty(id));
-                }
-                if !message::looks_like_mail(&raw.bytes) {
-                    return Err(Error::NotMail(id));
-                }
-                match extractor.read(&raw.bytes) {
-                    Ok((features, identity)) => Ok(FileMessage {
-                        id,
-                        features,
-                        identity,
-                        raw: once.then_some(raw.bytes),
-                    }),
-                    Err(source) => Err(Error::Parse { id, source }),
-                }
-            });
-        match outcome {
-            Ok(m) => messages.push(m),
-            // One message given, and it cannot be read: the call failed.
-            Err(err) if single => return Err(err),
-            Err(err) => failed.push(err),
+/// The messages of one file given to learn or unlearn, read a part at a
+/// time ([`FileMessages::next_part`]) so that a large mbox is never all in
+/// memory. They are read the way a folder's reader reads the same file, so
+/// that both compute the same digests: a file holding one message after a
+/// `From ` envelope line is that message (the envelope line left out,
+/// `>From ` escaping undone), a file holding several (an mbox) is each of
+/// them. Standard input is one message taken verbatim, as a delivery agent
+/// passes one on, unless it is clearly an mbox of several messages (see
+/// [`mailbox::looks_like_several_messages`]); anything else that is not a
+/// regular file (a FIFO) is one message.
+pub struct FileMessages {
+    path: PathBuf,
+    raws: std::iter::Peekable<Box<dyn Iterator<Item = mailbox::Result<RawMessage>>>>,
+    extractor: Extractor,
+    /// Whether a part was handed out already.
+    begun: bool,
+}
+
+impl FileMessages {
+    /// Opens `path`; a directory is [`Error::Directory`].
+    pub fn open(path: &Path) -> Result<FileMessages, Error> {
+        if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+            return Err(Error::Directory(path.to_path_buf()));
+        }
+        let regular = path.as_os_str() == "-" || std::fs::metadata(path).is_ok_and(|m| m.is_file());
+        let raws: Box<dyn Iterator<Item = mailbox::Result<RawMessage>>> = if regular {
+            Box::new(
+                mailbox::open(path, &mailbox::Options::default()).map_err(|source| {
+                    Error::Mailbox {
+                        path: path.to_path_buf(),
+                        source,
+                    }
+                })?,
+            )
+        } else {
+            let one = RawMessage {
+                id: MessageId::Path(path.to_path_buf()),
+                bytes: read_one(path)?,
+            };
+            Box::new(std::iter::once(Ok(one)))
+        };
+        Ok(FileMessages {
+            path: path.to_path_buf(),
+            raws: raws.peekable(),
+            extractor: Extractor::new(),
+            begun: false,
+        })
+    }
+
+    /// The next messages, read until they hold `bytes` bytes or the file
+    /// ends (at least one message), with the errors of those that could not
+    /// be read or parsed; `None` once all are read. When the file holds one
+    /// message and it fails, its error is the result, and a file with no
+    /// message at all is [`Error::NoMessage`].
+    pub fn next_part(
+        &mut self,
+        bytes: usize,
+    ) -> Result<Option<(Vec<FileMessage>, Vec<Error>)>, Error> {
+        let first = !self.begun;
+        self.begun = true;
+        let mut messages = Vec::new();
+        let mut failed = Vec::new();
+        let mut read = 0usize;
+        while read < bytes {
+            let Some(raw) = self.raws.next() else { break };
+            let outcome = raw
+                .map_err(|source| Error::Mailbox {
+                    path: self.path.clone(),
+                    source,
+                })
+                .and_then(|raw| {
+                    read = read.saturating_add(raw.bytes.len());
+                    self.read(raw)
+                });
+            match outcome {
+                Ok(m) => messages.push(m),
+                Err(err) => failed.push(err),
+            }
+        }
+        if messages.is_empty() && failed.is_empty() {
+            return match first {
+                true => Err(Error::NoMessage(self.path.clone())),
+                false => Ok(None),
+            };
+        }
+        // One message given, and it cannot be read: the call failed.
+        if first && messages.is_empty() && failed.len() == 1 && self.raws.peek().is_none() {
+            return Err(failed.remove(0));
+        }
+        Ok(Some((messages, failed)))
+    }
+
+    /// Whether every message was read.
+    pub fn is_done(&mut self) -> bool {
+        self.raws.peek().is_none()
+    }
+
+    /// Reads one message's features and identity, if it is mail.
+    fn read(&mut self, raw: RawMessage) -> Result<FileMessage, Error> {
+        let id = raw.id.to_string();
+        if raw.bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(Error::Empty(id));
+        }
+        if !message::looks_like_mail(&raw.bytes) {
+            return Err(Error::NotMail(id));
+        }
+        match self.extractor.read(&raw.bytes) {
+            Ok((features, identity)) => Ok(FileMessage {
+                id,
+                features,
+                identity,
+                raw: raw.bytes,
+            }),
+            Err(source) => Err(Error::Parse { id, source }),
         }
     }
-    if messages.is_empty() && failed.is_empty() {
-        return Err(Error::NoMessage(path.to_path_buf()));
-    }
-    Ok((messages, failed))
-}
-
-/// The messages of the file `path` as [`messages_in_file`] reads them,
-/// unparsed.
-fn raws_in_file(path: &Path) -> Result<Vec<mailbox::Result<RawMessage>>, Error> {
-    if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-        return Err(Error::Directory(path.to_path_buf()));
-    }
-    let regular = path.as_os_str() == "-" || std::fs::metadata(path).is_ok_and(|m| m.is_file());
-    Ok(if regular {
-        mailbox::open(path, &mailbox::Options::default())
-            .map_err(|source| Error::Mailbox {
-                path: path.to_path_buf(),
-                source,
-            })?
-            .collect()
-    } else {
-        vec![Ok(RawMessage {
-            id: MessageId::Path(path.to_path_buf()),
-            bytes: read_one(path)?,
-        })]
-    })
-}
-
-/// The bytes of each message of the file `path` that [`messages_in_file`]
-/// read as mail, read again (a learn that leaves its messages for another
-/// writer asks for them only then, rather than keep a large mbox in
-/// memory); a file changed since may give others.
-pub fn raw_messages_in_file(path: &Path) -> Result<Vec<Vec<u8>>, Error> {
-    let mut extractor = Extractor::new();
-    Ok(raws_in_file(path)?
-        .into_iter()
-        .filter_map(Result::ok)
-        .map(|raw| raw.bytes)
-        .filter(|b| {
-            !b.iter().all(u8::is_ascii_whitespace)
-                && message::looks_like_mail(b)
-                && extractor.read(b).is_ok()
-        })
-        .collect())
 }
 
 #[cfg(test)]
@@ -431,6 +451,65 @@ mod tests {
             batches.iter().all(|&b| b <= bound),
             "batch bytes {batches:?} exceed {bound}"
         );
+    }
+
+    /// A file given to learn is read a part at a time, each part ending
+    /// once the messages read for it (mail or not) hold the bytes asked, at
+    /// least one: every message once and in order, what is not mail beside
+    /// the part it was in. Each message here is 20 bytes, the one that is
+    /// not mail 9.
+    #[test]
+    fn a_file_for_learn_is_read_in_parts_bounded_by_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mbox = tmp.path().join("box");
+        let mut bytes = Vec::new();
+        for i in 0..7 {
+            bytes.extend_from_slice(b"From a@b Sat Nov 28 00:00:00 2026\n");
+            match i {
+                3 => bytes.extend_from_slice(b"not mail\n\n"),
+                _ => bytes.extend_from_slice(format!("Subject: m{i}\n\nbody {i}\n\n").as_bytes()),
+            }
+        }
+        std::fs::write(&mbox, &bytes).unwrap();
+        let mut file = FileMessages::open(&mbox).unwrap();
+        let mut parts = Vec::new();
+        while let Some((messages, failed)) = file.next_part(40).unwrap() {
+            let subjects: Vec<String> = messages
+                .iter()
+                .map(|m| String::from_utf8_lossy(&m.raw[9..11]).into_owned())
+                .collect();
+            parts.push((subjects, failed.len()));
+        }
+        let want = |m: &[&str], failed| (m.iter().map(|s| s.to_string()).collect(), failed);
+        assert_eq!(
+            parts,
+            [
+                want(&["m0", "m1"], 0),
+                want(&["m2", "m4"], 1),
+                want(&["m5", "m6"], 0),
+            ]
+        );
+        assert!(file.is_done());
+        // All at once, the same messages.
+        let (all, failed) = FileMessages::open(&mbox)
+            .unwrap()
+            .next_part(usize::MAX)
+            .unwrap()
+            .unwrap();
+        assert_eq!((all.len(), failed.len()), (6, 1));
+        // One message that is not mail is the call's error; nothing at all
+        // is no message.
+        let one = tmp.path().join("one");
+        std::fs::write(&one, b"not mail\n").unwrap();
+        let err = FileMessages::open(&one).unwrap().next_part(1).err();
+        assert!(matches!(err, Some(Error::NotMail(_))), "{err:?}");
+        std::fs::write(&one, b"").unwrap();
+        let err = FileMessages::open(&one).unwrap().next_part(1).err();
+        assert!(matches!(err, Some(Error::NoMessage(_))), "{err:?}");
+        assert!(matches!(
+            FileMessages::open(tmp.path()).err(),
+            Some(Error::Directory(_))
+        ));
     }
 
     /// What is not mail is handed to the caller, in order, and counted.

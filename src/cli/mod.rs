@@ -6,6 +6,7 @@ mod args;
 mod classify;
 mod eval;
 mod filter;
+mod learn;
 mod manual;
 mod plot;
 mod scan;
@@ -392,8 +393,8 @@ pub fn main(streams: crate::ClosedStreams, args: Vec<std::ffi::OsString>) -> u8 
     let outcome = Context::new(given).and_then(|ctx| match command {
         Command::Tokens(args) => tokens::run(&args),
         Command::Train(args) => train::train(&ctx, &args),
-        Command::Learn(args) => train::learn(&ctx, &args),
-        Command::Unlearn(args) => train::unlearn(&ctx, &args),
+        Command::Learn(args) => learn::learn(&ctx, &args),
+        Command::Unlearn(args) => learn::unlearn(&ctx, &args),
         Command::Prune(args) => train::prune(&ctx, &args),
         Command::Classify(args) => classify::classify(&ctx, &args),
         Command::Scan(args) => scan::scan(&ctx, &args),

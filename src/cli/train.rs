@@ -1,31 +1,25 @@
-//! `bayesmail train`, `learn`, `unlearn` and `prune`: the write side.
-//! Each is its arguments, one call of [`bayesmail::db::Database`]
-//! (`train`, `learn`, `unlearn`, `prune`; `learn` and `unlearn` get their
-//! messages from [`bayesmail::sources::messages_in_file`]) and what it
-//! printed. Ctrl-C during `train` sets the flag the run watches
+//! `bayesmail train` and `prune`: the write side over folders. Each is its
+//! arguments, one call of [`bayesmail::db::Database`] and what it printed;
+//! the notes `learn` and `unlearn` share ([`super::learn`]) are here. Ctrl-C
+//! during `train` sets the flag the run watches
 //! ([`bayesmail::db::Training::interrupt`]).
 
 use std::io::Write;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{
-    Context, LearnArgs, Outcome, PruneArgs, TrainArgs, UnlearnArgs, complain, detail, note, say,
-};
+use super::{Context, Outcome, PruneArgs, TrainArgs, complain, detail, note};
 use bayesmail::db::shared::SharedModel;
 use bayesmail::db::{
-    Calibration, Interrupted, Labelled, MIN_CALIBRATION_PER_CLASS, ModelAfter, Progress, Taught,
-    TrainSummary, Training, missing_class,
+    Calibration, Interrupted, MIN_CALIBRATION_PER_CLASS, ModelAfter, Progress, TrainSummary,
+    Training, missing_class,
 };
-use bayesmail::model::Label;
 use bayesmail::sanitize::for_terminal;
-use bayesmail::sources::{self, FileMessage, Skipped, planned_bytes};
+use bayesmail::sources::{Skipped, planned_bytes};
 use bayesmail::store::DEFAULT_JOURNAL_LIMIT;
-use bayesmail::store::redis::Redis;
 
 /// Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report).
 const EXIT_INTERRUPTED: u8 = 130;
@@ -104,7 +98,7 @@ fn spinner(bar: &ProgressBar, what: &str) {
 
 /// A writer's error, with what to do about it: `verb` is the command that
 /// failed; a damaged journal is set aside by `train` only.
-fn hint(ctx: &Context, verb: &str, err: bayesmail::db::Error) -> anyhow::Error {
+pub(super) fn hint(ctx: &Context, verb: &str, err: bayesmail::db::Error) -> anyhow::Error {
     use bayesmail::{db::Error, store};
     match &err {
         Error::NothingLearned(_) => anyhow::anyhow!("{err}, so there is nothing to {verb}"),
@@ -121,14 +115,14 @@ fn hint(ctx: &Context, verb: &str, err: bayesmail::db::Error) -> anyhow::Error {
 /// Says `what` as a note, if there is one: that the learn log could not
 /// be written (and whether the counts changed all the same), or that the
 /// model was rebuilt from the counts.
-fn learn_note(what: Option<&str>) {
+pub(super) fn learn_note(what: Option<&str>) {
     if let Some(what) = what {
         note!("bayesmail: note: {}", for_terminal(what));
     }
 }
 
 /// Says, once, that counts of `what` could not be taken back exactly.
-fn inexact_note(what: &str, inexact: u64) {
+pub(super) fn inexact_note(what: &str, inexact: u64) {
     if inexact > 0 {
         note!(
             "bayesmail: note: {}: {inexact} count{} could not be taken back exactly (words \
@@ -142,7 +136,7 @@ fn inexact_note(what: &str, inexact: u64) {
 }
 
 /// ", N duplicates" when a run was given the same message more than once.
-fn duplicates_note(summary: &TrainSummary) -> String {
+pub(super) fn duplicates_note(summary: &TrainSummary) -> String {
     if summary.duplicates > 0 {
         format!(", {} duplicates", summary.duplicates)
     } else {
@@ -435,27 +429,6 @@ fn prune_shared(redis: &bayesmail::store::redis::Redis, args: &PruneArgs) -> Res
     Ok(Outcome::AllOk)
 }
 
-/// The messages of the file `learn` and `unlearn` are given (see
-/// [`sources::messages_in_file`]); those that could not be read or parsed
-/// are reported, and their number returned beside the others.
-fn read_messages(path: &Path, command: &str) -> Result<(Vec<FileMessage>, usize)> {
-    let (messages, failed) = match sources::messages_in_file(path) {
-        Ok(read) => read,
-        Err(sources::Error::Directory(_)) => bail!(
-            "{} is a directory: `{command}` takes one message file, an mbox file or '-'; \
-             to learn a folder of messages use `bayesmail train --spam DIR` or `--ham DIR` \
-             (unlearning happens there too: a message moved to the other folder is moved \
-             to the other label)",
-            path.display()
-        ),
-        Err(err) => return Err(err.into()),
-    };
-    for err in &failed {
-        complain!("bayesmail: {}", for_terminal(&err.to_string()));
-    }
-    Ok((messages, failed.len()))
-}
-
 /// The journal bound of `learn`, `unlearn` and serve's learns:
 /// [`DEFAULT_JOURNAL_LIMIT`], or `BAYESMAIL_JOURNAL_LIMIT` bytes (a knob
 /// for tests that must make folds happen often, and for measuring).
@@ -466,302 +439,10 @@ pub(super) fn journal_limit() -> u64 {
         .unwrap_or(DEFAULT_JOURNAL_LIMIT)
 }
 
-/// Runs `change` (learning or unlearning `messages` messages in Redis,
-/// after the check that Redis keeps what it is given) on a thread of its
-/// own, given up on after `wait` seconds or the store's
-/// [`Redis::change_bound`], whichever is longer, for each message: an
-/// answer that trickles in for ever must not hold Dovecot's pipe program
-/// or a cron job for ever. Whether a change given up on was stored is not
-/// known, and making it again is safe: every change goes by the message's
-/// identity.
-fn within_store<T: Send + 'static>(
-    redis: Redis,
-    wait: u64,
-    messages: usize,
-    change: impl FnOnce(&Redis) -> Result<T> + Send + 'static,
-) -> Result<T> {
-    use bayesmail::store::redis::{Unanswered, within};
-    let each = Duration::from_secs(wait).max(redis.change_bound());
-    let bound = each.saturating_mul(u32::try_from(messages.max(1)).unwrap_or(u32::MAX));
-    let at = redis.url().shown().to_string();
-    let changed = within(bound, move || {
-        if let Some(why) = redis.refuse_eviction()? {
-            complain!("bayesmail: warning: {why}");
-        }
-        change(&redis)
-    });
-    match changed {
-        Ok(result) => result,
-        Err(Unanswered::Late) => bail!(
-            "Redis at {at} gave no whole answer within {} ms: whether the change was stored is \
-             not known, and making it again is safe",
-            bound.as_millis()
-        ),
-        // The thread panicked (and said so on stderr), or none started.
-        Err(Unanswered::Failed) => bail!("internal error while changing the counts in {at}"),
-    }
-}
-
-/// The messages of `file` as they were read, for a learn that leaves them
-/// for another writer: kept from standard input, read again from a file.
-fn raw_again(file: &Path, kept: Vec<Option<Vec<u8>>>) -> Result<Vec<Vec<u8>>, String> {
-    match kept.into_iter().collect::<Option<Vec<_>>>() {
-        Some(raw) => Ok(raw),
-        None => sources::raw_messages_in_file(file).map_err(|e| e.to_string()),
-    }
-}
-
-/// Says that `count` messages were left for the writer that held the
-/// database past `wait` seconds, to learn as `label` (`None`: unlearn),
-/// and `failed` others of the file could not be read.
-fn left(
-    ctx: &Context,
-    json: bool,
-    wait: u64,
-    label: Option<Label>,
-    (count, failed): (usize, usize),
-) -> Result<Outcome> {
-    let action = match label {
-        Some(label) => format!("queued as {label}"),
-        None => "queued to be unlearned".to_string(),
-    };
-    if json {
-        let mut line = serde_json::json!({ "action": "queued", "messages": count });
-        if let Some(label) = label {
-            line["label"] = serde_json::json!(label);
-        }
-        say(line)?;
-    } else {
-        say(match count {
-            1 => action,
-            n => format!("{n} messages {action}"),
-        })?;
-    }
-    let pending = bayesmail::db::DbPaths::new(ctx.db.dir()).pending();
-    note!(
-        "bayesmail: note: another writer held {} past --wait ({wait} s): {} in {}, taken in \
-         when that writer is done (bayesmail stats counts what waits)",
-        ctx.location()?,
-        if count == 1 {
-            "the message waits"
-        } else {
-            "the messages wait"
-        },
-        for_terminal(&pending.display().to_string()),
-    );
-    Ok(if failed > 0 {
-        Outcome::SomeFailed
-    } else {
-        Outcome::AllOk
-    })
-}
-
 /// Why there is no model after `learn` or `unlearn`, if there is none.
-fn no_model_now(model: ModelAfter) -> Option<String> {
+pub(super) fn no_model_now(model: ModelAfter) -> Option<String> {
     match model {
         ModelAfter::UpToDate => None,
         ModelAfter::Removed(totals) => missing_class(totals),
     }
-}
-
-pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
-    let label = if args.spam { Label::Spam } else { Label::Ham };
-    let (messages, failed) = read_messages(&args.file, "learn")?;
-    let names: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
-    let (labelled, kept): (Vec<Labelled>, Vec<Option<Vec<u8>>>) = messages
-        .into_iter()
-        .map(|m| {
-            let labelled = Labelled {
-                features: m.features,
-                identity: m.identity,
-                label,
-            };
-            (labelled, m.raw)
-        })
-        .unzip();
-    let count = labelled.len();
-    let wait = Duration::from_secs(args.wait);
-    let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let (summary, model) = match ctx.shared()? {
-        Some(redis) => (
-            within_store(redis, args.wait, count, move |redis| {
-                Ok(SharedModel::new(redis.store(None)?).learn_all(&labelled)?)
-            })?,
-            ModelAfter::UpToDate,
-        ),
-        None => match ctx
-            .database_to_change()?
-            .with_origin(args.origin)
-            .learn_or_leave(
-                &labelled,
-                || raw_again(&args.file, kept),
-                wait,
-                journal_limit(),
-                *params.get(),
-            )
-            .map_err(|e| hint(ctx, "learn", e))?
-        {
-            Taught::Now(done) => done,
-            Taught::Left => return left(ctx, args.json, args.wait, Some(label), (count, failed)),
-        },
-    };
-    let no_model = no_model_now(model);
-    let moved = match names.as_slice() {
-        [one] => one.clone(),
-        _ => format!("the messages moved to {label}"),
-    };
-    inexact_note(&moved, summary.inexact);
-    learn_note(summary.log_failure.as_deref());
-    learn_note(summary.rebuilt.as_deref());
-    let action = if summary.relearned > 0 {
-        "moved"
-    } else if summary.learned > 0 {
-        "learned"
-    } else {
-        "already-learned"
-    };
-    if args.json {
-        #[derive(serde::Serialize)]
-        struct Learned<'a> {
-            action: &'a str,
-            label: Label,
-            #[serde(flatten)]
-            summary: &'a TrainSummary,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            no_model: Option<&'a str>,
-        }
-        let learned = Learned {
-            action,
-            label,
-            summary: &summary,
-            no_model: no_model.as_deref(),
-        };
-        say(serde_json::to_string(&learned)?)?;
-    }
-    // One message: what became of it is the result, on stdout. Several:
-    // a summary of the run, on stderr.
-    if !args.json && count == 1 {
-        say(match action {
-            "moved" => format!("moved to {label}"),
-            "learned" => format!("learned as {label}"),
-            _ => format!("already learned as {label}"),
-        })?;
-    } else if !args.json {
-        note!(
-            "{} messages: {} learned as {label}, {} moved to {label}, {} already learned as \
-             {label}{}",
-            count,
-            summary.learned,
-            summary.relearned,
-            summary.unchanged,
-            duplicates_note(&summary),
-        );
-    }
-    if let (Some(why), false) = (&no_model, args.json) {
-        note!("bayesmail: note: no model written yet: {why}");
-    }
-    detail!(
-        "{}: {} ham, {} spam",
-        ctx.location()?,
-        summary.totals[0],
-        summary.totals[1]
-    );
-    Ok(if failed > 0 {
-        Outcome::SomeFailed
-    } else {
-        Outcome::AllOk
-    })
-}
-
-pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
-    let (messages, mut failed) = read_messages(&args.file, "unlearn")?;
-    let wait = Duration::from_secs(args.wait);
-    let given: Vec<_> = messages.iter().map(|m| (&m.features, m.identity)).collect();
-    let (params, _) = ctx.params(&super::ModelArgs::default())?;
-    let unlearned = match ctx.shared()? {
-        Some(redis) => {
-            let owned: Vec<_> = messages
-                .iter()
-                .map(|m| (m.features.clone(), m.identity))
-                .collect();
-            within_store(redis, args.wait, owned.len(), move |redis| {
-                let given: Vec<_> = owned.iter().map(|(f, i)| (f, *i)).collect();
-                Ok(SharedModel::new(redis.store(None)?).unlearn_all(&given))
-            })?
-        }
-        None => {
-            let kept: Vec<_> = messages.iter().map(|m| m.raw.clone()).collect();
-            let raw = || raw_again(&args.file, kept);
-            match ctx
-                .database_to_change()?
-                .with_origin(args.origin)
-                .unlearn_or_leave(&given, raw, wait, journal_limit(), *params.get())
-                .map_err(|e| hint(ctx, "unlearn", e))?
-            {
-                Taught::Now(done) => done,
-                Taught::Left => {
-                    return left(ctx, args.json, args.wait, None, (messages.len(), failed));
-                }
-            }
-        }
-    };
-    let no_model = no_model_now(unlearned.model);
-    let what = match messages.as_slice() {
-        [one] => one.id.clone(),
-        _ => "the messages unlearned".to_string(),
-    };
-    inexact_note(&what, unlearned.inexact);
-    learn_note(unlearned.log_failure.as_deref());
-    learn_note(unlearned.rebuilt.as_deref());
-    let results = unlearned.results;
-    let single = messages.len() == 1 && failed == 0;
-    let mut lines = Vec::new();
-    let mut first_error = None;
-    for (FileMessage { id, .. }, result) in messages.iter().zip(results) {
-        match result {
-            Ok(was) => {
-                lines.push(if args.json {
-                    let mut line = serde_json::json!({ "action": "unlearned", "label": was });
-                    if !single {
-                        line["id"] = id.as_str().into();
-                    }
-                    line.to_string()
-                } else if single {
-                    format!("unlearned (was {was})")
-                } else {
-                    format!("{}: unlearned (was {was})", for_terminal(id))
-                });
-            }
-            Err(err @ bayesmail::db::Error::NotLearned) if !single => {
-                failed += 1;
-                complain!("bayesmail: {}: {err}", for_terminal(id));
-            }
-            Err(err @ bayesmail::db::Error::NotLearned) => {
-                first_error = Some(anyhow::anyhow!("{}: {err}", for_terminal(id)));
-                break;
-            }
-            Err(err) => {
-                first_error = Some(err.into());
-                break;
-            }
-        }
-    }
-    if let Some(err) = first_error {
-        return Err(err);
-    }
-    for line in lines {
-        say(line)?;
-    }
-    if let Some(why) = no_model {
-        if args.json {
-            say(serde_json::json!({ "no_model": why }))?;
-        } else {
-            note!("bayesmail: note: no model now: {why}");
-        }
-    }
-    Ok(if failed > 0 {
-        Outcome::SomeFailed
-    } else {
-        Outcome::AllOk
-    })
 }

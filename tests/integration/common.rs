@@ -205,6 +205,18 @@ impl Db {
         run(&all, stdin)
     }
 
+    /// Runs the binary against this database, reading files given to
+    /// `learn` and `unlearn` one message at a time
+    /// (`BAYESMAIL_LEARN_PART_BYTES`), as it reads an mbox larger than a
+    /// part.
+    pub fn run_in_parts(&self, args: &[&str], stdin: &[u8]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+        cmd.args(self.global_args())
+            .args(args)
+            .env("BAYESMAIL_LEARN_PART_BYTES", "1");
+        run_with_stdin(cmd, stdin)
+    }
+
     /// Runs the binary, asserts exit status 0 and returns stdout.
     pub fn ok(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
         let out = self.run(args, stdin);
@@ -450,6 +462,19 @@ impl Watch {
     /// yet: [`Watch::finish`] has them all).
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// Whether serve has logged `what` within `secs` seconds: a line may
+    /// reach the log after the answer it is about reaches the test.
+    pub fn logged(&self, what: &str, secs: u64) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while !self.log().contains(what) {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        true
     }
 
     /// Everything serve wrote, once it has exited.

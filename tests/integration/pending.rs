@@ -330,3 +330,35 @@ fn messages_left_from_stdin_and_from_an_mbox_count_as_learned_directly() {
     );
     assert_eq!(db.counts(), [25, 27]);
 }
+
+/// An mbox learned a part at a time while another writer holds the
+/// database is left whole: the first part after waiting, the rest at once,
+/// and all of it taken in by the next writer.
+#[test]
+fn an_mbox_learned_in_parts_is_left_whole_while_the_database_is_held() {
+    let db = Db::new();
+    db.train_sample();
+    let mbox = db.path("parts.mbox");
+    let mut bytes = Vec::new();
+    for i in 0..5 {
+        bytes.extend_from_slice(b"From someone@example.org Sat Nov 28 00:00:00 2026\n");
+        bytes.extend_from_slice(&unseen(i, &format!("part {i}")));
+        bytes.extend_from_slice(b"\n");
+    }
+    fs::write(&mbox, &bytes).unwrap();
+    let lock = hold(&db);
+    let out = db.run_in_parts(&["learn", "--wait", "1", "--spam", utf8(&mbox)], b"");
+    assert_exit(&out, 0, &["learn in parts, queued"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "5 messages queued as spam\n"
+    );
+    assert_eq!(db.stats()["pending"]["waiting"], 5);
+    drop(lock);
+    db.ok(
+        &["learn", "--ham", "-"],
+        Some(&unseen(30, "after the parts")),
+    );
+    assert_eq!(db.counts(), [25, 29]);
+    assert_eq!(db.stats()["pending"]["waiting"], 0);
+}

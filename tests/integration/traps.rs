@@ -200,6 +200,50 @@ fn learn_unlearn_classify_take_each_message_of_an_mbox() {
     assert_eq!(db.counts(), before);
 }
 
+/// A large mbox is learned and unlearned a part at a time, so that it is
+/// never all in memory: in parts (here one message each) it counts as
+/// learned at once, a message learned under the other label moves, a
+/// second learn changes nothing, and unlearning it in parts takes back
+/// every count.
+#[test]
+fn an_mbox_learned_a_part_at_a_time_counts_as_one_learned_at_once() {
+    let (whole, parts) = (Db::new(), Db::new());
+    whole.train_sample();
+    parts.train_sample();
+    let before = parts.stats();
+    let messages: Vec<Vec<u8>> = (0..9).map(|i| unseen(i, "in parts")).collect();
+    let mbox = mbox_of(&messages);
+    let file = parts.path("big.mbox");
+    fs::write(&file, &mbox).unwrap();
+    for db in [&whole, &parts] {
+        db.ok(&["learn", "--ham", "-"], Some(&messages[4]));
+    }
+    whole.ok(&["learn", "--spam", utf8(&file)], None);
+    let out = parts.run_in_parts(&["learn", "--spam", utf8(&file)], b"");
+    assert_exit(&out, 0, &["learn in parts"]);
+    let said = "9 messages: 8 learned as spam, 1 moved to spam, 0 already learned as spam";
+    assert!(stderr(&out).contains(said), "{}", stderr(&out));
+    let (a, b) = (whole.stats(), parts.stats());
+    for key in ["ham_messages", "spam_messages", "vocabulary"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    let out = parts.run_in_parts(&["learn", "--spam", utf8(&file)], b"");
+    let said = "9 messages: 0 learned as spam, 0 moved to spam, 9 already learned as spam";
+    assert!(stderr(&out).contains(said), "{}", stderr(&out));
+    let out = parts.run_in_parts(&["unlearn", "-"], &mbox);
+    assert_exit(&out, 0, &["unlearn in parts"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.matches(": unlearned (was spam)").count(),
+        9,
+        "{stdout}"
+    );
+    let after = parts.stats();
+    for key in ["ham_messages", "spam_messages", "vocabulary"] {
+        assert_eq!(after[key], before[key], "{key}");
+    }
+}
+
 /// Trap 2, for `filter`: what a delivery agent hands it is one message,
 /// and agents pass body lines starting with "From " unescaped, so input that
 /// looks like an mbox of several messages is judged whole, every byte kept,
