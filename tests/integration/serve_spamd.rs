@@ -59,6 +59,11 @@ impl Server {
         self.watch.log()
     }
 
+    /// Whether serve has logged `what` (within ten seconds).
+    fn logged(&self, what: &str) -> bool {
+        self.watch.logged(what, 10)
+    }
+
     /// Stops it: kill, then wait.
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -470,11 +475,7 @@ fn refused_user_names_get_a_protocol_error_and_the_message_back() {
     );
     assert!(!users.exists(), "nothing made under the users' root");
     assert_eq!(db.counts(), [24, 24]);
-    assert!(
-        server.log().contains("User header refused"),
-        "{}",
-        server.log()
-    );
+    assert!(server.logged("User header refused"), "{}", server.log());
 }
 
 #[test]
@@ -525,7 +526,7 @@ fn no_model_or_too_large_is_an_error_answer_and_the_message_goes_on() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
-    assert!(server.log().contains("no-model"), "{}", server.log());
+    assert!(server.logged("no-model"), "{}", server.log());
 
     let db = trained();
     let server = Server::start(&db, &["--max-size", "1000"]);
@@ -554,7 +555,7 @@ fn no_model_or_too_large_is_an_error_answer_and_the_message_goes_on() {
         status_line(&answer).starts_with("SPAMD/1.0 65 "),
         "{answer:?}"
     );
-    assert!(server.log().contains("too-large"), "{}", server.log());
+    assert!(server.logged("too-large"), "{}", server.log());
     // With a message budget no larger than the size limit, a compressed
     // message is still judged: what it may inflate to is held by
     // deflate's greatest ratio, not by the limit (before, every one was
