@@ -28,6 +28,14 @@ pub enum MailboxKind {
     ///   next separator, or at the very end of the file, is dropped: writers
     ///   add it, so it is not part of the message. The separator line itself
     ///   is not part of the message either.
+    /// - A message whose header gives its body's length (`Content-Length`,
+    ///   once), as Dovecot and other mboxcl2 writers store messages without
+    ///   escaping their body's `From ` lines, ends where that length says
+    ///   if the end of the file or the next separator line follows (after
+    ///   one blank line at most; without it, a line that looks like a
+    ///   separator), its body kept as stored. A length that does not hold
+    ///   (or is over 64 MiB) is left to the rules above, and no later
+    ///   length in the file is read.
     /// - One `>` is removed from escaped `From ` lines, per [`MboxEscaping`].
     /// - A message left with no bytes at all is an [`super::Error::EmptyMessage`]
     ///   item; a read error is an [`super::Error::Io`] item and ends the file.

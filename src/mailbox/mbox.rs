@@ -121,6 +121,12 @@ pub(super) fn settled_length(file: &std::fs::File, path: &Path) -> io::Result<u6
     }
 }
 
+/// The longest body whose `Content-Length` the reader reads ahead to check
+/// ([`MboxReader::body_of_length`]): a longer one is read by the separator
+/// rule, so that a length no writer gave cannot make the reader hold a
+/// large part of the file.
+const LENGTH_CHECKED_UP_TO: u64 = 64 << 20;
+
 /// Streams the messages of one mbox file.
 pub(super) struct MboxReader<R> {
     reader: R,
@@ -132,6 +138,13 @@ pub(super) struct MboxReader<R> {
     /// has already been consumed; `None` once the file is done (end of file or
     /// a read error).
     next_start: Option<u64>,
+    /// Bytes read ahead and put back (a `Content-Length` that did not
+    /// hold), read before `reader`'s from `carry_at` on.
+    carry: Vec<u8>,
+    carry_at: usize,
+    /// Whether the lengths headers give are still read: once one did not
+    /// hold, the file's writer is not one that gives them.
+    lengths: bool,
 }
 
 impl<R: BufRead> MboxReader<R> {
@@ -169,8 +182,100 @@ impl<R: BufRead> MboxReader<R> {
             escaping,
             pos: first_line.len() as u64,
             next_start,
+            carry: Vec::new(),
+            carry_at: 0,
+            lengths: true,
         })
     }
+
+    /// Appends the next line (up to and including its `\n`) to `out`,
+    /// from what was put back first; 0 at the end of the file.
+    fn read_line(&mut self, out: &mut Vec<u8>) -> io::Result<usize> {
+        let rest = &self.carry[self.carry_at..];
+        if rest.is_empty() {
+            return self.reader.read_until(b'\n', out);
+        }
+        let end = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(rest.len(), |i| i + 1);
+        out.extend_from_slice(&rest[..end]);
+        self.carry_at += end;
+        if self.carry_at == self.carry.len() {
+            self.carry.clear();
+            self.carry_at = 0;
+        }
+        Ok(end)
+    }
+
+    /// Puts `read` (the bytes just read) back, to be read again first.
+    fn put_back(&mut self, mut read: Vec<u8>) {
+        read.extend_from_slice(&self.carry[self.carry_at..]);
+        self.carry = read;
+        self.carry_at = 0;
+    }
+
+    /// Reads the body of a message whose header gives its length
+    /// (`Content-Length`, as Dovecot and other mboxcl2 writers store each
+    /// message, its body lines that start with `From ` left unescaped):
+    /// `len` bytes, taken as the body, as they are, if what follows them
+    /// is the end of the file or the next separator line (after one blank
+    /// line at most; without it, one that looks like a separator). Returns that body, the next separator's offset read
+    /// (`None`: the end of the file) past it; or, if the length does not
+    /// hold, puts back what it read (for the separator rule to read) and
+    /// returns `None`, and lengths are not read again in this file. Over
+    /// [`LENGTH_CHECKED_UP_TO`] bytes, `None` at once.
+    fn body_of_length(&mut self, len: u64) -> io::Result<Option<(Vec<u8>, Option<u64>)>> {
+        if !self.lengths || len > LENGTH_CHECKED_UP_TO {
+            return Ok(None);
+        }
+        let mut read = Vec::new();
+        while (read.len() as u64) < len {
+            if self.read_line(&mut read)? == 0 {
+                break;
+            }
+        }
+        let mut next = None;
+        if read.len() as u64 == len {
+            let body_end = read.len();
+            // What follows: nothing, a separator, or a blank line and then
+            // nothing or a separator.
+            let mut at = body_end;
+            let mut after_blank = read.ends_with(b"\n\n") || read.ends_with(b"\n\r\n");
+            for _ in 0..2 {
+                let n = self.read_line(&mut read)?;
+                let line = &read[at..];
+                if n == 0 {
+                    next = Some(None);
+                } else if is_separator(line, after_blank) {
+                    next = Some(Some(self.pos + at as u64));
+                } else if at == body_end && (line == b"\n" || line == b"\r\n") {
+                    at += n;
+                    after_blank = true;
+                    continue;
+                }
+                break;
+            }
+            if let Some(next) = next {
+                self.pos += read.len() as u64;
+                read.truncate(body_end);
+                return Ok(Some((read, next)));
+            }
+        }
+        self.put_back(read);
+        self.lengths = false;
+        Ok(None)
+    }
+}
+
+/// The length a header line gives the body (`Content-Length: N`), if it is
+/// that field with a number.
+fn content_length(line: &[u8]) -> Option<u64> {
+    let (name, value) = line.split_at(line.iter().position(|&b| b == b':')?);
+    if !name.eq_ignore_ascii_case(b"Content-Length") {
+        return None;
+    }
+    std::str::from_utf8(&value[1..]).ok()?.trim().parse().ok()
 }
 
 impl<R> MboxReader<R> {
@@ -194,9 +299,13 @@ impl<R: BufRead> Iterator for MboxReader<R> {
         let mut message = Vec::new();
         // Length of the previous line if it was blank ("\n" or "\r\n"), else 0.
         let mut blank_len = 0;
+        let mut in_header = true;
+        // The body's length, if the header gives it: `Some(None)` once a
+        // second field gives it again.
+        let mut given: Option<Option<u64>> = None;
         loop {
             let line_start = message.len();
-            let n = match self.reader.read_until(b'\n', &mut message) {
+            let n = match self.read_line(&mut message) {
                 Ok(n) => n,
                 // `next_start` stays `None`: nothing after a read error is
                 // trusted.
@@ -219,6 +328,22 @@ impl<R: BufRead> Iterator for MboxReader<R> {
             } else {
                 0
             };
+            if in_header && blank_len > 0 {
+                in_header = false;
+                if let Some(Some(len)) = given {
+                    match self.body_of_length(len) {
+                        Ok(Some((body, next))) => {
+                            message.extend_from_slice(&body);
+                            self.next_start = next;
+                            return Some(non_empty(id, message));
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Some(Err(Error::io(id, e))),
+                    }
+                }
+            } else if in_header && let Some(len) = content_length(line) {
+                given = Some(given.map_or(Some(len), |_| None));
+            }
             if is_escaped(line, self.escaping) {
                 message.remove(line_start);
             }
@@ -406,6 +531,89 @@ mod tests {
             messages(mbox.as_bytes(), MboxEscaping::Mboxo),
             [&b"Subject: q\n\nFrom one\n>>From two\n>>>From three\n> From not\nFrom x\n"[..]]
         );
+    }
+
+    /// Dovecot (and other mboxcl2 writers) store each message with a
+    /// `Content-Length` and leave its body's `From ` lines as they are: the
+    /// length says where the message ends, and the body comes back as
+    /// stored.
+    #[test]
+    fn a_body_whose_length_the_header_gives_is_read_by_it() {
+        let body_a =
+            "Patch below.\n\nFrom 1234abcd Mon Sep 17 00:00:00 2001\nFrom: dev@x\n>From kept\n";
+        let body_b = "From now on\n";
+        let mbox = format!(
+            "From alice@vm  Sat Nov 28 03:12:03 2026\nSubject: a\nContent-Length: {}\n\n{body_a}\n\
+             From alice@vm  Sat Nov 28 03:12:04 2026\nSubject: b\ncontent-length:{}\r\n\n{body_b}",
+            body_a.len(),
+            body_b.len()
+        );
+        let read = messages(mbox.as_bytes(), MboxEscaping::Mboxrd);
+        assert_eq!(
+            read,
+            [
+                format!("Subject: a\nContent-Length: {}\n\n{body_a}", body_a.len()).into_bytes(),
+                format!("Subject: b\ncontent-length:{}\r\n\n{body_b}", body_b.len()).into_bytes(),
+            ]
+        );
+        let second = mbox.find("From alice@vm  Sat Nov 28 03:12:04").unwrap() as u64;
+        assert_eq!(offsets(mbox.as_bytes()), [0, second]);
+        // Without the blank line before the next separator, and with one
+        // at the end of the file.
+        let tight = format!("{SEP}Content-Length: 12\n\nFrom now on\n{SEP}Subject: c\n\nc\n");
+        assert_eq!(
+            messages(tight.as_bytes(), MboxEscaping::Mboxrd),
+            [
+                &b"Content-Length: 12\n\nFrom now on\n"[..],
+                b"Subject: c\n\nc\n"
+            ]
+        );
+    }
+
+    /// A length that does not end where a separator or the file does (too
+    /// short, too long, in the middle of a line, past the end, given twice
+    /// differently, or too large to check) is not the writer's: the
+    /// separator rule reads the file as it would without it, and no length
+    /// after it in the file is read.
+    #[test]
+    fn a_length_that_does_not_hold_leaves_the_separator_rule() {
+        let body = "one\nFrom two\nthree\n";
+        for given in [
+            "4",
+            "5",
+            "13",
+            "30",
+            "9999",
+            "19\nContent-Length: 19",
+            "99999999999",
+        ] {
+            let with = format!("{SEP}Content-Length: {given}\n\n{body}\n{SEP}Subject: n\n\nn\n");
+            let without = format!("{SEP}X-Length: {given}\n\n{body}\n{SEP}Subject: n\n\nn\n");
+            let unlabelled = |m: Vec<Vec<u8>>| -> Vec<String> {
+                m.into_iter()
+                    .map(|b| {
+                        String::from_utf8(b)
+                            .unwrap()
+                            .replace("Content-Length", "X-Length")
+                    })
+                    .collect()
+            };
+            assert_eq!(
+                unlabelled(messages(with.as_bytes(), MboxEscaping::Mboxrd)),
+                unlabelled(messages(without.as_bytes(), MboxEscaping::Mboxrd)),
+                "{given}"
+            );
+            assert_eq!(offsets(with.as_bytes()).len(), 2, "{given}");
+        }
+        // After one that did not hold, a right one is not read either.
+        let right = "a\n\nFrom b 10:00\nc\n";
+        let mbox = format!(
+            "{SEP}Content-Length: 1\n\n{right}\n{SEP}Content-Length: {}\n\n{right}\n",
+            right.len()
+        );
+        assert_eq!(messages(mbox.as_bytes(), MboxEscaping::Mboxrd).len(), 4);
+        let alone = format!("{SEP}Content-Length: {}\n\n{right}\n", right.len());
+        assert_eq!(messages(alone.as_bytes(), MboxEscaping::Mboxrd).len(), 1);
     }
 
     #[test]

@@ -80,6 +80,60 @@ fn a_delivered_copy_of_a_message_learned_raw_moves_it_and_train_goes_on() {
     assert_eq!(db.counts(), [before[0] - 1, before[1]]);
 }
 
+/// `raw` as Dovecot stores it in an mbox folder: its envelope line,
+/// Dovecot's fields (`X-UID`, `Status`, `Content-Length`) at the end of the
+/// header, the body unescaped (the length says where it ends), and a blank
+/// line.
+fn as_dovecot_mbox(raw: &[u8], uid: usize) -> Vec<u8> {
+    let at = raw.windows(2).position(|w| w == b"\n\n").unwrap() + 1;
+    let (header, body) = (&raw[..at], &raw[at + 1..]);
+    [
+        &b"From alice@vm  Sat Nov 28 03:12:03 2026\n"[..],
+        header,
+        format!(
+            "X-UID: {uid}\nStatus: RO\nContent-Length: {}\n\n",
+            body.len()
+        )
+        .as_bytes(),
+        body,
+        b"\n",
+    ]
+    .concat()
+}
+
+/// A message learned through a mail client's move (whole, through the
+/// IMAP script) is the message `train` and `unlearn` read from the folder
+/// Dovecot stored it in as an mbox, though its body's `From ` lines are not
+/// escaped there: counted once, and taken back exactly.
+#[test]
+fn a_message_learned_by_a_move_is_the_one_train_reads_from_dovecots_mbox() {
+    let db = Db::new();
+    db.train_sample();
+    let before = db.counts();
+    let moved = ham_with_from_line();
+    let other = [
+        &b"Subject: minutes\nFrom: sec@club.example\n\nHello all,\n\n"[..],
+        b"From the treasurer: we are fine.\n\nFrom now on we meet on Mondays.\n",
+    ]
+    .concat();
+    ok(
+        &db,
+        &["learn", "--origin", "imap", "--spam", "-"],
+        Some(&moved),
+    );
+    let junk = db.path("Junk");
+    fs::write(
+        &junk,
+        [as_dovecot_mbox(&moved, 1), as_dovecot_mbox(&other, 2)].concat(),
+    )
+    .unwrap();
+    let said = ok(&db, &["train", "--spam", utf8(&junk)], None);
+    assert!(said.contains("1 learned, 0 moved to the other label, 1 already known"), "{said}");
+    assert_eq!(db.counts(), [before[0], before[1] + 2]);
+    ok(&db, &["unlearn", utf8(&junk)], None);
+    assert_eq!(db.counts(), before);
+}
+
 #[test]
 fn a_message_read_any_way_is_counted_once() {
     // T3: a file starting with `From ` and ending with a blank line, stdin,
