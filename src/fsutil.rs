@@ -322,7 +322,7 @@ fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> Result<(), PathE
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    remove_stale_temps(dir, &name.to_string_lossy());
+    remove_stale_temps(dir, Some(&name.to_string_lossy()));
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| PathError { path, source }
@@ -740,13 +740,14 @@ fn share_under(dir: std::os::fd::OwnedFd, gid: u32, group: u32, setgid: u32, me:
     }
 }
 
-/// Removes the temporary files that killed writers of `name` left in `dir`:
+/// Removes the temporary files that killed writers of `name` (`None`: of
+/// any file, as in a directory of files each written once) left in `dir`:
 /// only files named as [`write_atomically`] names them (`.NAME.PID.N.tmp`),
 /// and only those of a process that no longer runs, so a concurrent writer
 /// keeps its file. Where live processes cannot be told (no `/proc`), removes
 /// nothing. Best effort: a file that cannot be removed is left for the next
 /// write.
-pub fn remove_stale_temps(dir: &Path, name: &str) {
+pub fn remove_stale_temps(dir: &Path, name: Option<&str>) {
     let proc = Path::new("/proc");
     if !proc.join("self").exists() {
         return;
@@ -754,19 +755,22 @@ pub fn remove_stale_temps(dir: &Path, name: &str) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
-    let prefix = format!(".{name}.");
     for entry in entries.flatten() {
         let file_name = entry.file_name();
-        let Some(rest) = file_name
+        let Some(stem) = file_name
             .to_str()
-            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|f| f.strip_prefix('.'))
             .and_then(|f| f.strip_suffix(".tmp"))
         else {
             continue;
         };
-        let Some((pid, n)) = rest.split_once('.') else {
+        let mut parts = stem.rsplitn(3, '.');
+        let (Some(n), Some(pid), Some(of)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
+        if name.is_some_and(|name| name != of) {
+            continue;
+        }
         let (Ok(pid), Ok(_)) = (pid.parse::<u32>(), n.parse::<u64>()) else {
             continue;
         };

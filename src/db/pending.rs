@@ -411,6 +411,8 @@ impl Database {
                 source,
             })
         };
+        // What writers killed while leaving a message left half written.
+        crate::fsutil::remove_stale_temps(&self.paths().pending(), None);
         let mut extractor = Extractor::new();
         let mut passed = std::collections::HashSet::new();
         loop {

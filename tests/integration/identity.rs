@@ -128,7 +128,10 @@ fn a_message_learned_by_a_move_is_the_one_train_reads_from_dovecots_mbox() {
     )
     .unwrap();
     let said = ok(&db, &["train", "--spam", utf8(&junk)], None);
-    assert!(said.contains("1 learned, 0 moved to the other label, 1 already known"), "{said}");
+    assert!(
+        said.contains("1 learned, 0 moved to the other label, 1 already known"),
+        "{said}"
+    );
     assert_eq!(db.counts(), [before[0], before[1] + 2]);
     ok(&db, &["unlearn", utf8(&junk)], None);
     assert_eq!(db.counts(), before);

@@ -362,3 +362,26 @@ fn an_mbox_learned_in_parts_is_left_whole_while_the_database_is_held() {
     assert_eq!(db.counts(), [25, 29]);
     assert_eq!(db.stats()["pending"]["waiting"], 0);
 }
+
+/// A learn killed while it left a message (its file half written, under a
+/// temporary name) leaves nothing behind for good: the next writer removes
+/// it, and only temporaries of processes that no longer run.
+#[test]
+fn a_message_half_left_by_a_killed_learn_is_removed_by_the_next_writer() {
+    let db = Db::new();
+    db.train_sample();
+    let pending = bayesmail::db::DbPaths::new(db.dir()).pending();
+    fs::create_dir_all(&pending).unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let name = "000001795835376677329226-0000016014-00000000000000000000.learn.spam";
+    let stale = pending.join(format!(".{name}.{dead}.0.tmp"));
+    let live = pending.join(format!(".{name}.1.0.tmp"));
+    fs::write(&stale, unseen(3, "half")).unwrap();
+    fs::write(&live, b"a learn that still runs").unwrap();
+    db.ok(&["learn", "--ham", "-"], Some(&unseen(4, "next writer")));
+    assert!(!stale.exists(), "a killed learn's temporary file survived");
+    assert!(live.exists());
+    assert_eq!(db.counts(), [25, 24]);
+}
