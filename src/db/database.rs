@@ -245,19 +245,7 @@ impl Database {
         }
         let mut writer = self.writer(wait)?;
         let unreadable = writer.unreadable_model().map(str::to_owned);
-        let mut results = Vec::new();
-        let mut inexact = 0;
-        for (features, identity) in messages {
-            let result = writer.unlearn(features, identity).map(|(label, n)| {
-                inexact += n;
-                label
-            });
-            let stop = matches!(&result, Err(e) if !matches!(e, Error::NotLearned));
-            results.push(result);
-            if stop {
-                break;
-            }
-        }
+        let (results, inexact) = writer.unlearn(messages)?;
         let changes: Vec<_> = messages
             .iter()
             .zip(&results)

@@ -40,6 +40,7 @@ mod restack;
 mod run;
 mod scan;
 pub mod shared;
+mod summary;
 mod train;
 mod writer;
 
@@ -55,12 +56,12 @@ pub use reader::{
 pub use report::{Explained, Stats};
 pub use run::Run;
 pub use scan::{Action, ActionError, Event, ScanSummary, Scanned, SpamAction};
+pub use summary::TrainSummary;
 pub use train::{
     Calibration, Interrupted, MIN_CALIBRATION_PER_CLASS, Progress, Trained, Training, missing_class,
 };
 pub use writer::{
-    CHUNK_MESSAGES, DEFAULT_LOCK_WAIT, Labelled, SetAside, TrainSummary, Trainer,
-    release_freed_memory,
+    CHUNK_MESSAGES, DEFAULT_LOCK_WAIT, Labelled, SetAside, Trainer, release_freed_memory,
 };
 
 use crate::store;

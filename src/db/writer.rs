@@ -11,13 +11,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use serde::Serialize;
-
 use super::learnlog::Change;
 use super::lock::{WriterLock, is_private, private_dir, privatize, refuse_foreign};
 use super::run::Run;
 use crate::db::ModelHeader;
-use crate::db::{DbPaths, Error, Result};
+use crate::db::{DbPaths, Error, Result, TrainSummary};
 use crate::decision::Calibrator;
 use crate::features::Features;
 use crate::message::Identity;
@@ -43,56 +41,6 @@ pub struct Labelled {
     pub identity: Identity,
     /// Its label.
     pub label: Label,
-}
-
-/// What a training run did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct TrainSummary {
-    /// Messages learned for the first time.
-    pub learned: usize,
-    /// Messages learned before under the other label, now moved.
-    pub relearned: usize,
-    /// Messages already learned with the same label.
-    pub unchanged: usize,
-    /// The same message given twice in this run (counted once).
-    pub duplicates: usize,
-    /// Messages given with both labels in this run (left alone).
-    pub conflicting: usize,
-    /// Messages an earlier version counted twice (under two digests),
-    /// now counted once. Left out of JSON when zero.
-    #[serde(skip_serializing_if = "is_zero_usize")]
-    pub merged: usize,
-    /// Messages learned per class after the run, `[ham, spam]`.
-    pub totals: [u64; 2],
-    /// Counts that a move to the other label could not take back exactly
-    /// (the message's words were pruned, or it was counted by a version
-    /// that saw other features): they were set to zero. Left out of JSON
-    /// when zero.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub inexact: u64,
-    /// Whether a new snapshot was written.
-    pub snapshot_written: bool,
-    /// What became of each message `learn` was given (for the learn log);
-    /// empty after a training run.
-    #[serde(skip)]
-    pub(crate) changes: Vec<(Digest, Change)>,
-    /// Why the learn log could not be written after a learn, if it could
-    /// not, and whether the counts changed all the same (they did unless
-    /// every message was already learned so).
-    #[serde(skip)]
-    pub log_failure: Option<String>,
-    /// Why the model was rebuilt from the counts, if a learn or unlearn
-    /// found it unreadable (see [`Trainer::unreadable_model`]).
-    #[serde(skip)]
-    pub rebuilt: Option<String>,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-fn is_zero_usize(n: &usize) -> bool {
-    *n == 0
 }
 
 /// A damaged journal a writer set aside: where it is now, and what was
@@ -531,22 +479,39 @@ impl Trainer {
         Ok(Some(table))
     }
 
-    /// Unlearns one message: the label it had and how many counts could not
-    /// be taken back exactly (see [`TrainSummary::inexact`]);
-    /// [`Error::NotLearned`] if the registry does not know it. The online
-    /// discriminative view takes the reverse of its step
-    /// ([`logistic::reverse_step`]).
-    pub fn unlearn(&mut self, features: &Features, identity: &Identity) -> Result<(Label, u64)> {
-        let (label, known_as) = self.registered(identity)?.ok_or(Error::NotLearned)?;
+    /// Unlearns messages (features and identity), in one change of the
+    /// store: for each, the label it had or [`Error::NotLearned`] if the
+    /// registry does not know it (or it came earlier in `messages`); and
+    /// how many counts could not be taken back exactly (see
+    /// [`TrainSummary::inexact`]). The online discriminative view takes the
+    /// reverse of each one's step ([`logistic::reverse_step`]), in order.
+    pub fn unlearn(
+        &mut self,
+        messages: &[(&Features, Identity)],
+    ) -> Result<(Vec<Result<Label>>, u64)> {
         let mut delta = Delta::default();
-        delta.add_message(features, label, -1);
-        if let Some(mut weights) = self.weights()? {
-            weights.learn(Some(&mut delta), &features.lr_buckets, label, -1);
+        let mut weights = self.weights()?;
+        let mut gone = std::collections::HashSet::new();
+        let mut results = Vec::with_capacity(messages.len());
+        for (features, identity) in messages {
+            let Some((label, known_as)) = self.registered(identity)? else {
+                results.push(Err(Error::NotLearned));
+                continue;
+            };
+            if !gone.insert(known_as) {
+                results.push(Err(Error::NotLearned));
+                continue;
+            }
+            delta.add_message(features, label, -1);
+            if let Some(weights) = weights.as_mut() {
+                weights.learn(Some(&mut delta), &features.lr_buckets, label, -1);
+            }
+            delta.registry.push((known_as, None));
+            results.push(Ok(label));
         }
-        delta.registry.push((known_as, None));
         let inexact = self.change_store(&delta)?;
         self.store.flush()?;
-        Ok((label, inexact))
+        Ok((results, inexact))
     }
 
     /// Adds one message read by a training run to `run`: skipped if the
@@ -1264,6 +1229,46 @@ pub(crate) mod tests {
         assert!(!damaged.may_pass());
     }
 
+    /// Unlearning several messages is one change: each named once, in
+    /// order; one given twice is not learned the second time, one never
+    /// learned is said so, and every count of the others is taken back.
+    #[test]
+    fn messages_unlearned_together_are_each_taken_back_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = trained(dir.path());
+        let mut trainer = Trainer::open(&paths, WAIT).unwrap();
+        let before = trainer.store.totals().unwrap();
+        let extra = labelled("garden party", Label::Ham);
+        trainer
+            .learn(std::slice::from_ref(&extra), &mut |_| {})
+            .unwrap();
+        let word = |trainer: &Trainer, word| {
+            let feature = crate::vocab::Feature::Word(word);
+            trainer.store.token(feature).unwrap()
+        };
+        assert_eq!(word(&trainer, "garden"), TokenCounts { ham: 1, spam: 0 });
+        let (spam, never) = (
+            labelled("cheap meds", Label::Spam),
+            labelled("never", Label::Ham),
+        );
+        let given = [
+            (&extra.features, extra.identity),
+            (&spam.features, spam.identity),
+            (&extra.features, extra.identity),
+            (&never.features, never.identity),
+        ];
+        let (results, inexact) = trainer.unlearn(&given).unwrap();
+        let said: Vec<_> = results.iter().map(|r| r.as_ref().ok().copied()).collect();
+        assert_eq!(said, [Some(Label::Ham), Some(Label::Spam), None, None]);
+        assert!(matches!(results[2], Err(Error::NotLearned)));
+        assert_eq!(inexact, 0);
+        let after = trainer.store.totals().unwrap();
+        assert_eq!(after.messages, [before.messages[0], before.messages[1] - 1]);
+        for w in ["garden", "party", "cheap", "meds"] {
+            assert_eq!(word(&trainer, w), TokenCounts::default(), "{w}");
+        }
+    }
+
     #[test]
     fn a_killed_unlearn_is_not_a_lost_history() {
         let dir = tempfile::tempdir().unwrap();
@@ -1271,7 +1276,7 @@ pub(crate) mod tests {
         let mut trainer = Trainer::open(&paths, WAIT).unwrap();
         let m = labelled("cheap meds", Label::Spam);
         // Unlearned in the store, the model not yet compiled (as if killed).
-        trainer.unlearn(&m.features, &m.identity).unwrap();
+        trainer.unlearn(&[(&m.features, m.identity)]).unwrap();
         drop(trainer);
         let trainer = Trainer::open(&paths, WAIT).unwrap();
         assert!(trainer.model_is_stale().unwrap());
