@@ -322,7 +322,11 @@ fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> Result<(), PathE
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    remove_stale_temps(dir, Some(&name.to_string_lossy()));
+    remove_stale_temps(
+        dir,
+        Some(&name.to_string_lossy()),
+        std::time::Duration::ZERO,
+    );
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| PathError { path, source }
@@ -743,11 +747,13 @@ fn share_under(dir: std::os::fd::OwnedFd, gid: u32, group: u32, setgid: u32, me:
 /// Removes the temporary files that killed writers of `name` (`None`: of
 /// any file, as in a directory of files each written once) left in `dir`:
 /// only files named as [`write_atomically`] names them (`.NAME.PID.N.tmp`),
-/// and only those of a process that no longer runs, so a concurrent writer
-/// keeps its file. Where live processes cannot be told (no `/proc`), removes
-/// nothing. Best effort: a file that cannot be removed is left for the next
-/// write.
-pub fn remove_stale_temps(dir: &Path, name: Option<&str>) {
+/// only those of a process that no longer runs, so a concurrent writer
+/// keeps its file, and only those unchanged for `idle` (where writers do
+/// not hold a lock: a writer in another PID namespace, or whose process
+/// `/proc` hides, looks dead). Where live processes cannot be told (no
+/// `/proc`), removes nothing. Best effort: a file that cannot be removed
+/// is left for the next write.
+pub fn remove_stale_temps(dir: &Path, name: Option<&str>, idle: std::time::Duration) {
     let proc = Path::new("/proc");
     if !proc.join("self").exists() {
         return;
@@ -775,7 +781,9 @@ pub fn remove_stale_temps(dir: &Path, name: Option<&str>) {
             continue;
         };
         let dead = pid != std::process::id() && !proc.join(pid.to_string()).exists();
-        if dead && entry.file_type().is_ok_and(|t| t.is_file()) {
+        let idle_for = |m: fs::Metadata| m.modified().ok()?.elapsed().ok();
+        let idle = idle.is_zero() || entry.metadata().ok().and_then(idle_for) >= Some(idle);
+        if dead && idle && entry.file_type().is_ok_and(|t| t.is_file()) {
             let _ = fs::remove_file(entry.path());
         }
     }

@@ -110,6 +110,13 @@ pub enum Error {
     /// The file holds no message.
     #[error("no message in {}", .0.display())]
     NoMessage(PathBuf),
+    /// The file grew shorter between two parts of a read, as when a mail
+    /// program rewrites a folder (an expunge): what follows is not read.
+    #[error(
+        "{} grew shorter while it was read (a mail program rewrote it): the rest of it was not read",
+        .0.display()
+    )]
+    Shrank(PathBuf),
 }
 
 /// Reads every message under `paths` and applies `map` to each, in
@@ -305,6 +312,15 @@ pub struct FileMessages {
     extractor: Extractor,
     /// Whether a part was handed out already.
     begun: bool,
+    /// A regular file's device, inode and length when it was opened.
+    opened: Option<(u64, u64, u64)>,
+}
+
+/// A regular file's device, inode and length, by its path.
+fn file_now(path: &Path) -> Option<(u64, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
+    Some((meta.dev(), meta.ino(), meta.len()))
 }
 
 impl FileMessages {
@@ -335,6 +351,7 @@ impl FileMessages {
             raws: raws.peekable(),
             extractor: Extractor::new(),
             begun: false,
+            opened: (path.as_os_str() != "-").then(|| file_now(path)).flatten(),
         })
     }
 
@@ -342,13 +359,21 @@ impl FileMessages {
     /// ends (at least one message), with the errors of those that could not
     /// be read or parsed; `None` once all are read. When the file holds one
     /// message and it fails, its error is the result, and a file with no
-    /// message at all is [`Error::NoMessage`].
+    /// message at all is [`Error::NoMessage`]. A file that grew shorter
+    /// since it was opened (rewritten where it is: the part read next would
+    /// begin in another message, or miss some) is [`Error::Shrank`]; one
+    /// that grew (a delivery appended) is read as far as it was.
     pub fn next_part(
         &mut self,
         bytes: usize,
     ) -> Result<Option<(Vec<FileMessage>, Vec<Error>)>, Error> {
         let first = !self.begun;
         self.begun = true;
+        if let (false, Some((dev, ino, len))) = (first, self.opened)
+            && file_now(&self.path).is_some_and(|(d, i, l)| (d, i) == (dev, ino) && l < len)
+        {
+            return Err(Error::Shrank(self.path.clone()));
+        }
         let mut messages = Vec::new();
         let mut failed = Vec::new();
         let mut read = 0usize;
@@ -510,6 +535,31 @@ mod tests {
             FileMessages::open(tmp.path()).err(),
             Some(Error::Directory(_))
         ));
+    }
+
+    /// A file rewritten shorter between two parts (a mail program's
+    /// expunge) stops the read rather than give a part that begins inside
+    /// another message; one a delivery appended to is read as far as it was.
+    #[test]
+    fn a_file_that_grows_shorter_between_parts_stops_the_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mbox = tmp.path().join("box");
+        let message =
+            |i: usize| format!("From a@b Sat Nov 28 00:00:00 2026\nSubject: m{i}\n\nbody\n\n");
+        let all: String = (0..4).map(message).collect();
+        std::fs::write(&mbox, &all).unwrap();
+        let mut file = FileMessages::open(&mbox).unwrap();
+        assert_eq!(file.next_part(1).unwrap().unwrap().0.len(), 1);
+        let mut append = std::fs::File::options().append(true).open(&mbox).unwrap();
+        std::io::Write::write_all(&mut append, message(4).as_bytes()).unwrap();
+        assert_eq!(file.next_part(1).unwrap().unwrap().0.len(), 1);
+        std::fs::File::options()
+            .write(true)
+            .open(&mbox)
+            .unwrap()
+            .set_len(all.len() as u64 / 2)
+            .unwrap();
+        assert!(matches!(file.next_part(1), Err(Error::Shrank(_))));
     }
 
     /// What is not mail is handed to the caller, in order, and counted.

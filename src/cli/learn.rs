@@ -59,18 +59,31 @@ fn next_part(file: &mut FileMessages, failed: &mut usize) -> Result<Option<Vec<F
     Ok(Some(messages))
 }
 
-/// An error of a part after others were taught: says that they were, and
-/// that teaching the file again is safe.
-fn after_parts(err: anyhow::Error, done: usize, what: &str) -> anyhow::Error {
-    match done {
-        0 => err,
-        n => err.context(format!(
-            "the {n} message{} before it {} {what} (each message is learned or unlearned by \
-             its identity, so doing it again is safe)",
-            if n == 1 { "" } else { "s" },
-            if n == 1 { "was" } else { "were" },
-        )),
-    }
+/// An error of a part after others were taught (`done`, `what`: learned or
+/// unlearned) or left for another writer (`queued`): says what became of
+/// them, and that teaching the file again is safe.
+fn after_parts(err: anyhow::Error, done: usize, queued: usize, what: &str) -> anyhow::Error {
+    let n = |n: usize| match n {
+        1 => "1 message".to_string(),
+        n => format!("{n} messages"),
+    };
+    let before = match (done, queued) {
+        (0, 0) => return err,
+        (d, 0) => format!("{} before it {what}", n(d)),
+        (0, q) => format!(
+            "{} before it left for the writer that holds the database",
+            n(q)
+        ),
+        (d, q) => format!(
+            "{} before it {what} and {} left for the writer that holds the database",
+            n(d),
+            n(q)
+        ),
+    };
+    anyhow::anyhow!(
+        "{err:#}; the {before} (each message is taught by its identity, so doing it again is \
+         safe)"
+    )
 }
 
 /// Runs `change` (learning or unlearning `messages` messages in Redis,
@@ -109,8 +122,9 @@ fn within_store<T: Send + 'static>(
     }
 }
 
-/// Says that `count` messages were left for the writer that held the
-/// database past `wait` seconds, to learn as `label` (`None`: unlearn).
+/// Says on stdout that `count` messages were left for the writer that held
+/// the database, to learn as `label` (`None`: unlearn), and where they wait
+/// ([`left_note`]).
 fn left(ctx: &Context, json: bool, wait: u64, label: Option<Label>, count: usize) -> Result<()> {
     let action = match label {
         Some(label) => format!("queued as {label}"),
@@ -128,17 +142,29 @@ fn left(ctx: &Context, json: bool, wait: u64, label: Option<Label>, count: usize
             n => format!("{n} messages {action}"),
         })?;
     }
+    left_note(ctx, wait, count)
+}
+
+/// Says where `count` messages left for the writer that held the database
+/// past `wait` seconds wait, or that they were taken in since (nothing
+/// waits now: that writer was done, or a later part of the same learn
+/// found the database free and took them in before its own).
+fn left_note(ctx: &Context, wait: u64, count: usize) -> Result<()> {
     let pending = bayesmail::db::DbPaths::new(ctx.db.dir()).pending();
+    let now = bayesmail::db::Database::new(ctx.db.dir()).pending();
+    let messages = match count {
+        1 => "the message".to_string(),
+        n => format!("{n} messages"),
+    };
     note!(
-        "bayesmail: note: another writer held {} past --wait ({wait} s): {} in {}, taken in \
-         when that writer is done (bayesmail stats counts what waits)",
+        "bayesmail: note: another writer held {} past --wait ({wait} s): {messages} left in {}, \
+         {}",
         ctx.location()?,
-        if count == 1 {
-            "the message waits"
-        } else {
-            "the messages wait"
-        },
         for_terminal(&pending.display().to_string()),
+        match (now.waiting, now.refused) {
+            (0, None) => "and taken in since (nothing waits now)",
+            _ => "taken in when that writer is done (bayesmail stats counts what waits)",
+        },
     );
     Ok(())
 }
@@ -213,7 +239,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
                 .learn_or_leave(&labelled, || Ok(raw), wait, journal_limit(), *params.get())
                 .map_err(|e| hint(ctx, "learn", e)),
         };
-        match now.map_err(|e| after_parts(e, taught, "learned"))? {
+        match now.map_err(|e| after_parts(e, taught, queued, "learned"))? {
             Taught::Now((part, after)) => {
                 learn_note(part.log_failure.as_deref());
                 learn_note(part.rebuilt.as_deref());
@@ -227,15 +253,17 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
                 wait = Duration::ZERO;
             }
         }
-        part = next_part(&mut file, &mut failed)?;
+        part = next_part(&mut file, &mut failed)
+            .map_err(|e| after_parts(e, count - queued, queued, "learned"))?;
     }
     let outcome = match failed {
         0 => Outcome::AllOk,
         _ => Outcome::SomeFailed,
     };
     let Some(summary) = summary else {
+        // Every part was left.
         if queued > 0 {
-            left(ctx, args.json, args.wait, Some(label), queued)?;
+            left(ctx, args.json, args.wait, Some(label), count)?;
         }
         return Ok(outcome);
     };
@@ -261,12 +289,19 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
             summary: &'a TrainSummary,
             #[serde(skip_serializing_if = "Option::is_none")]
             no_model: Option<&'a str>,
+            /// Messages left for the writer that held the database.
+            #[serde(skip_serializing_if = "is_zero")]
+            queued: usize,
+        }
+        fn is_zero(n: &usize) -> bool {
+            *n == 0
         }
         let learned = Learned {
             action,
             label,
             summary: &summary,
             no_model: no_model.as_deref(),
+            queued,
         };
         say(serde_json::to_string(&learned)?)?;
     }
@@ -281,16 +316,20 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
     } else if !args.json {
         note!(
             "{} messages: {} learned as {label}, {} moved to {label}, {} already learned as \
-             {label}{}",
-            count - queued,
+             {label}{}{}",
+            count,
             summary.learned,
             summary.relearned,
             summary.unchanged,
             super::train::duplicates_note(&summary),
+            match queued {
+                0 => String::new(),
+                q => format!(", {q} queued as {label}"),
+            },
         );
     }
     if queued > 0 {
-        left(ctx, args.json, args.wait, Some(label), queued)?;
+        left_note(ctx, args.wait, queued)?;
     }
     if let (Some(why), false) = (&no_model, args.json) {
         note!("bayesmail: note: no model written yet: {why}");
@@ -345,11 +384,17 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
             Ok(Taught::Left) => {
                 queued += messages.len();
                 wait = Duration::ZERO;
-                part = next_part(&mut file, &mut failed)?;
+                part = match next_part(&mut file, &mut failed) {
+                    Ok(part) => part,
+                    Err(err) => {
+                        first_error = Some(after_parts(err, unlearned, queued, "unlearned"));
+                        break;
+                    }
+                };
                 continue;
             }
             Err(err) => {
-                first_error = Some(after_parts(err, unlearned, "unlearned"));
+                first_error = Some(after_parts(err, unlearned, queued, "unlearned"));
                 break;
             }
         };
@@ -382,7 +427,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
                     break;
                 }
                 Err(err) => {
-                    first_error = Some(after_parts(err.into(), unlearned, "unlearned"));
+                    first_error = Some(after_parts(err.into(), unlearned, queued, "unlearned"));
                     break;
                 }
             }
@@ -390,7 +435,13 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         if first_error.is_some() {
             break;
         }
-        part = next_part(&mut file, &mut failed)?;
+        part = match next_part(&mut file, &mut failed) {
+            Ok(part) => part,
+            Err(err) => {
+                first_error = Some(after_parts(err, unlearned, queued, "unlearned"));
+                break;
+            }
+        };
     }
     let what = match (single, first_id) {
         (true, Some(one)) => one,
@@ -406,6 +457,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
         return Err(err);
     }
     if queued > 0 {
+        // Said as for a file left whole: one line, on stdout.
         left(ctx, args.json, args.wait, None, queued)?;
     }
     if let Some(why) = no_model_now(model) {

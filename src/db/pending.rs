@@ -411,8 +411,10 @@ impl Database {
                 source,
             })
         };
-        // What writers killed while leaving a message left half written.
-        crate::fsutil::remove_stale_temps(&self.paths().pending(), None);
+        // What writers killed while leaving a message left half written
+        // (an hour on: no learn writes one for that long).
+        let hour = Duration::from_secs(3600);
+        crate::fsutil::remove_stale_temps(&self.paths().pending(), None, hour);
         let mut extractor = Extractor::new();
         let mut passed = std::collections::HashSet::new();
         loop {

@@ -51,7 +51,11 @@ impl State {
             paths.samples(),
         ] {
             if let Some(name) = file.file_name() {
-                crate::fsutil::remove_stale_temps(paths.dir(), Some(&name.to_string_lossy()));
+                crate::fsutil::remove_stale_temps(
+                    paths.dir(),
+                    Some(&name.to_string_lossy()),
+                    std::time::Duration::ZERO,
+                );
             }
         }
         crate::store::snapshot::remove_check_record(&paths.snapshot());

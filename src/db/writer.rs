@@ -193,7 +193,11 @@ impl Trainer {
             paths.samples(),
         ] {
             if let Some(name) = file.file_name() {
-                crate::fsutil::remove_stale_temps(paths.dir(), Some(&name.to_string_lossy()));
+                crate::fsutil::remove_stale_temps(
+                    paths.dir(),
+                    Some(&name.to_string_lossy()),
+                    std::time::Duration::ZERO,
+                );
             }
         }
         // Damaged, of another format, not a regular file: rebuilt. Unreadable for now: an error.

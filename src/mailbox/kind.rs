@@ -33,9 +33,9 @@ pub enum MailboxKind {
     ///   escaping their body's `From ` lines, ends where that length says
     ///   if the end of the file or the next separator line follows (after
     ///   one blank line at most; without it, a line that looks like a
-    ///   separator), its body kept as stored. A length that does not hold
-    ///   (or is over 64 MiB) is left to the rules above, and no later
-    ///   length in the file is read.
+    ///   separator), its body kept as stored. A length over 16 MiB is left
+    ///   to the rules above; after one that does not hold, so is every
+    ///   length in the file.
     /// - One `>` is removed from escaped `From ` lines, per [`MboxEscaping`].
     /// - A message left with no bytes at all is an [`super::Error::EmptyMessage`]
     ///   item; a read error is an [`super::Error::Io`] item and ends the file.

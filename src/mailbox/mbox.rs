@@ -125,7 +125,7 @@ pub(super) fn settled_length(file: &std::fs::File, path: &Path) -> io::Result<u6
 /// ([`MboxReader::body_of_length`]): a longer one is read by the separator
 /// rule, so that a length no writer gave cannot make the reader hold a
 /// large part of the file.
-const LENGTH_CHECKED_UP_TO: u64 = 64 << 20;
+const LENGTH_CHECKED_UP_TO: u64 = 16 << 20;
 
 /// Streams the messages of one mbox file.
 pub(super) struct MboxReader<R> {
@@ -202,7 +202,8 @@ impl<R: BufRead> MboxReader<R> {
         out.extend_from_slice(&rest[..end]);
         self.carry_at += end;
         if self.carry_at == self.carry.len() {
-            self.carry.clear();
+            // Let go of it: what was read ahead may have been large.
+            self.carry = Vec::new();
             self.carry_at = 0;
         }
         Ok(end)
@@ -224,7 +225,8 @@ impl<R: BufRead> MboxReader<R> {
     /// (`None`: the end of the file) past it; or, if the length does not
     /// hold, puts back what it read (for the separator rule to read) and
     /// returns `None`, and lengths are not read again in this file. Over
-    /// [`LENGTH_CHECKED_UP_TO`] bytes, `None` at once.
+    /// [`LENGTH_CHECKED_UP_TO`] bytes, `None` at once (later lengths are
+    /// still read).
     fn body_of_length(&mut self, len: u64) -> io::Result<Option<(Vec<u8>, Option<u64>)>> {
         if !self.lengths || len > LENGTH_CHECKED_UP_TO {
             return Ok(None);
@@ -241,7 +243,8 @@ impl<R: BufRead> MboxReader<R> {
             // What follows: nothing, a separator, or a blank line and then
             // nothing or a separator.
             let mut at = body_end;
-            let mut after_blank = read.ends_with(b"\n\n") || read.ends_with(b"\n\r\n");
+            // An empty body follows the header's blank line.
+            let mut after_blank = len == 0 || read.ends_with(b"\n\n") || read.ends_with(b"\n\r\n");
             for _ in 0..2 {
                 let n = self.read_line(&mut read)?;
                 let line = &read[at..];
@@ -571,10 +574,10 @@ mod tests {
     }
 
     /// A length that does not end where a separator or the file does (too
-    /// short, too long, in the middle of a line, past the end, given twice
-    /// differently, or too large to check) is not the writer's: the
-    /// separator rule reads the file as it would without it, and no length
-    /// after it in the file is read.
+    /// short, too long, in the middle of a line, past the end), given
+    /// twice, or too large to check is not the writer's: the separator rule
+    /// reads the message as it would without it; after one that did not
+    /// hold, no length in the file is read.
     #[test]
     fn a_length_that_does_not_hold_leaves_the_separator_rule() {
         let body = "one\nFrom two\nthree\n";
@@ -614,6 +617,23 @@ mod tests {
         assert_eq!(messages(mbox.as_bytes(), MboxEscaping::Mboxrd).len(), 4);
         let alone = format!("{SEP}Content-Length: {}\n\n{right}\n", right.len());
         assert_eq!(messages(alone.as_bytes(), MboxEscaping::Mboxrd).len(), 1);
+        // Nor after a length too large to check, or an empty body's right
+        // before the next separator (one a blank line must come before):
+        // the next message's length is read.
+        for first in [
+            format!("Content-Length: {}\n\nx\n\n", LENGTH_CHECKED_UP_TO + 1),
+            "Content-Length: 0\n\n".to_string(),
+        ] {
+            let mbox = format!(
+                "{SEP}{first}From bob\nContent-Length: {}\n\n{right}\n",
+                right.len()
+            );
+            assert_eq!(
+                messages(mbox.as_bytes(), MboxEscaping::Mboxrd).len(),
+                2,
+                "{first}"
+            );
+        }
     }
 
     #[test]

@@ -365,7 +365,8 @@ fn an_mbox_learned_in_parts_is_left_whole_while_the_database_is_held() {
 
 /// A learn killed while it left a message (its file half written, under a
 /// temporary name) leaves nothing behind for good: the next writer removes
-/// it, and only temporaries of processes that no longer run.
+/// it, once it has not changed for an hour, and only temporaries of
+/// processes that no longer run.
 #[test]
 fn a_message_half_left_by_a_killed_learn_is_removed_by_the_next_writer() {
     let db = Db::new();
@@ -376,12 +377,19 @@ fn a_message_half_left_by_a_killed_learn_is_removed_by_the_next_writer() {
     let dead = child.id();
     child.wait().unwrap();
     let name = "000001795835376677329226-0000016014-00000000000000000000.learn.spam";
-    let stale = pending.join(format!(".{name}.{dead}.0.tmp"));
-    let live = pending.join(format!(".{name}.1.0.tmp"));
-    fs::write(&stale, unseen(3, "half")).unwrap();
-    fs::write(&live, b"a learn that still runs").unwrap();
+    let temp = |pid: u32, n: u32, age: u64| {
+        let path = pending.join(format!(".{name}.{pid}.{n}.tmp"));
+        fs::write(&path, unseen(3, "half")).unwrap();
+        let then = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+        let file = fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(then).unwrap();
+        path
+    };
+    let stale = temp(dead, 0, 7200);
+    let fresh = temp(dead, 1, 0);
+    let live = temp(1, 0, 7200);
     db.ok(&["learn", "--ham", "-"], Some(&unseen(4, "next writer")));
     assert!(!stale.exists(), "a killed learn's temporary file survived");
-    assert!(live.exists());
+    assert!(fresh.exists() && live.exists());
     assert_eq!(db.counts(), [25, 24]);
 }

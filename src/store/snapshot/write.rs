@@ -125,7 +125,11 @@ pub(crate) fn remove_check_record(path: &Path) {
     record.push(".checked");
     let record = path.with_file_name(record);
     if let (Some(dir), Some(name)) = (record.parent(), record.file_name()) {
-        remove_stale_temps(dir, Some(&name.to_string_lossy()));
+        remove_stale_temps(
+            dir,
+            Some(&name.to_string_lossy()),
+            std::time::Duration::ZERO,
+        );
     }
     // A link there is removed, never followed.
     let _ = fs::remove_file(&record);
