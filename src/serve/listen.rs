@@ -224,6 +224,14 @@ impl Listener {
     }
 }
 
+/// TCP keepalive of every connection served: the first probe after this
+/// long without a packet, then one every [`KEEPALIVE_INTERVAL`], and the
+/// peer gone after [`KEEPALIVE_PROBES`] unanswered (about ten minutes in
+/// all).
+const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+const KEEPALIVE_PROBES: u32 = 5;
+
 impl Accepting {
     /// The next connection.
     pub async fn accept(&self) -> std::io::Result<(BoxConn, Peer)> {
@@ -231,6 +239,14 @@ impl Accepting {
             Accepting::Tcp(l) => {
                 let (s, a) = l.accept().await?;
                 let _ = s.set_nodelay(true);
+                // A peer that is gone (its host down, the network cut) is
+                // found out by the kernel: a milter connection waits for
+                // its MTA as long as the SMTP session lasts.
+                let probes = socket2::TcpKeepalive::new()
+                    .with_time(KEEPALIVE_IDLE)
+                    .with_interval(KEEPALIVE_INTERVAL)
+                    .with_retries(KEEPALIVE_PROBES);
+                let _ = socket2::SockRef::from(&s).set_tcp_keepalive(&probes);
                 Ok((Box::pin(s), Peer::Tcp(a)))
             }
             Accepting::Unix(l) => {

@@ -92,13 +92,19 @@ impl std::str::FromStr for SpamAction {
 /// ends the connection, and the MTA's default action decides.
 const MAX_PACKET: usize = 1 << 20;
 
-/// How long a connection may stay quiet between messages. An MTA keeps a
-/// milter connection for a whole SMTP session, whose client may take
-/// Postfix's `smtpd_timeout` (300 s) per command; inside a message, and
-/// before the first packet (an MTA negotiates as soon as it connects), the
-/// server's read timeout applies, so a client that connects and says
-/// nothing does not hold a connection slot for long.
-const SESSION_IDLE: Duration = Duration::from_secs(600);
+/// How long a connection may stay quiet once its SMTP session has begun
+/// and outside a message's fields and body: without end. The MTA keeps a
+/// milter connection for the whole SMTP session and sends nothing while
+/// its client is slow (NOOPs, a DATA that trickles in, each within
+/// Postfix's `smtpd_timeout`), for as long as the client likes; a milter
+/// that gave up meanwhile would leave that client's message to the MTA's
+/// `milter_default_action`, unjudged, forged fields and all. A peer that
+/// is gone is found by TCP keepalive (or, on a Unix socket, as the end of
+/// the connection). Inside a message, and before the session begins (an
+/// MTA negotiates and sends CONNECT as soon as it connects), the server's
+/// read timeout applies, so a client that connects and says nothing does
+/// not hold a connection slot for long.
+const SESSION_IDLE: Option<Duration> = None;
 
 /// Serves one milter connection.
 pub(super) async fn serve(conn: BoxConn, _peer: &Peer, state: &Arc<State>) -> std::io::Result<()> {
@@ -631,7 +637,7 @@ struct Timed {
     negotiated: Arc<AtomicBool>,
     in_transaction: Arc<AtomicBool>,
     inside: Duration,
-    between: Duration,
+    between: Option<Duration>,
     /// When the MTA last sent something: the deadline is this plus the
     /// timeout that applies now, which the packet's handler may have
     /// changed since (a message ended, options negotiated).
@@ -647,7 +653,7 @@ impl Timed {
         conn: BoxConn,
         state: Arc<State>,
         [in_message, negotiated, in_transaction]: [Arc<AtomicBool>; 3],
-        between: Duration,
+        between: Option<Duration>,
     ) -> Self {
         let inside = state.settings.read_timeout;
         Timed {
@@ -671,9 +677,10 @@ impl Timed {
         }
     }
 
-    fn timeout(&self) -> Duration {
+    /// The read timeout that applies now, if one does.
+    fn timeout(&self) -> Option<Duration> {
         if self.in_message.load(Ordering::SeqCst) || !self.negotiated.load(Ordering::SeqCst) {
-            self.inside
+            Some(self.inside)
         } else {
             self.between
         }
@@ -704,7 +711,10 @@ impl AsyncRead for Timed {
                 Poll::Ready(result)
             }
             Poll::Pending => {
-                let due = this.last + this.timeout();
+                let Some(timeout) = this.timeout() else {
+                    return Poll::Pending;
+                };
+                let due = this.last + timeout;
                 if this.deadline.deadline() != due {
                     this.deadline.as_mut().reset(due);
                 }
