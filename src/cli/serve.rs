@@ -12,6 +12,106 @@ use bayesmail::serve::{self, ModelSettings, Network, Protocol, Settings, users::
 use super::{Context, Outcome, ServeArgs};
 
 pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
+    let settings = read_settings(ctx, args)?;
+    let listeners = serve::bind(&settings)?;
+    if let Some(user) = args.user.as_deref().or(ctx.config.serve.user.as_deref()) {
+        drop_privileges(user)?;
+        // A model the user cannot read would leave every message
+        // unjudged, each logged: say so once, now, and do not start.
+        if let Some(why) = unreadable_model(&settings.models) {
+            anyhow::bail!("user {user} {why}");
+        }
+    } else if nix::unistd::geteuid().is_root() {
+        // Allowed (a test, a container), but not what a server should do.
+        serve::log_line("running as root: --user USER runs it as that user once it is listening");
+        // Learning into another user's database as root is refused (its
+        // files would be closed to that user): say so now, not at the
+        // first TELL.
+        let refused = [
+            (
+                "the global database",
+                bayesmail::db::Database::new(&settings.models.global).unsafe_for_root(),
+            ),
+            (
+                "users' databases",
+                (settings.models.user_db.as_ref())
+                    .and_then(|p| bayesmail::fsutil::unsafe_for_root(&p.root())),
+            ),
+        ];
+        for (which, why) in refused {
+            if settings.models.shared.is_none()
+                && let Some(why) = why
+            {
+                let hint = why
+                    .owner
+                    .as_ref()
+                    .map(|owner| format!(" (--user {owner})"))
+                    .unwrap_or_default();
+                serve::log_line(&format!(
+                    "learning into {which} is refused while serve runs as root: {}{hint}",
+                    bayesmail::db::Error::Foreign { why }
+                ));
+            }
+        }
+    }
+    // A server without a global model judges nothing a user's model does
+    // not: said once, at the start, rather than by every message's line.
+    if settings.models.shared.is_none() {
+        let model = bayesmail::db::DbPaths::new(&settings.models.global).snapshot();
+        if matches!(std::fs::symlink_metadata(&model), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        {
+            serve::log_line(&format!(
+                "no model at {} yet: every message no user's model judges gets no verdict \
+                 (reason=no-model) until it holds ham and spam (`bayesmail --db {} train`, or \
+                 learning through serve)",
+                settings.models.global.display(),
+                settings.models.global.display()
+            ));
+        }
+    }
+    // SIGHUP: the configuration read again (the databases, the users'
+    // pattern, the verdict rule, and what serve does: which peers it
+    // serves, sizes, timeouts, the milter's action, the log), every model
+    // reopened; where it listens and what it holds stay until a restart. A
+    // configuration that no longer reads keeps the old one.
+    let given = ctx.given.clone();
+    let again = args.clone();
+    // A global model this process can no longer read (its files given to
+    // another user, or made private), or that is not there, keeps the
+    // settings in use too: reopened, every message would go unjudged.
+    let reload = move || match Context::new(given.clone())
+        .and_then(|ctx| read_settings(&ctx, &again))
+    {
+        Ok(settings) => match unreadable_model(&settings.models).or_else(|| missing(&settings)) {
+            None => Some(settings),
+            Some(why) => {
+                serve::log_line(&format!(
+                    "reload: this process {}; keeping the settings and models in use",
+                    why.replace('\n', "; ")
+                ));
+                None
+            }
+        },
+        Err(err) => {
+            serve::log_line(&format!(
+                "reload: {}; keeping the settings in use",
+                super::render_error(&err).replace('\n', "; ")
+            ));
+            None
+        }
+    };
+    serve::run(settings, listeners, Box::new(reload), &|bound| {
+        for (protocol, addr) in bound {
+            serve::log_line(&format!("{} listening on {addr}", protocol.name()));
+        }
+    })
+    .context("running the server")?;
+    Ok(Outcome::AllOk)
+}
+
+/// The server's settings from the arguments and the configuration, as
+/// it starts and as SIGHUP reads them again.
+fn read_settings(ctx: &Context, args: &ServeArgs) -> Result<Settings> {
     let conf = &ctx.config.serve;
     let mut listen = Vec::new();
     for (protocol, flags, keys) in [
@@ -82,7 +182,7 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
         .or(conf.timeout)
         .unwrap_or(30)
         .clamp(1, MAX_TIMEOUT);
-    let settings = Settings {
+    Ok(Settings {
         listen,
         allow,
         socket_mode,
@@ -103,98 +203,18 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
                 .map_err(|e| anyhow::anyhow!("[serve] milter_spam_action: {e}"))?,
             (None, None) => serve::SpamAction::default(),
         },
-    };
-    let listeners = serve::bind(&settings)?;
-    if let Some(user) = args.user.as_deref().or(conf.user.as_deref()) {
-        drop_privileges(user)?;
-        // A model the user cannot read would leave every message
-        // unjudged, each logged: say so once, now, and do not start.
-        if let Some(why) = unreadable_model(&settings.models) {
-            anyhow::bail!("user {user} {why}");
-        }
-    } else if nix::unistd::geteuid().is_root() {
-        // Allowed (a test, a container), but not what a server should do.
-        serve::log_line("running as root: --user USER runs it as that user once it is listening");
-        // Learning into another user's database as root is refused (its
-        // files would be closed to that user): say so now, not at the
-        // first TELL.
-        let refused = [
-            (
-                "the global database",
-                bayesmail::db::Database::new(&settings.models.global).unsafe_for_root(),
-            ),
-            (
-                "users' databases",
-                (settings.models.user_db.as_ref())
-                    .and_then(|p| bayesmail::fsutil::unsafe_for_root(&p.root())),
-            ),
-        ];
-        for (which, why) in refused {
-            if settings.models.shared.is_none()
-                && let Some(why) = why
-            {
-                let hint = why
-                    .owner
-                    .as_ref()
-                    .map(|owner| format!(" (--user {owner})"))
-                    .unwrap_or_default();
-                serve::log_line(&format!(
-                    "learning into {which} is refused while serve runs as root: {}{hint}",
-                    bayesmail::db::Error::Foreign { why }
-                ));
-            }
-        }
-    }
-    // A server without a global model judges nothing a user's model does
-    // not: said once, at the start, rather than by every message's line.
-    if settings.models.shared.is_none() {
-        let model = bayesmail::db::DbPaths::new(&settings.models.global).snapshot();
-        if matches!(std::fs::symlink_metadata(&model), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-        {
-            serve::log_line(&format!(
-                "no model at {} yet: every message no user's model judges gets no verdict \
-                 (reason=no-model) until it holds ham and spam (`bayesmail --db {} train`, or \
-                 learning through serve)",
-                settings.models.global.display(),
-                settings.models.global.display()
-            ));
-        }
-    }
-    // SIGHUP: the configuration read again (the models' settings: the
-    // databases, the users' pattern, the verdict rule), every model
-    // reopened; a configuration that no longer reads keeps the old one.
-    let given = ctx.given.clone();
-    let again = args.clone();
-    // A global model this process can no longer read (its files given to
-    // another user, or made private) keeps the models in use too: reopened,
-    // every message would go unjudged.
-    let reload =
-        move || match Context::new(given.clone()).and_then(|ctx| model_settings(&ctx, &again)) {
-            Ok(models) => match unreadable_model(&models) {
-                None => Some(models),
-                Some(why) => {
-                    serve::log_line(&format!(
-                        "reload: this process {}; keeping the settings and models in use",
-                        why.replace('\n', "; ")
-                    ));
-                    None
-                }
-            },
-            Err(err) => {
-                serve::log_line(&format!(
-                    "reload: {}; keeping the settings in use",
-                    super::render_error(&err).replace('\n', "; ")
-                ));
-                None
-            }
-        };
-    serve::run(settings, listeners, Box::new(reload), &|bound| {
-        for (protocol, addr) in bound {
-            serve::log_line(&format!("{} listening on {addr}", protocol.name()));
-        }
     })
-    .context("running the server")?;
-    Ok(Outcome::AllOk)
+}
+
+/// Why a reload to `settings` would judge nothing: its global database
+/// has no model (a mistyped `db`), where the one in use has.
+fn missing(settings: &Settings) -> Option<String> {
+    let global = &settings.models.global;
+    let model = bayesmail::db::DbPaths::new(global).snapshot();
+    let gone =
+        std::fs::symlink_metadata(&model).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+    (settings.models.shared.is_none() && gone)
+        .then(|| format!("finds no model at {}", global.display()))
 }
 
 /// A spamd request, or an HTTP request's body, must be whole within this

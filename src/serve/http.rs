@@ -53,8 +53,8 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
         inner: Some(conn),
         mid_request: mid_request.clone(),
         linger: linger.clone(),
-        linger_for: state.settings.read_timeout.min(Duration::from_secs(5)),
-        write_timeout: state.settings.read_timeout,
+        linger_for: state.settings().read_timeout.min(Duration::from_secs(5)),
+        write_timeout: state.settings().read_timeout,
         write_wait: None,
     });
     let service = {
@@ -90,7 +90,7 @@ pub(super) async fn serve(conn: BoxConn, peer: &Peer, state: &Arc<State>) -> std
             }
         })
     };
-    let idle = state.settings.idle_timeout;
+    let idle = state.settings().idle_timeout;
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         // A client that sends its request whole and then closes its side
@@ -270,7 +270,7 @@ where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
-    let settings = &state.settings;
+    let settings = state.settings();
     let max = settings.max_message;
     let mut clock = RequestClock::start(settings.request_timeout);
     let declared = req
@@ -314,7 +314,7 @@ fn body_error(err: BodyError, peer: &Peer, state: &State) -> Answer {
         BodyError::TimedOut => {
             let why = format!(
                 "the client sent nothing for {} s while sending the body",
-                state.settings.read_timeout.as_secs()
+                state.settings().read_timeout.as_secs()
             );
             log_line(&format!("http {peer}: dropped: {why}"));
             error(StatusCode::REQUEST_TIMEOUT, "timeout", &why)
@@ -322,7 +322,7 @@ fn body_error(err: BodyError, peer: &Peer, state: &State) -> Answer {
         BodyError::Late => {
             let why = format!(
                 "the body was not whole after {} s and came slower than {} KiB/s",
-                state.settings.request_timeout.as_secs(),
+                state.settings().request_timeout.as_secs(),
                 super::MIN_RATE / 1024
             );
             log_line(&format!("http {peer}: dropped: {why}"));
@@ -352,7 +352,7 @@ fn too_large_to_learn(state: &State) -> Answer {
         Reason::TooLarge.name(),
         &format!(
             "message larger than {} bytes: not learned",
-            state.settings.max_message
+            state.settings().max_message
         ),
     )
 }
@@ -360,7 +360,7 @@ fn too_large_to_learn(state: &State) -> Answer {
 fn too_large_why(state: &State) -> String {
     format!(
         "message larger than {} bytes: passed on unscored",
-        state.settings.max_message
+        state.settings().max_message
     )
 }
 
@@ -501,7 +501,7 @@ where
         Ok(which) => which.to_string(),
         Err(err) => return error(StatusCode::BAD_REQUEST, "bad-user", &err.to_string()),
     };
-    let settings = &state.settings;
+    let settings = state.settings();
     let (raw, held) = match read_body(req, state).await {
         Ok(read) => read,
         Err(err) => return body_error(err, peer, state),

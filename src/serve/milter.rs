@@ -226,7 +226,7 @@ impl Bayes {
     /// Appends `bytes` to the message, keeping at most one byte past the
     /// size limit.
     fn keep(&mut self, bytes: &[u8]) {
-        let cap = usize::try_from(self.state.settings.max_message.saturating_add(1))
+        let cap = usize::try_from(self.state.settings().max_message.saturating_add(1))
             .unwrap_or(usize::MAX);
         let room = cap.saturating_sub(self.raw.len());
         let kept = &bytes[..bytes.len().min(room)];
@@ -237,7 +237,7 @@ impl Bayes {
         // limit: the byte past it only marks the message too large); past
         // the budget, the message is dropped and gets no verdict.
         let budget = self.state.budget(super::Protocol::Milter);
-        let want = ((self.raw.len() + kept.len()) as u64).min(self.state.settings.max_message);
+        let want = ((self.raw.len() + kept.len()) as u64).min(self.state.settings().max_message);
         if self
             .held
             .get_or_insert_with(|| budget.empty())
@@ -532,7 +532,7 @@ impl miltr_server::Milter for Bayes {
                 .iter()
                 .map(|f| f.name.len() + f.value.len())
                 .sum();
-            let max = usize::try_from(self.state.settings.max_message).unwrap_or(usize::MAX);
+            let max = usize::try_from(self.state.settings().max_message).unwrap_or(usize::MAX);
             if self.forged.len() < RENAMED_FIELDS && held + name.len() + value.len() <= max {
                 self.forged.push(Forged {
                     position: self.seen,
@@ -598,7 +598,7 @@ impl miltr_server::Milter for Bayes {
             }
         }
         let action = if spam {
-            self.state.settings.milter_spam_action
+            self.state.settings().milter_spam_action
         } else {
             SpamAction::Accept
         };
@@ -655,7 +655,7 @@ impl Timed {
         [in_message, negotiated, in_transaction]: [Arc<AtomicBool>; 3],
         between: Option<Duration>,
     ) -> Self {
-        let inside = state.settings.read_timeout;
+        let inside = state.settings().read_timeout;
         Timed {
             conn,
             in_message,

@@ -91,8 +91,8 @@ pub struct Settings {
 /// What every connection shares.
 #[derive(Debug)]
 pub(crate) struct State {
-    /// The settings.
-    pub settings: Settings,
+    /// The settings, as SIGHUP last read them ([`State::settings`]).
+    settings: std::sync::RwLock<Arc<Settings>>,
     /// The models.
     pub models: Models,
     /// The counters.
@@ -115,12 +115,52 @@ impl State {
         State {
             models: Models::new(settings.models.clone()),
             budgets: [(); 3].map(|()| budget::Budget::new(settings.max_held)),
-            settings,
+            settings: std::sync::RwLock::new(Arc::new(settings)),
             metrics: Metrics::default(),
             open: AtomicUsize::new(0),
             stopping: Notify::new(),
             stopped: Default::default(),
         }
+    }
+
+    /// The settings in use: a connection reads them as it needs them, so
+    /// a reload holds from its next request or message on.
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Takes `new` settings (SIGHUP), but for what is fixed once serve
+    /// runs (where it listens, its sockets, the connections and bytes it
+    /// holds, the grace at the end), and reopens every model. Returns the
+    /// names of the settings that changed but were kept.
+    pub fn reload(&self, mut new: Settings) -> Vec<&'static str> {
+        let old = self.settings();
+        let mut kept = Vec::new();
+        let mut keep = |name, changed: bool| {
+            if changed {
+                kept.push(name);
+            }
+        };
+        keep("where it listens", new.listen != old.listen);
+        keep("socket_mode", new.socket_mode != old.socket_mode);
+        keep("socket_group", new.socket_group != old.socket_group);
+        keep("max_held", new.max_held != old.max_held);
+        keep(
+            "max_connections",
+            new.max_connections != old.max_connections,
+        );
+        new.listen = old.listen.clone();
+        new.socket_mode = old.socket_mode;
+        new.socket_group = old.socket_group;
+        new.max_held = old.max_held;
+        new.max_connections = old.max_connections;
+        new.shutdown_grace = old.shutdown_grace;
+        self.models.reload(new.models.clone());
+        *self.settings.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
+        kept
     }
 
     /// Judges `raw` for `user` on a blocking thread, counts it and logs it
@@ -141,7 +181,7 @@ impl State {
         id: &str,
     ) -> Judged {
         let started = Instant::now();
-        let too_large = raw.len() as u64 > self.settings.max_message;
+        let too_large = raw.len() as u64 > self.settings().max_message;
         let state = self.clone();
         let judged = if too_large {
             Judged {
@@ -149,7 +189,7 @@ impl State {
                     crate::db::Reason::TooLarge,
                     format!(
                         "message larger than {} bytes: passed on unscored",
-                        self.settings.max_message
+                        self.settings().max_message
                     ),
                 ),
                 which: None,
@@ -200,7 +240,7 @@ impl State {
     /// Counts `judged` and logs it (when asked to, or when it has a why).
     fn record(&self, users: &[String], id: &str, judged: &Judged, took: Duration) {
         self.metrics.judged(&judged.stamped.status, took);
-        if self.settings.log_messages || judged.stamped.why.is_some() {
+        if self.settings().log_messages || judged.stamped.why.is_some() {
             log_line(&format!(
                 "id={} user={} {} model={} ms={:.2}{}",
                 crate::sanitize::for_terminal(if id.is_empty() { "-" } else { id }),
@@ -403,8 +443,8 @@ pub fn bind(settings: &Settings) -> Result<Vec<(Protocol, Listener)>, listen::Bi
         .collect()
 }
 
-/// What SIGHUP calls: the model settings to take, if they are read again.
-pub type Reload = Box<dyn Fn() -> Option<ModelSettings> + Send + Sync>;
+/// What SIGHUP calls: the settings to take, if they are read again.
+pub type Reload = Box<dyn Fn() -> Option<Settings> + Send + Sync>;
 
 /// A protocol and the address its listener is bound to.
 pub type Bound = (Protocol, String);
@@ -465,7 +505,7 @@ pub fn run(
         let mut tasks = tokio::task::JoinSet::new();
         for (protocol, listener) in listeners {
             let state = state.clone();
-            let limit = Arc::new(Semaphore::new(state.settings.max_connections.max(1)));
+            let limit = Arc::new(Semaphore::new(state.settings().max_connections.max(1)));
             tasks.spawn(accept_loop(protocol, listener.accepting()?, state, limit));
         }
         tasks.spawn(keep_under_cap(state.clone()));
@@ -475,9 +515,19 @@ pub fn run(
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 _ = hup.recv() => {
-                    if let Some(models) = reload() {
-                        state.models.reload(models);
-                        log_line("reloaded: settings read again, models reopened");
+                    if let Some(settings) = reload() {
+                        let kept = state.reload(settings);
+                        log_line(&format!(
+                            "reloaded: settings read again, models reopened{}",
+                            match kept.as_slice() {
+                                [] => String::new(),
+                                kept => format!(
+                                    "; {} changed but stay{} as started until a restart",
+                                    kept.join(", "),
+                                    if kept.len() == 1 { "s" } else { "" }
+                                ),
+                            }
+                        ));
                     }
                 }
             }
@@ -486,7 +536,7 @@ pub fn run(
         state.stopped.store(true, Ordering::SeqCst);
         state.stopping.notify_waiters();
         tasks.abort_all();
-        let deadline = Instant::now() + state.settings.shutdown_grace;
+        let deadline = Instant::now() + state.settings().shutdown_grace;
         while state.open.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -535,7 +585,7 @@ async fn accept_loop(
             }
         };
         if let Peer::Tcp(addr) = &peer
-            && !state.settings.allow.iter().any(|n| n.contains(addr.ip()))
+            && !state.settings().allow.iter().any(|n| n.contains(addr.ip()))
         {
             state.metrics.connection(false);
             log_line(&format!(

@@ -160,7 +160,7 @@ pub(super) async fn serve(
     // Each part of the answer must be taken within the read timeout: a
     // large answer to a client reading steadily is written whole, one that
     // reads nothing gives its connection back.
-    let timeout = state.settings.read_timeout;
+    let timeout = state.settings().read_timeout;
     let written: Result<std::io::Result<()>, tokio::time::error::Elapsed> = async {
         for part in answer.chunks(ANSWER_PART) {
             if let Err(e) = tokio::time::timeout(timeout, conn.write_all(part)).await? {
@@ -207,7 +207,7 @@ async fn request(
     state: &Arc<State>,
     held: &mut super::budget::Held,
 ) -> Result<Vec<u8>, Stop> {
-    let settings = &state.settings;
+    let settings = state.settings();
     let mut input = Input::new(conn, settings.read_timeout, settings.request_timeout);
     let Some(line) = input.line().await? else {
         return Err(Failure::protocol("(closed before headers)").into());
@@ -239,7 +239,7 @@ async fn request(
     if verb == Verb::Tell && headers.set_local && headers.class.is_none() {
         return Err(Failure::protocol("(Set: local needs a Message-class: spam or ham)").into());
     }
-    let max = state.settings.max_message;
+    let max = state.settings().max_message;
     let raw = match input.message(&headers, max, held).await? {
         Read::Message(raw) => raw,
         Read::TooLarge => return Err(too_large(state, &headers, max).into()),
@@ -424,7 +424,7 @@ async fn tell(state: &Arc<State>, headers: Headers, raw: Vec<u8>) -> Result<Vec<
             crate::db::Error::NotLearned | crate::db::Error::NothingLearned(_)
         ))
     );
-    if state.settings.log_messages || (result.is_err() && !never_learned) {
+    if state.settings().log_messages || (result.is_err() && !never_learned) {
         log_line(&format!(
             "tell id={} user={} {}",
             crate::sanitize::for_terminal(if id.is_empty() { "-" } else { &id }),

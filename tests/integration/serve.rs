@@ -389,6 +389,72 @@ fn sighup_reads_the_configuration_again_and_keeps_the_old_one_when_it_is_broken(
     let mut answer = String::new();
     conn.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // What serve does is read again too (a size limit, the peers it
+    // serves); what it holds since it started is said to stay.
+    let check = || {
+        let body = vec![b'x'; 2048];
+        let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+        let head = format!(
+            "POST /check HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(&[head.as_bytes(), &body].concat()).unwrap();
+        let mut answer = String::new();
+        let _ = conn.read_to_string(&mut answer);
+        answer
+    };
+    assert!(!check().starts_with("HTTP/1.1 413"));
+    std::fs::write(&config, "[serve]\nmax_size = \"1K\"\nmax_connections = 3\n").unwrap();
+    hup();
+    let line = wait_for(&watch, "reloaded");
+    assert!(line.contains("max_connections changed but stays"), "{line}");
+    assert!(check().starts_with("HTTP/1.1 413"), "{}", check());
+    std::fs::write(&config, "[serve]\nallow = [\"10.0.0.0/8\"]\n").unwrap();
+    hup();
+    wait_for(&watch, "reloaded");
+    assert_eq!(check(), "");
+    wait_for(&watch, "not in the allowed networks");
+    assert!(stop(child).success());
+}
+
+/// A reload whose database has no model (a mistyped `db`) would leave
+/// every message unjudged: the settings and models in use are kept, and
+/// the log says why.
+#[test]
+fn sighup_to_a_database_without_a_model_keeps_the_one_in_use() {
+    let db = Db::new();
+    db.train_sample();
+    let config = db.path("config.toml");
+    let with_db = |dir: &std::path::Path| format!("db = \"{}\"\n", dir.display());
+    std::fs::write(&config, with_db(&db.dir())).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bayesmail"));
+    cmd.args(["--config", utf8(&config), "serve", "--http", "127.0.0.1:0"]);
+    let (child, watch) = spawn_watched(cmd);
+    let addr = wait_for(&watch, "listening on")
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    std::fs::write(&config, with_db(&db.path("mistyped"))).unwrap();
+    // SAFETY: kill(2) on a child this test started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGHUP);
+    }
+    let line = wait_for(&watch, "reload");
+    assert!(
+        line.contains("finds no model at") && line.contains("keeping the settings and models"),
+        "{line}"
+    );
+    let spam = sample_files()
+        .into_iter()
+        .find(|f| f.starts_with(sample_spam()))
+        .unwrap();
+    let (code, got) = crate::serve_http::post(&format!("http://{addr}/check"), &spam, &[]);
+    assert_eq!(
+        (code, &got["model"]),
+        (200, &serde_json::Value::from("global")),
+        "{got}"
+    );
     assert!(stop(child).success());
 }
 
