@@ -79,11 +79,18 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     // A global model this process can no longer read (its files given to
     // another user, or made private), or that is not there, keeps the
     // settings in use too: reopened, every message would go unjudged.
+    let in_use = std::sync::Mutex::new(settings.models.global.clone());
     let reload = move || match Context::new(given.clone())
         .and_then(|ctx| read_settings(&ctx, &again))
     {
-        Ok(settings) => match unreadable_model(&settings.models).or_else(|| missing(&settings)) {
-            None => Some(settings),
+        Ok(settings) => match unreadable_model(&settings.models).or_else(|| {
+            let in_use = in_use.lock().unwrap_or_else(|e| e.into_inner());
+            missing(&settings, &in_use)
+        }) {
+            None => {
+                *in_use.lock().unwrap_or_else(|e| e.into_inner()) = settings.models.global.clone();
+                Some(settings)
+            }
             Some(why) => {
                 serve::log_line(&format!(
                     "reload: this process {}; keeping the settings and models in use",
@@ -206,14 +213,16 @@ fn read_settings(ctx: &Context, args: &ServeArgs) -> Result<Settings> {
     })
 }
 
-/// Why a reload to `settings` would judge nothing: its global database
-/// has no model (a mistyped `db`), where the one in use has.
-fn missing(settings: &Settings) -> Option<String> {
+/// Why a reload to `settings` would judge nothing: its global database is
+/// another than the one `in_use` and has no model (a mistyped `db`). The
+/// same database without a model yet reloads: serve may start before it
+/// is trained.
+fn missing(settings: &Settings, in_use: &std::path::Path) -> Option<String> {
     let global = &settings.models.global;
     let model = bayesmail::db::DbPaths::new(global).snapshot();
     let gone =
         std::fs::symlink_metadata(&model).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
-    (settings.models.shared.is_none() && gone)
+    (settings.models.shared.is_none() && global != in_use && gone)
         .then(|| format!("finds no model at {}", global.display()))
 }
 
