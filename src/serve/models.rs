@@ -702,7 +702,7 @@ impl Models {
             .transpose()?
             .flatten()
         {
-            Some(dir) => dir,
+            Some(dir) => super::users::room_for(dir).map_err(db::Error::from)?,
             None => settings.global.clone(),
         };
         Ok((Database::new(dir).with_origin(origin), settings))

@@ -24,6 +24,44 @@ pub enum UserError {
     },
 }
 
+/// Returns `dir`, a user's database, if it is there or its filesystem has
+/// room for a new one: more free than [`kept_free`] keeps back. Any client
+/// may name users, and a new database takes megabytes at once: a client
+/// naming new users by the thousand must not fill the disk that the mail
+/// system's queue and every other database need. A filesystem whose free
+/// space cannot be read is not refused.
+pub fn room_for(dir: PathBuf) -> Result<PathBuf, crate::store::Error> {
+    if dir.exists() {
+        return Ok(dir);
+    }
+    let at = dir.ancestors().find(|a| a.exists()).unwrap_or(&dir);
+    let Ok(fs) = nix::sys::statvfs::statvfs(at) else {
+        return Ok(dir);
+    };
+    let block = fs.fragment_size();
+    let free = fs.blocks_available().saturating_mul(block);
+    let kept = kept_free(fs.blocks().saturating_mul(block));
+    if free > kept {
+        return Ok(dir);
+    }
+    let why = format!(
+        "no new user's database while its filesystem has {} MB free: the last {} MB are kept \
+         for the mail system and the databases there are",
+        free >> 20,
+        kept >> 20
+    );
+    Err(crate::store::Error::Io {
+        path: dir,
+        source: std::io::Error::new(std::io::ErrorKind::StorageFull, why),
+    })
+}
+
+/// The free space [`room_for`] keeps back on a filesystem of `size` bytes:
+/// a twentieth of it, at most 1 GiB.
+pub fn kept_free(size: u64) -> u64 {
+    (size / 20).min(1 << 30)
+}
+
 /// Checks a user name as spamd does (its safe characters only), and
 /// refuses what could name something else on disk: an empty name, one over
 /// [`MAX_USER`] bytes, a name that is `.` or `..` or whose local part or
@@ -203,6 +241,21 @@ pub fn without_extension(rcpt: &str, delimiters: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A new user's database needs the free space a twentieth of its
+    /// filesystem holds, 1 GiB at most; one that is there is never refused.
+    #[test]
+    fn a_new_users_database_leaves_the_disk_room() {
+        const GIB: u64 = 1 << 30;
+        assert_eq!(kept_free(10 * GIB), GIB / 2);
+        assert_eq!(kept_free(100 * GIB), GIB);
+        let tmp = tempfile::tempdir().unwrap();
+        let there = tmp.path().to_path_buf();
+        assert_eq!(room_for(there.clone()).unwrap(), there);
+        // This machine's /tmp has room for one more.
+        let new = tmp.path().join("example.org").join("alice");
+        assert_eq!(room_for(new.clone()).unwrap(), new);
+    }
 
     /// A pattern of the local part alone puts a machine account's login
     /// (`alice`, as Dovecot gives it) and its address (as a milter's
