@@ -184,15 +184,27 @@ where
     }
 }
 
+/// The value of `key` in `query`, if given; `Err` if given twice with two
+/// values (which was meant is not known, as with two `User` fields).
+fn query_value<'a>(query: Option<&'a str>, key: &str) -> Result<Option<&'a str>, String> {
+    let mut values = (query.unwrap_or("").split('&'))
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(k, _)| *k == key)
+        .map(|(_, value)| value);
+    let first = values.next();
+    match values.find(|v| Some(*v) != first) {
+        Some(other) => Err(format!(
+            "{key} given twice, as {:?} and {:?}",
+            for_terminal(first.unwrap_or_default()),
+            for_terminal(other)
+        )),
+        None => Ok(first),
+    }
+}
+
 /// `?class=spam|ham` of a learn.
 fn class(query: Option<&str>) -> Result<Label, String> {
-    let value = query
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(key, _)| *key == "class")
-        .map(|(_, value)| value);
-    match value {
+    match query_value(query, "class")? {
         Some(v) => v
             .parse()
             .map_err(|_| format!("class {:?} is neither spam nor ham", for_terminal(v))),
@@ -203,13 +215,7 @@ fn class(query: Option<&str>) -> Result<Label, String> {
 /// `&origin=imap` of a learn or unlearn (the mail client's move, for the
 /// learn log); without it, HTTP.
 fn origin(query: Option<&str>) -> Result<Origin, String> {
-    let value = query
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(key, _)| *key == "origin")
-        .map(|(_, value)| value);
-    match value {
+    match query_value(query, "origin")? {
         None | Some("http") => Ok(Origin::Http),
         Some("imap") => Ok(Origin::Imap),
         Some(v) => Err(format!(
@@ -803,6 +809,19 @@ mod tests {
                 with(Request::post("/learn?class=eggs"), MAIL),
                 StatusCode::BAD_REQUEST,
                 "bad-class",
+            ),
+            (
+                with(Request::post("/learn?class=ham&class=spam"), MAIL),
+                StatusCode::BAD_REQUEST,
+                "bad-class",
+            ),
+            (
+                with(
+                    Request::post("/learn?class=ham&origin=imap&origin=http"),
+                    MAIL,
+                ),
+                StatusCode::BAD_REQUEST,
+                "bad-origin",
             ),
             (
                 with(Request::post("/learn?class=spam&origin=eggs"), MAIL),
