@@ -296,6 +296,10 @@ pub struct FileMessage {
     pub raw: Vec<u8>,
 }
 
+/// A part of a file's messages: those read, and the errors of those that
+/// could not be read or parsed.
+pub type Part = (Vec<FileMessage>, Vec<Error>);
+
 /// The messages of one file given to learn or unlearn, read a part at a
 /// time ([`FileMessages::next_part`]) so that a large mbox is never all in
 /// memory. They are read the way a folder's reader reads the same file, so
@@ -363,10 +367,7 @@ impl FileMessages {
     /// since it was opened (rewritten where it is: the part read next would
     /// begin in another message, or miss some) is [`Error::Shrank`]; one
     /// that grew (a delivery appended) is read as far as it was.
-    pub fn next_part(
-        &mut self,
-        bytes: usize,
-    ) -> Result<Option<(Vec<FileMessage>, Vec<Error>)>, Error> {
+    pub fn next_part(&mut self, bytes: usize) -> Result<Option<Part>, Error> {
         let first = !self.begun;
         self.begun = true;
         if let (false, Some((dev, ino, len))) = (first, self.opened)
