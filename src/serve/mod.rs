@@ -152,6 +152,12 @@ impl State {
             "max_connections",
             new.max_connections != old.max_connections,
         );
+        // A message of the largest size judged must fit in the bytes held,
+        // which stay as started.
+        if new.max_message > old.max_held {
+            keep("max_size (over max_held)", true);
+            new.max_message = old.max_message;
+        }
         new.listen = old.listen.clone();
         new.socket_mode = old.socket_mode;
         new.socket_group = old.socket_group;

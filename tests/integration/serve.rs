@@ -409,6 +409,12 @@ fn sighup_reads_the_configuration_again_and_keeps_the_old_one_when_it_is_broken(
     let line = wait_for(&watch, "reloaded");
     assert!(line.contains("max_connections changed but stays"), "{line}");
     assert!(check().starts_with("HTTP/1.1 413"), "{}", check());
+    // A size limit over the bytes held as started is not taken.
+    std::fs::write(&config, "[serve]\nmax_size = \"600M\"\n").unwrap();
+    hup();
+    let line = wait_for(&watch, "reloaded");
+    assert!(line.contains("max_size (over max_held)"), "{line}");
+    assert!(check().starts_with("HTTP/1.1 413"), "{}", check());
     std::fs::write(&config, "[serve]\nallow = [\"10.0.0.0/8\"]\n").unwrap();
     hup();
     wait_for(&watch, "reloaded");
