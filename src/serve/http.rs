@@ -271,12 +271,15 @@ enum BodyError {
 /// and the whole body must come by the request's deadline
 /// ([`RequestClock`]). Its bytes are held of HTTP's budget as they
 /// arrive, until the caller drops what is returned with them.
-async fn read_body<B>(req: Request<B>, state: &State) -> Result<(Vec<u8>, Held), BodyError>
+async fn read_body<B>(
+    req: Request<B>,
+    state: &State,
+    settings: &super::Settings,
+) -> Result<(Vec<u8>, Held), BodyError>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
-    let settings = state.settings();
     let max = settings.max_message;
     let mut clock = RequestClock::start(settings.request_timeout);
     let declared = req
@@ -388,9 +391,13 @@ where
         .to_string();
     let started = Instant::now();
     let mut unread = false;
-    let judged = match read_body(req, state).await {
+    let settings = state.settings();
+    let judged = match read_body(req, state, &settings).await {
         // Its bytes stay held while it is judged.
-        Ok((raw, _held)) => state.judge(user.clone(), raw, &id).await,
+        Ok((raw, _held)) => {
+            let max = settings.max_message;
+            state.judge(user.clone(), raw, &id, max).await
+        }
         Err(BodyError::Busy) => {
             let users: Vec<String> = user.iter().cloned().collect();
             unread = true;
@@ -508,7 +515,7 @@ where
         Err(err) => return error(StatusCode::BAD_REQUEST, "bad-user", &err.to_string()),
     };
     let settings = state.settings();
-    let (raw, held) = match read_body(req, state).await {
+    let (raw, held) = match read_body(req, state, &settings).await {
         Ok(read) => read,
         Err(err) => return body_error(err, peer, state),
     };
@@ -573,6 +580,12 @@ fn learn_status(err: &LearnError) -> (StatusCode, &'static str) {
         // writes the model.
         LearnError::Db(db::Error::ModelNotWritten { .. }) => {
             (StatusCode::SERVICE_UNAVAILABLE, "model-not-written")
+        }
+        // The disk full, or no room for a new user's database: for now.
+        LearnError::Db(db::Error::Store(crate::store::Error::Io { source, .. }))
+            if source.kind() == std::io::ErrorKind::StorageFull =>
+        {
+            (StatusCode::INSUFFICIENT_STORAGE, "no-room")
         }
         LearnError::Db(db::Error::Foreign { .. }) => {
             (StatusCode::INTERNAL_SERVER_ERROR, "database-owner")
@@ -1003,8 +1016,20 @@ mod tests {
             status,
             (StatusCode::SERVICE_UNAVAILABLE, "model-not-written")
         );
+        // A full disk (or no room for a new user's database) is for now:
+        // 507, and spamd's answer is a temporary failure.
         let status = learn_status(&LearnError::Db(full()));
-        assert_eq!(status, (StatusCode::INTERNAL_SERVER_ERROR, "database"));
+        assert_eq!(status, (StatusCode::INSUFFICIENT_STORAGE, "no-room"));
+        assert!(LearnError::Db(full()).retryable());
+        let denied = LearnError::Db(db::Error::Store(crate::store::Error::Io {
+            path: "model.bin".into(),
+            source: std::io::Error::from_raw_os_error(libc::EACCES),
+        }));
+        assert_eq!(
+            learn_status(&denied),
+            (StatusCode::INTERNAL_SERVER_ERROR, "database")
+        );
+        assert!(!denied.retryable());
     }
 
     #[test]

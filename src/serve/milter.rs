@@ -177,6 +177,9 @@ struct Bayes {
     held: Option<super::budget::Held>,
     /// Whether the budget had no room for the message: it is dropped.
     busy: bool,
+    /// The size limit the message is read and judged under, from its first
+    /// byte kept: a reload meanwhile does not change it.
+    limit: Option<u64>,
 }
 
 impl Bayes {
@@ -203,12 +206,14 @@ impl Bayes {
             raw: Vec::new(),
             held: None,
             busy: false,
+            limit: None,
         }
     }
 
     /// Forgets the message (not the connection's negotiation).
     fn reset(&mut self) {
         self.busy = false;
+        self.limit = None;
         self.held = None;
         self.in_message.store(false, Ordering::SeqCst);
         self.in_transaction.store(false, Ordering::SeqCst);
@@ -223,11 +228,19 @@ impl Bayes {
         self.raw = Vec::new();
     }
 
+    /// The size limit of the message being read ([`Bayes::limit`]).
+    fn max_message(&mut self) -> u64 {
+        let state = &self.state;
+        *self
+            .limit
+            .get_or_insert_with(|| state.settings().max_message)
+    }
+
     /// Appends `bytes` to the message, keeping at most one byte past the
     /// size limit.
     fn keep(&mut self, bytes: &[u8]) {
-        let cap = usize::try_from(self.state.settings().max_message.saturating_add(1))
-            .unwrap_or(usize::MAX);
+        let max = self.max_message();
+        let cap = usize::try_from(max.saturating_add(1)).unwrap_or(usize::MAX);
         let room = cap.saturating_sub(self.raw.len());
         let kept = &bytes[..bytes.len().min(room)];
         if self.busy || kept.is_empty() {
@@ -237,7 +250,7 @@ impl Bayes {
         // limit: the byte past it only marks the message too large); past
         // the budget, the message is dropped and gets no verdict.
         let budget = self.state.budget(super::Protocol::Milter);
-        let want = ((self.raw.len() + kept.len()) as u64).min(self.state.settings().max_message);
+        let want = ((self.raw.len() + kept.len()) as u64).min(max);
         if self
             .held
             .get_or_insert_with(|| budget.empty())
@@ -532,7 +545,7 @@ impl miltr_server::Milter for Bayes {
                 .iter()
                 .map(|f| f.name.len() + f.value.len())
                 .sum();
-            let max = usize::try_from(self.state.settings().max_message).unwrap_or(usize::MAX);
+            let max = usize::try_from(self.max_message()).unwrap_or(usize::MAX);
             if self.forged.len() < RENAMED_FIELDS && held + name.len() + value.len() <= max {
                 self.forged.push(Forged {
                     position: self.seen,
@@ -576,7 +589,8 @@ impl miltr_server::Milter for Bayes {
         let judged = if self.busy {
             self.state.busy(super::Protocol::Milter, &users, &id)
         } else {
-            self.state.judge_for_all(users, raw, &id).await
+            let max = self.max_message();
+            self.state.judge_for_all(users, raw, &id, max).await
         };
         let fields = judged.fields(per_user);
         let spam = matches!(

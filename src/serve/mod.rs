@@ -172,8 +172,16 @@ impl State {
     /// Judges `raw` for `user` on a blocking thread, counts it and logs it
     /// (when asked to): `id` names the message in the log (a queue id or a
     /// Message-ID).
-    pub async fn judge(self: &Arc<Self>, user: Option<String>, raw: Vec<u8>, id: &str) -> Judged {
-        self.judge_for_all(user.into_iter().collect(), raw, id)
+    /// `max_message` is the size limit the message was read under (a
+    /// reload meanwhile does not change what it is judged by).
+    pub async fn judge(
+        self: &Arc<Self>,
+        user: Option<String>,
+        raw: Vec<u8>,
+        id: &str,
+        max_message: u64,
+    ) -> Judged {
+        self.judge_for_all(user.into_iter().collect(), raw, id, max_message)
             .await
     }
 
@@ -185,18 +193,16 @@ impl State {
         users: Vec<String>,
         raw: Vec<u8>,
         id: &str,
+        max_message: u64,
     ) -> Judged {
         let started = Instant::now();
-        let too_large = raw.len() as u64 > self.settings().max_message;
+        let too_large = raw.len() as u64 > max_message;
         let state = self.clone();
         let judged = if too_large {
             Judged {
                 stamped: crate::db::Stamped::unknown(
                     crate::db::Reason::TooLarge,
-                    format!(
-                        "message larger than {} bytes: passed on unscored",
-                        self.settings().max_message
-                    ),
+                    format!("message larger than {max_message} bytes: passed on unscored",),
                 ),
                 which: None,
             }

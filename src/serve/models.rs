@@ -129,18 +129,18 @@ pub enum LearnError {
 }
 
 impl LearnError {
-    /// Whether asking again may do: another writer held the database, or
-    /// the counts took the change and the model was not written.
+    /// Whether asking again may do: another writer held the database, the
+    /// counts took the change and the model was not written, or the disk
+    /// was full (a new user's database included: [`super::users::room_for`]).
     pub fn retryable(&self) -> bool {
-        use crate::store::Error::{Contended, Locked};
-        matches!(
-            self,
-            LearnError::Db(
-                db::Error::Store(Locked { .. } | Contended { .. })
-                    | db::Error::NotLeft { .. }
-                    | db::Error::ModelNotWritten { .. }
-            )
-        )
+        use crate::store::Error::{Contended, Io, Locked};
+        use std::io::ErrorKind::StorageFull;
+        match self {
+            LearnError::Db(db::Error::Store(Io { source, .. })) => source.kind() == StorageFull,
+            LearnError::Db(db::Error::Store(Locked { .. } | Contended { .. }))
+            | LearnError::Db(db::Error::NotLeft { .. } | db::Error::ModelNotWritten { .. }) => true,
+            _ => false,
+        }
     }
 }
 

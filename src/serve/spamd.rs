@@ -239,7 +239,7 @@ async fn request(
     if verb == Verb::Tell && headers.set_local && headers.class.is_none() {
         return Err(Failure::protocol("(Set: local needs a Message-class: spam or ham)").into());
     }
-    let max = state.settings().max_message;
+    let max = settings.max_message;
     let raw = match input.message(&headers, max, held).await? {
         Read::Message(raw) => raw,
         Read::TooLarge => return Err(too_large(state, &headers, max).into()),
@@ -260,7 +260,7 @@ async fn request(
     if verb == Verb::Tell {
         tell(state, headers, raw).await
     } else {
-        judge(state, verb, version, headers.user, raw).await
+        judge(state, verb, version, headers.user, raw, max).await
     }
 }
 
@@ -289,13 +289,14 @@ async fn judge(
     version: f64,
     user: Option<String>,
     raw: Vec<u8>,
+    max: u64,
 ) -> Result<Vec<u8>, Stop> {
     let id = message_id(&raw);
     let rewrite = matches!(verb, Verb::Process | Verb::Headers);
     let (judged, raw) = if rewrite {
-        (state.judge(user, raw.clone(), &id).await, raw)
+        (state.judge(user, raw.clone(), &id, max).await, raw)
     } else {
-        (state.judge(user, raw, &id).await, Vec::new())
+        (state.judge(user, raw, &id, max).await, Vec::new())
     };
     let Some((spam, score)) = points(&judged.stamped.status, judged.stamped.log_odds) else {
         return Err(no_verdict(&judged).into());
@@ -624,7 +625,13 @@ mod tests {
         };
         let code = |e| tell_code(&LearnError::Db(e)) as u8;
         assert_eq!(code(full().model_not_written()), Code::TempFail as u8);
-        assert_eq!(code(full()), Code::Unavailable as u8);
+        // A full disk is for now too; a database it may not write is not.
+        assert_eq!(code(full()), Code::TempFail as u8);
+        let denied = crate::db::Error::Store(crate::store::Error::Io {
+            path: "model.bin".into(),
+            source: std::io::Error::from_raw_os_error(libc::EACCES),
+        });
+        assert_eq!(code(denied), Code::Unavailable as u8);
     }
 
     #[test]

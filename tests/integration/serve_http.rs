@@ -4,7 +4,7 @@
 //! metrics, health, the body cap, slow and idle clients, and a stop that
 //! still answers the request in flight.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -162,7 +162,7 @@ fn read_response(stream: &mut TcpStream) -> (u16, String) {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        let n = stream.read(&mut byte).expect("the response comes");
+        let n = (stream.read(&mut byte)).unwrap_or_else(|e| panic!("the response comes: {e}"));
         assert_eq!(n, 1, "connection closed mid-response: {head:?}");
         head.push(byte[0]);
     }
@@ -189,8 +189,13 @@ pub(crate) fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
         match stream.read(&mut buf) {
             Ok(0) => return true,
             Ok(_) => continue,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset) => return true,
-            Err(_) => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // The wait ran out with the connection open.
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return false;
+            }
+            // Reset, aborted: closed all the same.
+            Err(_) => return true,
         }
     }
 }
