@@ -1202,6 +1202,55 @@ fn miltertest_a_pause_between_two_messages_keeps_the_connection() {
     assert!(!log.contains("sent nothing for too long"), "{log}");
 }
 
+/// A message is read and judged under the size limit it began with: a
+/// reload to a larger one while its body comes does not give a verdict on
+/// the bytes kept before it and the chunks after (the ones between were
+/// dropped), nor a smaller one cut it short.
+#[test]
+fn miltertest_a_reload_mid_message_leaves_its_size_limit() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let db = Db::new();
+    db.train_sample();
+    let config = db.path("config.toml");
+    std::fs::write(&config, "[serve]\nmax_size = \"1K\"\n").unwrap();
+    let serve = Serve::start(&db, &[]);
+    let pid = serve.child.id() as i32;
+    let mut script = lua_head(&serve.addr);
+    script.push_str(
+        "check(mt.mailfrom(conn, \"<sender@example.org>\"))\n\
+         check(mt.rcptto(conn, \"<user@example.org>\"))\n\
+         check(mt.header(conn, \"Subject\", \"hello\"))\n\
+         check(mt.eoh(conn))\n",
+    );
+    let chunk = "a line of the body\\n".repeat(120);
+    script.push_str(&format!("check(mt.bodystring(conn, \"{chunk}\"))\n"));
+    script.push_str("mt.sleep(4)\n");
+    script.push_str(&format!("check(mt.bodystring(conn, \"{chunk}\"))\n"));
+    script.push_str("check(mt.eom(conn))\n");
+    script.push_str(&lua_echo_header("STATUS", "X-Spam-Status"));
+    script.push_str("mt.disconnect(conn)\n");
+    let reload = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        std::fs::write(&config, "[serve]\nmax_size = \"64K\"\n").unwrap();
+        // SAFETY: kill(2) on the id of the test's own child.
+        unsafe { libc::kill(pid, libc::SIGHUP) };
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let out = miltertest(tmp.path(), &script);
+    reload.join().unwrap();
+    assert!(serve.log().contains("reloaded"), "{}", serve.log());
+    let status = tagged(&out, "STATUS");
+    assert!(
+        status.len() == 1
+            && status[0]
+                .trim_start()
+                .starts_with("Unknown, reason=too-large"),
+        "{out}"
+    );
+}
+
 /// A client that connects to the milter port and does not negotiate is
 /// dropped after `--timeout`, not kept for the session's idle time (600
 /// s): it would hold a connection slot that spamd and HTTP share.
