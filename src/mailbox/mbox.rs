@@ -221,10 +221,11 @@ impl<R: BufRead> MboxReader<R> {
     /// message, its body lines that start with `From ` left unescaped):
     /// `len` bytes, taken as the body, as they are, if what follows them
     /// is the end of the file or the next separator line (after one blank
-    /// line at most; without it, one that looks like a separator). Returns that body, the next separator's offset read
-    /// (`None`: the end of the file) past it; or, if the length does not
-    /// hold, puts back what it read (for the separator rule to read) and
-    /// returns `None`, and lengths are not read again in this file. Over
+    /// line at most; without it, one that looks like a separator). Returns
+    /// that body and the next separator's offset (`None`: the end of the
+    /// file), read past it; or, if the length does not hold, puts back what
+    /// it read (for the separator rule to read) and returns `None`, and
+    /// lengths are not read again in this file. Over
     /// [`LENGTH_CHECKED_UP_TO`] bytes, `None` at once (later lengths are
     /// still read).
     fn body_of_length(&mut self, len: u64) -> io::Result<Option<(Vec<u8>, Option<u64>)>> {
