@@ -581,10 +581,14 @@ fn learn_status(err: &LearnError) -> (StatusCode, &'static str) {
         LearnError::Db(db::Error::ModelNotWritten { .. }) => {
             (StatusCode::SERVICE_UNAVAILABLE, "model-not-written")
         }
-        // The disk full, or no room for a new user's database: for now.
+        // The disk full, or no room for a new user's database or model in
+        // Redis: for now.
         LearnError::Db(db::Error::Store(crate::store::Error::Io { source, .. }))
             if source.kind() == std::io::ErrorKind::StorageFull =>
         {
+            (StatusCode::INSUFFICIENT_STORAGE, "no-room")
+        }
+        LearnError::Db(db::Error::Store(crate::store::Error::Full(_))) => {
             (StatusCode::INSUFFICIENT_STORAGE, "no-room")
         }
         LearnError::Db(db::Error::Foreign { .. }) => {

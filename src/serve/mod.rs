@@ -8,6 +8,7 @@
 //! an answer without a verdict, never a lost or altered message.
 
 pub mod budget;
+mod learn_error;
 pub mod listen;
 pub mod metrics;
 mod models;
@@ -19,10 +20,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore};
 
+pub use learn_error::LearnError;
 pub use listen::{Addr, BoxConn, Listener, Network, Peer};
 pub use metrics::Metrics;
 pub use milter::{RENAMED_FIELDS, SpamAction};
-pub use models::{Judged, LearnError, ModelSettings, Models, Which};
+pub use models::{Judged, ModelSettings, Models, Which};
 
 use crate::model::Label;
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use super::learn_error::LearnError;
 use super::users::{UserDbPattern, UserError};
 use crate::db::shared::SharedModel;
 use crate::db::{
@@ -111,36 +112,6 @@ impl Judged {
             }
         }
         fields
-    }
-}
-
-/// Errors of learning through `serve`.
-#[derive(Debug, thiserror::Error)]
-pub enum LearnError {
-    /// The user name or its database path is refused.
-    #[error(transparent)]
-    User(#[from] UserError),
-    /// The message cannot be parsed or is not mail.
-    #[error("the message cannot be learned: {0}")]
-    Message(String),
-    /// The database refused.
-    #[error(transparent)]
-    Db(#[from] db::Error),
-}
-
-impl LearnError {
-    /// Whether asking again may do: another writer held the database, the
-    /// counts took the change and the model was not written, or the disk
-    /// was full (a new user's database included: [`super::users::room_for`]).
-    pub fn retryable(&self) -> bool {
-        use crate::store::Error::{Contended, Io, Locked};
-        use std::io::ErrorKind::StorageFull;
-        match self {
-            LearnError::Db(db::Error::Store(Io { source, .. })) => source.kind() == StorageFull,
-            LearnError::Db(db::Error::Store(Locked { .. } | Contended { .. }))
-            | LearnError::Db(db::Error::NotLeft { .. } | db::Error::ModelNotWritten { .. }) => true,
-            _ => false,
-        }
     }
 }
 
@@ -732,6 +703,9 @@ impl Models {
         if let Some(redis) = self.settings().shared {
             self.check_eviction(&redis)?;
             let model = self.shared_model(&redis, user)?;
+            if user.is_some() && model.messages().map_err(db::Error::from)? == [0, 0] {
+                redis.room_for_a_new_model().map_err(db::Error::from)?;
+            }
             let summary = model.learn_all(std::slice::from_ref(&message))?;
             return Ok(Taught::Now((summary, ModelAfter::UpToDate)));
         }

@@ -154,6 +154,11 @@ pub enum Error {
         /// How many times it was tried.
         tries: usize,
     },
+    /// No room for a new model: the Redis that holds the counts is nearly
+    /// at its `maxmemory` ([`redis::Redis::room_for_a_new_model`]). For
+    /// now: one asks again once there is room.
+    #[error("{0}")]
+    Full(String),
 }
 
 impl From<crate::fsutil::PathError> for Error {

@@ -1216,3 +1216,54 @@ fn an_empty_store_is_no_model_and_a_users_unreadable_model_leaves_the_verdict_to
     let log = server.log_after("judged with the global model");
     assert_eq!(log.matches("user carl@example.org: ").count(), 1, "{log}");
 }
+
+/// `used_memory` of the Redis `con` is connected to.
+fn used_memory(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("memory").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Any client may name users, and a first learn begins a user's model: a
+/// Redis within a tenth of its `maxmemory` begins none (507 `no-room`,
+/// for now), so that a flood of new names cannot take the memory the
+/// models there are need; once there is room again a new user begins one.
+#[test]
+fn a_redis_nearly_full_begins_no_new_users_model() {
+    let redis = RedisServer::start();
+    let url = redis.url("/0?prefix=room");
+    let db = Db::new();
+    let (spam, ham) = (files(sample_spam()), files(sample_ham()));
+    db.ok(&train_sample(&url, &sample_spam(), &sample_ham()), None);
+    let server = Server::start(&db, &["--store", &url]);
+    let learn = |user: &str, path: &PathBuf| {
+        let user = format!("User: {user}");
+        post(&server.url("/learn?class=spam"), path, &[&user])
+    };
+    let (code, got) = learn("carol", &spam[0]);
+    assert_eq!(code, 200, "{got}");
+    let mut con = connect(&redis.url("/0"));
+    config_set(&mut con, "maxmemory-policy", "noeviction");
+    let used = used_memory(&mut con);
+    // Used at 91% of it: over nine tenths.
+    config_set(&mut con, "maxmemory", &(used * 100 / 91).to_string());
+    let (code, got) = learn("mallory1", &spam[1]);
+    assert_eq!(
+        (code, &got["reason"]),
+        (507, &serde_json::Value::from("no-room")),
+        "{got}"
+    );
+    assert!(
+        got["why"].as_str().unwrap().contains("no new user's model"),
+        "{got}"
+    );
+    config_set(&mut con, "maxmemory", "0");
+    let (code, got) = learn("carol", &ham[0]);
+    assert_eq!(code, 200, "{got}");
+    let (code, got) = learn("mallory1", &spam[1]);
+    assert_eq!(code, 200, "{got}");
+}

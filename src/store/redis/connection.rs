@@ -366,6 +366,39 @@ impl Redis {
         }
     }
 
+    /// [`Error::Full`] if Redis is within a tenth of its `maxmemory`: a new
+    /// user's model is not begun then. Any client serve accepts may name
+    /// users, and a flood of new names must not take the memory that every
+    /// model learning needs (a full Redis refuses every write). A Redis
+    /// without `maxmemory`, or whose `INFO` this user may not read, is not
+    /// refused.
+    pub fn room_for_a_new_model(&self) -> Result<()> {
+        let info = match self.with(&self.inner.url.shown, |con| {
+            redis::cmd("INFO").arg("memory").query::<String>(con)
+        }) {
+            Ok(info) => info,
+            Err(e) if e.to_string().to_ascii_uppercase().contains("NOPERM") => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let field = |name: &str| -> u64 {
+            (info.lines())
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let (used, max) = (field("used_memory"), field("maxmemory"));
+        if max == 0 || used.saturating_mul(10) < max.saturating_mul(9) {
+            return Ok(());
+        }
+        Err(Error::Full(format!(
+            "Redis at {}: no new user's model while it uses {} of its {} MB (maxmemory): \
+             the last tenth is kept for the models there are",
+            self.inner.url.shown,
+            used >> 20,
+            max >> 20
+        )))
+    }
+
     /// Where it is.
     pub fn url(&self) -> &RedisUrl {
         &self.inner.url
