@@ -92,7 +92,9 @@ pub enum ModelAfter {
 #[derive(Debug)]
 pub struct Unlearned {
     /// Per message, in order: the label it had, or why not
-    /// ([`Error::NotLearned`]). After an error other than that, the rest
+    /// ([`Error::NotLearned`]: never learned, or given before in the same
+    /// call). A database's unlearn is one change, all or none, and fails
+    /// as a whole; in Redis, after an error other than that, the rest
     /// were not tried.
     pub results: Vec<Result<Label>>,
     /// Counts of the messages unlearned that could not be taken back
