@@ -56,18 +56,14 @@ pub(super) fn run(ctx: &Context, args: &ServeArgs) -> Result<Outcome> {
     }
     // A server without a global model judges nothing a user's model does
     // not: said once, at the start, rather than by every message's line.
-    if settings.models.shared.is_none() {
-        let model = bayesmail::db::DbPaths::new(&settings.models.global).snapshot();
-        if matches!(std::fs::symlink_metadata(&model), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-        {
-            serve::log_line(&format!(
-                "no model at {} yet: every message no user's model judges gets no verdict \
-                 (reason=no-model) until it holds ham and spam (`bayesmail --db {} train`, or \
-                 learning through serve)",
-                settings.models.global.display(),
-                settings.models.global.display()
-            ));
-        }
+    if settings.models.shared.is_none() && has_no_model(&settings.models.global) {
+        serve::log_line(&format!(
+            "no model at {} yet: every message no user's model judges gets no verdict \
+             (reason=no-model) until it holds ham and spam (`bayesmail --db {} train`, or \
+             learning through serve)",
+            settings.models.global.display(),
+            settings.models.global.display()
+        ));
     }
     // SIGHUP: the configuration read again (the databases, the users'
     // pattern, the verdict rule, and what serve does: which peers it
@@ -219,11 +215,15 @@ fn read_settings(ctx: &Context, args: &ServeArgs) -> Result<Settings> {
 /// is trained.
 fn missing(settings: &Settings, in_use: &std::path::Path) -> Option<String> {
     let global = &settings.models.global;
-    let model = bayesmail::db::DbPaths::new(global).snapshot();
-    let gone =
-        std::fs::symlink_metadata(&model).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
-    (settings.models.shared.is_none() && global != in_use && gone)
+    (settings.models.shared.is_none() && global != in_use && has_no_model(global))
         .then(|| format!("finds no model at {}", global.display()))
+}
+
+/// Whether the database at `dir` has no model file (one this process
+/// cannot read is another matter: [`unreadable_model`]).
+fn has_no_model(dir: &std::path::Path) -> bool {
+    let model = bayesmail::db::DbPaths::new(dir).snapshot();
+    std::fs::symlink_metadata(&model).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// A spamd request, or an HTTP request's body, must be whole within this

@@ -92,24 +92,10 @@ impl std::str::FromStr for SpamAction {
 /// ends the connection, and the MTA's default action decides.
 const MAX_PACKET: usize = 1 << 20;
 
-/// How long a connection may stay quiet once its SMTP session has begun
-/// and outside a message's fields and body: without end. The MTA keeps a
-/// milter connection for the whole SMTP session and sends nothing while
-/// its client is slow (NOOPs, a DATA that trickles in, each within
-/// Postfix's `smtpd_timeout`), for as long as the client likes; a milter
-/// that gave up meanwhile would leave that client's message to the MTA's
-/// `milter_default_action`, unjudged, forged fields and all. A peer that
-/// is gone is found by TCP keepalive (or, on a Unix socket, as the end of
-/// the connection). Inside a message, and before the session begins (an
-/// MTA negotiates and sends CONNECT as soon as it connects), the server's
-/// read timeout applies, so a client that connects and says nothing does
-/// not hold a connection slot for long.
-const SESSION_IDLE: Option<Duration> = None;
-
 /// Serves one milter connection.
 pub(super) async fn serve(conn: BoxConn, _peer: &Peer, state: &Arc<State>) -> std::io::Result<()> {
     let flags: [Arc<AtomicBool>; 3] = Default::default();
-    let timed = Timed::new(conn, state.clone(), flags.clone(), SESSION_IDLE);
+    let timed = Timed::new(conn, state.clone(), flags.clone());
     let mut milter = Bayes::new(state.clone(), flags);
     let mut server = miltr_server::Server::new(&mut milter, false, MAX_PACKET);
     server
@@ -131,7 +117,7 @@ struct Bayes {
     /// sends as soon as the options are negotiated): until then the reads'
     /// timeout is the one inside a message, so that a client that
     /// negotiates and then says nothing gives its connection back rather
-    /// than hold it for [`SESSION_IDLE`].
+    /// than hold it for the session ([`Timed::timeout`]).
     negotiated: Arc<AtomicBool>,
     /// Set from the transaction's MAIL FROM (or first RCPT) to its
     /// message's answer or its abort: a server stopping meanwhile waits
@@ -639,9 +625,7 @@ impl miltr_server::Milter for Bayes {
     }
 }
 
-/// A connection whose reads time out (after the read timeout until the
-/// options are negotiated and when a message is being received, after
-/// `between` otherwise) and that reads as
+/// A connection whose reads time out ([`Timed::timeout`]) and that reads as
 /// closed once the server is stopping and no transaction is open:
 /// a read is only asked for once the last answer has been written, so a
 /// message in flight is answered before the connection ends.
@@ -651,7 +635,6 @@ struct Timed {
     negotiated: Arc<AtomicBool>,
     in_transaction: Arc<AtomicBool>,
     inside: Duration,
-    between: Option<Duration>,
     /// When the MTA last sent something: the deadline is this plus the
     /// timeout that applies now, which the packet's handler may have
     /// changed since (a message ended, options negotiated).
@@ -667,7 +650,6 @@ impl Timed {
         conn: BoxConn,
         state: Arc<State>,
         [in_message, negotiated, in_transaction]: [Arc<AtomicBool>; 3],
-        between: Option<Duration>,
     ) -> Self {
         let inside = state.settings().read_timeout;
         Timed {
@@ -676,7 +658,6 @@ impl Timed {
             negotiated,
             in_transaction,
             inside,
-            between,
             last: tokio::time::Instant::now(),
             deadline: Box::pin(tokio::time::sleep(inside)),
             stop: Box::pin(async move {
@@ -691,13 +672,21 @@ impl Timed {
         }
     }
 
-    /// The read timeout that applies now, if one does.
+    /// The read timeout that applies now, if one does: the server's read
+    /// timeout inside a message and before the SMTP session begins (an MTA
+    /// negotiates and sends CONNECT as soon as it connects), so that a
+    /// client that connects and says nothing does not hold a connection
+    /// slot for long; none otherwise. The MTA keeps a milter connection
+    /// for the whole SMTP session and sends nothing while its client is
+    /// slow (NOOPs, a DATA that trickles in, each within Postfix's
+    /// `smtpd_timeout`), for as long as the client likes; a milter that
+    /// gave up meanwhile would leave that client's message to the MTA's
+    /// `milter_default_action`, unjudged, forged fields and all. A peer
+    /// that is gone is found by TCP keepalive (or, on a Unix socket, as the
+    /// end of the connection).
     fn timeout(&self) -> Option<Duration> {
-        if self.in_message.load(Ordering::SeqCst) || !self.negotiated.load(Ordering::SeqCst) {
-            Some(self.inside)
-        } else {
-            self.between
-        }
+        let inside = self.in_message.load(Ordering::SeqCst);
+        (inside || !self.negotiated.load(Ordering::SeqCst)).then_some(self.inside)
     }
 }
 

@@ -28,6 +28,21 @@ fn hold(db: &Db) -> fs::File {
     lock
 }
 
+/// The envelope line before each message of [`mbox_of`].
+const ENVELOPE: &[u8] = b"From someone@example.org Sat Nov 28 00:00:00 2026\n";
+
+/// An mbox of `messages`, each after an envelope line and before a blank
+/// line, as a mail program appends them.
+fn mbox_of(messages: impl IntoIterator<Item = Vec<u8>>) -> Vec<u8> {
+    let mut mbox = Vec::new();
+    for message in messages {
+        mbox.extend_from_slice(ENVELOPE);
+        mbox.extend_from_slice(&message);
+        mbox.extend_from_slice(b"\n");
+    }
+    mbox
+}
+
 #[test]
 fn learns_left_while_the_database_was_held_are_made_in_order_by_the_next_writer() {
     let db = Db::new();
@@ -151,17 +166,12 @@ fn a_training_run_takes_in_what_was_left_while_it_read() {
     );
     assert_exit(&out, 0, &["queued"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "queued as spam\n");
-    let mut mbox = Vec::new();
     let mut spam: Vec<_> = fs::read_dir(crate::common::sample_spam())
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     spam.sort();
-    for file in &spam {
-        mbox.extend_from_slice(b"From someone@example.org Sat Nov 28 00:00:00 2026\n");
-        mbox.extend_from_slice(&fs::read(file).unwrap());
-        mbox.extend_from_slice(b"\n");
-    }
+    let mbox = mbox_of(spam.iter().map(|file| fs::read(file).unwrap()));
     let mut stdin = train.stdin.take().unwrap();
     stdin.write_all(&mbox).unwrap();
     drop(stdin);
@@ -297,14 +307,10 @@ fn messages_left_from_stdin_and_from_an_mbox_count_as_learned_directly() {
     let db = Db::new();
     db.train_sample();
     let mbox = db.path("three.mbox");
-    let mut bytes = Vec::new();
-    for i in 0..3 {
-        bytes.extend_from_slice(b"From someone@example.org Sat Nov 28 00:00:00 2026\n");
-        bytes.extend_from_slice(&unseen(11 + i, &format!("mbox {i}")));
-        bytes.extend_from_slice(b"\n");
-    }
+    let mut bytes = mbox_of((0..3).map(|i| unseen(11 + i, &format!("mbox {i}"))));
     // And one that is not mail: said, and the exit status says so.
-    bytes.extend_from_slice(b"From someone@example.org Sat Nov 28 00:00:00 2026\nnot mail\n");
+    bytes.extend_from_slice(ENVELOPE);
+    bytes.extend_from_slice(b"not mail\n");
     fs::write(&mbox, &bytes).unwrap();
     let piped = unseen(20, "from a pipe");
     let lock = hold(&db);
@@ -339,12 +345,7 @@ fn an_mbox_learned_in_parts_is_left_whole_while_the_database_is_held() {
     let db = Db::new();
     db.train_sample();
     let mbox = db.path("parts.mbox");
-    let mut bytes = Vec::new();
-    for i in 0..5 {
-        bytes.extend_from_slice(b"From someone@example.org Sat Nov 28 00:00:00 2026\n");
-        bytes.extend_from_slice(&unseen(i, &format!("part {i}")));
-        bytes.extend_from_slice(b"\n");
-    }
+    let bytes = mbox_of((0..5).map(|i| unseen(i, &format!("part {i}"))));
     fs::write(&mbox, &bytes).unwrap();
     let lock = hold(&db);
     let out = db.run_in_parts(&["learn", "--wait", "1", "--spam", utf8(&mbox)], b"");

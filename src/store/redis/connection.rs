@@ -333,12 +333,9 @@ impl Redis {
     /// `INFO` (an ACL user without `@dangerous`) is taken, with the words
     /// of a warning returned.
     pub fn refuse_eviction(&self) -> Result<Option<String>> {
-        let info = self.with(&self.inner.url.shown, |con| {
-            redis::cmd("INFO").arg("memory").query::<String>(con)
-        });
-        let info = match info {
+        let info = match self.memory_info() {
             Ok(info) => info,
-            Err(e) if !e.to_string().to_ascii_uppercase().contains("NOPERM") => return Err(e),
+            Err(e) if !not_permitted(&e) => return Err(e),
             Err(e) => {
                 return Ok(Some(format!(
                     "Redis at {}: its eviction policy could not be read ({e}); it must be \
@@ -347,11 +344,7 @@ impl Redis {
                 )));
             }
         };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .map(str::trim)
-        };
+        let field = |name: &str| info_field(&info, name);
         let limited = field("maxmemory").is_some_and(|m| m != "0");
         match field("maxmemory_policy") {
             Some(policy) if limited && policy.starts_with("allkeys") => {
@@ -373,17 +366,14 @@ impl Redis {
     /// without `maxmemory`, or whose `INFO` this user may not read, is not
     /// refused.
     pub fn room_for_a_new_model(&self) -> Result<()> {
-        let info = match self.with(&self.inner.url.shown, |con| {
-            redis::cmd("INFO").arg("memory").query::<String>(con)
-        }) {
+        let info = match self.memory_info() {
             Ok(info) => info,
-            Err(e) if e.to_string().to_ascii_uppercase().contains("NOPERM") => return Ok(()),
+            Err(e) if not_permitted(&e) => return Ok(()),
             Err(e) => return Err(e),
         };
         let field = |name: &str| -> u64 {
-            (info.lines())
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .and_then(|v| v.trim().parse().ok())
+            info_field(&info, name)
+                .and_then(|v| v.parse().ok())
                 .unwrap_or(0)
         };
         let (used, max) = (field("used_memory"), field("maxmemory"));
@@ -397,6 +387,13 @@ impl Redis {
             used >> 20,
             max >> 20
         )))
+    }
+
+    /// What `INFO memory` says: its use, its limit and its policy.
+    fn memory_info(&self) -> Result<String> {
+        self.with(&self.inner.url.shown, |con| {
+            redis::cmd("INFO").arg("memory").query::<String>(con)
+        })
     }
 
     /// Where it is.
@@ -634,6 +631,19 @@ impl Redis {
         let hello = settings.password().is_some() || settings.protocol().supports_resp3();
         (u32::from(tls) + u32::from(hello) + u32::from(settings.db() != 0)).max(1)
     }
+}
+
+/// The value of `name` in an `INFO` answer (`name:value` lines).
+fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// Whether Redis refused a command to this user (an ACL user without
+/// `@dangerous` may not read `INFO`).
+fn not_permitted(err: &Error) -> bool {
+    err.to_string().to_ascii_uppercase().contains("NOPERM")
 }
 
 #[cfg(test)]
