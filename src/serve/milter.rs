@@ -156,9 +156,11 @@ struct Bayes {
     rcpt_addr: Option<String>,
     /// The message's Message-ID, for the log when there is no queue id.
     message_id: Option<String>,
-    /// The message rebuilt: header block, empty line, body; at most
-    /// `max_message + 1` bytes.
+    /// The message rebuilt in LF form ([`lf_lines`]): header block, empty
+    /// line, body; at most `max_message + 1` bytes.
     raw: Vec<u8>,
+    /// The last body chunk ended in CR ([`lf_lines`]).
+    body_cr: bool,
     /// `raw`'s bytes, held of the milter's budget.
     held: Option<super::budget::Held>,
     /// Whether the budget had no room for the message: it is dropped.
@@ -190,6 +192,7 @@ impl Bayes {
             rcpt_addr: None,
             message_id: None,
             raw: Vec::new(),
+            body_cr: false,
             held: None,
             busy: false,
             limit: None,
@@ -212,6 +215,7 @@ impl Bayes {
         self.rcpt_addr = None;
         self.message_id = None;
         self.raw = Vec::new();
+        self.body_cr = false;
     }
 
     /// The size limit of the message being read ([`Bayes::limit`]).
@@ -406,16 +410,21 @@ fn field_bytes(header: &Header) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// Header lines in the MTA's form end in LF (Postfix) or CRLF; the body
-/// comes in SMTP's CRLF. The rebuilt message takes CRLF throughout, so it
-/// reads as the message sent (features do not depend on line endings).
-fn crlf_lines(value: &[u8], out: &mut Vec<u8>) {
-    let mut previous = 0;
-    for &b in value {
-        if b == b'\n' && previous != b'\r' {
+/// comes in SMTP's CRLF. The rebuilt message takes LF throughout, the form
+/// a delivery agent hands `filter`, so that its size is the one `filter`
+/// and the MTA's own limit count (features do not depend on line
+/// endings). `cr` carries a CR that ended the last piece: a CRLF may be
+/// split between two body chunks. A CR not followed by LF is kept.
+fn lf_lines(bytes: &[u8], cr: &mut bool, out: &mut Vec<u8>) {
+    for &b in bytes {
+        if std::mem::take(cr) && b != b'\n' {
             out.push(b'\r');
         }
-        out.push(b);
-        previous = b;
+        if b == b'\r' {
+            *cr = true;
+        } else {
+            out.push(b);
+        }
     }
 }
 
@@ -518,8 +527,12 @@ impl miltr_server::Milter for Bayes {
         if !self.leading_space {
             line.push(b' ');
         }
-        crlf_lines(&value, &mut line);
-        line.extend_from_slice(b"\r\n");
+        let mut cr = false;
+        lf_lines(&value, &mut cr, &mut line);
+        if cr {
+            line.push(b'\r');
+        }
+        line.push(b'\n');
         self.keep(&line);
         if self.message_id.is_none() && name.eq_ignore_ascii_case(b"Message-ID") {
             self.message_id = Some(String::from_utf8_lossy(&value).trim().to_string());
@@ -548,17 +561,22 @@ impl miltr_server::Milter for Bayes {
 
     async fn end_of_header(&mut self) -> Result<Action, Self::Error> {
         self.in_message.store(true, Ordering::SeqCst);
-        self.keep(b"\r\n");
+        self.keep(b"\n");
         Ok(Continue.into())
     }
 
     async fn body(&mut self, body: Body) -> Result<Action, Self::Error> {
         self.in_message.store(true, Ordering::SeqCst);
-        self.keep(body.as_bytes());
+        let mut lines = Vec::with_capacity(body.as_bytes().len());
+        lf_lines(body.as_bytes(), &mut self.body_cr, &mut lines);
+        self.keep(&lines);
         Ok(Continue.into())
     }
 
     async fn end_of_body(&mut self) -> Result<ModificationResponse, Self::Error> {
+        if std::mem::take(&mut self.body_cr) {
+            self.keep(b"\r");
+        }
         // Its bytes stay held until the message is reset after its answer.
         let raw = std::mem::take(&mut self.raw);
         let id = self.id();
@@ -869,10 +887,16 @@ mod tests {
     }
 
     #[test]
-    fn folded_values_take_crlf() {
+    fn lines_take_lf_even_when_a_crlf_is_split_between_chunks() {
         let mut out = Vec::new();
-        crlf_lines(b"a\n\tb\r\n c", &mut out);
-        assert_eq!(out, b"a\r\n\tb\r\n c");
+        let mut cr = false;
+        lf_lines(b"a\n\tb\r\n c\r", &mut cr, &mut out);
+        assert!(cr);
+        lf_lines(b"\nd\re\r", &mut cr, &mut out);
+        assert!(cr);
+        lf_lines(b"f", &mut cr, &mut out);
+        assert!(!cr);
+        assert_eq!(out, b"a\n\tb\n c\nd\re\rf");
     }
 
     #[test]

@@ -522,6 +522,37 @@ fn miltertest_no_verdict_is_accepted_with_the_unknown_status() {
     assert!(log.contains("why="), "{log}");
 }
 
+#[test]
+fn miltertest_a_message_is_measured_with_lf_line_ends_as_filter_measures_it() {
+    if !have("miltertest", "miltertest") {
+        return;
+    }
+    let trained = Db::new();
+    trained.train_sample();
+    // Under 4K with LF line ends (as a delivery agent hands `filter` the
+    // message), over it in SMTP's CRLF, as the MTA sends the body.
+    let mut lf = std::fs::read(&sample_files()[0]).unwrap();
+    while lf.len() < 3_900 {
+        lf.extend_from_slice(b"pad\n");
+    }
+    let crlf: Vec<u8> = lf
+        .split_inclusive(|&b| b == b'\n')
+        .flat_map(|line| match line.strip_suffix(b"\n") {
+            Some(text) => [text, b"\r\n"].concat(),
+            None => line.to_vec(),
+        })
+        .collect();
+    assert!(crlf.len() > 4_096, "{}", crlf.len());
+    let (out, log) = one_message(&trained, &["--max-size", "4K"], &crlf);
+    let want = filter_status(&trained, &lf);
+    assert!(!want.starts_with("Unknown"), "{want}");
+    assert_eq!(
+        tagged(&out, "STATUS"),
+        vec![format!(" {want}")],
+        "{out}\n{log}"
+    );
+}
+
 /// The Postfix recipe, and the milter address in it.
 const CONTRIB: &str = "contrib/postfix-milter.cf";
 const CONTRIB_MILTER: &str = "inet:127.0.0.1:11340";

@@ -619,6 +619,15 @@ fn the_protocol_beyond_what_spamc_sends() {
         status_line(&answer).starts_with("SPAMD/1.0 69 "),
         "{answer:?}"
     );
+    // Bytes after the stream's end are not judged without: refused.
+    let mut trailing = zlib(&spam);
+    trailing.extend_from_slice(b"X-Spam-Flag: NO\n");
+    let answer = server.raw(&request("CHECK", &["Compress: zlib"], &trailing));
+    assert!(
+        status_line(&answer).starts_with("SPAMD/1.0 69 ")
+            && status_line(&answer).contains("after the end of the compressed stream"),
+        "{answer:?}"
+    );
 
     // Exim's request, byte for byte (src/spam.c), and the parse it makes
     // of the answer: "SPAMD/%7s 0 EX_OK\r\nSpam: %*s ; %lf / %lf\r\n\r\n".

@@ -373,10 +373,20 @@ impl<'a> Input<'a> {
         let mut moving = held.take();
         let inflated = tokio::task::spawn_blocking(move || {
             let mut raw = Vec::with_capacity(body.len().saturating_mul(3).min(max as usize));
-            let mut decoder = flate2::read::ZlibDecoder::new(&body[..]).take(max.saturating_add(1));
+            let mut decoder =
+                flate2::bufread::ZlibDecoder::new(&body[..]).take(max.saturating_add(1));
             let mut chunk = vec![0u8; 64 * 1024];
             let read = loop {
                 match decoder.read(&mut chunk) {
+                    // Bytes after the stream's end are not part of the
+                    // message: refused, as a stream that does not inflate
+                    // is, rather than judged without them.
+                    Ok(0) if decoder.limit() > 0 && !decoder.get_ref().get_ref().is_empty() => {
+                        break Err(std::io::Error::other(format!(
+                            "{} bytes after the end of the compressed stream",
+                            decoder.get_ref().get_ref().len()
+                        )));
+                    }
                     Ok(0) => break Ok(Some(raw)),
                     Ok(n) => {
                         let held = body.len() as u64 + (raw.len() + n) as u64;
