@@ -12,7 +12,7 @@
 //!   long or malformed the rest of the header block is, and where the
 //!   header block ends does not matter.
 //! - **Forged fields are renamed.** A line of the header region that starts
-//!   with the name of one of [`OUR_FIELDS`] followed by `:`, a space, a tab or a
+//!   with the name of one of [`OUR_FIELDS`](crate::vocab::OUR_FIELDS) followed by `:`, a space, a tab or a
 //!   NUL (where Dovecot ends a name), in any case and with any number of
 //!   CRs anywhere in it (maildrop deletes them), say a spammer's
 //!   `X-Spam-Flag: YES`, gets [`RENAMED_PREFIX`] in front
@@ -38,7 +38,7 @@
 
 use std::io::{self, Write};
 
-use crate::vocab::{OUR_FIELDS, RENAMED_PREFIX};
+use crate::vocab::RENAMED_PREFIX;
 
 /// Where our fields go in a message, and with which line ending.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,7 +266,7 @@ impl Renamer {
                 for (slot, &(_, byte)) in name.iter_mut().zip(&self.held) {
                     *slot = byte;
                 }
-                match names_ours(&name[..self.held.len()]) {
+                match crate::vocab::names_our_field(&name[..self.held.len()]) {
                     None => return Ok(()),
                     Some(true) => {
                         out.write_all(RENAMED_PREFIX.as_bytes())?;
@@ -306,29 +306,8 @@ fn write_crs(out: &mut dyn Write, mut n: u64) -> io::Result<()> {
 }
 
 /// The most bytes (CRs left out) a line's start can have before
-/// [`names_ours`] decides it: the longest name and the byte after it.
+/// [`crate::vocab::names_our_field`] decides it: the longest name and the byte after it.
 const NAME_HELD: usize = 14;
-
-/// Whether a line starting with `start` (its CRs left out: maildrop deletes
-/// them before it matches) names a field of ours: `Some(true)` if it does,
-/// `Some(false)` if it cannot, `None` if more bytes are needed. A NUL ends a
-/// name as `:` does (Dovecot reads it so).
-fn names_ours(start: &[u8]) -> Option<bool> {
-    let mut undecided = false;
-    for name in OUR_FIELDS {
-        let name = name.as_bytes();
-        let n = start.len().min(name.len());
-        if !start[..n].eq_ignore_ascii_case(&name[..n]) {
-            continue;
-        }
-        match start.get(name.len()) {
-            None => undecided = true,
-            Some(b':' | b' ' | b'\t' | b'\0') => return Some(true),
-            Some(_) => {}
-        }
-    }
-    if undecided { None } else { Some(false) }
-}
 
 /// The line starting at `at` with its line ending, and the offset after it;
 /// `None` at the end of the input.
@@ -486,7 +465,11 @@ mod tests {
 
     #[test]
     fn the_longest_name_and_a_byte_are_all_that_is_held() {
-        let longest = OUR_FIELDS.iter().map(|n| n.len()).max().unwrap();
+        let longest = crate::vocab::OUR_FIELDS
+            .iter()
+            .map(|n| n.len())
+            .max()
+            .unwrap();
         assert_eq!(NAME_HELD, longest + 1);
     }
 

@@ -295,6 +295,29 @@ pub const OUR_FIELDS: [&str; 2] = ["X-Spam-Flag", "X-Spam-Status"];
 /// already in the message (the convention of `formail -i`).
 pub const RENAMED_PREFIX: &str = "Old-";
 
+/// Whether a line starting with `start` (its CRs left out: maildrop deletes
+/// them before it matches) names a field of ours: `Some(true)` if it does,
+/// `Some(false)` if it cannot, `None` if more bytes are needed. Any case; a
+/// space, a tab or a NUL ends a name as `:` does (Dovecot reads a NUL so).
+/// The one rule for what is ours: `filter`'s renaming, the milter's and a
+/// message's identity ask it.
+pub fn names_our_field(start: &[u8]) -> Option<bool> {
+    let mut undecided = false;
+    for name in OUR_FIELDS {
+        let name = name.as_bytes();
+        let n = start.len().min(name.len());
+        if !start[..n].eq_ignore_ascii_case(&name[..n]) {
+            continue;
+        }
+        match start.get(name.len()) {
+            None => undecided = true,
+            Some(b':' | b' ' | b'\t' | b'\0') => return Some(true),
+            Some(_) => {}
+        }
+    }
+    if undecided { None } else { Some(false) }
+}
+
 /// A digest identifying a message for the learned-message registry.
 pub type Digest = [u8; 32];
 

@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 
 use super::split;
-use crate::vocab::{Digest, OUR_FIELDS, RENAMED_PREFIX};
+use crate::vocab::{Digest, RENAMED_PREFIX};
 
 /// Headers that mail software adds or rewrites while a message sits in a
 /// mailbox (read flags, IMAP bookkeeping, filter verdicts, our own headers):
@@ -54,11 +54,10 @@ fn is_volatile(line: &[u8]) -> bool {
             .any(|p| name.starts_with(p))
 }
 
-/// Whether `line` names one of `filter`'s fields ([`OUR_FIELDS`]), with or
-/// without [`RENAMED_PREFIX`], as `filter`'s renamer reads a name: CRs
-/// anywhere in it left out, any case, ended by `:`, a space, a tab or a
-/// NUL.
-fn names_our_field(line: &[u8]) -> bool {
+/// Whether `line` names one of `filter`'s fields ([`OUR_FIELDS`](crate::vocab::OUR_FIELDS)), with or
+/// without [`RENAMED_PREFIX`], as `filter`'s renamer reads a name
+/// ([`crate::vocab::names_our_field`]): CRs anywhere in it left out.
+fn ours_or_renamed(line: &[u8]) -> bool {
     let mut name = line.iter().copied().filter(|&b| b != b'\r');
     let mut start = [0u8; 24];
     let mut len = 0;
@@ -73,12 +72,7 @@ fn names_our_field(line: &[u8]) -> bool {
         }
         _ => start,
     };
-    OUR_FIELDS.iter().any(|field| {
-        let field = field.as_bytes();
-        start.len() > field.len()
-            && start[..field.len()].eq_ignore_ascii_case(field)
-            && matches!(start[field.len()], b':' | b' ' | b'\t' | b'\0')
-    })
+    crate::vocab::names_our_field(start) == Some(true)
 }
 
 /// `message` (without its envelope line) without the lines, up to the
@@ -105,7 +99,7 @@ fn without_our_fields(message: &[u8]) -> Cow<'_, [u8]> {
         dropping = if continuation {
             dropping
         } else {
-            names_our_field(line)
+            ours_or_renamed(line)
         };
         if dropping {
             out.get_or_insert_with(|| message[..at].to_vec());

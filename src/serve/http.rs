@@ -28,7 +28,7 @@ mod watched;
 
 use super::budget::Held;
 use super::{BoxConn, Judged, LearnError, Peer, RequestClock, State, log_line};
-use crate::db::{self, Origin, Reason, Stamped, Status};
+use crate::db::{self, Origin, Reason, Status};
 use crate::model::Label;
 use crate::sanitize::for_terminal;
 use watched::Watched;
@@ -366,13 +366,6 @@ fn too_large_to_learn(state: &State) -> Answer {
     )
 }
 
-fn too_large_why(state: &State) -> String {
-    format!(
-        "message larger than {} bytes: passed on unscored",
-        state.settings().max_message
-    )
-}
-
 /// `POST /check`.
 async fn check<B>(req: Request<B>, peer: &Peer, state: &Arc<State>) -> Answer
 where
@@ -404,21 +397,8 @@ where
             state.busy(super::Protocol::Http, &users, &id)
         }
         Err(BodyError::TooLarge) => {
-            // Counted and logged as any message without a verdict is.
-            let judged = Judged {
-                stamped: Stamped::unknown(Reason::TooLarge, too_large_why(state)),
-                which: None,
-            };
-            let took = started.elapsed();
-            state.metrics.judged(&judged.stamped.status, took);
-            log_line(&format!(
-                "id={} user={} Unknown reason=too-large model=none ms={:.2} why={}",
-                for_terminal(if id.is_empty() { "-" } else { &id }),
-                for_terminal(user.as_deref().unwrap_or("-")),
-                took.as_secs_f64() * 1e3,
-                too_large_why(state)
-            ));
-            judged
+            let users: Vec<String> = user.iter().cloned().collect();
+            state.too_large(&users, &id, settings.max_message, started)
         }
         Err(err) => return body_error(err, peer, state),
     };
@@ -620,12 +600,7 @@ fn metrics(state: &State) -> Answer {
          process (once at open, once per change a writer made).\n# TYPE bayesmail_model_generation gauge"
     );
     for (db, loads) in state.models.generations() {
-        let db = db
-            .display()
-            .to_string()
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n");
+        let db = super::metrics::label_value(&db);
         let _ = writeln!(text, "bayesmail_model_generation{{db=\"{db}\"}} {loads}");
     }
     let mut answer = Response::new(Full::new(Bytes::from(text)));

@@ -167,13 +167,40 @@ impl Metrics {
             "# HELP bayesmail_model_bytes Size of each model open now.\n# TYPE bayesmail_model_bytes gauge"
         );
         for (db, bytes) in models {
-            let db = db
-                .display()
-                .to_string()
-                .replace('\\', "\\\\")
-                .replace('"', "\\\"");
+            let db = label_value(db);
             let _ = writeln!(out, "bayesmail_model_bytes{{db=\"{db}\"}} {bytes}");
         }
         out
+    }
+}
+
+/// A database's path as a label value of the Prometheus text format:
+/// backslash, double quote and line feed escaped, so that no path can end
+/// its line or its label.
+pub(crate) fn label_value(db: &std::path::Path) -> String {
+    db.display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_path_ends_no_line_or_label_of_the_exposition() {
+        let db = std::path::Path::new("/srv/a\"b\\c\nbayesmail_forged 1");
+        let text = Metrics::default().render(&[(db.to_path_buf(), 7)]);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("bayesmail_model_bytes{"))
+            .unwrap();
+        assert_eq!(
+            line,
+            "bayesmail_model_bytes{db=\"/srv/a\\\"b\\\\c\\nbayesmail_forged 1\"} 7"
+        );
+        assert!(!text.lines().any(|l| l.starts_with("bayesmail_forged")));
     }
 }

@@ -7,7 +7,7 @@
 //! end of the body through [`State::judge`], and answered with the header
 //! actions that make the delivered message what `filter` would have
 //! written: our fields ([`crate::db::Status::fields`]) inserted at the top,
-//! and the fields the client sent under one of our names ([`OUR_FIELDS`])
+//! and the fields the client sent under one of our names ([`OUR_FIELDS`](crate::vocab::OUR_FIELDS))
 //! renamed with [`RENAMED_PREFIX`] in place (deleted with CHGHEADER,
 //! inserted again under the new name at its position): the first
 //! [`RENAMED_FIELDS`] of them, within `max_message` bytes. The body is
@@ -53,7 +53,7 @@ use tokio_util::compat::TokioAsyncReadCompatExt;
 use super::{BoxConn, Peer, State};
 use crate::db::Status;
 use crate::decision::Verdict;
-use crate::vocab::{OUR_FIELDS, RENAMED_PREFIX};
+use crate::vocab::RENAMED_PREFIX;
 
 /// What the milter tells the MTA to do with a message judged spam. Every
 /// other message (ham, unsure, no verdict) is accepted with our fields.
@@ -379,23 +379,12 @@ enum HeaderAction {
 }
 
 /// Whether a field name the MTA sent names one of ours, as `filter`'s
-/// renamer reads a name: in any case, CRs left out (maildrop deletes them),
-/// ended by a NUL (where Dovecot ends it) or by a space or a tab before
-/// the colon.
+/// renamer reads a name ([`crate::vocab::names_our_field`], the name's colon
+/// put back).
 fn names_ours(name: &[u8]) -> bool {
-    let name: Vec<u8> = name
-        .iter()
-        .copied()
-        .take_while(|&b| b != 0)
-        .filter(|&b| b != b'\r')
-        .collect();
-    let end = name
-        .iter()
-        .position(|&b| b == b' ' || b == b'\t')
-        .unwrap_or(name.len());
-    OUR_FIELDS
-        .iter()
-        .any(|ours| name[..end].eq_ignore_ascii_case(ours.as_bytes()))
+    let mut line: Vec<u8> = name.iter().copied().filter(|&b| b != b'\r').collect();
+    line.push(b':');
+    crate::vocab::names_our_field(&line) == Some(true)
 }
 
 /// A header field's name and value as the MTA sent them, byte for byte

@@ -198,17 +198,11 @@ impl State {
         max_message: u64,
     ) -> Judged {
         let started = Instant::now();
-        let too_large = raw.len() as u64 > max_message;
+        if raw.len() as u64 > max_message {
+            return self.too_large(&users, id, max_message, started);
+        }
         let state = self.clone();
-        let judged = if too_large {
-            Judged {
-                stamped: crate::db::Stamped::unknown(
-                    crate::db::Reason::TooLarge,
-                    format!("message larger than {max_message} bytes: passed on unscored",),
-                ),
-                which: None,
-            }
-        } else {
+        let judged = {
             // Each model may ask once, and one more time is allowed.
             let bound = self.models.shared().map(|redis| {
                 let asks =
@@ -308,6 +302,27 @@ impl State {
             which: None,
         };
         self.record(users, id, &judged, Duration::ZERO);
+        judged
+    }
+
+    /// No verdict for `users` because the message is larger than
+    /// `max_message` bytes: counted and logged as any judgment, the time
+    /// since `started` (when its reading began) its time.
+    pub fn too_large(
+        &self,
+        users: &[String],
+        id: &str,
+        max_message: u64,
+        started: Instant,
+    ) -> Judged {
+        let judged = Judged {
+            stamped: crate::db::Stamped::unknown(
+                crate::db::Reason::TooLarge,
+                format!("message larger than {max_message} bytes: passed on unscored"),
+            ),
+            which: None,
+        };
+        self.record(users, id, &judged, started.elapsed());
         judged
     }
 

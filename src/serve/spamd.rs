@@ -25,7 +25,7 @@
 //! spam: its score stays below 5.0, for spamc and for Exim.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
 
@@ -240,9 +240,27 @@ async fn request(
         return Err(Failure::protocol("(Set: local needs a Message-class: spam or ham)").into());
     }
     let max = settings.max_message;
+    let started = Instant::now();
     let raw = match input.message(&headers, max, held).await? {
         Read::Message(raw) => raw,
-        Read::TooLarge => return Err(too_large(state, &headers, max).into()),
+        // Not a judgment: said, and logged as a learn that failed is.
+        Read::TooLarge if verb == Verb::Tell => {
+            let why = format!("message larger than {max} bytes: not learned");
+            log_line(&format!(
+                "tell id=- user={} {why}",
+                crate::sanitize::for_terminal(headers.user.as_deref().unwrap_or("-")),
+            ));
+            return Err(Failure {
+                code: Code::DataErr,
+                text: why,
+                logged: true,
+            }
+            .into());
+        }
+        Read::TooLarge => {
+            let users: Vec<String> = headers.user.iter().cloned().collect();
+            return Err(no_verdict(&state.too_large(&users, "", max, started)).into());
+        }
         Read::Busy if verb == Verb::Tell => {
             let budget = state.budget(super::Protocol::Spamd);
             return Err(Failure::new(
@@ -261,24 +279,6 @@ async fn request(
         tell(state, headers, raw).await
     } else {
         judge(state, verb, version, headers.user, raw, max).await
-    }
-}
-
-/// A message over the size limit: counted and logged as `judge` would,
-/// answered with EX_DATAERR.
-fn too_large(state: &Arc<State>, headers: &Headers, max: u64) -> Failure {
-    state
-        .metrics
-        .judged(&Status::Unknown(Reason::TooLarge), Duration::ZERO);
-    log_line(&format!(
-        "id=- user={} Unknown reason={} model=none",
-        headers.user.as_deref().unwrap_or("-"),
-        Reason::TooLarge.name()
-    ));
-    Failure {
-        code: Code::DataErr,
-        text: format!("message larger than {max} bytes: passed on unscored"),
-        logged: true,
     }
 }
 
@@ -605,6 +605,7 @@ fn message_id(raw: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::model::Label;
+    use std::time::Duration;
 
     fn verdict(verdict: Verdict, probability: f64, cutoff: f64) -> Status {
         Status::Verdict {

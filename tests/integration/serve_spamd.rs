@@ -556,6 +556,22 @@ fn no_model_or_too_large_is_an_error_answer_and_the_message_goes_on() {
         "{answer:?}"
     );
     assert!(server.logged("too-large"), "{}", server.log());
+    // A TELL of one is not learned, and says so (it is no judgment).
+    let answer = server.raw(&request(
+        "TELL",
+        &["Message-class: spam", "Set: local", "User: dave"],
+        &input,
+    ));
+    let line = status_line(&answer);
+    assert!(
+        line.starts_with("SPAMD/1.0 65 ") && line.ends_with("bytes: not learned"),
+        "{answer:?}"
+    );
+    assert!(
+        server.logged("tell id=- user=dave message larger than 1000 bytes: not learned"),
+        "{}",
+        server.log()
+    );
     // With a message budget no larger than the size limit, a compressed
     // message is still judged: what it may inflate to is held by
     // deflate's greatest ratio, not by the limit (before, every one was
