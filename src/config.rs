@@ -561,16 +561,12 @@ pub fn default_db_dir() -> Result<PathBuf, String> {
                 .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
         {
             Err(format!(
-                "no database directory: the home directory {} does not exist; give --db or \
-             BAYESMAIL_DB",
+                "no database directory: the home directory {} does not exist",
                 home.display()
             ))
         }
         Some(home) => Ok(home.join(".local").join("share").join("bayesmail")),
-        None => Err(format!(
-            "no database directory: {}; give --db or BAYESMAIL_DB",
-            no_home()
-        )),
+        None => Err(format!("no database directory: {}", no_home())),
     }
 }
 

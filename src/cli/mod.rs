@@ -95,7 +95,8 @@ impl Context {
             Some(db) => db,
             None => match &config.db {
                 Some(db) => db.clone(),
-                None => config::default_db_dir().map_err(anyhow::Error::msg)?,
+                None => config::default_db_dir()
+                    .map_err(|e| anyhow::anyhow!("{e}; give --db or BAYESMAIL_DB"))?,
             },
         };
         let store = given

@@ -202,6 +202,14 @@ impl Reader {
     }
 }
 
+/// Whether a user's model that has learned `messages` (ham, spam) judges
+/// for its user rather than the global model: once it holds at least
+/// `min_messages` of each class. The one rule, for models in Redis and in
+/// directories.
+pub fn user_model_judges(messages: [u64; 2], min_messages: u64) -> bool {
+    messages[0].min(messages[1]) >= min_messages
+}
+
 /// Judges a message read as delivered ([`Parsed::of`], see
 /// [`Reader::stamp`]) with models in Redis: with `user`'s model when it
 /// has learned at least the given number of messages of each class, else
@@ -228,7 +236,7 @@ pub fn stamp_shared_parsed(
     let mut unread = None;
     if let Some((model, min_messages)) = user {
         match model.judge(features, decider) {
-            Ok((j, [ham, spam])) if ham.min(spam) >= min_messages => {
+            Ok((j, messages)) if user_model_judges(messages, min_messages) => {
                 return (Stamped::judged(&j, decider), true, None);
             }
             Ok(_) => {}

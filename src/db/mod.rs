@@ -45,7 +45,7 @@ mod train;
 mod writer;
 
 pub use database::{Database, ModelAfter, Reader, Unlearned};
-pub use delivery::{Parsed, Reason, Stamped, Status, stamp_shared_parsed};
+pub use delivery::{Parsed, Reason, Stamped, Status, stamp_shared_parsed, user_model_judges};
 pub use learnlog::Origin;
 pub use pending::Taught;
 
@@ -262,5 +262,31 @@ impl DbPaths {
     /// The messages left for the next writer (see [`pending`]).
     pub fn pending(&self) -> PathBuf {
         self.dir.join("pending")
+    }
+
+    /// Whether a database has been made here (its count store, or its
+    /// model file), not a directory merely named like one.
+    pub fn holds_database(&self) -> bool {
+        crate::store::sled::SledStore::exists(&self.counts()) || self.snapshot().is_file()
+    }
+
+    /// Removes what writers killed while replacing the model's files
+    /// (snapshot, journal, registry, record) left: every writer sweeps,
+    /// since `learn` may never write the model file again before `train`.
+    pub(crate) fn sweep_stale_temps(&self) {
+        for file in [
+            self.snapshot(),
+            self.journal(),
+            self.registry(),
+            self.samples(),
+        ] {
+            if let Some(name) = file.file_name() {
+                crate::fsutil::remove_stale_temps(
+                    self.dir(),
+                    Some(&name.to_string_lossy()),
+                    std::time::Duration::ZERO,
+                );
+            }
+        }
     }
 }

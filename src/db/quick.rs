@@ -24,6 +24,7 @@ use crate::model::{Combine, Delta, Label};
 use crate::store::Snapshot;
 use crate::store::journal::{self, Entry, Journal};
 use crate::store::registry::RegistryFile;
+use crate::store::sled::SledStore;
 use crate::vocab::{Digest, Feature};
 
 /// The registry file and the journal that applies on top of it, read under
@@ -39,25 +40,12 @@ impl State {
     /// Reads the state, or `None` if the quick path cannot be taken.
     fn read(paths: &DbPaths, wait: Duration) -> Result<Option<State>> {
         // A count store that is gone is reported by the full path.
-        if !paths.snapshot().is_file() || !paths.counts().join("db").is_file() {
+        if !paths.snapshot().is_file() || !SledStore::exists(&paths.counts()) {
             return Ok(None);
         }
         super::lock::refuse_foreign(paths)?;
         let lock = WriterLock::take(paths, wait)?;
-        for file in [
-            paths.snapshot(),
-            paths.journal(),
-            paths.registry(),
-            paths.samples(),
-        ] {
-            if let Some(name) = file.file_name() {
-                crate::fsutil::remove_stale_temps(
-                    paths.dir(),
-                    Some(&name.to_string_lossy()),
-                    std::time::Duration::ZERO,
-                );
-            }
-        }
+        paths.sweep_stale_temps();
         crate::store::snapshot::remove_check_record(&paths.snapshot());
         let Some(registry) = RegistryFile::read(&paths.registry())? else {
             return Ok(None);

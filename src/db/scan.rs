@@ -296,7 +296,7 @@ pub enum Event {
 pub struct ScanSummary {
     /// Messages judged or found unparsable (those in the target aside).
     pub messages: usize,
-    /// Verdicts: ham, unsure, spam.
+    /// Messages of each verdict, by [`Verdict::index`] (ham, unsure, spam).
     pub verdicts: [usize; 3],
     /// Messages that could not be parsed.
     pub unparsed: usize,
@@ -319,15 +319,6 @@ impl ScanSummary {
     /// Whether any message could not be read, parsed or acted on.
     pub fn failures(&self) -> usize {
         self.skipped.total() + self.unparsed + self.action_failed + self.kept
-    }
-}
-
-/// The index of a verdict in [`ScanSummary::verdicts`].
-fn verdict_index(v: Verdict) -> usize {
-    match v {
-        Verdict::Ham => 0,
-        Verdict::Unsure => 1,
-        Verdict::Spam => 2,
     }
 }
 
@@ -384,7 +375,7 @@ impl Reader {
                     summary.messages += 1;
                     let done = match &judged {
                         Ok(judgment) => {
-                            summary.verdicts[verdict_index(judgment.verdict)] += 1;
+                            summary.verdicts[judgment.verdict.index()] += 1;
                             match (action, judgment.verdict) {
                                 (Some(a), Verdict::Spam) => Some(a.take(&raw)),
                                 _ => None,

@@ -115,10 +115,10 @@ pub fn missing_class(totals: [u64; 2]) -> Option<String> {
     match totals {
         [0, 0] => Some("the database holds no messages".to_string()),
         [0, n] => Some(format!(
-            "the database holds {n} spam and no ham; learn some ham (--ham)"
+            "the database holds {n} spam and no ham; learn some ham"
         )),
         [n, 0] => Some(format!(
-            "the database holds {n} ham and no spam; learn some spam (--spam)"
+            "the database holds {n} ham and no spam; learn some spam"
         )),
         _ => None,
     }

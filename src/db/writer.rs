@@ -184,22 +184,7 @@ impl Trainer {
         } else if crate::fsutil::shared_with_group(&counts) {
             crate::fsutil::share_tree(&counts);
         }
-        // `learn` may never write the model file again before `train`:
-        // every writer sweeps what killed writers left.
-        for file in [
-            paths.snapshot(),
-            paths.journal(),
-            paths.registry(),
-            paths.samples(),
-        ] {
-            if let Some(name) = file.file_name() {
-                crate::fsutil::remove_stale_temps(
-                    paths.dir(),
-                    Some(&name.to_string_lossy()),
-                    std::time::Duration::ZERO,
-                );
-            }
-        }
+        paths.sweep_stale_temps();
         // Damaged, of another format, not a regular file: rebuilt. Unreadable for now: an error.
         let snapshot = Snapshot::open(&paths.snapshot()).and_then(|s| s.header());
         let (header, unreadable) = match snapshot {

@@ -29,6 +29,21 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Every verdict, from the least severe for a message to the most:
+    /// the order of [`Verdict::index`].
+    pub const ALL: [Verdict; 3] = [Verdict::Ham, Verdict::Unsure, Verdict::Spam];
+
+    /// The verdict's place in [`Verdict::ALL`]: a higher one does more to
+    /// the message (a count per verdict is indexed by it, and of several
+    /// judgments the least harmful is the lowest).
+    pub fn index(self) -> usize {
+        match self {
+            Verdict::Ham => 0,
+            Verdict::Unsure => 1,
+            Verdict::Spam => 2,
+        }
+    }
+
     /// The lower-case name.
     pub fn name(self) -> &'static str {
         match self {

@@ -106,7 +106,7 @@ impl Drop for Held {
 /// budget, in words.
 pub fn busy_why(budget: &Budget, done: &str) -> String {
     format!(
-        "the server holds as many bytes of messages as it may ({} bytes, --max-held): {done}",
+        "the server holds as many bytes of messages as it may ({} bytes, max_held): {done}",
         budget.max()
     )
 }

@@ -51,12 +51,7 @@ impl Metrics {
     pub fn judged(&self, status: &Status, took: Duration) {
         match status {
             Status::Verdict { verdict, .. } => {
-                let i = match verdict {
-                    Verdict::Ham => 0,
-                    Verdict::Unsure => 1,
-                    Verdict::Spam => 2,
-                };
-                self.verdicts[i].fetch_add(1, Ordering::Relaxed);
+                self.verdicts[verdict.index()].fetch_add(1, Ordering::Relaxed);
             }
             Status::Unknown(reason) => {
                 let i = REASONS.iter().position(|r| r == reason).unwrap_or(6);
@@ -107,11 +102,12 @@ impl Metrics {
             out,
             "# HELP bayesmail_messages_total Messages judged, by verdict (unknown: no verdict, by reason).\n# TYPE bayesmail_messages_total counter"
         );
-        for (i, v) in ["ham", "unsure", "spam"].iter().enumerate() {
+        for v in Verdict::ALL {
             let _ = writeln!(
                 out,
-                "bayesmail_messages_total{{verdict=\"{v}\"}} {}",
-                get(&self.verdicts[i])
+                "bayesmail_messages_total{{verdict=\"{}\"}} {}",
+                v.name(),
+                get(&self.verdicts[v.index()])
             );
         }
         for (i, r) in REASONS.iter().enumerate() {

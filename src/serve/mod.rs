@@ -618,7 +618,7 @@ async fn accept_loop(
         {
             state.metrics.connection(false);
             log_line(&format!(
-                "{}: refused {addr}: not in the allowed networks (--allow)",
+                "{}: refused {addr}: not in the allowed networks",
                 protocol.name()
             ));
             continue;

@@ -166,7 +166,7 @@ impl std::fmt::Debug for Models {
 
 /// The model file's size.
 fn model_bytes(db: &Path) -> u64 {
-    std::fs::metadata(db.join("model.bin")).map_or(0, |m| m.len())
+    std::fs::metadata(crate::db::DbPaths::new(db).snapshot()).map_or(0, |m| m.len())
 }
 
 impl Models {
@@ -557,9 +557,7 @@ impl Models {
                 // A database's own files, not a directory named like one
                 // (the domain directory holding a user called
                 // `counts.sled` or `model.bin` is no database).
-                .filter(|p| {
-                    p.join("counts.sled").join("conf").is_file() || p.join("model.bin").is_file()
-                })
+                .filter(|p| crate::db::DbPaths::new(p).holds_database())
         {
             self.note_once(format!(
                 "user {user}: its database is at {}, where an earlier version put it; \
@@ -599,9 +597,9 @@ impl Models {
                 Ok((Some(dir), user)) => match self.reader(&dir, bound) {
                     Ok(open) => {
                         let reader = open.reader.read().unwrap_or_else(|e| e.into_inner());
-                        let [ham, spam] = reader.classifier().header().totals.messages;
+                        let messages = reader.classifier().header().totals.messages;
                         drop(reader);
-                        if ham.min(spam) >= settings.min_user_messages {
+                        if crate::db::user_model_judges(messages, settings.min_user_messages) {
                             chosen = Some((open, Which::User(user)));
                         }
                     }
@@ -755,20 +753,13 @@ impl Models {
 
 /// How harmful a judgment is to a recipient whose mail it is: no verdict
 /// (passed on), ham, unsure, spam; within a verdict, by probability.
-fn harm(judged: &Judged) -> (u8, f64) {
+fn harm(judged: &Judged) -> (usize, f64) {
     match judged.stamped.status {
         crate::db::Status::Unknown(_) => (0, 0.0),
         crate::db::Status::Verdict {
             verdict,
             probability,
             ..
-        } => {
-            let rank = match verdict {
-                crate::decision::Verdict::Ham => 1,
-                crate::decision::Verdict::Unsure => 2,
-                crate::decision::Verdict::Spam => 3,
-            };
-            (rank, probability)
-        }
+        } => (verdict.index() + 1, probability),
     }
 }

@@ -15,7 +15,7 @@ pub enum UserError {
     #[error("user name refused: {0}")]
     Refused(String),
     /// The pattern is not usable.
-    #[error("--user-db pattern {pattern:?}: {why}")]
+    #[error("user database pattern {pattern:?}: {why}")]
     Pattern {
         /// The pattern.
         pattern: String,

@@ -177,7 +177,7 @@ pub const MODEL_FILE_FORMAT: &str = "model file format version";
 /// What to do about a version mismatch.
 fn version_remedy(what: &str) -> &'static str {
     if what == MODEL_FILE_FORMAT {
-        "train again on this database (its counts are intact) to rewrite the model file"
+        "its counts are intact, and training on this database again rewrites the model file"
     } else {
         "retrain into a new database"
     }
@@ -659,7 +659,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "/db/model.bin was written with model file format version 1; this bayesmail needs 2: \
-             train again on this database (its counts are intact) to rewrite the model file"
+             its counts are intact, and training on this database again rewrites the model file"
         );
     }
 

@@ -122,6 +122,13 @@ impl std::fmt::Debug for SledStore {
 }
 
 impl SledStore {
+    /// Whether a sled store has been made at `path` (its data file is
+    /// there): what sled keeps inside its directory is this module's
+    /// business alone.
+    pub fn exists(path: &Path) -> bool {
+        path.join("db").is_file()
+    }
+
     /// Opens the database at `path` (a directory), creating it if missing.
     ///
     /// If another process holds the database, retries until `wait` has

@@ -172,7 +172,7 @@ fn filter_fails_open_without_a_usable_model() {
             // error says that training again rewrites the model file.
             let out = filter(&db, &[], input);
             assert!(
-                stderr(&out).contains("train again on this database"),
+                stderr(&out).contains("training on this database again rewrites"),
                 "{}",
                 stderr(&out)
             );
