@@ -15,7 +15,7 @@ use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::{Body, Bytes};
@@ -382,7 +382,6 @@ where
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let started = Instant::now();
     let mut unread = false;
     let settings = state.settings();
     let judged = match read_body(req, state, &settings).await {
@@ -398,7 +397,7 @@ where
         }
         Err(BodyError::TooLarge) => {
             let users: Vec<String> = user.iter().cloned().collect();
-            state.too_large(&users, &id, settings.max_message, started)
+            state.too_large(&users, &id, settings.max_message)
         }
         Err(err) => return body_error(err, peer, state),
     };

@@ -401,8 +401,7 @@ fn field_bytes(header: &Header) -> (Vec<u8>, Vec<u8>) {
 /// Header lines in the MTA's form end in LF (Postfix) or CRLF; the body
 /// comes in SMTP's CRLF. The rebuilt message takes LF throughout, the form
 /// a delivery agent hands `filter`, so that its size is the one `filter`
-/// and the MTA's own limit count (features do not depend on line
-/// endings). `cr` carries a CR that ended the last piece: a CRLF may be
+/// counts (features do not depend on line endings). `cr` carries a CR that ended the last piece: a CRLF may be
 /// split between two body chunks. A CR not followed by LF is kept.
 fn lf_lines(bytes: &[u8], cr: &mut bool, out: &mut Vec<u8>) {
     for &b in bytes {

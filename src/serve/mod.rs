@@ -199,7 +199,7 @@ impl State {
     ) -> Judged {
         let started = Instant::now();
         if raw.len() as u64 > max_message {
-            return self.too_large(&users, id, max_message, started);
+            return self.too_large(&users, id, max_message);
         }
         let state = self.clone();
         let judged = {
@@ -306,15 +306,9 @@ impl State {
     }
 
     /// No verdict for `users` because the message is larger than
-    /// `max_message` bytes: counted and logged as any judgment, the time
-    /// since `started` (when its reading began) its time.
-    pub fn too_large(
-        &self,
-        users: &[String],
-        id: &str,
-        max_message: u64,
-        started: Instant,
-    ) -> Judged {
+    /// `max_message` bytes: counted and logged as any judgment, in no
+    /// time (nothing was judged).
+    pub fn too_large(&self, users: &[String], id: &str, max_message: u64) -> Judged {
         let judged = Judged {
             stamped: crate::db::Stamped::unknown(
                 crate::db::Reason::TooLarge,
@@ -322,7 +316,7 @@ impl State {
             ),
             which: None,
         };
-        self.record(users, id, &judged, started.elapsed());
+        self.record(users, id, &judged, Duration::ZERO);
         judged
     }
 

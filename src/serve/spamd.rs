@@ -25,7 +25,6 @@
 //! spam: its score stays below 5.0, for spamc and for Exim.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
 
@@ -240,26 +239,17 @@ async fn request(
         return Err(Failure::protocol("(Set: local needs a Message-class: spam or ham)").into());
     }
     let max = settings.max_message;
-    let started = Instant::now();
     let raw = match input.message(&headers, max, held).await? {
         Read::Message(raw) => raw,
-        // Not a judgment: said, and logged as a learn that failed is.
+        // Not a judgment, nor a learn: refused, and logged with the peer
+        // as a request refused is.
         Read::TooLarge if verb == Verb::Tell => {
             let why = format!("message larger than {max} bytes: not learned");
-            log_line(&format!(
-                "tell id=- user={} {why}",
-                crate::sanitize::for_terminal(headers.user.as_deref().unwrap_or("-")),
-            ));
-            return Err(Failure {
-                code: Code::DataErr,
-                text: why,
-                logged: true,
-            }
-            .into());
+            return Err(Failure::new(Code::DataErr, why).into());
         }
         Read::TooLarge => {
             let users: Vec<String> = headers.user.iter().cloned().collect();
-            return Err(no_verdict(&state.too_large(&users, "", max, started)).into());
+            return Err(no_verdict(&state.too_large(&users, "", max)).into());
         }
         Read::Busy if verb == Verb::Tell => {
             let budget = state.budget(super::Protocol::Spamd);

@@ -568,7 +568,7 @@ fn no_model_or_too_large_is_an_error_answer_and_the_message_goes_on() {
         "{answer:?}"
     );
     assert!(
-        server.logged("tell id=- user=dave message larger than 1000 bytes: not learned"),
+        server.logged("message larger than 1000 bytes: not learned"),
         "{}",
         server.log()
     );
