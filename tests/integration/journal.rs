@@ -105,6 +105,33 @@ fn assert_store_matches_registry(db: &Db, messages: &[PathBuf]) {
     assert_eq!(store.registry_len().unwrap(), by_label.iter().sum::<u64>());
 }
 
+/// A model file of a tokenizer version this build does not read (as a
+/// newer bayesmail writes it, and an administrator who rolls back finds
+/// it): a learn never appends to its journal, which readers refuse with
+/// the file. Before, the journal took it and the learn said "learned"
+/// while every judgment said `model-version`.
+#[test]
+fn a_learn_never_appends_to_a_model_file_readers_refuse() {
+    let db = Db::new();
+    db.train_sample();
+    let model = db.model();
+    let mut bytes = fs::read(&model).unwrap();
+    let tokenizer = u32::from_le_bytes(bytes[12..16].try_into().unwrap());
+    bytes[12..16].copy_from_slice(&(tokenizer + 1).to_le_bytes());
+    fs::write(&model, &bytes).unwrap();
+    let probe = &sample_files()[0];
+    let refused = db.run(&["classify", utf8(probe)], None);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let (extra, _) = extra_messages(&db.path("extra"), 1).remove(0);
+    let learned = db.run(&["learn", "--ham", utf8(&extra)], None);
+    // Either refused, or learned into a model readers read: never a
+    // "learned" no one can judge with.
+    if learned.status.success() {
+        let judged = db.run(&["classify", utf8(probe)], None);
+        assert!(judged.status.success(), "{}", stderr(&judged));
+    }
+}
+
 #[test]
 fn learn_and_unlearn_append_to_the_journal_and_leave_the_model_file_alone() {
     let db = Db::new();

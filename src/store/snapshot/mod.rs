@@ -345,14 +345,20 @@ impl Snapshot {
     }
 
     /// The header of the snapshot at `path`, read without the rest of the
-    /// file and without its checksum: `None` if it does not read. For a
-    /// writer that only needs to know which snapshot is in place (readers
-    /// check the whole file).
+    /// file and without its checksum: `None` if it does not read, or was
+    /// written in another format or by another tokenizer version than this
+    /// build writes (a newer one this build cannot read, or an older one
+    /// it reads until a writer compiles the model again). For a writer
+    /// that only needs to know which snapshot is in place, to append to
+    /// it what this build counts (readers check the whole file).
     pub fn peek_header<H: DeserializeOwned>(path: &Path) -> Option<H> {
         let mut file = open_regular(path).ok()?;
         let mut preamble = [0u8; PREAMBLE];
         file.read_exact(&mut preamble).ok()?;
-        if &preamble[..8] != MAGIC {
+        if &preamble[..8] != MAGIC
+            || read_u32(&preamble, 8)? != SNAPSHOT_VERSION
+            || read_u32(&preamble, 12)? != TOKENIZER_VERSION
+        {
             return None;
         }
         let len = usize::try_from(read_u64(&preamble, 16)?).ok()?;
