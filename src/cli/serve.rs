@@ -325,9 +325,24 @@ fn eviction_at_start(redis: &bayesmail::store::redis::Redis) -> Result<()> {
         ));
         Ok(())
     };
-    match bayesmail::store::redis::within(2 * redis.timeout(), move || asked.refuse_eviction()) {
-        Ok(Ok(None)) => Ok(()),
-        Ok(Ok(Some(why))) => {
+    let asked = move || {
+        let why = asked.refuse_eviction()?;
+        Ok::<_, bayesmail::store::Error>((why, asked.has_memory_limit()?))
+    };
+    match bayesmail::store::redis::within(2 * redis.timeout(), asked) {
+        // Users' models are begun by any client serve accepts: without a
+        // limit, nothing keeps a flood of new names from Redis's memory.
+        Ok(Ok((None, Some(false)))) => {
+            serve::log_line(&format!(
+                "warning: Redis at {} has no maxmemory: nothing bounds the memory new users' \
+                 models may take; set maxmemory (with maxmemory-policy noeviction), and serve \
+                 begins none in its last tenth",
+                redis.url().shown()
+            ));
+            Ok(())
+        }
+        Ok(Ok((None, _))) => Ok(()),
+        Ok(Ok((Some(why), _))) => {
             serve::log_line(&format!("warning: {why}"));
             Ok(())
         }

@@ -1240,6 +1240,10 @@ fn a_redis_nearly_full_begins_no_new_users_model() {
     let (spam, ham) = (files(sample_spam()), files(sample_ham()));
     db.ok(&train_sample(&url, &sample_spam(), &sample_ham()), None);
     let server = Server::start(&db, &["--store", &url]);
+    // Without a limit nothing bounds new users' models: said at start.
+    let warning = "has no maxmemory: nothing bounds the memory new users' models may take;";
+    let log = server.log_after(" listening on ");
+    assert!(log.contains(warning), "{log}");
     let learn = |user: &str, path: &PathBuf| {
         let user = format!("User: {user}");
         post(&server.url("/learn?class=spam"), path, &[&user])
@@ -1261,6 +1265,10 @@ fn a_redis_nearly_full_begins_no_new_users_model() {
         got["why"].as_str().unwrap().contains("no new user's model"),
         "{got}"
     );
+    let limited = Server::start(&db, &["--store", &url]);
+    let log = limited.log_after(" listening on ");
+    assert!(!log.contains(warning), "{log}");
+    drop(limited);
     config_set(&mut con, "maxmemory", "0");
     let (code, got) = learn("carol", &ham[0]);
     assert_eq!(code, 200, "{got}");

@@ -389,6 +389,19 @@ impl Redis {
         )))
     }
 
+    /// Whether Redis has a memory limit (`maxmemory`): `None` where this
+    /// user may not read `INFO`. Without one nothing bounds the models
+    /// clients may begin, and [`Redis::room_for_a_new_model`] refuses none.
+    pub fn has_memory_limit(&self) -> Result<Option<bool>> {
+        match self.memory_info() {
+            Ok(info) => Ok(Some(
+                info_field(&info, "maxmemory").is_some_and(|m| m != "0"),
+            )),
+            Err(e) if not_permitted(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// What `INFO memory` says: its use, its limit and its policy.
     fn memory_info(&self) -> Result<String> {
         self.with(&self.inner.url.shown, |con| {
