@@ -5,6 +5,48 @@ use std::process::{Command, Stdio};
 
 use crate::common::{Db, assert_exit, public_corpus, run, sample_dir, stderr};
 
+/// A database that has learned one class has counts and no model: the
+/// commands that read the model say which class it lacks (a new user's
+/// first `stats` after a first learn).
+#[test]
+fn a_database_of_one_class_says_which_class_it_lacks() {
+    let db = Db::new();
+    let spam = std::fs::read_dir(crate::common::sample_spam())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let spam = spam.to_str().unwrap();
+    let learned = db.run(&["learn", "--spam", spam], None);
+    assert!(learned.status.success(), "{}", stderr(&learned));
+    for args in [&["stats"][..], &["classify", spam][..]] {
+        let out = db.run(args, None);
+        assert_exit(&out, 2, args);
+        assert!(
+            stderr(&out).contains("the database holds 1 spam and no ham; learn some ham"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    // Nothing is made where there is no database.
+    let none = db.path("none");
+    let config = db.path("config.toml");
+    let none_db = none.to_str().unwrap();
+    let out = run(
+        &[
+            "--db",
+            none_db,
+            "--config",
+            config.to_str().unwrap(),
+            "stats",
+        ],
+        None,
+    );
+    assert_exit(&out, 2, &["stats"]);
+    assert!(!none.exists());
+}
+
 #[test]
 fn version_and_help() {
     let out = run(&["--version"], None);
