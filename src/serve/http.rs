@@ -401,7 +401,7 @@ where
         }
         Err(err) => return body_error(err, peer, state),
     };
-    let (status, body) = judged_json(&judged, user.as_deref());
+    let (status, body) = judged_json(&judged, user.as_deref(), state.models.per_user());
     let mut answer = json_answer(status, &body);
     if unread {
         answer.extensions_mut().insert(Unread);
@@ -417,11 +417,11 @@ struct Unread;
 /// The JSON of a message judged, and the HTTP status that goes with it:
 /// 200 with a verdict; without one, 413 (too large), 422 (not a message
 /// that parses), 503 (no usable model) or 500.
-fn judged_json(judged: &Judged, user: Option<&str>) -> (StatusCode, Value) {
+fn judged_json(judged: &Judged, user: Option<&str>, per_user: bool) -> (StatusCode, Value) {
+    // The fields the milter and spamd's PROCESS add (with users' models,
+    // which kind judged).
     let fields: Vec<[String; 2]> = judged
-        .stamped
-        .status
-        .fields()
+        .fields(per_user)
         .into_iter()
         .map(|(name, value)| [name.to_string(), value])
         .collect();

@@ -466,6 +466,19 @@ fn each_user_is_judged_by_its_own_model_or_the_global_one() {
     let (code, got) = post(&server.url("/check"), spam, &["User: alice@example.org"]);
     assert_eq!(code, 200, "{got}");
     assert_eq!(got["model"], "user:alice@example.org");
+    // The fields say which kind judged, as the milter's and spamd's do.
+    let status = |got: &Value| {
+        got["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f[0] == "X-Spam-Status")
+            .map(|f| f[1].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert!(status(&got).ends_with(", model=user"), "{got}");
+    let (_, global) = post(&server.url("/check"), spam, &[]);
+    assert!(status(&global).ends_with(", model=global"), "{global}");
     // Another user still gets the global one.
     let (_, got) = post(&server.url("/check"), spam, &["User: bob@example.org"]);
     assert_eq!(got["model"], "global");
