@@ -371,13 +371,24 @@ pub(super) fn prune(ctx: &Context, args: &PruneArgs) -> Result<Outcome> {
         .map_err(|e| hint(ctx, "prune", e))?;
     let no_model = no_model_now(model);
     note!(
-        "pruned {removed} tokens seen in at most {} messages and unchanged for {} days; {left} \
-         tokens left{}",
-        args.max_count,
-        args.min_age,
+        "{}; {left} tokens left{}",
+        pruned(removed as u64, args),
         no_model.map_or(String::new(), |why| format!("; no model: {why}"))
     );
     Ok(Outcome::AllOk)
+}
+
+/// What `prune` removed, by its rule, in words.
+fn pruned(removed: u64, args: &PruneArgs) -> String {
+    let s = |n: u64| if n == 1 { "" } else { "s" };
+    format!(
+        "pruned {removed} token{} seen in at most {} message{} and unchanged for {} day{}",
+        s(removed),
+        args.max_count,
+        s(args.max_count),
+        args.min_age,
+        s(u64::from(args.min_age))
+    )
 }
 
 /// `prune --store`: the rule, then the cap if one is given, on each model
@@ -401,10 +412,8 @@ fn prune_shared(redis: &bayesmail::store::redis::Redis, args: &PruneArgs) -> Res
         let whose = user.map_or(String::new(), |u| format!("user {u}: "));
         let (removed, left) = model.prune(args.max_count, args.min_age)?;
         note!(
-            "{whose}pruned {removed} tokens seen in at most {} messages and unchanged for {} \
-             days; {left} tokens left",
-            args.max_count,
-            args.min_age
+            "{whose}{}; {left} tokens left",
+            pruned(removed as u64, args)
         );
         let Some(max) = args.max_memory else {
             continue;

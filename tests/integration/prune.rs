@@ -32,7 +32,10 @@ fn prune_removes_rare_words_keeps_every_other_count_and_rewrites_the_model() {
 
     // Nothing has been unchanged for 30 days yet: nothing goes.
     let out = stderr(&db.run(&["prune"], None));
-    assert!(out.starts_with("pruned 0 tokens"), "{out}");
+    assert!(
+        out.starts_with("pruned 0 tokens seen in at most 1 message and unchanged for 30 days;"),
+        "{out}"
+    );
     assert_eq!(store_tokens(&db), before);
 
     let out = db.run(&["prune", "--max-count", "1", "--min-age", "0"], None);
@@ -42,7 +45,7 @@ fn prune_removes_rare_words_keeps_every_other_count_and_rewrites_the_model() {
     let removed: Vec<&FeatureBuf> = before.keys().filter(|t| !after.contains_key(*t)).collect();
     assert!(!removed.is_empty());
     assert!(
-        out.starts_with(&format!("pruned {} tokens", removed.len())),
+        out.starts_with(&format!("pruned {} token", removed.len())),
         "{out}"
     );
     for (token, counts) in &before {
