@@ -533,10 +533,10 @@ pub fn run(
         }
         tasks.spawn(keep_under_cap(state.clone()));
         ready(&bound);
-        loop {
+        let stop = loop {
             tokio::select! {
-                _ = term.recv() => break,
-                _ = int.recv() => break,
+                _ = term.recv() => break "SIGTERM",
+                _ = int.recv() => break "SIGINT",
                 _ = hup.recv() => {
                     if let Some(settings) = reload() {
                         let kept = state.reload(settings);
@@ -554,8 +554,19 @@ pub fn run(
                     }
                 }
             }
-        }
+        };
         // Stop accepting, then wait for what is in flight.
+        let open = state.open.load(Ordering::SeqCst);
+        log_line(&format!(
+            "stopping ({stop}): no new connections{}",
+            match open {
+                0 => String::new(),
+                n => format!(
+                    "; {n} open may finish within {} s",
+                    state.settings().shutdown_grace.as_secs()
+                ),
+            }
+        ));
         state.stopped.store(true, Ordering::SeqCst);
         state.stopping.notify_waiters();
         tasks.abort_all();
@@ -566,6 +577,8 @@ pub fn run(
         let left = state.open.load(Ordering::SeqCst);
         if left > 0 {
             log_line(&format!("stopped with {left} connections still open"));
+        } else {
+            log_line("stopped");
         }
         for (path, bound) in sockets {
             if file_identity(&path) == Some(bound) {

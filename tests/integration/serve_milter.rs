@@ -1321,8 +1321,15 @@ fn a_milter_client_that_never_negotiates_is_dropped_after_the_timeout() {
         crate::serve_http::closed_within(&mut negotiated, std::time::Duration::from_secs(20)),
         "still open after negotiating"
     );
-    let (_, log) = serve.finish();
+    let (stopped, log) = serve.finish();
     assert!(log.contains("sent nothing for too long"), "{log}");
+    // The stop is said, and its end.
+    assert!(stopped, "{log}");
+    assert!(
+        log.contains("stopping (SIGTERM): no new connections"),
+        "{log}"
+    );
+    assert!(log.trim_end().ends_with("stopped"), "{log}");
 }
 
 /// The milter holds a message's bytes of its budget (`--max-held`) as
