@@ -256,8 +256,6 @@ impl Context {
     }
 }
 
-/// How to run a command root was refused as the user who can change the
-/// path (` (runuser -u alice -- bayesmail …)`), where one user can.
 /// What a database without a model lacks, read from its counts, when it
 /// has learned one class only (`None` if it cannot tell: no database, or
 /// another writer holds it now).
@@ -270,6 +268,8 @@ fn learned_one_class(database: &bayesmail::db::Database) -> Option<String> {
     bayesmail::db::missing_class(totals.messages)
 }
 
+/// How to run a command root was refused as the user who can change the
+/// path (` (runuser -u alice -- bayesmail …)`), where one user can.
 fn run_as(why: &bayesmail::fsutil::Unsafe) -> String {
     why.owner
         .as_ref()
