@@ -12,7 +12,8 @@
 //!   long or malformed the rest of the header block is, and where the
 //!   header block ends does not matter.
 //! - **Forged fields are renamed.** A line of the header region that starts
-//!   with the name of one of [`OUR_FIELDS`](crate::vocab::OUR_FIELDS) followed by `:`, a space, a tab or a
+//!   with the name of one of [`OUR_FIELDS`](crate::vocab::OUR_FIELDS)
+//!   followed by `:`, a space, a tab or a
 //!   NUL (where Dovecot ends a name), in any case and with any number of
 //!   CRs anywhere in it (maildrop deletes them), say a spammer's
 //!   `X-Spam-Flag: YES`, gets [`RENAMED_PREFIX`] in front
@@ -306,7 +307,8 @@ fn write_crs(out: &mut dyn Write, mut n: u64) -> io::Result<()> {
 }
 
 /// The most bytes (CRs left out) a line's start can have before
-/// [`crate::vocab::names_our_field`] decides it: the longest name and the byte after it.
+/// [`crate::vocab::names_our_field`] decides it: the longest name and the
+/// byte after it.
 const NAME_HELD: usize = 14;
 
 /// The line starting at `at` with its line ending, and the offset after it;

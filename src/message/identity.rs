@@ -54,8 +54,9 @@ fn is_volatile(line: &[u8]) -> bool {
             .any(|p| name.starts_with(p))
 }
 
-/// Whether `line` names one of `filter`'s fields ([`OUR_FIELDS`](crate::vocab::OUR_FIELDS)), with or
-/// without [`RENAMED_PREFIX`], as `filter`'s renamer reads a name
+/// Whether `line` names one of `filter`'s fields
+/// ([`OUR_FIELDS`](crate::vocab::OUR_FIELDS)), with or without
+/// [`RENAMED_PREFIX`], as `filter`'s renamer reads a name
 /// ([`crate::vocab::names_our_field`]): CRs anywhere in it left out.
 fn ours_or_renamed(line: &[u8]) -> bool {
     let mut name = line.iter().copied().filter(|&b| b != b'\r');

@@ -7,9 +7,10 @@
 //! end of the body through [`State::judge`], and answered with the header
 //! actions that make the delivered message what `filter` would have
 //! written: our fields ([`crate::db::Status::fields`]) inserted at the top,
-//! and the fields the client sent under one of our names ([`OUR_FIELDS`](crate::vocab::OUR_FIELDS))
-//! renamed with [`RENAMED_PREFIX`] in place (deleted with CHGHEADER,
-//! inserted again under the new name at its position): the first
+//! and the fields the client sent under one of our names
+//! ([`OUR_FIELDS`](crate::vocab::OUR_FIELDS)) renamed with
+//! [`RENAMED_PREFIX`] in place (deleted with CHGHEADER, inserted again
+//! under the new name at its position): the first
 //! [`RENAMED_FIELDS`] of them, within `max_message` bytes. The body is
 //! never touched: the milter does not even ask for the right to.
 //!
@@ -401,8 +402,9 @@ fn field_bytes(header: &Header) -> (Vec<u8>, Vec<u8>) {
 /// Header lines in the MTA's form end in LF (Postfix) or CRLF; the body
 /// comes in SMTP's CRLF. The rebuilt message takes LF throughout, the form
 /// a delivery agent hands `filter`, so that its size is the one `filter`
-/// counts (features do not depend on line endings). `cr` carries a CR that ended the last piece: a CRLF may be
-/// split between two body chunks. A CR not followed by LF is kept.
+/// counts (features do not depend on line endings). `cr` carries a CR
+/// that ended the last piece: a CRLF may be split between two body chunks.
+/// A CR not followed by LF is kept.
 fn lf_lines(bytes: &[u8], cr: &mut bool, out: &mut Vec<u8>) {
     for &b in bytes {
         if std::mem::take(cr) && b != b'\n' {
