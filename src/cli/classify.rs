@@ -67,7 +67,7 @@ fn shared_stats(redis: &bayesmail::store::redis::Redis, args: &StatsArgs) -> Res
             bayesmail::serve::users::check_user(&bayesmail::serve::users::without_extension(u, ""))
         })
         .transpose()?;
-    let model = bayesmail::db::shared::SharedModel::new(redis.store(user.as_deref())?);
+    let model = bayesmail::db::shared::SharedModel::of(redis, user.as_deref())?;
     let s = model.stats()?;
     let stdout = io::stdout();
     let mut out = stdout.lock();

@@ -232,7 +232,7 @@ pub(super) fn learn(ctx: &Context, args: &LearnArgs) -> Result<Outcome> {
         let n = labelled.len();
         let now = match &target {
             Target::Store(redis) => within_store(redis.clone(), args.wait, n, move |redis| {
-                Ok(SharedModel::new(redis.store(None)?).learn_all(&labelled)?)
+                Ok(SharedModel::of(redis, None)?.learn_all(&labelled)?)
             })
             .map(|s| Taught::Now((s, ModelAfter::UpToDate))),
             Target::Database(database) => database
@@ -368,7 +368,7 @@ pub(super) fn unlearn(ctx: &Context, args: &UnlearnArgs) -> Result<Outcome> {
                     .collect();
                 within_store(redis.clone(), args.wait, owned.len(), move |redis| {
                     let given: Vec<_> = owned.iter().map(|(f, i)| (f, *i)).collect();
-                    Ok(SharedModel::new(redis.store(None)?).unlearn_all(&given))
+                    Ok(SharedModel::of(redis, None)?.unlearn_all(&given))
                 })
                 .map(Taught::Now)
             }

@@ -193,7 +193,7 @@ pub(super) fn train(ctx: &Context, args: &TrainArgs) -> Result<Outcome> {
         Progress::Calibrating => spinner(&bar, "calibrating"),
     };
     let trained = match ctx.shared_for_changes()? {
-        Some(redis) => SharedModel::new(redis.store(None)?).train(&job, &on_progress),
+        Some(redis) => SharedModel::of(&redis, None)?.train(&job, &on_progress),
         None => ctx.database_to_change()?.train(&job, &on_progress),
     };
     let trained = match trained {
@@ -408,13 +408,10 @@ fn prune_shared(redis: &bayesmail::store::redis::Redis, args: &PruneArgs) -> Res
         ]
     };
     for user in users {
-        let model = bayesmail::db::shared::SharedModel::new(redis.store(user.as_deref())?);
+        let model = bayesmail::db::shared::SharedModel::of(redis, user.as_deref())?;
         let whose = user.map_or(String::new(), |u| format!("user {u}: "));
         let (removed, left) = model.prune(args.max_count, args.min_age)?;
-        note!(
-            "{whose}{}; {left} tokens left",
-            pruned(removed as u64, args)
-        );
+        note!("{whose}{}; {left} tokens left", pruned(removed, args));
         let Some(max) = args.max_memory else {
             continue;
         };

@@ -233,9 +233,7 @@ impl Models {
                 break;
             }
             let whose = user.map_or("the global model".to_string(), |u| format!("user {u}"));
-            let capped = redis
-                .store(user)
-                .and_then(|store| SharedModel::new(store).cap(max));
+            let capped = SharedModel::of(&redis, user).and_then(|model| model.cap(max));
             match capped {
                 Ok(Some(c)) if c.removed > 0 => lines.push(format!(
                     "store: {whose}: removed {} tokens, the least seen and oldest, to fit the \
@@ -294,8 +292,9 @@ impl Models {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .shared_window;
-        let mut model =
-            SharedModel::new(redis.store(user).map_err(db::Error::from)?).with_window(window);
+        let mut model = SharedModel::of(redis, user)
+            .map_err(db::Error::from)?
+            .with_window(window);
         if user.is_some() {
             model = model.with_recent_max(USER_RECENT_MAX);
         }

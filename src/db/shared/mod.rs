@@ -35,8 +35,10 @@ use crate::decision::{Calibrator, Decider};
 use crate::features::Features;
 use crate::message::Identity;
 use crate::model::{Delta, Label, Model, Params, TokenCounts, Totals, ValidParams, logistic};
+#[cfg(test)]
+use crate::store::redis::RedisUrl;
 use crate::store::redis::{
-    Capped, Expiry, Lookup, Memory, Read, RedisStore, RedisUrl, Write, record_version,
+    Capped, Expiry, Lookup, Memory, Read, Redis, RedisStore, Write, record_version,
 };
 use crate::store::{Error, Result, Store, samples, slot_of, weight_slots};
 use crate::vocab::{Digest, Feature, VIEWS, View};
@@ -186,9 +188,22 @@ impl Recent {
 }
 
 impl SharedModel {
-    /// Connects to the global model at `url` (`user` None) or a user's,
-    /// each Redis command bounded by `timeout`.
-    pub fn open(url: &RedisUrl, user: Option<&str>, timeout: Duration) -> Result<SharedModel> {
+    /// The global model (`user` None) or a user's in `redis`: the one way
+    /// the commands and serve open a model in Redis. Nothing is read until
+    /// it judges or learns (its key layout is checked then); a user name
+    /// that is refused is the only error.
+    pub fn of(redis: &Redis, user: Option<&str>) -> Result<SharedModel> {
+        Ok(SharedModel::new(redis.store(user)?))
+    }
+
+    /// Connects to the model at `url`, its key layout checked now: for
+    /// tests.
+    #[cfg(test)]
+    pub(crate) fn open(
+        url: &RedisUrl,
+        user: Option<&str>,
+        timeout: Duration,
+    ) -> Result<SharedModel> {
         Ok(SharedModel::new(RedisStore::open(url, user, timeout)?))
     }
 

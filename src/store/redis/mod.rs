@@ -191,8 +191,14 @@ pub struct RedisStore {
 impl RedisStore {
     /// Connects to the Redis at `url` for the global model (`user` None)
     /// or a user's, each command bounded by `timeout`. A model written
-    /// with another key layout is refused.
-    pub fn open(url: &RedisUrl, user: Option<&str>, timeout: Duration) -> Result<RedisStore> {
+    /// with another key layout is refused. For tests: the commands and
+    /// serve open a model through [`Redis::store`], reading nothing.
+    #[cfg(test)]
+    pub(crate) fn open(
+        url: &RedisUrl,
+        user: Option<&str>,
+        timeout: Duration,
+    ) -> Result<RedisStore> {
         let store = Redis::connect(url, timeout)?.store(user)?;
         store.check_layout(None)?;
         Ok(store)
