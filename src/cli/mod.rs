@@ -222,23 +222,19 @@ impl Context {
     /// Opens the database's reader; without a model, says how to make one.
     fn reader(&self) -> anyhow::Result<bayesmail::db::Reader> {
         self.directory_only("this command")?;
-        let database = self.database();
-        database.reader().map_err(|e| match e {
+        self.database().reader().map_err(|e| match e {
             bayesmail::db::Error::NoModel(_) => {
                 // A database that learned one class so far has counts but
-                // no model: the model needs both, and its counts say which
-                // is missing. One whose model could not be written (a full
-                // disk) has it written by the next change.
-                match learned_one_class(&database) {
-                    Some(missing) => anyhow::anyhow!(
-                        "{e}: a model is written once both ham and spam are learned, and {missing}"
-                    ),
-                    None => anyhow::anyhow!(
-                        "{e}: a model is written once both ham and spam are learned \
-                         (`bayesmail learn`, or `bayesmail train`); where both are, the last \
-                         change could not write it, and the next learn or training run will"
-                    ),
-                }
+                // no model: the model needs both. One whose model could
+                // not be written (a full disk) has it written by the next
+                // change. Its counts are not read here: only a writer
+                // opens them, and a reader must not be one.
+                anyhow::anyhow!(
+                    "{e}: a model is written once both ham and spam are learned, and a database \
+                     that has learned one class so far has none (learn some of the other: \
+                     `bayesmail learn` says which it lacks); where both are learned, the last \
+                     change could not write it, and the next learn or training run will"
+                )
             }
             e => e.into(),
         })
@@ -254,18 +250,6 @@ impl Context {
             min_per_class: self.config.min_per_class(),
         })
     }
-}
-
-/// What a database without a model lacks, read from its counts, when it
-/// has learned one class only (`None` if it cannot tell: no database, or
-/// another writer holds it now).
-fn learned_one_class(database: &bayesmail::db::Database) -> Option<String> {
-    if !database.paths().holds_database() {
-        return None;
-    }
-    let writer = database.writer(std::time::Duration::ZERO).ok()?;
-    let totals = bayesmail::store::Store::totals(writer.store()).ok()?;
-    bayesmail::db::missing_class(totals.messages)
 }
 
 /// How to run a command root was refused as the user who can change the

@@ -6,10 +6,10 @@ use std::process::{Command, Stdio};
 use crate::common::{Db, assert_exit, public_corpus, run, sample_dir, stderr};
 
 /// A database that has learned one class has counts and no model: the
-/// commands that read the model say which class it lacks (a new user's
+/// commands that read the model say so, and change nothing (a new user's
 /// first `stats` after a first learn).
 #[test]
-fn a_database_of_one_class_says_which_class_it_lacks() {
+fn a_database_of_one_class_is_said_to_have_no_model_and_left_alone() {
     let db = Db::new();
     let spam = std::fs::read_dir(crate::common::sample_spam())
         .unwrap()
@@ -20,15 +20,28 @@ fn a_database_of_one_class_says_which_class_it_lacks() {
     let spam = spam.to_str().unwrap();
     let learned = db.run(&["learn", "--spam", spam], None);
     assert!(learned.status.success(), "{}", stderr(&learned));
+    let files = |dir: &std::path::Path| {
+        let mut all: Vec<(String, std::time::SystemTime)> = walk(dir)
+            .into_iter()
+            .map(|p| {
+                let modified = std::fs::metadata(&p).unwrap().modified().unwrap();
+                (p.display().to_string(), modified)
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    let before = files(&db.dir());
     for args in [&["stats"][..], &["classify", spam][..]] {
         let out = db.run(args, None);
         assert_exit(&out, 2, args);
         assert!(
-            stderr(&out).contains("the database holds 1 spam and no ham; learn some ham"),
+            stderr(&out).contains("a database that has learned one class so far has none"),
             "{args:?}: {}",
             stderr(&out)
         );
     }
+    assert_eq!(files(&db.dir()), before, "a reader changed the database");
     // Nothing is made where there is no database.
     let none = db.path("none");
     let config = db.path("config.toml");
@@ -45,6 +58,20 @@ fn a_database_of_one_class_says_which_class_it_lacks() {
     );
     assert_exit(&out, 2, &["stats"]);
     assert!(!none.exists());
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }
 
 #[test]

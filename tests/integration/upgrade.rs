@@ -130,9 +130,12 @@ fn a_version_3_database_judges_learns_and_unlearns_and_is_upgraded_by_its_next_w
         "{text}"
     );
 
-    // It learns: a new Chinese message, through the journal.
+    // It learns a new Chinese message: the first write of the counts,
+    // which records this version in the store and the model (the journal
+    // takes changes only over a model of this build's own version).
     let out = db.ok(&["learn", "--ham", utf8(&script_ham)], None);
     assert!(out.contains("learned"), "{out}");
+    assert_eq!(model_tokenizer_version(&db), TOKENIZER_VERSION);
     let after = db.classify(&[&script_ham])[0]["known_tokens"]
         .as_u64()
         .unwrap();
@@ -146,8 +149,8 @@ fn a_version_3_database_judges_learns_and_unlearns_and_is_upgraded_by_its_next_w
     assert!(note.contains("could not be taken back exactly"), "{note}");
     assert_eq!(db.counts()[0], 24 - 1 + 1);
 
-    // The next write of the store (a training run that learns the Chinese
-    // ham again) records version 4 in the store and in the model.
+    // A training run that learns the Chinese ham again: the version stays
+    // this build's, in the store and in the model.
     let summary = db.train(&[&sample_spam()], &[&sample_ham()]);
     assert_eq!(summary["learned"], 1, "{summary}");
     let store = SledStore::open(&paths.counts(), WAIT).unwrap();
