@@ -406,10 +406,10 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
     };
     let (status, why) = match ctx.shared() {
         Ok(None) => ctx.database().status(raw, &decider),
-        Ok(Some(redis)) => match redis.store(None) {
-            Ok(store) => {
+        Ok(Some(redis)) => match bayesmail::db::shared::SharedModel::of(&redis, None) {
+            Ok(model) => {
                 let timeout = ctx.store.as_ref().map_or(Duration::ZERO, |(_, t)| *t);
-                judge_shared_within(store, raw, decider, 2 * timeout)
+                judge_shared_within(model, raw, decider, 2 * timeout)
             }
             Err(err) => (Status::Unknown(Reason::Config), Some(err.to_string())),
         },
@@ -426,7 +426,7 @@ fn judge(ctx: &Context, args: &FilterArgs, raw: &[u8]) -> Status {
 /// `bound` (see [`bayesmail::store::redis::within`]): the message must go
 /// on, with `reason=store-unavailable`.
 fn judge_shared_within(
-    store: bayesmail::store::redis::RedisStore,
+    model: bayesmail::db::shared::SharedModel,
     raw: &[u8],
     decider: bayesmail::decision::Decider,
     bound: Duration,
@@ -440,7 +440,6 @@ fn judge_shared_within(
         if std::env::var_os("BAYESMAIL_TEST_PANIC").is_some_and(|v| v == "judge-shared") {
             panic!("BAYESMAIL_TEST_PANIC=judge-shared");
         }
-        let model = bayesmail::db::shared::SharedModel::new(store);
         let stamped = bayesmail::db::stamp_shared_parsed(&model, None, &parsed, &decider).0;
         (stamped.status, stamped.why)
     });

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 
 use bayesmail::serve::{self, ModelSettings, Network, Protocol, Settings, users::UserDbPattern};
+use bayesmail::store::redis::Eviction;
 
 use super::{Context, Outcome, ServeArgs};
 
@@ -325,14 +326,13 @@ fn eviction_at_start(redis: &bayesmail::store::redis::Redis) -> Result<()> {
         ));
         Ok(())
     };
-    let asked = move || {
-        let why = asked.refuse_eviction()?;
-        Ok::<_, bayesmail::store::Error>((why, asked.has_memory_limit()?))
-    };
-    match bayesmail::store::redis::within(2 * redis.timeout(), asked) {
+    match bayesmail::store::redis::within(2 * redis.timeout(), move || asked.eviction()) {
         // Users' models are begun by any client serve accepts: without a
         // limit, nothing keeps a flood of new names from Redis's memory.
-        Ok(Ok((None, Some(false)))) => {
+        Ok(Ok(Eviction {
+            warning: None,
+            limited: Some(false),
+        })) => {
             serve::log_line(&format!(
                 "warning: Redis at {} has no maxmemory: nothing bounds the memory new users' \
                  models may take; set maxmemory (with maxmemory-policy noeviction), and serve \
@@ -341,8 +341,10 @@ fn eviction_at_start(redis: &bayesmail::store::redis::Redis) -> Result<()> {
             ));
             Ok(())
         }
-        Ok(Ok((None, _))) => Ok(()),
-        Ok(Ok((Some(why), _))) => {
+        Ok(Ok(Eviction { warning: None, .. })) => Ok(()),
+        Ok(Ok(Eviction {
+            warning: Some(why), ..
+        })) => {
             serve::log_line(&format!("warning: {why}"));
             Ok(())
         }

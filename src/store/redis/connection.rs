@@ -333,20 +333,30 @@ impl Redis {
     /// `INFO` (an ACL user without `@dangerous`) is taken, with the words
     /// of a warning returned.
     pub fn refuse_eviction(&self) -> Result<Option<String>> {
+        self.eviction().map(|e| e.warning)
+    }
+
+    /// [`Redis::refuse_eviction`], with whether Redis has a memory limit
+    /// at all (`maxmemory`), from one `INFO`: without one nothing bounds
+    /// the models clients may begin, and [`Redis::room_for_a_new_model`]
+    /// refuses none.
+    pub fn eviction(&self) -> Result<Eviction> {
         let info = match self.memory_info() {
             Ok(info) => info,
             Err(e) if !not_permitted(&e) => return Err(e),
             Err(e) => {
-                return Ok(Some(format!(
-                    "Redis at {}: its eviction policy could not be read ({e}); it must be \
-                     maxmemory-policy noeviction, or a full Redis drops learned messages",
-                    self.inner.url.shown
-                )));
+                return Ok(Eviction {
+                    warning: Some(format!(
+                        "Redis at {}: its eviction policy could not be read ({e}); it must be \
+                         maxmemory-policy noeviction, or a full Redis drops learned messages",
+                        self.inner.url.shown
+                    )),
+                    limited: None,
+                });
             }
         };
-        let field = |name: &str| info_field(&info, name);
-        let limited = field("maxmemory").is_some_and(|m| m != "0");
-        match field("maxmemory_policy") {
+        let limited = memory_limit(&info) > 0;
+        match info_field(&info, "maxmemory_policy") {
             Some(policy) if limited && policy.starts_with("allkeys") => {
                 Err(Error::Config(format!(
                     "Redis at {}: maxmemory-policy {policy} would evict counts and the \
@@ -355,7 +365,10 @@ impl Redis {
                     self.inner.url.shown
                 )))
             }
-            _ => Ok(None),
+            _ => Ok(Eviction {
+                warning: None,
+                limited: Some(limited),
+            }),
         }
     }
 
@@ -376,7 +389,7 @@ impl Redis {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0)
         };
-        let (used, max) = (field("used_memory"), field("maxmemory"));
+        let (used, max) = (field("used_memory"), memory_limit(&info));
         if max == 0 || used.saturating_mul(10) < max.saturating_mul(9) {
             return Ok(());
         }
@@ -387,19 +400,6 @@ impl Redis {
             used >> 20,
             max >> 20
         )))
-    }
-
-    /// Whether Redis has a memory limit (`maxmemory`): `None` where this
-    /// user may not read `INFO`. Without one nothing bounds the models
-    /// clients may begin, and [`Redis::room_for_a_new_model`] refuses none.
-    pub fn has_memory_limit(&self) -> Result<Option<bool>> {
-        match self.memory_info() {
-            Ok(info) => Ok(Some(
-                info_field(&info, "maxmemory").is_some_and(|m| m != "0"),
-            )),
-            Err(e) if not_permitted(&e) => Ok(None),
-            Err(e) => Err(e),
-        }
     }
 
     /// What `INFO memory` says: its use, its limit and its policy.
@@ -651,6 +651,22 @@ fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     info.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .map(str::trim)
+}
+
+/// The memory limit an `INFO` answer gives (`maxmemory`), 0 for none.
+fn memory_limit(info: &str) -> u64 {
+    info_field(info, "maxmemory")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What [`Redis::eviction`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    /// A warning to give: the policy could not be read.
+    pub warning: Option<String>,
+    /// Whether Redis has a memory limit (`None`: not known).
+    pub limited: Option<bool>,
 }
 
 /// Whether Redis refused a command to this user (an ACL user without

@@ -60,7 +60,8 @@ mod expiry;
 mod scripts;
 
 pub use connection::{
-    ASKS_PER_CHANGE, CONNECTIONS, Redis, RedisUrl, Unanswered, check_name, out_of_reach, within,
+    ASKS_PER_CHANGE, CONNECTIONS, Eviction, Redis, RedisUrl, Unanswered, check_name, out_of_reach,
+    within,
 };
 use expiry::EXPIRE;
 pub use expiry::{Capped, Expiry};
