@@ -230,10 +230,10 @@ impl Context {
                 // change. Its counts are not read here: only a writer
                 // opens them, and a reader must not be one.
                 anyhow::anyhow!(
-                    "{e}: a model is written once both ham and spam are learned, and a database \
-                     that has learned one class so far has none (learn some of the other: \
-                     `bayesmail learn` says which it lacks); where both are learned, the last \
-                     change could not write it, and the next learn or training run will"
+                    "{e}: a model is written once both ham and spam are learned (`bayesmail \
+                     learn`, or `bayesmail train`): a database that has learned one class so far \
+                     has none yet (`learn` said which it lacks); where both are, the last change \
+                     could not write it, and the next learn or training run will"
                 )
             }
             e => e.into(),

@@ -124,7 +124,7 @@ fn read_settings(ctx: &Context, args: &ServeArgs) -> Result<Settings> {
         (Protocol::Http, &args.http, &conf.http),
     ] {
         let addrs = if flags.is_empty() {
-            parse_all(keys, protocol.name())?
+            parse_all(ctx, keys, protocol.name())?
         } else {
             flags.clone()
         };
@@ -145,14 +145,15 @@ fn read_settings(ctx: &Context, args: &ServeArgs) -> Result<Settings> {
         .transpose()?;
     let socket_mode = match (args.socket_mode, &conf.socket_mode) {
         (Some(mode), _) => mode,
-        (None, Some(text)) => super::args::parse_mode(text)
-            .map_err(|e| anyhow::anyhow!("[serve] socket_mode: {e}"))?,
+        (None, Some(text)) => {
+            super::args::parse_mode(text).map_err(|e| ctx.file_fault("[serve] socket_mode", e))?
+        }
         (None, None) => 0o660,
     };
     let allow = if !args.allow.is_empty() {
         args.allow.clone()
     } else if !conf.allow.is_empty() {
-        parse_all(&conf.allow, "allow")?
+        parse_all(ctx, &conf.allow, "allow")?
     } else {
         Network::loopback()
     };
@@ -161,7 +162,7 @@ fn read_settings(ctx: &Context, args: &ServeArgs) -> Result<Settings> {
         None => match &conf.max_size {
             Some(size) => size
                 .bytes()
-                .map_err(|e| anyhow::anyhow!("[serve] max_size: {e}"))?,
+                .map_err(|e| ctx.file_fault("[serve] max_size", e))?,
             None => ctx
                 .config
                 .filter_max_size(None)
@@ -172,7 +173,7 @@ fn read_settings(ctx: &Context, args: &ServeArgs) -> Result<Settings> {
         (Some(n), _) => n,
         (None, Some(size)) => size
             .bytes()
-            .map_err(|e| anyhow::anyhow!("[serve] max_held: {e}"))?,
+            .map_err(|e| ctx.file_fault("[serve] max_held", e))?,
         (None, None) => DEFAULT_MAX_HELD.max(max_message),
     };
     if max_held < max_message {
@@ -204,7 +205,7 @@ fn read_settings(ctx: &Context, args: &ServeArgs) -> Result<Settings> {
             (Some(action), _) => action,
             (None, Some(text)) => text
                 .parse()
-                .map_err(|e| anyhow::anyhow!("[serve] milter_spam_action: {e}"))?,
+                .map_err(|e| ctx.file_fault("[serve] milter_spam_action", e))?,
             (None, None) => serve::SpamAction::default(),
         },
     })
@@ -243,10 +244,17 @@ const DEFAULT_MAX_HELD: u64 = 512 << 20;
 const MAX_TIMEOUT: u64 = 86_400;
 
 /// Parses the config file's `[serve] KEY` list.
-fn parse_all<T: std::str::FromStr<Err = String>>(texts: &[String], key: &str) -> Result<Vec<T>> {
+fn parse_all<T: std::str::FromStr<Err = String>>(
+    ctx: &Context,
+    texts: &[String],
+    key: &str,
+) -> Result<Vec<T>> {
     texts
         .iter()
-        .map(|t| t.parse().map_err(|e| anyhow::anyhow!("[serve] {key}: {e}")))
+        .map(|t| {
+            t.parse()
+                .map_err(|e| ctx.file_fault(&format!("[serve] {key}"), e))
+        })
         .collect()
 }
 
@@ -268,7 +276,7 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
         (Some(n), _) => Some(n),
         (None, Some(size)) => Some(
             size.bytes()
-                .map_err(|e| anyhow::anyhow!("[serve] store_max_memory: {e}"))?,
+                .map_err(|e| ctx.file_fault("[serve] store_max_memory", e))?,
         ),
         (None, None) => None,
     };
@@ -280,7 +288,13 @@ fn model_settings(ctx: &Context, args: &ServeArgs) -> Result<ModelSettings> {
     }
     Ok(ModelSettings {
         global: ctx.db.dir().to_path_buf(),
-        user_db: user_db.map(UserDbPattern::new).transpose()?,
+        user_db: match (&args.user_db, &ctx.config.serve.user_db) {
+            (Some(pattern), _) => Some(UserDbPattern::new(pattern)?),
+            (None, Some(pattern)) => Some(
+                UserDbPattern::new(pattern).map_err(|e| ctx.file_fault("[serve] user_db", e))?,
+            ),
+            (None, None) => None,
+        },
         min_user_messages: args
             .min_user_messages
             .or(ctx.config.serve.min_user_messages)

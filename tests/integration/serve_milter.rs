@@ -1180,10 +1180,28 @@ fn miltertest_the_spam_action_can_come_from_the_config_file() {
     let out = db.run(&["serve", "--milter", "127.0.0.1:0"], None);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
+    let file = format!("config file {}: ", db.path("config.toml").display());
     assert!(
-        err.contains("[serve] milter_spam_action") && err.contains("bounce"),
+        err.contains(&format!("{file}[serve] milter_spam_action")) && err.contains("bounce"),
         "{err}"
     );
+    // Each [serve] value the file gets wrong is said with the file's name.
+    for (line, key) in [
+        ("socket_mode = \"999\"", "socket_mode"),
+        ("max_held = \"lots\"", "max_held"),
+        ("allow = [\"nowhere\"]", "allow"),
+        ("user_db = \"/x/%q\"", "user_db"),
+    ] {
+        std::fs::write(db.path("config.toml"), format!("[serve]\n{line}\n")).unwrap();
+        let out = db.run(&["serve", "--milter", "127.0.0.1:0"], None);
+        assert!(!out.status.success(), "{line}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("{file}[serve] {key}: ")),
+            "{line}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
 }
 
 /// Once the SMTP session has begun the MTA may stay silent for as long as
