@@ -359,10 +359,7 @@ fn too_large_to_learn(state: &State) -> Answer {
     error(
         StatusCode::PAYLOAD_TOO_LARGE,
         Reason::TooLarge.name(),
-        &format!(
-            "message larger than {} bytes: not learned",
-            state.settings().max_message
-        ),
+        &State::too_large_to_learn(state.settings().max_message),
     )
 }
 

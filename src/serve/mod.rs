@@ -305,6 +305,12 @@ impl State {
         judged
     }
 
+    /// Why a message larger than `max_message` bytes given to learn is not
+    /// learned, in words: HTTP's `/learn` and spamd's TELL say the same.
+    pub fn too_large_to_learn(max_message: u64) -> String {
+        format!("message larger than {max_message} bytes: not learned")
+    }
+
     /// No verdict for `users` because the message is larger than
     /// `max_message` bytes: counted and logged as any judgment, in no
     /// time (nothing was judged).

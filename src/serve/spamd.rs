@@ -244,8 +244,7 @@ async fn request(
         // Not a judgment, nor a learn: refused, and logged with the peer
         // as a request refused is.
         Read::TooLarge if verb == Verb::Tell => {
-            let why = format!("message larger than {max} bytes: not learned");
-            return Err(Failure::new(Code::DataErr, why).into());
+            return Err(Failure::new(Code::DataErr, State::too_large_to_learn(max)).into());
         }
         Read::TooLarge => {
             let users: Vec<String> = headers.user.iter().cloned().collect();
