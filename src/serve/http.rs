@@ -165,6 +165,9 @@ where
 {
     let get = matches!(*req.method(), Method::GET | Method::HEAD);
     let post = *req.method() == Method::POST;
+    if post && let Some(refused) = coding_refused(req.headers()) {
+        return refused;
+    }
     match req.uri().path() {
         "/check" if post => check(req, peer, state).await,
         "/learn" if post => match class(req.uri().query()) {
@@ -182,6 +185,50 @@ where
             "no such path: POST /check, /learn?class=spam|ham or /unlearn; GET /health or /metrics",
         ),
     }
+}
+
+/// The refusal of a body sent in a coding serve does not undo: judged or
+/// learned, it would be its compressed bytes read as a message. A content
+/// coding (`Content-Encoding: gzip`) is 415 with `Accept-Encoding:
+/// identity`; a transfer coding other than chunked (`Transfer-Encoding:
+/// gzip, chunked`, whose gzip hyper leaves in place) is 501, as RFC 9112
+/// asks of a coding a server does not understand. Its body is left
+/// unread.
+fn coding_refused(headers: &hyper::HeaderMap) -> Option<Answer> {
+    let other = |name: header::HeaderName, allowed: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .flat_map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .into_owned()
+                    .split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .find(|c| !c.is_empty() && c != allowed)
+    };
+    let mut answer = if let Some(coding) = other(header::CONTENT_ENCODING, "identity") {
+        let mut answer = error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-coding",
+            &format!("Content-Encoding {coding} is not undone here: send the message as it is"),
+        );
+        answer.headers_mut().insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        answer
+    } else {
+        let coding = other(header::TRANSFER_ENCODING, "chunked")?;
+        error(
+            StatusCode::NOT_IMPLEMENTED,
+            "unsupported-coding",
+            &format!("Transfer-Encoding {coding} is not undone here (chunked is)"),
+        )
+    };
+    answer.extensions_mut().insert(Unread);
+    Some(answer)
 }
 
 /// The value of `key` in `query`, if given; `Err` if given twice with two
@@ -755,6 +802,78 @@ mod tests {
                 .starts_with("Unknown, reason=no-model")
         );
         assert!(!body["why"].as_str().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_body_in_a_coding_not_undone_is_refused_not_judged() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(dir.path(), 1000);
+        for path in ["/check", "/learn?class=spam", "/unlearn"] {
+            for (name, value, status) in [
+                (
+                    "Content-Encoding",
+                    "gzip",
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ),
+                (
+                    "Content-Encoding",
+                    "identity, Deflate",
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ),
+                (
+                    "Transfer-Encoding",
+                    "gzip, chunked",
+                    StatusCode::NOT_IMPLEMENTED,
+                ),
+            ] {
+                let req = with(Request::post(path).header(name, value), MAIL);
+                let (got, body) = ask(&state, req);
+                assert_eq!(
+                    (got, &body["reason"]),
+                    (status, &Value::from("unsupported-coding"))
+                );
+                let coding = value.rsplit(", ").last().unwrap().to_ascii_lowercase();
+                let coding = if coding == "identity" {
+                    "deflate".into()
+                } else {
+                    coding
+                };
+                assert!(body["why"].as_str().unwrap().contains(&coding), "{body}");
+            }
+            // The codings that are the message as it is pass on (to no model).
+            for (name, value) in [
+                ("Content-Encoding", "identity"),
+                ("Transfer-Encoding", "chunked"),
+            ] {
+                let req = with(Request::post(path).header(name, value), MAIL);
+                let (got, body) = ask(&state, req);
+                assert_ne!(
+                    body["reason"], "unsupported-coding",
+                    "{path} {name}: {got} {body}"
+                );
+            }
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let req = with(
+            Request::post("/check").header("Content-Encoding", "gzip"),
+            MAIL,
+        );
+        let other = tempfile::tempdir().unwrap();
+        let fresh = self::state(other.path(), 1000);
+        let answer = runtime.block_on(answer(req, &Peer::Unix, &fresh));
+        assert_eq!(answer.headers()[header::ACCEPT_ENCODING], "identity");
+        assert!(
+            answer.extensions().get::<Unread>().is_some(),
+            "its body is left unread"
+        );
+        let text = fresh.metrics.render(&[]);
+        let judged = text
+            .lines()
+            .filter(|l| l.starts_with("bayesmail_messages_total{") && !l.ends_with(" 0"));
+        assert_eq!(judged.count(), 0, "nothing was judged: {text}");
     }
 
     #[test]
