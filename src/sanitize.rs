@@ -38,6 +38,40 @@ pub fn for_terminal(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Returns `text` as one value of a `key=value` log line: as
+/// [`for_terminal`] shows it, and quoted (`"…"`, with `\\` and `\"`
+/// escaped) when it is empty or holds a space, a quote, a backslash or an
+/// `=`, so that a value taken from a message (a Message-ID, a user name)
+/// cannot pass for more fields of the line.
+///
+/// ```
+/// use bayesmail::sanitize::log_value;
+/// assert_eq!(log_value("<a@b>"), "<a@b>");
+/// assert_eq!(log_value("<a@b> user=x"), r#""<a@b> user=x""#);
+/// assert_eq!(log_value(r#"a"b\c"#), r#""a\"b\\c""#);
+/// assert_eq!(log_value(""), r#""""#);
+/// ```
+pub fn log_value(text: &str) -> Cow<'_, str> {
+    let shown = for_terminal(text);
+    let plain = !shown.is_empty()
+        && !shown
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '"' | '\\' | '='));
+    if plain {
+        return shown;
+    }
+    let mut out = String::with_capacity(shown.len() + 2);
+    out.push('"');
+    for c in shown.chars() {
+        if matches!(c, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    Cow::Owned(out)
+}
+
 /// Returns serialized JSON `json` with DEL, C1 controls and bidi controls
 /// written as `\uXXXX` escapes, so that it decodes to the same value but
 /// shows no such character raw when it reaches a terminal. (serde_json

@@ -545,7 +545,8 @@ where
     // Held while learned.
     let _held = held;
     let result = state.learn(user.clone(), raw, label, origin).await;
-    let shown_user = for_terminal(user.as_deref().unwrap_or("-")).into_owned();
+    let shown_user = crate::sanitize::log_value(user.as_deref().unwrap_or("-")).into_owned();
+    let shown_database = crate::sanitize::log_value(&database).into_owned();
     let done = match result {
         Ok(done) => done,
         Err(err) => {
@@ -553,7 +554,7 @@ where
             let why = one_line(&err.to_string());
             if status.is_server_error() || settings.log_messages {
                 log_line(&format!(
-                    "{} user={shown_user} database={database} failed: {}",
+                    "{} user={shown_user} database={shown_database} failed: {}",
                     if label.is_some() { "learn" } else { "unlearn" },
                     for_terminal(&why)
                 ));
@@ -565,7 +566,7 @@ where
     let label = label.map_or("-", Label::name);
     if settings.log_messages {
         log_line(&format!(
-            "learn user={shown_user} database={database} action={action} label={label}"
+            "learn user={shown_user} database={shown_database} action={action} label={label}"
         ));
     }
     let mut answer = json!({ "action": action, "database": database });

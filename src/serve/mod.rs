@@ -251,8 +251,8 @@ impl State {
         if self.settings().log_messages || judged.stamped.why.is_some() {
             log_line(&format!(
                 "id={} user={} {} model={} ms={:.2}{}",
-                crate::sanitize::for_terminal(if id.is_empty() { "-" } else { id }),
-                crate::sanitize::for_terminal(&if users.is_empty() {
+                crate::sanitize::log_value(if id.is_empty() { "-" } else { id }),
+                crate::sanitize::log_value(&if users.is_empty() {
                     "-".to_string()
                 } else {
                     users.join(";")

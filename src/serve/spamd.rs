@@ -417,8 +417,8 @@ async fn tell(state: &Arc<State>, headers: Headers, raw: Vec<u8>) -> Result<Vec<
     if state.settings().log_messages || (result.is_err() && !never_learned) {
         log_line(&format!(
             "tell id={} user={} {}",
-            crate::sanitize::for_terminal(if id.is_empty() { "-" } else { &id }),
-            crate::sanitize::for_terminal(user.as_deref().unwrap_or("-")),
+            crate::sanitize::log_value(if id.is_empty() { "-" } else { &id }),
+            crate::sanitize::log_value(user.as_deref().unwrap_or("-")),
             crate::sanitize::for_terminal(&said),
         ));
     }

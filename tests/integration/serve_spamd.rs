@@ -433,6 +433,42 @@ fn spamc_learns_and_forgets_globally_and_per_user() {
     assert_eq!(db.counts(), [24, 24]);
 }
 
+/// How many times `id=` stands in `line` outside double quotes.
+fn outside_id(line: &str) -> usize {
+    let outside: String = line.split('"').step_by(2).collect();
+    outside.matches("id=").count()
+}
+
+/// A value the sender wrote (the Message-ID) cannot pass for more fields
+/// of a `--log-messages` line: one with a space, a quote or an `=` is
+/// quoted.
+#[test]
+fn a_message_cannot_write_fields_into_the_log_line() {
+    let db = trained();
+    let server = Server::start(&db, &["--log-messages"]);
+    let forged = "<x@y> user=ceo@example.org Yes probability=0.999999";
+    let message = format!("Message-ID: {forged}\nSubject: hi\n\nhello\n");
+    for (verb, logged) in [("CHECK", "id="), ("TELL", "tell id=")] {
+        let headers: &[&str] = match verb {
+            "TELL" => &["Message-class: ham", "Set: local", "User: alice"],
+            _ => &["User: alice"],
+        };
+        let answer = server.raw(&request(verb, headers, message.as_bytes()));
+        assert!(
+            status_line(&answer).ends_with("EX_OK"),
+            "{verb}: {}",
+            server.log()
+        );
+        let line = server.watch.wait_for(logged, 10).unwrap_or_default();
+        let quoted = r#"id="<x@y> user=ceo@example.org Yes probability=0.999999" user=alice "#;
+        assert!(line.contains(quoted), "{verb}: {line}");
+        // Outside the quotes, one user= and one id=.
+        assert_eq!(outside_id(&line), 1, "{line}");
+        let outside: String = line.split('"').step_by(2).collect();
+        assert_eq!(outside.matches("user=").count(), 1, "{line}");
+    }
+}
+
 #[test]
 fn refused_user_names_get_a_protocol_error_and_the_message_back() {
     if !have("spamc") {
