@@ -877,6 +877,40 @@ mod tests {
         assert_eq!(judged.count(), 0, "nothing was judged: {text}");
     }
 
+    /// The messages read into features at once, judged or learned, hold
+    /// at most a message of the size limit for each core: another waits
+    /// its turn, and gets it when one ends.
+    #[test]
+    fn large_messages_are_read_into_features_a_few_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let limit = 2 << 20;
+        let state = state(dir.path(), limit);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let now = |turn| tokio::time::timeout(Duration::ZERO, turn);
+            let mut turns = Vec::new();
+            for _ in 0..cores {
+                let turn = now(state.parse_turn(limit as usize)).await;
+                turns.push(turn.expect("a message of the limit for each core").unwrap());
+            }
+            assert!(
+                now(state.parse_turn(1)).await.is_err(),
+                "even a small one waits"
+            );
+            turns.pop();
+            let big = now(state.parse_turn(limit as usize)).await;
+            assert!(big.is_ok(), "one ended: the next may begin");
+            // A message over the room (a limit raised by a reload) waits
+            // for all of it, not for ever.
+            drop((turns, big));
+            assert!(now(state.parse_turn(usize::MAX)).await.is_ok());
+        });
+    }
+
     #[test]
     fn too_large_is_413_declared_or_found() {
         let dir = tempfile::tempdir().unwrap();
