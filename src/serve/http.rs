@@ -551,7 +551,14 @@ where
         Ok(done) => done,
         Err(err) => {
             let (status, reason) = learn_status(&err);
-            let why = one_line(&err.to_string());
+            let why = match err {
+                // Said by its name, not by where it would be: any client
+                // may name a user who has none.
+                LearnError::Db(db::Error::NothingLearned(_)) => {
+                    format!("nothing has been learned into {database} yet")
+                }
+                err => one_line(&err.to_string()),
+            };
             if status.is_server_error() || settings.log_messages {
                 log_line(&format!(
                     "{} user={shown_user} database={shown_database} failed: {}",
@@ -1024,6 +1031,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let state = state(dir.path(), 10_000);
         let learn = |uri: &str| with(Request::post(uri).header("User", "carol@example.org"), MAIL);
+        // Before anything is learned: said by the user's name, not by
+        // where the server keeps its database.
+        let (status, body) = ask(&state, learn("/unlearn"));
+        assert_eq!(
+            (status, &body["reason"], &body["why"]),
+            (
+                StatusCode::NOT_FOUND,
+                &json!("nothing-learned"),
+                &json!("nothing has been learned into user:carol@example.org yet")
+            )
+        );
         let (status, body) = ask(&state, learn("/learn?class=spam"));
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(
