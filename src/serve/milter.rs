@@ -441,6 +441,21 @@ impl miltr_server::Milter for Bayes {
             ..OptNeg::default()
         };
         self.leading_space = ours.protocol.contains(Protocol::SMFIP_HDR_LEADSPC);
+        let fields = Capability::SMFIF_ADDHDRS | Capability::SMFIF_CHGHDRS;
+        if !theirs.capabilities.contains(fields)
+            && !self
+                .state
+                .milter_fields_refused
+                .swap(true, Ordering::SeqCst)
+        {
+            // Said once: the MTA's configuration, not one message's fault.
+            super::log_line(
+                "milter: the MTA does not let milters add and change header fields \
+                 (SMFIF_ADDHDRS and SMFIF_CHGHDRS): its messages get no X-Spam fields and \
+                 fields forged in them are not renamed; a spam action (reject, discard, \
+                 quarantine) still holds",
+            );
+        }
         Ok(ours)
     }
 

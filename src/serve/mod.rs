@@ -15,7 +15,7 @@ mod models;
 pub mod users;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore};
@@ -115,13 +115,16 @@ pub(crate) struct State {
     parsing: Arc<Semaphore>,
     /// What `parsing` holds when none is taken.
     parsing_kib: usize,
+    /// Whether an MTA was found not to let the milter add and change
+    /// header fields (said once).
+    pub milter_fields_refused: AtomicBool,
     /// Connections open now.
     pub open: AtomicUsize,
     /// Told when the server is stopping: a kept-alive connection ends after
     /// its current request.
     pub stopping: Notify,
     /// Set once the server is stopping.
-    pub stopped: std::sync::atomic::AtomicBool,
+    pub stopped: AtomicBool,
 }
 
 impl State {
@@ -132,6 +135,7 @@ impl State {
         State {
             parsing: Arc::new(Semaphore::new(parsing_kib)),
             parsing_kib,
+            milter_fields_refused: AtomicBool::new(false),
             models: Models::new(settings.models.clone()),
             budgets: [(); 3].map(|()| budget::Budget::new(settings.max_held)),
             settings: std::sync::RwLock::new(Arc::new(settings)),

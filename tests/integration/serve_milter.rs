@@ -1300,6 +1300,30 @@ fn miltertest_a_reload_mid_message_leaves_its_size_limit() {
     );
 }
 
+/// An MTA that does not let milters add and change header fields (its
+/// messages would get no fields, forged ones not renamed) is said in the
+/// log, once however many connections it makes.
+#[test]
+fn an_mta_that_lets_no_fields_be_changed_is_said_once() {
+    let db = Db::new();
+    db.train_sample();
+    let mut serve = Serve::start(&db, &[]);
+    // Version 6, actions SMFIF_ADDHDRS alone, every protocol step.
+    let optneg = [
+        0, 0, 0, 13, b'O', 0, 0, 0, 6, 0, 0, 0, 0x01, 0, 0x1f, 0xff, 0xff,
+    ];
+    for _ in 0..2 {
+        let mut client = std::net::TcpStream::connect(&serve.addr).unwrap();
+        std::io::Write::write_all(&mut client, &optneg).unwrap();
+        let mut answer = [0u8; 5];
+        std::io::Read::read_exact(&mut client, &mut answer).unwrap();
+        assert_eq!(answer[4], b'O', "the options are negotiated");
+    }
+    let (_, log) = serve.finish();
+    let said = "the MTA does not let milters add and change header fields";
+    assert_eq!(log.matches(said).count(), 1, "{log}");
+}
+
 /// A client that connects to the milter port and does not negotiate is
 /// dropped after `--timeout`, not kept for the session's idle time (600
 /// s): it would hold a connection slot that spamd and HTTP share.
