@@ -201,7 +201,6 @@ fn coding_refused(headers: &hyper::HeaderMap) -> Option<Answer> {
             .iter()
             .flat_map(|v| {
                 String::from_utf8_lossy(v.as_bytes())
-                    .into_owned()
                     .split(',')
                     .map(|c| c.trim().to_ascii_lowercase())
                     .collect::<Vec<_>>()
