@@ -38,35 +38,42 @@ pub fn for_terminal(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Returns `text` as one value of a `key=value` log line: as
-/// [`for_terminal`] shows it, and quoted (`"…"`, with `\\` and `\"`
-/// escaped) when it is empty or holds a space, a quote, a backslash or an
-/// `=`, so that a value taken from a message (a Message-ID, a user name)
-/// cannot pass for more fields of the line.
+/// Returns `text` as one value of a `key=value` log line, quoted (`"…"`)
+/// when it is empty or holds a space, a quote, a backslash, an `=` or a
+/// character [`for_terminal`] would escape, so that a value taken from a
+/// message (a Message-ID, a user name) cannot pass for more fields of the
+/// line. Inside the quotes `"` and `\` are escaped with a backslash and
+/// those characters written `\u{XX}`, so the text `\u{a}` and a line feed
+/// stay apart.
 ///
 /// ```
 /// use bayesmail::sanitize::log_value;
 /// assert_eq!(log_value("<a@b>"), "<a@b>");
 /// assert_eq!(log_value("<a@b> user=x"), r#""<a@b> user=x""#);
 /// assert_eq!(log_value(r#"a"b\c"#), r#""a\"b\\c""#);
+/// assert_eq!(log_value("a\u{202e}b"), r#""a\u{202e}b""#);
+/// assert_eq!(log_value(r"a\u{202e}b"), r#""a\\u{202e}b""#);
 /// assert_eq!(log_value(""), r#""""#);
 /// ```
 pub fn log_value(text: &str) -> Cow<'_, str> {
-    let shown = for_terminal(text);
-    let plain = !shown.is_empty()
-        && !shown
+    let plain = !text.is_empty()
+        && !text
             .chars()
-            .any(|c| c.is_whitespace() || matches!(c, '"' | '\\' | '='));
+            .any(|c| c.is_whitespace() || matches!(c, '"' | '\\' | '=') || is_unsafe(c));
     if plain {
-        return shown;
+        return Cow::Borrowed(text);
     }
-    let mut out = String::with_capacity(shown.len() + 2);
+    let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
-    for c in shown.chars() {
+    for c in text.chars() {
         if matches!(c, '"' | '\\') {
             out.push('\\');
+            out.push(c);
+        } else if is_unsafe(c) {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
         }
-        out.push(c);
     }
     out.push('"');
     Cow::Owned(out)

@@ -111,6 +111,62 @@ pub fn busy_why(budget: &Budget, done: &str) -> String {
     )
 }
 
+/// The bytes of messages read into features at once, by judging or by
+/// learning (each has its own, so that learns waiting for a database
+/// another writer holds never keep a message from its verdict): a message
+/// of the size limit for each core. The copies a reading makes (the text
+/// decoded, the words, the features) come to about twice the message, so
+/// many large messages finished together (each one's bytes already held
+/// of its protocol's [`Budget`]) are read a few at a time rather than all
+/// at once adding twice their size again; small ones seldom wait.
+#[derive(Debug)]
+pub struct ParseRoom {
+    turns: Arc<tokio::sync::Semaphore>,
+    /// KiB the room holds when no turn is taken.
+    kib: std::sync::atomic::AtomicUsize,
+    cores: usize,
+}
+
+impl ParseRoom {
+    /// Room for a message of `max_message` bytes for each core of this
+    /// machine, at least 1 MiB.
+    pub fn new(max_message: u64) -> ParseRoom {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let kib = Self::kib_for(max_message, cores);
+        ParseRoom {
+            turns: Arc::new(tokio::sync::Semaphore::new(kib)),
+            kib: kib.into(),
+            cores,
+        }
+    }
+
+    fn kib_for(max_message: u64, cores: usize) -> usize {
+        let kib = usize::try_from(max_message.div_ceil(1024)).unwrap_or(usize::MAX);
+        kib.saturating_mul(cores.max(1))
+            .clamp(1024, tokio::sync::Semaphore::MAX_PERMITS)
+    }
+
+    /// Makes room for a size limit raised since (a reload); a lowered one
+    /// leaves it as it is.
+    pub fn fit(&self, max_message: u64) {
+        let want = Self::kib_for(max_message, self.cores);
+        let had = self.kib.fetch_max(want, Ordering::SeqCst);
+        if want > had {
+            self.turns.add_permits(want - had);
+        }
+    }
+
+    /// Waits until `bytes` of message may be read: the turn is over when
+    /// what is returned is dropped. A message larger than the room waits
+    /// for all of it.
+    pub async fn turn(&self, bytes: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let room = self.kib.load(Ordering::SeqCst);
+        let kib = bytes.div_ceil(1024).clamp(1, room);
+        let kib = u32::try_from(kib).unwrap_or(u32::MAX);
+        self.turns.clone().acquire_many_owned(kib).await.ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

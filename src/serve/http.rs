@@ -883,9 +883,11 @@ mod tests {
         assert_eq!(judged.count(), 0, "nothing was judged: {text}");
     }
 
-    /// The messages read into features at once, judged or learned, hold
-    /// at most a message of the size limit for each core: another waits
-    /// its turn, and gets it when one ends.
+    /// The messages read into features at once to judge, and those to
+    /// learn, each hold at most a message of the size limit for each core:
+    /// another waits its turn and gets it when one ends. A judgment never
+    /// waits for learns (which may wait for another writer's lock), nor a
+    /// learn for judgments; a reload that raises the limit makes room.
     #[test]
     fn large_messages_are_read_into_features_a_few_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
@@ -897,23 +899,50 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let now = |turn| tokio::time::timeout(Duration::ZERO, turn);
-            let mut turns = Vec::new();
-            for _ in 0..cores {
-                let turn = now(state.parse_turn(limit as usize)).await;
-                turns.push(turn.expect("a message of the limit for each core").unwrap());
+            fn now<F: Future>(f: F) -> tokio::time::Timeout<F> {
+                tokio::time::timeout(Duration::ZERO, f)
             }
+            fn soon<F: Future>(f: F) -> tokio::time::Timeout<F> {
+                tokio::time::timeout(Duration::from_secs(60), f)
+            }
+            let full = |room: &'static str| {
+                let room = match room {
+                    "judging" => &state.judging,
+                    _ => &state.learning,
+                };
+                async move {
+                    let mut turns = Vec::new();
+                    for _ in 0..cores {
+                        let turn = now(room.turn(limit as usize)).await;
+                        turns.push(turn.expect("a message of the limit for each core").unwrap());
+                    }
+                    assert!(now(room.turn(1)).await.is_err(), "even a small one waits");
+                    turns
+                }
+            };
+            let mut judging = full("judging").await;
+            let message = || MAIL.to_vec();
+            let judged = now(state.judge(None, message(), "", limit)).await;
+            assert!(judged.is_err(), "a message to judge waits its turn");
+            let learned = soon(state.learn(None, message(), Some(Label::Spam), Origin::Http)).await;
             assert!(
-                now(state.parse_turn(1)).await.is_err(),
-                "even a small one waits"
+                matches!(learned, Ok(Ok(_))),
+                "a learn does not wait for judgments"
             );
-            turns.pop();
-            let big = now(state.parse_turn(limit as usize)).await;
-            assert!(big.is_ok(), "one ended: the next may begin");
-            // A message over the room (a limit raised by a reload) waits
-            // for all of it, not for ever.
-            drop((turns, big));
-            assert!(now(state.parse_turn(usize::MAX)).await.is_ok());
+            let learning = full("learning").await;
+            judging.pop();
+            let judged = soon(state.judge(None, message(), "", limit)).await;
+            assert!(
+                judged.is_ok(),
+                "one ended: the next may begin, learns or not"
+            );
+            // A reload that raises the limit makes room for it.
+            state.judging.fit(4 * limit);
+            let big = now(state.judging.turn(4 * limit as usize)).await;
+            assert!(big.is_ok(), "room for the raised limit");
+            // A message over the room waits for all of it, not for ever.
+            drop((judging, big, learning));
+            assert!(now(state.judging.turn(usize::MAX)).await.is_ok());
         });
     }
 

@@ -451,9 +451,9 @@ impl miltr_server::Milter for Bayes {
             // Said once: the MTA's configuration, not one message's fault.
             super::log_line(
                 "milter: the MTA does not let milters add and change header fields \
-                 (SMFIF_ADDHDRS and SMFIF_CHGHDRS): its messages get no X-Spam fields and \
-                 fields forged in them are not renamed; a spam action (reject, discard, \
-                 quarantine) still holds",
+                 (SMFIF_ADDHDRS and SMFIF_CHGHDRS), which the milter needs to give its \
+                 messages their X-Spam fields and rename fields forged in them; a spam \
+                 action of reject or discard still holds",
             );
         }
         Ok(ours)

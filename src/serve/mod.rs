@@ -90,14 +90,6 @@ pub struct Settings {
     pub milter_spam_action: SpamAction,
 }
 
-/// KiB of messages read into features at once ([`State::parse_turn`]): a
-/// message of `max_message` bytes for each of `cores`, at least 1 MiB.
-fn parse_room(max_message: u64, cores: usize) -> usize {
-    let kib = usize::try_from(max_message.div_ceil(1024)).unwrap_or(usize::MAX);
-    kib.saturating_mul(cores.max(1))
-        .clamp(1024, Semaphore::MAX_PERMITS)
-}
-
 /// What every connection shares.
 #[derive(Debug)]
 pub(crate) struct State {
@@ -110,11 +102,10 @@ pub(crate) struct State {
     /// The bytes of messages held at once, for each protocol
     /// ([`State::budget`]).
     budgets: [Arc<budget::Budget>; 3],
-    /// KiB of messages being read into features at once, judged or
-    /// learned ([`State::parse_turn`]).
-    parsing: Arc<Semaphore>,
-    /// What `parsing` holds when none is taken.
-    parsing_kib: usize,
+    /// The messages being read into features at once to judge.
+    pub judging: budget::ParseRoom,
+    /// The messages being read into features at once to learn.
+    pub learning: budget::ParseRoom,
     /// Whether an MTA was found not to let the milter add and change
     /// header fields (said once).
     pub milter_fields_refused: AtomicBool,
@@ -130,11 +121,9 @@ pub(crate) struct State {
 impl State {
     /// Shared state for `settings`.
     pub fn new(settings: Settings) -> State {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        let parsing_kib = parse_room(settings.max_message, cores);
         State {
-            parsing: Arc::new(Semaphore::new(parsing_kib)),
-            parsing_kib,
+            judging: budget::ParseRoom::new(settings.max_message),
+            learning: budget::ParseRoom::new(settings.max_message),
             milter_fields_refused: AtomicBool::new(false),
             models: Models::new(settings.models.clone()),
             budgets: [(); 3].map(|()| budget::Budget::new(settings.max_held)),
@@ -144,20 +133,6 @@ impl State {
             stopping: Notify::new(),
             stopped: Default::default(),
         }
-    }
-
-    /// Waits until `bytes` of message may be read into features: the
-    /// copies a reading makes (the text decoded, the words, the features)
-    /// come to about twice the message, so the messages read at once hold
-    /// at most a message of the size limit for each core. Many large
-    /// messages finished together (each one's bytes already held of its
-    /// protocol's `--max-held`) are then read a few at a time, rather than
-    /// all at once adding twice their size again; small ones seldom wait.
-    /// The turn is over when what is returned is dropped.
-    async fn parse_turn(&self, bytes: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let kib = bytes.div_ceil(1024).clamp(1, self.parsing_kib);
-        let kib = u32::try_from(kib).unwrap_or(u32::MAX);
-        self.parsing.clone().acquire_many_owned(kib).await.ok()
     }
 
     /// The settings in use: a connection reads them as it needs them, so
@@ -201,6 +176,8 @@ impl State {
         new.max_held = old.max_held;
         new.max_connections = old.max_connections;
         new.shutdown_grace = old.shutdown_grace;
+        self.judging.fit(new.max_message);
+        self.learning.fit(new.max_message);
         self.models.reload(new.models.clone());
         *self.settings.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
         kept
@@ -245,11 +222,16 @@ impl State {
                 redis.timeout().saturating_mul(asks)
             });
             let users = users.clone();
-            let turn = self.parse_turn(raw.len()).await;
-            let judging = tokio::task::spawn_blocking(move || {
-                let _turn = turn;
-                state.models.judge_for_all(&users, &raw)
-            });
+            // Waiting for a turn counts against the bound: a turn held by
+            // a thread still waiting for the store is the store's delay.
+            let judging = async move {
+                let turn = state.judging.turn(raw.len()).await;
+                tokio::task::spawn_blocking(move || {
+                    let _turn = turn;
+                    state.models.judge_for_all(&users, &raw)
+                })
+                .await
+            };
             let judged = match bound {
                 None => Ok(judging.await),
                 // The thread still waiting holds its connection until the
@@ -376,27 +358,30 @@ impl State {
         let state = self.clone();
         let bound = (self.models.shared())
             .map(|redis| (redis.change_bound(), redis.url().shown().to_string()));
-        let turn = self.parse_turn(raw.len()).await;
-        let learning = tokio::task::spawn_blocking(move || {
-            let _turn = turn;
-            match label {
-                Some(label) => state
-                    .models
-                    .learn(user.as_deref(), &raw, label, origin)
-                    .map(|taught| match taught {
-                        crate::db::Taught::Now((summary, _)) if summary.relearned > 0 => {
-                            Learned::Moved(label)
-                        }
-                        crate::db::Taught::Now((summary, _)) if summary.learned > 0 => {
-                            Learned::Learned(label)
-                        }
-                        crate::db::Taught::Now(_) => Learned::Already(label),
-                        crate::db::Taught::Left => Learned::Queued(Some(label)),
-                    }),
-                None => (state.models.unlearn(user.as_deref(), &raw, origin))
-                    .map(|had| had.map_or(Learned::Queued(None), Learned::Unlearned)),
-            }
-        });
+        let learning = async move {
+            let turn = state.learning.turn(raw.len()).await;
+            tokio::task::spawn_blocking(move || {
+                let _turn = turn;
+                match label {
+                    Some(label) => state
+                        .models
+                        .learn(user.as_deref(), &raw, label, origin)
+                        .map(|taught| match taught {
+                            crate::db::Taught::Now((summary, _)) if summary.relearned > 0 => {
+                                Learned::Moved(label)
+                            }
+                            crate::db::Taught::Now((summary, _)) if summary.learned > 0 => {
+                                Learned::Learned(label)
+                            }
+                            crate::db::Taught::Now(_) => Learned::Already(label),
+                            crate::db::Taught::Left => Learned::Queued(Some(label)),
+                        }),
+                    None => (state.models.unlearn(user.as_deref(), &raw, origin))
+                        .map(|had| had.map_or(Learned::Queued(None), Learned::Unlearned)),
+                }
+            })
+            .await
+        };
         // The thread still waiting on a trickling answer holds its
         // connection until the answer ends; whether it stored the change
         // is not known, and telling it again is safe.

@@ -77,7 +77,7 @@ pub fn check_user(user: &str) -> Result<String, UserError> {
         let shown: String = user.chars().take(40).collect();
         Err(UserError::Refused(format!(
             "{}{}: {why}",
-            crate::sanitize::for_terminal(&shown),
+            crate::sanitize::log_value(&shown),
             if user.chars().count() > 40 { "…" } else { "" }
         )))
     };

@@ -467,6 +467,18 @@ fn a_message_cannot_write_fields_into_the_log_line() {
         let outside: String = line.split('"').step_by(2).collect();
         assert_eq!(outside.matches("user=").count(), 1, "{line}");
     }
+    // Nor a request line the client wrote, logged as refused.
+    let answer = server.raw(b"CHECK id=<x@y> user=ceo SPAMC/1.5\r\n\r\n");
+    assert!(status_line(&answer).starts_with("SPAMD/1.0 76 "), "{answer:?}");
+    let line = server
+        .watch
+        .wait_for("Bad header line", 10)
+        .unwrap_or_default();
+    assert!(
+        line.contains(r#""CHECK id=<x@y> user=ceo SPAMC/1.5""#),
+        "{line}"
+    );
+    assert_eq!(outside_id(&line), 0, "{line}");
 }
 
 #[test]

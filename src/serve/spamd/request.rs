@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::{Code, Failure, Stop};
 use crate::model::Label;
+use crate::sanitize::log_value;
 use crate::serve::budget::Held;
 use crate::serve::{BoxConn, RequestClock, read_some};
 
@@ -53,7 +54,8 @@ impl Verb {
 /// The request line: `VERB SPAMC/VERSION`. The version is a number, as
 /// spamd compares it.
 pub(super) fn request_line(line: &[u8]) -> Result<(Verb, f64), Failure> {
-    let bad = || Failure::protocol(String::from_utf8_lossy(line).into_owned());
+    // Quoted: the text goes to the log as well as back to the client.
+    let bad = || Failure::protocol(log_value(&String::from_utf8_lossy(line)).into_owned());
     let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
     let (Some(verb), Some(proto), None) = (words.next(), words.next(), words.next()) else {
         return Err(bad());
@@ -134,7 +136,7 @@ impl Headers {
             if !contains_word(value, b"zlib") {
                 return Err(Failure::protocol(format!(
                     "(compression type not supported: {})",
-                    text()
+                    log_value(&text())
                 )));
             }
             self.compressed = true;
