@@ -920,9 +920,14 @@ mod tests {
                     turns
                 }
             };
+            // Long enough for a small message to be judged or learned:
+            // one that is not has waited for its turn.
+            fn waits<F: Future>(f: F) -> tokio::time::Timeout<F> {
+                tokio::time::timeout(Duration::from_secs(2), f)
+            }
             let mut judging = full("judging").await;
             let message = || MAIL.to_vec();
-            let judged = now(state.judge(None, message(), "", limit)).await;
+            let judged = waits(state.judge(None, message(), "", limit)).await;
             assert!(judged.is_err(), "a message to judge waits its turn");
             let learned = soon(state.learn(None, message(), Some(Label::Spam), Origin::Http)).await;
             assert!(
@@ -930,6 +935,8 @@ mod tests {
                 "a learn does not wait for judgments"
             );
             let learning = full("learning").await;
+            let learned = waits(state.learn(None, message(), Some(Label::Ham), Origin::Http)).await;
+            assert!(learned.is_err(), "a message to learn waits its turn");
             judging.pop();
             let judged = soon(state.judge(None, message(), "", limit)).await;
             assert!(
@@ -944,6 +951,42 @@ mod tests {
             drop((judging, big, learning));
             assert!(now(state.judging.turn(usize::MAX)).await.is_ok());
         });
+    }
+
+    /// With the counts in Redis, a message that cannot have its turn to
+    /// be read within the store's bound (turns held by threads still
+    /// waiting for the store, or by many large messages) is busy, not the
+    /// store's fault.
+    #[test]
+    fn a_message_waiting_too_long_for_its_turn_is_busy_not_the_stores_fault() {
+        let server = crate::store::redis_server::RedisServer::start();
+        let url = crate::store::redis::RedisUrl::parse(&server.url("/0?prefix=turns")).unwrap();
+        let redis = crate::store::redis::Redis::connect(&url, Duration::from_millis(200)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let limit = 2 << 20;
+        let mut settings = (*self::state(dir.path(), limit).settings()).clone();
+        settings.models.shared = Some(redis);
+        let state = Arc::new(State::new(settings));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let judged = runtime.block_on(async {
+            let mut turns = Vec::new();
+            for _ in 0..cores {
+                turns.push(state.judging.turn(limit as usize).await);
+            }
+            let judging = state.judge(None, MAIL.to_vec(), "", limit);
+            tokio::time::timeout(Duration::from_secs(60), judging).await
+        });
+        let judged = judged.expect("answered within the bound, not held");
+        assert_eq!(
+            judged.stamped.status,
+            crate::db::Status::Unknown(crate::db::Reason::Busy),
+            "{:?}",
+            judged.stamped
+        );
     }
 
     #[test]

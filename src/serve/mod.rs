@@ -222,16 +222,30 @@ impl State {
                 redis.timeout().saturating_mul(asks)
             });
             let users = users.clone();
-            // Waiting for a turn counts against the bound: a turn held by
-            // a thread still waiting for the store is the store's delay.
-            let judging = async move {
-                let turn = state.judging.turn(raw.len()).await;
-                tokio::task::spawn_blocking(move || {
-                    let _turn = turn;
-                    state.models.judge_for_all(&users, &raw)
-                })
-                .await
+            // Waiting for a turn has a bound of its own where the store has
+            // one: threads still waiting for the store hold their turns, and
+            // a message behind them is busy, not the store's to blame.
+            let turn = match bound {
+                None => Some(state.judging.turn(raw.len()).await),
+                Some(bound) => tokio::time::timeout(bound, state.judging.turn(raw.len()))
+                    .await
+                    .ok(),
             };
+            let Some(turn) = turn else {
+                let judged = Judged {
+                    stamped: crate::db::Stamped::unknown(
+                        crate::db::Reason::Busy,
+                        "other messages were being read: passed on unscored".to_string(),
+                    ),
+                    which: None,
+                };
+                self.record(&users, id, &judged, started.elapsed());
+                return judged;
+            };
+            let judging = tokio::task::spawn_blocking(move || {
+                let _turn = turn;
+                state.models.judge_for_all(&users, &raw)
+            });
             let judged = match bound {
                 None => Ok(judging.await),
                 // The thread still waiting holds its connection until the
@@ -290,7 +304,10 @@ impl State {
                 judged
                     .which
                     .as_ref()
-                    .map_or("none".to_string(), |w| w.to_string()),
+                    .map_or("none".to_string(), |w| crate::sanitize::log_value(
+                        &w.to_string()
+                    )
+                    .into_owned()),
                 took.as_secs_f64() * 1e3,
                 judged
                     .stamped

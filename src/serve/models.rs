@@ -348,6 +348,7 @@ impl Models {
             &settings.decider,
         );
         if let (Some(why), Some(user)) = (unread, &user) {
+            let user = crate::sanitize::log_value(user);
             self.note_once(format!("user {user}: {why}; judged with the global model"));
         }
         let which = match (&stamped.status, user) {
@@ -559,8 +560,9 @@ impl Models {
                 .filter(|p| crate::db::DbPaths::new(p).holds_database())
         {
             self.note_once(format!(
-                "user {user}: its database is at {}, where an earlier version put it; \
+                "user {}: its database is at {}, where an earlier version put it; \
                  move it to {} (it is used where it is until then)",
+                crate::sanitize::log_value(user),
                 earlier.display(),
                 path.display()
             ));
@@ -604,6 +606,7 @@ impl Models {
                     }
                     Err(err) if Reason::of(&err) == Reason::NoModel => {}
                     Err(err) => {
+                        let user = crate::sanitize::log_value(&user);
                         self.note_once(format!("user {user}: {err}; judged with the global model"))
                     }
                 },

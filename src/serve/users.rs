@@ -88,7 +88,10 @@ pub fn check_user(user: &str) -> Result<String, UserError> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || "-+_.,@=".contains(*c)))
     {
-        return refuse(&format!("the character {c:?} is not allowed"));
+        return refuse(&format!(
+            "the character '{}' is not allowed",
+            c.escape_default()
+        ));
     }
     let (local, domain) = split(user);
     if [user, local, domain]

@@ -469,7 +469,10 @@ fn a_message_cannot_write_fields_into_the_log_line() {
     }
     // Nor a request line the client wrote, logged as refused.
     let answer = server.raw(b"CHECK id=<x@y> user=ceo SPAMC/1.5\r\n\r\n");
-    assert!(status_line(&answer).starts_with("SPAMD/1.0 76 "), "{answer:?}");
+    assert!(
+        status_line(&answer).starts_with("SPAMD/1.0 76 "),
+        "{answer:?}"
+    );
     let line = server
         .watch
         .wait_for("Bad header line", 10)
@@ -478,6 +481,16 @@ fn a_message_cannot_write_fields_into_the_log_line() {
         line.contains(r#""CHECK id=<x@y> user=ceo SPAMC/1.5""#),
         "{line}"
     );
+    assert_eq!(outside_id(&line), 0, "{line}");
+    // However long: it is cut before it is quoted, not after.
+    let long = format!(
+        "CHECK {} id=<x@y> user=ceo SPAMC/1.5\r\n\r\n",
+        "A".repeat(200)
+    );
+    server.raw(long.as_bytes());
+    let line = server.watch.wait_for("Bad header line: \"CHECK AAA", 10);
+    let line = line.unwrap_or_default();
+    assert!(line.trim_end().ends_with('"'), "{line}");
     assert_eq!(outside_id(&line), 0, "{line}");
 }
 

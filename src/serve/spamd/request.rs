@@ -55,7 +55,14 @@ impl Verb {
 /// spamd compares it.
 pub(super) fn request_line(line: &[u8]) -> Result<(Verb, f64), Failure> {
     // Quoted: the text goes to the log as well as back to the client.
-    let bad = || Failure::protocol(log_value(&String::from_utf8_lossy(line)).into_owned());
+    let bad = || {
+        let text = String::from_utf8_lossy(line);
+        let mut shown: String = text.chars().take(150).collect();
+        if shown.len() < text.len() {
+            shown.push('…');
+        }
+        Failure::protocol(log_value(&shown).into_owned())
+    };
     let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
     let (Some(verb), Some(proto), None) = (words.next(), words.next(), words.next()) else {
         return Err(bad());
