@@ -165,7 +165,11 @@ where
 {
     let get = matches!(*req.method(), Method::GET | Method::HEAD);
     let post = *req.method() == Method::POST;
-    if post && let Some(refused) = coding_refused(req.headers()) {
+    let path = req.uri().path();
+    if post
+        && matches!(path, "/check" | "/learn" | "/unlearn")
+        && let Some(refused) = coding_refused(req.headers())
+    {
         return refused;
     }
     match req.uri().path() {
@@ -860,6 +864,12 @@ mod tests {
                 );
             }
         }
+        // A path that is none is said to be none, whatever its coding.
+        let req = with(
+            Request::post("/nope").header("Content-Encoding", "gzip"),
+            MAIL,
+        );
+        assert_eq!(ask(&state, req).0, StatusCode::NOT_FOUND);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

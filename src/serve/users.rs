@@ -74,11 +74,13 @@ pub fn check_user(user: &str) -> Result<String, UserError> {
         return Err(UserError::Refused("the name is empty".into()));
     }
     let refuse = |why: &str| {
-        let shown: String = user.chars().take(40).collect();
+        let mut shown: String = user.chars().take(40).collect();
+        if shown.len() < user.len() {
+            shown.push('…');
+        }
         Err(UserError::Refused(format!(
-            "{}{}: {why}",
-            crate::sanitize::log_value(&shown),
-            if user.chars().count() > 40 { "…" } else { "" }
+            "{}: {why}",
+            crate::sanitize::log_value(&shown)
         )))
     };
     if user.len() > MAX_USER {
