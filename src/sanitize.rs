@@ -38,6 +38,21 @@ pub fn for_terminal(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Returns `text` cut to its first `chars` characters, with `…` after
+/// them when it was longer.
+///
+/// ```
+/// use bayesmail::sanitize::shortened;
+/// assert_eq!(shortened("abcdef", 3), "abc…");
+/// assert_eq!(shortened("abc", 3), "abc");
+/// ```
+pub fn shortened(text: &str, chars: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => Cow::Owned(format!("{}…", &text[..end])),
+        None => Cow::Borrowed(text),
+    }
+}
+
 /// Returns `text` as one value of a `key=value` log line, quoted (`"…"`)
 /// when it is empty or holds a space, a quote, a backslash, an `=` or a
 /// character [`for_terminal`] would escape, so that a value taken from a

@@ -126,15 +126,10 @@ impl From<Failure> for Stop {
 /// `text` made safe for one protocol line (and a log): control characters
 /// become `?`, and it is cut at 200 characters.
 fn one_line(text: &str) -> String {
-    let mut out: String = text
+    crate::sanitize::shortened(text, 200)
         .chars()
-        .take(200)
         .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    if text.chars().count() > 200 {
-        out.push('…');
-    }
-    out
+        .collect()
 }
 
 /// Serves one spamd connection: one request, one answer, then the

@@ -74,10 +74,7 @@ pub fn check_user(user: &str) -> Result<String, UserError> {
         return Err(UserError::Refused("the name is empty".into()));
     }
     let refuse = |why: &str| {
-        let mut shown: String = user.chars().take(40).collect();
-        if shown.len() < user.len() {
-            shown.push('…');
-        }
+        let shown = crate::sanitize::shortened(user, 40);
         Err(UserError::Refused(format!(
             "{}: {why}",
             crate::sanitize::log_value(&shown)

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::{Code, Failure, Stop};
 use crate::model::Label;
-use crate::sanitize::log_value;
+use crate::sanitize::{log_value, shortened};
 use crate::serve::budget::Held;
 use crate::serve::{BoxConn, RequestClock, read_some};
 
@@ -56,11 +56,7 @@ impl Verb {
 pub(super) fn request_line(line: &[u8]) -> Result<(Verb, f64), Failure> {
     // Quoted: the text goes to the log as well as back to the client.
     let bad = || {
-        let text = String::from_utf8_lossy(line);
-        let mut shown: String = text.chars().take(150).collect();
-        if shown.len() < text.len() {
-            shown.push('…');
-        }
+        let shown = shortened(&String::from_utf8_lossy(line), 150).into_owned();
         Failure::protocol(log_value(&shown).into_owned())
     };
     let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
